@@ -1,0 +1,37 @@
+// How a subcommand joins the kvgate binary. Each *_command.cc defines a function that adds its
+// CLI11 subcommand(s) and registers it with a static KVGATE_REGISTER_COMMAND; main() adds them in
+// `order`. A subcommand's callback stores its exit status in the context.
+//
+// Exit statuses: 0 success; 2 bad arguments (a message names the argument); other values are the
+// subcommand's own contract (kvgate run: 0 GO, 1 NO-GO, 2 INCONCLUSIVE, 3 could not run).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <stdexcept>
+#include <string>
+
+namespace kvgate {
+
+struct CommandContext {
+  int exit_code = 0;
+};
+
+// A usage error found after parsing (e.g. an inconsistent combination of flags). main() prints
+// the message and exits 2.
+class UsageError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+using CommandAdder = void (*)(CLI::App& app, CommandContext& context);
+
+// Registers an adder at static-initialisation time; returns a dummy for the static variable.
+bool RegisterCommand(int order, CommandAdder adder);
+
+}  // namespace kvgate
+
+#define KVGATE_CONCAT_INNER(a, b) a##b
+#define KVGATE_CONCAT(a, b) KVGATE_CONCAT_INNER(a, b)
+#define KVGATE_REGISTER_COMMAND(order, adder) \
+  static const bool KVGATE_CONCAT(kvgate_registered_, __LINE__) = ::kvgate::RegisterCommand(order, adder)

@@ -1,0 +1,60 @@
+// The per-request load record: the one record type for a request's fact, produced by the load
+// generator and stored unchanged in the run history (gates/history), from which any latency or
+// goodput gate can be recomputed. Times are nanoseconds on the generator's monotonic clock,
+// relative to the run's start (the schedule's time zero).
+//
+// Latency counts from the *scheduled* send time, not the actual one (MLPerf LoadGen's rule,
+// which prevents coordinated omission): TTFT = first_token_ns - scheduled_ns,
+// E2E = end_ns - scheduled_ns, TPOT = (E2E - TTFT) / (completion_tokens - 1),
+// ITL = gaps between successive token chunks (spec/product.md, "Definitions to use").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kvgate::loadgen {
+
+struct RequestRecord {
+  int64_t index = 0;       // position in the seeded schedule (0-based)
+  bool warmup = false;     // excluded from metrics
+  int64_t scheduled_ns = 0;
+  int64_t sent_ns = -1;         // first byte of the request written; -1 if never sent
+  int64_t first_token_ns = -1;  // first non-empty token chunk; -1 if none arrived
+  int64_t end_ns = -1;          // last chunk / response complete / failure noticed
+  std::vector<int64_t> chunk_ns;  // arrival of every non-empty token chunk, in order
+  int prompt_tokens = -1;         // from the server's `usage`; -1 when it sent none
+  int completion_tokens = -1;     // from the server's `usage`; -1 when it sent none
+  int max_tokens = 0;             // what was asked for
+  int http_status = 0;            // 0 when no HTTP response arrived
+  // Empty when the request succeeded; otherwise one of: "connect", "timeout", "http_4xx",
+  // "http_5xx", "reset", "malformed_sse", "incomplete" (stream ended without [DONE]).
+  std::string error_cause;
+  std::string error_text;  // a human-readable detail of the error
+
+  bool ok() const { return error_cause.empty(); }
+
+  std::optional<double> TtftSeconds() const {
+    if (first_token_ns < 0) return std::nullopt;
+    return (first_token_ns - scheduled_ns) * 1e-9;
+  }
+  std::optional<double> E2eSeconds() const {
+    if (end_ns < 0 || !ok()) return std::nullopt;
+    return (end_ns - scheduled_ns) * 1e-9;
+  }
+  // Needs a completed request with at least two output tokens.
+  std::optional<double> TpotSeconds() const {
+    auto ttft = TtftSeconds();
+    auto e2e = E2eSeconds();
+    if (!ttft || !e2e || completion_tokens < 2) return std::nullopt;
+    return (*e2e - *ttft) / (completion_tokens - 1);
+  }
+  std::vector<double> ItlSeconds() const {
+    std::vector<double> gaps;
+    for (size_t i = 1; i < chunk_ns.size(); ++i) gaps.push_back((chunk_ns[i] - chunk_ns[i - 1]) * 1e-9);
+    return gaps;
+  }
+};
+
+}  // namespace kvgate::loadgen

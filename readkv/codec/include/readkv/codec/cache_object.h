@@ -1,0 +1,74 @@
+// Cache identity and the versioned on-disk format of a stored cache object
+// (spec/readkv.md, "Cache identity").
+//
+// A stored object is valid only for the exact thing that wrote it. Loading an object whose
+// identity differs from the reader's throws IdentityMismatch naming the first differing field
+// (in the order of the struct below); a bad magic, a truncated object or a checksum that fails
+// throws CorruptObject naming the part. Nothing is ever decoded from a refused object.
+// The codec does no I/O: objects are serialised to and parsed from byte buffers.
+//
+// Layout (little-endian):
+//   "RKVCACHE" | u32 format_version | u32 header_bytes | header (canonical JSON) |
+//   u64 XXH3-64 of the header | u32 block_count |
+//   block_count x ( u64 payload_bytes | u64 XXH3-64 of the payload | payload )
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace readkv::codec {
+
+inline constexpr uint32_t kCacheFormatVersion = 1;
+
+struct CacheIdentity {
+  std::string model_id;
+  std::string weights_digest;
+  int layers = 0;
+  int heads_q = 0;
+  int heads_kv = 0;
+  int head_dim = 0;
+  std::string rope_type = "default";
+  double rope_theta = 10000.0;
+  std::string rope_scaling = "none";  // canonical text of any scaling settings
+  uint64_t key_transform_seed = 0;
+  uint64_t value_transform_seed = 0;
+  std::string calibration_digest;
+  std::string codebook_id;
+  int codebook_version = 0;
+  int store_bits = 0;
+  uint32_t format_version = kCacheFormatVersion;
+
+  // Canonical JSON (fixed key order) and a stable 128-bit hex digest of it.
+  std::string ToJson() const;
+  static CacheIdentity FromJson(const std::string& text);  // throws CorruptObject("header")
+  std::string Digest() const;
+
+  // Throws IdentityMismatch for the first field where `found` differs from *this.
+  void RequireSame(const CacheIdentity& found) const;
+  bool operator==(const CacheIdentity&) const = default;
+};
+
+// One stored object: the encoded KV of one prefix block (up to kBlockTokens tokens starting at
+// `first_token`) for every (layer, KV head), in BitPlaneStore::BlockBytes form.
+struct CacheObject {
+  CacheIdentity identity;
+  std::string prefix_digest;  // what the tokens of the prefix up to this block hash to
+  int64_t first_token = 0;
+  int tokens = 0;
+  // Index layer * heads_kv + head.
+  std::vector<std::vector<uint8_t>> blocks;
+};
+
+std::vector<uint8_t> SerializeCacheObject(const CacheObject& object);
+
+// Parses and verifies an object against the reader's identity. Checks, in order: magic, format
+// version, header checksum, identity (field by field), block count, every block checksum.
+CacheObject ParseCacheObject(std::span<const uint8_t> bytes, const CacheIdentity& expected);
+
+// XXH3-128 of bytes as 32 hex digits; the project's one content digest.
+std::string ContentDigest(std::span<const uint8_t> bytes);
+std::string ContentDigest(const std::string& text);
+
+}  // namespace readkv::codec

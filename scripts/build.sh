@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Configures and builds kvgate into build/ (Ninja, ccache). Extra arguments go to CMake's
+# configure step, e.g. scripts/build.sh -DKVGATE_WERROR=ON.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${KVGATE_BUILD_DIR:-$root/build}
+jobs=${KVGATE_JOBS:-$(nproc)}
+cmake -S "$root" -B "$build" -G Ninja "$@" >/dev/null
+cmake --build "$build" -j "$jobs"

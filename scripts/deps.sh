@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs (as root, on Debian 12) whatever the build and the tests need and is missing.
+# Safe to run again: it only calls apt-get when a package is absent.
+set -euo pipefail
+pkgs=(build-essential cmake ninja-build ccache pkg-config git
+      libboost-dev libcli11-dev nlohmann-json3-dev libsqlite3-dev sqlite3 libtomlplusplus-dev
+      libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev libspdlog-dev libxxhash-dev
+      libtorch-dev wrk)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if ! command -v node >/dev/null 2>&1; then
+  echo "deps: installing nodejs and npm"
+  apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
