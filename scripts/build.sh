@@ -5,5 +5,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${KVGATE_BUILD_DIR:-$root/build}
 jobs=${KVGATE_JOBS:-$(nproc)}
+# Let ccache reuse objects across checkouts in different folders (CI clones elsewhere).
+export CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=true
 cmake -S "$root" -B "$build" -G Ninja "$@" >/dev/null
 cmake --build "$build" -j "$jobs"

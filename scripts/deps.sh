@@ -5,7 +5,7 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build ccache pkg-config git
       libboost-dev libcli11-dev nlohmann-json3-dev libsqlite3-dev sqlite3 libtomlplusplus-dev
       libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev libspdlog-dev libxxhash-dev
-      libtorch-dev wrk)
+      libtorch-dev wrk chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -19,4 +19,10 @@ fi
 if ! command -v node >/dev/null 2>&1; then
   echo "deps: installing nodejs and npm"
   apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
+# npm packages the build embeds (Chart.js for HTML reports); package-lock.json pins them.
+root=$(cd "$(dirname "$0")/.." && pwd)
+if [ ! -f "$root/gates/report/node_modules/chart.js/package.json" ]; then
+  echo "deps: npm ci in gates/report"
+  (cd "$root/gates/report" && npm ci --no-audit --no-fund --loglevel=error)
 fi

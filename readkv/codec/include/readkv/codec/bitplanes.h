@@ -18,7 +18,7 @@
 namespace readkv::codec {
 
 inline constexpr int kBlockTokens = 256;
-inline constexpr int kKeyPlaneBytes = kBlockTokens / 8;  // 32
+inline constexpr int kKeyPlaneBytes = kBlockTokens / 8;   // 32
 inline constexpr int kKeyPlaneWords = kBlockTokens / 64;  // 4
 
 class BitPlaneStore {
@@ -32,7 +32,8 @@ class BitPlaneStore {
   int64_t tokens() const { return tokens_; }
   int64_t blocks() const { return (tokens_ + kBlockTokens - 1) / kBlockTokens; }
 
-  // Appends one token given its d key codes and d value codes (each < 2^W).
+  // Appends one token given its d key codes and d value codes (each < 2^W). Throws
+  // InvalidArgument("key_codes" / "value_codes") on a wrong count or a code >= 2^W.
   void Append(std::span<const uint8_t> key_codes, std::span<const uint8_t> value_codes);
 
   // The 4 words of key plane (block, channel, plane).
@@ -42,15 +43,20 @@ class BitPlaneStore {
   }
   // The d/8 bytes of value plane (token, plane).
   const uint8_t* ValuePlane(int64_t token, int plane) const {
-    return value_bytes_.data() + (token * store_bits_ + plane) * static_cast<int64_t>(head_dim_ / 8);
+    return value_bytes_.data() +
+           (token * store_bits_ + plane) * static_cast<int64_t>(head_dim_ / 8);
   }
 
   // The depth-t prefix of a stored code (t in [0, W]); reads only planes [0, t).
+  // Throws InvalidArgument("token" / "channel" / "depth") when out of range.
   uint8_t KeyCode(int64_t token, int channel, int depth) const;
   uint8_t ValueCode(int64_t token, int channel, int depth) const;
 
   // Raw bytes of one whole block (key planes then value planes of its tokens), for cache
   // objects, and the inverse. A restored partial block keeps `tokens_in_block` tokens.
+  // AppendBlockBytes throws InvalidArgument("tokens") unless the store ends on a block boundary,
+  // InvalidArgument("tokens_in_block") outside [1, 256], and CorruptObject("block") when the
+  // size is wrong or key bits of absent tokens are set. Key words are little-endian.
   std::vector<uint8_t> BlockBytes(int64_t block) const;
   void AppendBlockBytes(std::span<const uint8_t> bytes, int tokens_in_block);
   // Size of one full block's bytes: d * W * 32 + 256 * W * d / 8.

@@ -61,10 +61,17 @@ struct CacheObject {
   std::vector<std::vector<uint8_t>> blocks;
 };
 
+// Throws InvalidArgument ("format_version", "tokens", "first_token", "blocks") when the object
+// is inconsistent: only version kCacheFormatVersion is written, tokens in [1, kBlockTokens],
+// exactly layers * heads_kv blocks, each of BitPlaneStore::BlockBytes size for `tokens`.
 std::vector<uint8_t> SerializeCacheObject(const CacheObject& object);
 
 // Parses and verifies an object against the reader's identity. Checks, in order: magic, format
-// version, header checksum, identity (field by field), block count, every block checksum.
+// version, header checksum, identity (field by field), block count, every block checksum, no
+// trailing bytes, every block's size. Truncation anywhere throws CorruptObject naming the part
+// ("magic", "format_version", "header", "block_count", "block <i>"); nothing is read out of
+// bounds. Throws InvalidArgument("format_version") if `expected` asks for a version this codec
+// cannot read.
 CacheObject ParseCacheObject(std::span<const uint8_t> bytes, const CacheIdentity& expected);
 
 // XXH3-128 of bytes as 32 hex digits; the project's one content digest.

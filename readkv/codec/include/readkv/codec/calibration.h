@@ -33,7 +33,7 @@ struct Calibration {
   std::vector<float> key_mean, key_std, value_mean, value_std;
   // Index of (layer, head): layer * kv_heads + head. Raw-domain max |x| over the samples.
   std::vector<float> key_amax, value_amax;
-  int64_t samples_per_head = 0;  // tokens observed per (layer, head)
+  int64_t samples_per_head = 0;  // tokens observed per (layer, head); the fewest over heads
 
   size_t ChannelIndex(int layer, int head, int channel) const {
     return (static_cast<size_t>(layer) * kv_heads + head) * head_dim + channel;
@@ -43,21 +43,28 @@ struct Calibration {
   std::span<const float> ValueMean(int layer, int head) const;
   std::span<const float> ValueStd(int layer, int head) const;
 
-  // Canonical JSON text (round-trips exactly: floats are written with 9 significant digits).
+  // Canonical JSON text (sorted keys). Round-trips exactly: each float is written as its
+  // shortest decimal (at most 9 significant digits), or as its exact double value in the rare
+  // case where reading that decimal through double would round to a different float.
+  // Throws InvalidArgument naming the array if a value is not finite.
   std::string Serialize() const;
   // Throws InvalidArgument naming the field when the text is malformed or inconsistent.
   static Calibration Parse(const std::string& text);
-  // Stable 128-bit hex digest over the geometry, seeds and every float's bits.
+  // Stable 128-bit hex digest over the geometry, seeds and every float's bits
+  // (samples_per_head is bookkeeping and not covered).
   std::string Digest() const;
 };
 
-// Accumulates statistics (Welford, in double) from raw K/V rows. Not thread-safe.
+// Accumulates statistics (Welford, in double) from raw K/V rows; sigma is the sample standard
+// deviation (divisor n - 1). Not thread-safe.
 class Calibrator {
  public:
   // sigma below `min_std` is clamped to it so a constant channel cannot divide by zero.
   Calibrator(int layers, int kv_heads, int head_dim, TransformSeeds seeds = {},
              float min_std = 1e-4f);
   // key and value: the raw (pre-transform, post-RoPE for keys) vectors of one token, d each.
+  // Throws InvalidArgument("layer" / "head" / "key" / "value") on bad indices, sizes or
+  // non-finite values.
   void Observe(int layer, int head, std::span<const float> key, std::span<const float> value);
   // Throws InvalidArgument("samples") if some (layer, head) saw fewer than 2 tokens.
   Calibration Finish() const;

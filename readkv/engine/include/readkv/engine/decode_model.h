@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -18,7 +19,7 @@ namespace readkv::engine {
 // the `readkv` object of the completions API. Ignored by dense and FP8 caches. Not part of the
 // cache's storage identity; it is recorded with every request.
 struct ReadPolicy {
-  std::optional<double> read_bits;  // R; unset = the server's default
+  std::optional<double> read_bits;    // R; unset = the server's default
   std::optional<std::string> reader;  // "flexible" | "constrained"
   std::optional<double> key_bits;     // R_K of the K/V split (flexible reader)
   std::optional<double> value_bits;   // R_V of the K/V split (flexible reader)
@@ -26,12 +27,15 @@ struct ReadPolicy {
 
 // Cumulative resource ledgers of a KV backend (spec/readkv.md, "Accounting"): bytes, never mixed.
 struct KvLedgers {
-  int64_t capacity_bytes = 0;          // persistent payload + metadata + residual, now
-  int64_t logical_read_bytes = 0;      // payload the readers chose, summed over steps
-  int64_t physical_traffic_bytes = 0;  // all buffers moved, summed over steps
-  int64_t workspace_peak_bytes = 0;    // max temporary bytes of one attention call
-  double encode_seconds = 0.0;         // time spent encoding K/V, summed
+  int64_t capacity_bytes = 0;              // persistent payload + metadata + residual, now
+  int64_t logical_read_bytes = 0;          // payload the readers chose, summed over steps
+  int64_t physical_traffic_bytes = 0;      // all buffers moved, summed over steps
+  int64_t workspace_peak_bytes = 0;        // max temporary bytes of one attention call
+  double encode_seconds = 0.0;             // time spent encoding K/V, summed
   std::vector<int64_t> read_depth_counts;  // histogram of chosen depths 0..W (ReadKV only)
+  // Cache objects or policies the backend refused, by reason (e.g. "identity_mismatch"),
+  // cumulative. Exported as readkv_cache_rejections_total{reason}.
+  std::map<std::string, int64_t> cache_rejections;
 };
 
 // One sequence's work in a Forward call: feed `tokens` (the whole prompt on its first step, one
@@ -62,8 +66,10 @@ class DecodeModel {
   virtual void EndSequence(uint64_t sequence_id) = 0;
 
   // Bytes of KV state held now over all live sequences, and the configured limit (for the
-  // kv_cache_usage metric and admission).
+  // kv_cache_usage metric and admission). A limit of 0 means "no limit known": the engine then
+  // admits by max_batch alone and reports usage 0.
   virtual int64_t kv_bytes_in_use() const = 0;
+  virtual int64_t kv_bytes_limit() const { return 0; }
   virtual KvLedgers ledgers() const = 0;
 };
 

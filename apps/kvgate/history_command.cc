@@ -1,0 +1,560 @@
+// `kvgate history list|show|export|compare`: read the SQLite run history (gates/history).
+//
+//   kvgate history list [--db FILE] [--limit N] [--json]
+//   kvgate history show RUN [--db FILE] [--json]      metadata, gate results, load-run summaries
+//   kvgate history export RUN [--db FILE] [--json]    everything about a run as JSON
+//   kvgate history compare A B [--db FILE] [--json]   gates and ledgers side by side with deltas,
+//                                                     and what changed in policy/commit/machine
+// RUN is a run id or `latest`. Before reading, runs whose owner process is gone are marked
+// `interrupted`, so a crashed run never shows as `running`.
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kvgate/command.h"
+#include "kvgate/history/history_db.h"
+
+namespace kvgate {
+namespace {
+
+using history::HistoryDb;
+using history::HistoryError;
+using nlohmann::json;
+
+struct HistoryOptions {
+  std::string db = "kvgate.db";
+  int limit = 30;
+  bool json = false;
+  std::string run_a;
+  std::string run_b;
+};
+
+HistoryDb OpenExisting(const std::string& path) {
+  HistoryDb::Options options;
+  options.create_if_missing = false;
+  try {
+    HistoryDb db = HistoryDb::Open(path, options);
+    db.MarkInterruptedRuns();
+    return db;
+  } catch (const HistoryError& e) {
+    if (e.kind() == HistoryError::Kind::kCannotOpen)
+      throw UsageError(std::string("--db: ") + e.what());
+    throw;
+  }
+}
+
+int64_t ResolveRun(HistoryDb& db, const std::string& text) {
+  if (text == "latest") {
+    auto latest = db.LatestRunId();
+    if (!latest) throw UsageError("RUN: no runs recorded in " + db.path().string());
+    return *latest;
+  }
+  int64_t id = 0;
+  size_t used = 0;
+  try {
+    id = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || id <= 0) {
+    throw UsageError("RUN must be a run id (a positive integer) or 'latest', got '" + text + "'");
+  }
+  try {
+    db.GetRun(id);
+  } catch (const HistoryError& e) {
+    if (e.kind() == HistoryError::Kind::kNotFound) {
+      throw UsageError("RUN: no run " + text + " in " + db.path().string());
+    }
+    throw;
+  }
+  return id;
+}
+
+// --- formatting ---
+
+// Left-aligned text columns, two spaces apart.
+class TextTable {
+ public:
+  explicit TextTable(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
+  void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void Print(std::ostream& out, const std::string& indent = "") const {
+    std::vector<size_t> widths;
+    for (const auto& row : rows_) {
+      widths.resize(std::max(widths.size(), row.size()), 0);
+      for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+    }
+    for (const auto& row : rows_) {
+      std::string line = indent;
+      for (size_t i = 0; i < row.size(); ++i) {
+        line += row[i];
+        if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
+      }
+      out << line << "\n";
+    }
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string Num(std::optional<double> value, const char* format = "%.4g") {
+  if (!value) return "-";
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), format, *value);
+  return buffer;
+}
+
+std::optional<double> JsonNumber(const json& object, const std::vector<std::string>& keys) {
+  const json* node = &object;
+  for (const std::string& key : keys) {
+    if (!node->is_object() || !node->contains(key)) return std::nullopt;
+    node = &(*node)[key];
+  }
+  if (!node->is_number()) return std::nullopt;
+  return node->get<double>();
+}
+
+// Seconds since the epoch of our "YYYY-MM-DDTHH:MM:SS.mmmZ" timestamps.
+std::optional<double> ParseUtc(const std::string& text) {
+  std::tm tm{};
+  std::istringstream in(text);
+  in >> std::get_time(&tm, "%Y-%m-%dT%H:%M:%S");
+  if (in.fail()) return std::nullopt;
+  double millis = 0;
+  if (in.peek() == '.') {
+    in.get();
+    int value = 0;
+    in >> value;
+    millis = value;
+  }
+  return static_cast<double>(timegm(&tm)) + millis / 1000.0;
+}
+
+std::string Duration(const history::RunRow& run) {
+  if (!run.ended_at) return "-";
+  auto start = ParseUtc(run.started_at);
+  auto end = ParseUtc(*run.ended_at);
+  if (!start || !end) return "?";
+  double seconds = *end - *start;
+  char buffer[32];
+  if (seconds < 120) {
+    std::snprintf(buffer, sizeof(buffer), "%.1fs", seconds);
+  } else {
+    std::snprintf(buffer, sizeof(buffer), "%dm%02ds", static_cast<int>(seconds) / 60,
+                  static_cast<int>(seconds) % 60);
+  }
+  return buffer;
+}
+
+std::string GateCounts(const std::vector<history::GateResult>& gates) {
+  if (gates.empty()) return "-";
+  int pass = 0, fail = 0, inconclusive = 0;
+  for (const auto& g : gates) {
+    if (g.status == "PASS") ++pass;
+    if (g.status == "FAIL") ++fail;
+    if (g.status == "INCONCLUSIVE") ++inconclusive;
+  }
+  return std::to_string(pass) + "/" + std::to_string(fail) + "/" + std::to_string(inconclusive);
+}
+
+std::string Interval(const history::GateResult& g) {
+  if (!g.interval_lo && !g.interval_hi) return "-";
+  return "[" + Num(g.interval_lo) + ", " + Num(g.interval_hi) + "]";
+}
+
+std::string StatusText(const history::RunRow& run) { return std::string(ToString(run.status)); }
+
+// --- list ---
+
+void List(const HistoryOptions& o) {
+  if (o.limit <= 0) throw UsageError("--limit must be > 0, got " + std::to_string(o.limit));
+  if (!std::filesystem::exists(o.db)) {
+    if (o.json) {
+      std::cout << "[]\n";
+    } else {
+      std::cout << "no runs recorded in " << o.db << "\n";
+    }
+    return;
+  }
+  HistoryDb db = OpenExisting(o.db);
+  std::vector<history::RunRow> runs = db.ListRuns(o.limit);
+  if (o.json) {
+    json out = json::array();
+    for (const auto& run : runs) {
+      json entry = history::ToJson(run);
+      entry.erase("policy_text");  // `show`/`export` have it; a listing stays small
+      entry["gates"] = GateCounts(db.GateResults(run.id));
+      out.push_back(std::move(entry));
+    }
+    std::cout << out.dump(2) << "\n";
+    return;
+  }
+  if (runs.empty()) {
+    std::cout << "no runs recorded in " << o.db << "\n";
+    return;
+  }
+  TextTable table(
+      {"ID", "STARTED (UTC)", "DURATION", "KIND", "STATUS", "VERDICT", "GATES P/F/I", "COMMIT"});
+  for (const auto& run : runs) {
+    std::string started = run.started_at.substr(0, 19);
+    std::replace(started.begin(), started.end(), 'T', ' ');
+    table.Add({std::to_string(run.id), started, Duration(run), run.info.kind, StatusText(run),
+               run.verdict.value_or("-"), GateCounts(db.GateResults(run.id)),
+               run.info.git_commit.empty() ? "-" : run.info.git_commit});
+  }
+  table.Print(std::cout);
+}
+
+// --- show ---
+
+void PrintGates(const std::vector<history::GateResult>& gates) {
+  if (gates.empty()) {
+    std::cout << "\ngates: none recorded\n";
+    return;
+  }
+  std::cout << "\ngates:\n";
+  TextTable table({"GATE", "STATUS", "OBSERVED", "THRESHOLD", "INTERVAL", "REASON"});
+  for (const auto& g : gates) {
+    table.Add({g.gate, g.status, Num(g.observed), Num(g.threshold), Interval(g),
+               g.reason.empty() ? "-" : g.reason});
+  }
+  table.Print(std::cout, "  ");
+}
+
+void PrintLoadRuns(const std::vector<history::LoadRunRow>& load_runs) {
+  if (load_runs.empty()) {
+    std::cout << "\nload runs: none recorded\n";
+    return;
+  }
+  std::cout << "\nload runs:\n";
+  TextTable table({"ID", "LABEL", "PAIR", "ARRIVAL", "RATE/S", "SEED", "DURATION", "REQS", "ERR",
+                   "GOODPUT/S", "P99 TTFT ms", "P99 TPOT ms", "RESULT"});
+  for (const auto& lr : load_runs) {
+    const json& s = lr.meta.summary;
+    table.Add({std::to_string(lr.id), lr.meta.label,
+               lr.meta.pair_index ? std::to_string(*lr.meta.pair_index) : "-", lr.meta.arrival,
+               Num(lr.meta.offered_rate), std::to_string(lr.meta.seed),
+               Num(lr.meta.duration_s, "%.1fs"), std::to_string(lr.request_count),
+               Num(JsonNumber(s, {"errored"}), "%.0f"), Num(JsonNumber(s, {"goodput_rps"})),
+               Num(JsonNumber(s, {"ttft", "p99_ms"})), Num(JsonNumber(s, {"tpot", "p99_ms"})),
+               lr.meta.valid ? "VALID" : "INVALID: " + lr.meta.invalid_reason});
+  }
+  table.Print(std::cout, "  ");
+}
+
+void Show(const HistoryOptions& o) {
+  HistoryDb db = OpenExisting(o.db);
+  const int64_t id = ResolveRun(db, o.run_a);
+  history::RunRow run = db.GetRun(id);
+  std::vector<history::GateResult> gates = db.GateResults(id);
+  std::vector<history::LoadRunRow> load_runs = db.LoadRuns(id);
+  std::vector<history::Ledger> ledgers = db.Ledgers(id);
+  std::vector<history::CheckResult> checks = db.CheckResults(id);
+  if (o.json) {
+    json out = history::ToJson(run);
+    out["gate_results"] = json::array();
+    for (const auto& g : gates) out["gate_results"].push_back(history::ToJson(g));
+    out["load_runs"] = json::array();
+    for (const auto& lr : load_runs) out["load_runs"].push_back(history::ToJson(lr));
+    out["ledgers"] = json::array();
+    for (const auto& l : ledgers) out["ledgers"].push_back(history::ToJson(l));
+    out["check_results"] = json::array();
+    for (const auto& c : checks) out["check_results"].push_back(history::ToJson(c));
+    std::cout << out.dump(2) << "\n";
+    return;
+  }
+  std::cout << "run " << run.id << " (" << run.info.kind << ")\n";
+  std::cout << "  status:    " << StatusText(run)
+            << (run.status_reason.empty() ? "" : " — " + run.status_reason) << "\n";
+  std::cout << "  verdict:   " << run.verdict.value_or("-")
+            << "   exit code: " << (run.exit_code ? std::to_string(*run.exit_code) : "-") << "\n";
+  std::cout << "  started:   " << run.started_at << "\n";
+  std::cout << "  ended:     " << run.ended_at.value_or("-") << "   (" << Duration(run) << ")\n";
+  std::cout << "  commit:    " << (run.info.git_commit.empty() ? "-" : run.info.git_commit) << "\n";
+  std::cout << "  policy:    " << (run.info.policy_digest.empty() ? "-" : run.info.policy_digest)
+            << " (" << std::count(run.info.policy_text.begin(), run.info.policy_text.end(), '\n')
+            << " lines; `export` prints it)\n";
+  std::cout << "  machine:   " << run.info.machine.dump() << "\n";
+  std::cout << "  device:    " << run.info.device.dump() << "\n";
+  for (const auto& command : run.info.server_commands) {
+    std::cout << "  server:    "
+              << (command.is_string() ? command.get<std::string>() : command.dump()) << "\n";
+  }
+  if (run.info.owner) {
+    std::cout << "  owner:     pid " << run.info.owner->pid << " on " << run.info.owner->host
+              << "\n";
+  }
+  if (!run.info.notes.empty()) std::cout << "  notes:     " << run.info.notes << "\n";
+  PrintGates(gates);
+  PrintLoadRuns(load_runs);
+  if (!ledgers.empty()) {
+    std::cout << "\nledgers:\n";
+    TextTable table({"LABEL", "NAME", "VALUE"});
+    for (const auto& l : ledgers) table.Add({l.label, l.name, Num(l.value, "%.6g")});
+    table.Print(std::cout, "  ");
+  }
+  if (!checks.empty()) {
+    std::cout << "\nchecks:\n";
+    TextTable table({"CHECK", "STATUS", "REASON"});
+    for (const auto& c : checks) table.Add({c.name, c.status, c.reason.empty() ? "-" : c.reason});
+    table.Print(std::cout, "  ");
+  }
+}
+
+// --- export ---
+
+void Export(const HistoryOptions& o) {
+  HistoryDb db = OpenExisting(o.db);
+  const int64_t id = ResolveRun(db, o.run_a);
+  std::cout << db.Export(id).dump(2) << "\n";
+}
+
+// --- compare ---
+
+// Lines only in `a` ("-") or only in `b` ("+"), in order, from a longest common subsequence.
+// Policies are a few hundred lines at most, so the quadratic table is fine.
+std::vector<std::string> LineDiff(const std::string& a, const std::string& b) {
+  auto split = [](const std::string& text) {
+    std::vector<std::string> lines;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+  };
+  std::vector<std::string> x = split(a), y = split(b);
+  std::vector<std::vector<int>> lcs(x.size() + 1, std::vector<int>(y.size() + 1, 0));
+  for (size_t i = x.size(); i-- > 0;) {
+    for (size_t j = y.size(); j-- > 0;) {
+      lcs[i][j] = x[i] == y[j] ? lcs[i + 1][j + 1] + 1 : std::max(lcs[i + 1][j], lcs[i][j + 1]);
+    }
+  }
+  std::vector<std::string> out;
+  size_t i = 0, j = 0;
+  while (i < x.size() || j < y.size()) {
+    if (i < x.size() && j < y.size() && x[i] == y[j]) {
+      ++i, ++j;
+    } else if (j < y.size() && (i == x.size() || lcs[i][j + 1] >= lcs[i + 1][j])) {
+      out.push_back("+ " + y[j++]);
+    } else {
+      out.push_back("- " + x[i++]);
+    }
+  }
+  return out;
+}
+
+// Top-level keys whose values differ between two JSON objects.
+json ObjectChanges(const json& a, const json& b) {
+  json changes = json::object();
+  if (!a.is_object() || !b.is_object()) {
+    if (a != b) changes["value"] = {{"a", a}, {"b", b}};
+    return changes;
+  }
+  std::set<std::string> keys;
+  for (const auto& [key, value] : a.items()) keys.insert(key);
+  for (const auto& [key, value] : b.items()) keys.insert(key);
+  for (const std::string& key : keys) {
+    json va = a.contains(key) ? a[key] : json(nullptr);
+    json vb = b.contains(key) ? b[key] : json(nullptr);
+    if (va != vb) changes[key] = {{"a", va}, {"b", vb}};
+  }
+  return changes;
+}
+
+std::optional<double> Delta(std::optional<double> a, std::optional<double> b) {
+  if (!a || !b) return std::nullopt;
+  return *b - *a;
+}
+
+void Compare(const HistoryOptions& o) {
+  HistoryDb db = OpenExisting(o.db);
+  const int64_t id_a = ResolveRun(db, o.run_a);
+  const int64_t id_b = ResolveRun(db, o.run_b);
+  history::RunRow a = db.GetRun(id_a);
+  history::RunRow b = db.GetRun(id_b);
+
+  json changed = json::object();
+  if (a.info.git_commit != b.info.git_commit) {
+    changed["git_commit"] = {{"a", a.info.git_commit}, {"b", b.info.git_commit}};
+  }
+  const bool policy_differs = a.info.policy_text != b.info.policy_text;
+  if (policy_differs) {
+    changed["policy"] = {{"a_digest", a.info.policy_digest},
+                         {"b_digest", b.info.policy_digest},
+                         {"diff", LineDiff(a.info.policy_text, b.info.policy_text)}};
+  }
+  if (json m = ObjectChanges(a.info.machine, b.info.machine); !m.empty()) changed["machine"] = m;
+  if (json d = ObjectChanges(a.info.device, b.info.device); !d.empty()) changed["device"] = d;
+  if (a.info.server_commands != b.info.server_commands) {
+    changed["server_commands"] = {{"a", a.info.server_commands}, {"b", b.info.server_commands}};
+  }
+
+  // Gates: A's order, then gates only B has.
+  std::vector<history::GateResult> gates_a = db.GateResults(id_a);
+  std::vector<history::GateResult> gates_b = db.GateResults(id_b);
+  std::vector<std::string> gate_names;
+  for (const auto& g : gates_a) gate_names.push_back(g.gate);
+  for (const auto& g : gates_b) {
+    if (std::find(gate_names.begin(), gate_names.end(), g.gate) == gate_names.end()) {
+      gate_names.push_back(g.gate);
+    }
+  }
+  auto find_gate = [](const std::vector<history::GateResult>& gates,
+                      const std::string& name) -> const history::GateResult* {
+    for (const auto& g : gates) {
+      if (g.gate == name) return &g;
+    }
+    return nullptr;
+  };
+
+  std::map<std::pair<std::string, std::string>,
+           std::pair<std::optional<double>, std::optional<double>>>
+      ledgers;
+  for (const auto& l : db.Ledgers(id_a)) ledgers[{l.label, l.name}].first = l.value;
+  for (const auto& l : db.Ledgers(id_b)) ledgers[{l.label, l.name}].second = l.value;
+
+  if (o.json) {
+    json out = {{"a", history::ToJson(a)}, {"b", history::ToJson(b)}, {"changed", changed}};
+    out["a"].erase("policy_text");
+    out["b"].erase("policy_text");
+    out["gates"] = json::array();
+    for (const std::string& name : gate_names) {
+      const auto* ga = find_gate(gates_a, name);
+      const auto* gb = find_gate(gates_b, name);
+      auto delta = Delta(ga ? ga->observed : std::nullopt, gb ? gb->observed : std::nullopt);
+      out["gates"].push_back({{"gate", name},
+                              {"a", ga ? history::ToJson(*ga) : json(nullptr)},
+                              {"b", gb ? history::ToJson(*gb) : json(nullptr)},
+                              {"observed_delta", delta ? json(*delta) : json(nullptr)}});
+    }
+    out["ledgers"] = json::array();
+    for (const auto& [key, values] : ledgers) {
+      auto delta = Delta(values.first, values.second);
+      out["ledgers"].push_back({{"label", key.first},
+                                {"name", key.second},
+                                {"a", values.first ? json(*values.first) : json(nullptr)},
+                                {"b", values.second ? json(*values.second) : json(nullptr)},
+                                {"delta", delta ? json(*delta) : json(nullptr)}});
+    }
+    std::cout << out.dump(2) << "\n";
+    return;
+  }
+
+  std::cout << "A = run " << a.id << " (" << a.started_at << ", " << StatusText(a) << ", verdict "
+            << a.verdict.value_or("-") << ")\n";
+  std::cout << "B = run " << b.id << " (" << b.started_at << ", " << StatusText(b) << ", verdict "
+            << b.verdict.value_or("-") << ")\n";
+
+  std::cout << "\nwhat changed:\n";
+  if (changed.empty()) std::cout << "  nothing: same commit, policy, machine, device and servers\n";
+  if (changed.contains("git_commit")) {
+    auto commit = [](const std::string& c) { return c.empty() ? std::string("-") : c; };
+    std::cout << "  commit:  " << commit(a.info.git_commit) << " -> " << commit(b.info.git_commit)
+              << "\n";
+  }
+  if (policy_differs) {
+    std::cout << "  policy:  " << (a.info.policy_digest.empty() ? "?" : a.info.policy_digest)
+              << " -> " << (b.info.policy_digest.empty() ? "?" : b.info.policy_digest) << "\n";
+    for (const auto& line : changed["policy"]["diff"]) {
+      std::cout << "    " << line.get<std::string>() << "\n";
+    }
+  }
+  for (const char* section : {"machine", "device"}) {
+    if (!changed.contains(section)) continue;
+    for (const auto& [key, values] : changed[section].items()) {
+      std::cout << "  " << section << "." << key << ": " << values["a"].dump() << " -> "
+                << values["b"].dump() << "\n";
+    }
+  }
+  if (changed.contains("server_commands")) {
+    std::cout << "  servers: " << a.info.server_commands.dump() << " -> "
+              << b.info.server_commands.dump() << "\n";
+  }
+
+  if (gate_names.empty()) {
+    std::cout << "\ngates: none recorded in either run\n";
+  } else {
+    std::cout << "\ngates:\n";
+    TextTable table(
+        {"GATE", "A", "B", "A OBSERVED", "B OBSERVED", "DELTA", "A INTERVAL", "B INTERVAL"});
+    for (const std::string& name : gate_names) {
+      const auto* ga = find_gate(gates_a, name);
+      const auto* gb = find_gate(gates_b, name);
+      table.Add(
+          {name, ga ? ga->status : "-", gb ? gb->status : "-",
+           Num(ga ? ga->observed : std::nullopt), Num(gb ? gb->observed : std::nullopt),
+           Num(Delta(ga ? ga->observed : std::nullopt, gb ? gb->observed : std::nullopt), "%+.4g"),
+           ga ? Interval(*ga) : "-", gb ? Interval(*gb) : "-"});
+    }
+    table.Print(std::cout, "  ");
+  }
+  if (!ledgers.empty()) {
+    std::cout << "\nledgers:\n";
+    TextTable table({"LABEL", "NAME", "A", "B", "DELTA"});
+    for (const auto& [key, values] : ledgers) {
+      table.Add({key.first, key.second, Num(values.first, "%.6g"), Num(values.second, "%.6g"),
+                 Num(Delta(values.first, values.second), "%+.6g")});
+    }
+    table.Print(std::cout, "  ");
+  }
+}
+
+void AddHistoryCommand(CLI::App& app, CommandContext& context) {
+  auto* history_cmd =
+      app.add_subcommand("history", "List, show, export and compare recorded runs (SQLite)");
+  history_cmd->require_subcommand(1);
+  auto options = std::make_shared<HistoryOptions>();
+  auto add_common = [options](CLI::App* cmd) {
+    cmd->add_option("--db", options->db, "History file")->capture_default_str();
+    cmd->add_flag("--json", options->json, "Print JSON");
+  };
+
+  auto* list = history_cmd->add_subcommand("list", "List recorded runs, newest first");
+  add_common(list);
+  list->add_option("--limit", options->limit, "Most runs to list")->capture_default_str();
+  list->callback([options, &context] {
+    List(*options);
+    context.exit_code = 0;
+  });
+
+  auto* show = history_cmd->add_subcommand(
+      "show", "Show a run's metadata, gate results and load-run summaries");
+  add_common(show);
+  show->add_option("RUN", options->run_a, "Run id or 'latest'")->required();
+  show->callback([options, &context] {
+    Show(*options);
+    context.exit_code = 0;
+  });
+
+  auto* export_cmd = history_cmd->add_subcommand(
+      "export", "Print everything about a run (all raw samples included) as JSON");
+  add_common(export_cmd);
+  export_cmd->add_option("RUN", options->run_a, "Run id or 'latest'")->required();
+  export_cmd->callback([options, &context] {
+    Export(*options);
+    context.exit_code = 0;
+  });
+
+  auto* compare = history_cmd->add_subcommand(
+      "compare", "Compare two runs: gate metrics side by side, and what changed");
+  add_common(compare);
+  compare->add_option("A", options->run_a, "First run id or 'latest'")->required();
+  compare->add_option("B", options->run_b, "Second run id or 'latest'")->required();
+  compare->callback([options, &context] {
+    Compare(*options);
+    context.exit_code = 0;
+  });
+}
+
+KVGATE_REGISTER_COMMAND(600, AddHistoryCommand);
+
+}  // namespace
+}  // namespace kvgate

@@ -1,0 +1,49 @@
+// Runs a quality check against one server over HTTP: generate or take the items, send them
+// (a few at a time), score every answer into a QualityRecord, summarise per subset.
+//
+// Entry points throw only when the check cannot run at all: InvalidSetting (bad settings or URL)
+// or ServerUnreachable (the probe got no HTTP answer). Per-item failures (HTTP errors, timeouts,
+// malformed answers) become records with `error` set and score 0. Blocking; thread-safe (no
+// shared state).
+#pragma once
+
+#include <functional>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "kvgate/checks/completion_client.h"
+#include "kvgate/checks/passkey.h"
+#include "kvgate/checks/qa_set.h"
+#include "kvgate/checks/quality_record.h"
+
+namespace kvgate::checks {
+
+struct CheckRun {
+  std::string check;                   // "passkey" | "qa"
+  std::string url;                     // the server, normalised
+  std::string model;                   // the "model" sent; "" when none
+  std::vector<QualityRecord> records;  // in item order
+  std::vector<SubsetSummary> summary;  // SummarizeBySubset(records): "all" first
+  double seconds = 0.0;                // wall time of the whole check
+
+  const SubsetSummary& all() const { return summary.front(); }
+};
+
+using CheckProgress = std::function<void(size_t done, size_t total)>;
+
+CheckRun RunPasskeyCheck(const std::string& url, const PasskeySettings& settings,
+                         const ClientOptions& options, const CheckProgress& progress = {});
+
+// `max_tokens` is the completion budget per item (QaSetSettings::max_tokens for generated sets).
+CheckRun RunQaCheck(const std::string& url, const std::vector<QaItem>& items, int max_tokens,
+                    const ClientOptions& options, const CheckProgress& progress = {});
+
+// Scoring of one answer (exposed so the rules are testable without a server).
+QualityRecord ScorePasskeyItem(const PasskeyItem& item, const CompletionOutcome& outcome);
+QualityRecord ScoreQaItem(const QaItem& item, const CompletionOutcome& outcome);
+
+// {"check", "url", "model", "seconds", "summary": [...], "items": [QualityRecord...]}.
+void to_json(nlohmann::json& j, const CheckRun& run);
+
+}  // namespace kvgate::checks

@@ -1,0 +1,74 @@
+// Passkey retrieval: the Landmark-Attention / LongLoRA template (spec/product.md). A needle with a
+// numeric key is hidden at a chosen depth inside repeated filler; the model is asked for the key;
+// an item is correct iff the first integer in the output equals the key.
+//
+// Items form a seeded grid: item i takes cell i mod (|lengths| × |depths|) in length-major order
+// and a key drawn from a generator seeded with `seed`, so the same settings give the same items on
+// every machine. Lengths are prompt lengths in bytes (= tokens for a byte-level model; a user with
+// a subword tokenizer picks byte lengths accordingly). Pure functions, thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvgate::checks {
+
+struct PasskeySettings {
+  int items = 200;                                       // number of items, ≥ 1
+  std::vector<int64_t> lengths{1024, 2048, 4096, 8192};  // target prompt bytes, each ≥ minimum
+  // Needle depth: the share of the filler placed before the needle, each in [0, 1].
+  std::vector<double> depths{0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0};
+  uint64_t seed = 0;
+  int key_digits = 5;   // keys are uniform in [10^(d-1), 10^d - 1]; 1 ≤ d ≤ 18
+  int max_tokens = 10;  // completion budget per item (the Landmark test asks for 10 new tokens)
+};
+
+// Throws InvalidSetting naming the field when a setting is out of range.
+void ValidatePasskeySettings(const PasskeySettings& settings);
+
+struct PasskeyItem {
+  std::string id;             // "passkey-<i>"
+  int64_t target_length = 0;  // requested prompt bytes
+  double depth = 0.0;         // requested depth in [0, 1]
+  std::string key;            // decimal digits, no leading zero
+  std::string prompt;
+  int64_t needle_offset = 0;         // byte offset of the needle line in `prompt`
+  int64_t filler_before = 0;         // filler bytes before the needle
+  int64_t filler_after = 0;          // filler bytes after the needle
+  std::vector<std::string> subsets;  // {"length=<bytes>", "depth=<percent>%"}
+};
+
+// The prompt's fixed text, in order (joined by '\n' with the filler lines between):
+inline constexpr std::string_view kPasskeyTaskDescription =
+    "There is an important info hidden inside a lot of irrelevant text. Find it and memorize "
+    "them. I will quiz you about the important information there.";
+inline constexpr std::string_view kPasskeyFiller =
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
+inline constexpr std::string_view kPasskeyQuestion = "What is the pass key? The pass key is";
+
+// The needle line for `key`: "The pass key is K. Remember it. K is the pass key."
+std::string PasskeyNeedle(std::string_view key);
+
+// The shortest prompt the template allows for a key of `key_digits` digits (no filler), bytes.
+int64_t MinimumPasskeyLength(int key_digits);
+
+// One prompt of exactly `target_length` bytes: the filler (kPasskeyFiller repeated with single
+// spaces, cut at a byte count, as the original scripts do) is split so that round(depth × filler
+// bytes) of it precede the needle. Throws InvalidSetting when the target is below
+// MinimumPasskeyLength or depth is outside [0, 1] or the key is not decimal digits.
+PasskeyItem BuildPasskeyItem(int64_t target_length, double depth, const std::string& key);
+
+// The whole seeded set. Throws InvalidSetting on bad settings.
+std::vector<PasskeyItem> GeneratePasskeyItems(const PasskeySettings& settings);
+
+// The first maximal run of ASCII digits in `text` ("The pass key is 12345." → "12345";
+// "123 45" → "123"); nullopt when there is none.
+std::optional<std::string> FirstInteger(std::string_view text);
+
+// True iff FirstInteger(output) equals `key` as an integer (leading zeros ignored).
+bool PasskeyCorrect(std::string_view output, std::string_view key);
+
+}  // namespace kvgate::checks

@@ -1,0 +1,335 @@
+#include "kvgate/gates/gates.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+
+#include "kvgate/stats/bootstrap.h"
+
+namespace kvgate::gates {
+namespace {
+
+std::string Fixed(double value, int digits = 3) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.*f", digits, value);
+  return buffer;
+}
+
+std::string Range(const stats::Interval& interval, int digits = 3) {
+  return "[" + Fixed(interval.lo, digits) + ", " + Fixed(interval.hi, digits) + "]";
+}
+
+nlohmann::json IntervalJson(const stats::Interval& interval) {
+  return {{"estimate", interval.estimate},
+          {"lo", interval.lo},
+          {"hi", interval.hi},
+          {"confidence", interval.confidence}};
+}
+
+// The three-way rule for "value must be at most `limit`" given an interval of the value.
+GateStatus AtMost(const stats::Interval& interval, double limit) {
+  if (interval.hi <= limit) return GateStatus::kPass;
+  if (interval.lo > limit) return GateStatus::kFail;
+  return GateStatus::kInconclusive;
+}
+
+GateStatus Worst(GateStatus a, GateStatus b) {
+  if (a == GateStatus::kFail || b == GateStatus::kFail) return GateStatus::kFail;
+  if (a == GateStatus::kInconclusive || b == GateStatus::kInconclusive) {
+    return GateStatus::kInconclusive;
+  }
+  return GateStatus::kPass;
+}
+
+GateResult Inconclusive(const std::string& gate, double threshold, const std::string& reason) {
+  GateResult result;
+  result.gate = gate;
+  result.status = GateStatus::kInconclusive;
+  result.threshold = threshold;
+  result.reason = reason;
+  return result;
+}
+
+}  // namespace
+
+const char* ToString(GateStatus status) {
+  switch (status) {
+    case GateStatus::kPass: return "PASS";
+    case GateStatus::kFail: return "FAIL";
+    case GateStatus::kInconclusive: return "INCONCLUSIVE";
+  }
+  return "INCONCLUSIVE";
+}
+
+const char* ToString(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::kGo: return "GO";
+    case Verdict::kNoGo: return "NO-GO";
+    case Verdict::kInconclusive: return "INCONCLUSIVE";
+  }
+  return "INCONCLUSIVE";
+}
+
+GateStatus ParseGateStatus(const std::string& text) {
+  if (text == "PASS") return GateStatus::kPass;
+  if (text == "FAIL") return GateStatus::kFail;
+  if (text == "INCONCLUSIVE") return GateStatus::kInconclusive;
+  throw std::invalid_argument("gate status: expected PASS, FAIL or INCONCLUSIVE, got '" + text + "'");
+}
+
+Verdict Decide(std::span<const GateResult> results) {
+  if (results.empty()) return Verdict::kInconclusive;
+  bool all_pass = true;
+  for (const GateResult& r : results) {
+    if (r.status == GateStatus::kFail) return Verdict::kNoGo;
+    all_pass = all_pass && r.status == GateStatus::kPass;
+  }
+  return all_pass ? Verdict::kGo : Verdict::kInconclusive;
+}
+
+int ExitCode(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::kGo: return 0;
+    case Verdict::kNoGo: return 1;
+    case Verdict::kInconclusive: return 2;
+  }
+  return 2;
+}
+
+GateResult PasskeyGate(int correct, int errored, int items, int required) {
+  GateResult result;
+  result.gate = "passkey";
+  result.observed = correct;
+  result.threshold = required;
+  result.details = {{"correct", correct}, {"errored", errored}, {"items", items}};
+  std::string tally = std::to_string(correct) + "/" + std::to_string(items);
+  if (items < required) {
+    result.status = GateStatus::kInconclusive;
+    result.reason = "only " + std::to_string(items) + " passkey items ran, " +
+                    std::to_string(required) + " must be found: raise quality.passkey.items";
+  } else if (correct >= required) {
+    result.status = GateStatus::kPass;
+    result.reason = "found " + tally + " passkeys";
+  } else if (correct + errored >= required) {
+    result.status = GateStatus::kInconclusive;
+    result.reason = "found " + tally + " passkeys but " + std::to_string(errored) +
+                    " items got no answer (errors); fix the errors and rerun";
+  } else {
+    result.status = GateStatus::kFail;
+    result.reason = "found only " + tally + " passkeys, " + std::to_string(required) +
+                    " required: the candidate loses retrieval";
+  }
+  return result;
+}
+
+GateResult QaF1Gate(std::span<const SubsetScores> subsets, double max_drop, double confidence,
+                    int resamples, uint64_t seed) {
+  if (subsets.empty()) return Inconclusive("qa_f1", max_drop, "no QA subsets were scored");
+  GateResult result;
+  result.gate = "qa_f1";
+  result.threshold = max_drop;
+  result.status = GateStatus::kPass;
+  result.details = {{"subsets", nlohmann::json::array()}};
+  double worst_drop = -1e300;
+  std::string fail_reason, open_reason;
+  for (size_t s = 0; s < subsets.size(); ++s) {
+    const SubsetScores& subset = subsets[s];
+    if (subset.baseline.empty() || subset.baseline.size() != subset.candidate.size()) {
+      return Inconclusive("qa_f1", max_drop,
+                          "subset '" + subset.subset + "' has " +
+                              std::to_string(subset.baseline.size()) + " baseline and " +
+                              std::to_string(subset.candidate.size()) +
+                              " candidate scores; items must pair up");
+    }
+    stats::BootstrapOptions options{resamples, confidence, seed + s};
+    stats::Interval gain =
+        stats::PairedBootstrapMeanDifference(subset.baseline, subset.candidate, options);
+    // drop = baseline − candidate, so its interval is the mirror of the gain's.
+    stats::Interval drop{-gain.estimate, -gain.hi, -gain.lo, gain.confidence};
+    GateStatus status = AtMost(drop, max_drop);
+    result.details["subsets"].push_back({{"subset", subset.subset},
+                                         {"items", subset.baseline.size()},
+                                         {"drop", IntervalJson(drop)},
+                                         {"status", ToString(status)}});
+    std::string line = "subset '" + subset.subset + "' F1 drop " + Fixed(drop.estimate, 2) +
+                       " points, interval " + Range(drop, 2);
+    if (status == GateStatus::kFail && fail_reason.empty()) {
+      fail_reason = line + " is above the " + Fixed(max_drop, 2) + "-point limit";
+    }
+    if (status == GateStatus::kInconclusive && open_reason.empty()) {
+      open_reason = line + " straddles the " + Fixed(max_drop, 2) +
+                    "-point limit: add items to quality.qa";
+    }
+    result.status = Worst(result.status, status);
+    if (drop.estimate > worst_drop) {
+      worst_drop = drop.estimate;
+      result.observed = drop.estimate;
+      result.interval = drop;
+    }
+  }
+  if (result.status == GateStatus::kFail) {
+    result.reason = fail_reason;
+  } else if (result.status == GateStatus::kInconclusive) {
+    result.reason = open_reason;
+  } else {
+    result.reason = "every subset's F1 drop interval is within " + Fixed(max_drop, 2) +
+                    " points (worst estimate " + Fixed(worst_drop, 2) + ")";
+  }
+  return result;
+}
+
+std::optional<std::string> LoadEvidenceProblem(std::span<const LoadPair> pairs, int min_pairs,
+                                               double max_error_rate) {
+  if (static_cast<int>(pairs.size()) < min_pairs) {
+    return "only " + std::to_string(pairs.size()) + " interleaved A/B pairs; at least " +
+           std::to_string(min_pairs) + " are needed (raise load.pairs)";
+  }
+  for (const LoadPair& p : pairs) {
+    std::string which = "pair " + std::to_string(p.pair_index);
+    if (!p.baseline_valid) return which + " baseline run INVALID: " + p.baseline_invalid_reason;
+    if (!p.candidate_valid) return which + " candidate run INVALID: " + p.candidate_invalid_reason;
+    if (p.baseline_error_rate > max_error_rate) {
+      return which + " baseline errors " + Fixed(100 * p.baseline_error_rate, 1) + "% exceed the " +
+             Fixed(100 * max_error_rate, 1) + "% limit";
+    }
+    if (p.candidate_error_rate > max_error_rate) {
+      return which + " candidate errors " + Fixed(100 * p.candidate_error_rate, 1) +
+             "% exceed the " + Fixed(100 * max_error_rate, 1) + "% limit";
+    }
+  }
+  return std::nullopt;
+}
+
+GateResult P99Gate(std::span<const LoadPair> pairs, double max_ratio, double confidence,
+                   int min_pairs, double max_error_rate) {
+  if (auto problem = LoadEvidenceProblem(pairs, min_pairs, max_error_rate)) {
+    return Inconclusive("p99", max_ratio, *problem);
+  }
+  GateResult result;
+  result.gate = "p99";
+  result.threshold = max_ratio;
+  result.status = GateStatus::kPass;
+  struct Metric {
+    const char* name;
+    double LoadPair::*baseline;
+    double LoadPair::*candidate;
+  };
+  const Metric metrics[] = {
+      {"ttft", &LoadPair::baseline_p99_ttft_s, &LoadPair::candidate_p99_ttft_s},
+      {"tpot", &LoadPair::baseline_p99_tpot_s, &LoadPair::candidate_p99_tpot_s}};
+  std::string fail_reason, open_reason, pass_reason;
+  double worst = -1e300;
+  for (const Metric& metric : metrics) {
+    std::vector<stats::MetricPair> values;
+    for (const LoadPair& p : pairs) {
+      double b = p.*metric.baseline, c = p.*metric.candidate;
+      if (!(b > 0) || !(c > 0)) {
+        return Inconclusive("p99", max_ratio,
+                            "pair " + std::to_string(p.pair_index) + " has no P99 " + metric.name +
+                                " (no completed request with 2+ tokens)");
+      }
+      values.push_back({b, c});
+    }
+    stats::LogRatioAnalysis analysis = stats::PairedLogRatio(values, confidence);
+    GateStatus status = AtMost(analysis.ratio, max_ratio);
+    result.details[metric.name] = {{"ratio", IntervalJson(analysis.ratio)},
+                                   {"status", ToString(status)}};
+    std::string line = std::string("P99 ") + metric.name + " ratio " +
+                       Fixed(analysis.ratio.estimate) + ", interval " + Range(analysis.ratio);
+    if (status == GateStatus::kFail && fail_reason.empty()) {
+      fail_reason = line + " is above " + Fixed(max_ratio, 2) + ": the candidate's tail is slower";
+    }
+    if (status == GateStatus::kInconclusive && open_reason.empty()) {
+      open_reason = line + " straddles " + Fixed(max_ratio, 2) + ": add pairs or requests per run";
+    }
+    pass_reason += (pass_reason.empty() ? "" : "; ") + line;
+    result.status = Worst(result.status, status);
+    if (analysis.ratio.estimate > worst) {
+      worst = analysis.ratio.estimate;
+      result.observed = analysis.ratio.estimate;
+      result.interval = analysis.ratio;
+    }
+  }
+  result.reason = result.status == GateStatus::kFail           ? fail_reason
+                  : result.status == GateStatus::kInconclusive ? open_reason
+                                                               : pass_reason;
+  return result;
+}
+
+GateResult GoodputGate(std::span<const LoadPair> pairs, double min_ratio, double confidence,
+                       int min_pairs, double max_error_rate) {
+  if (auto problem = LoadEvidenceProblem(pairs, min_pairs, max_error_rate)) {
+    return Inconclusive("goodput", min_ratio, *problem);
+  }
+  std::vector<stats::MetricPair> values;
+  for (const LoadPair& p : pairs) {
+    if (!(p.baseline_goodput_rps > 0)) {
+      return Inconclusive("goodput", min_ratio,
+                          "pair " + std::to_string(p.pair_index) +
+                              " baseline goodput is 0 (no request met the SLO): lower "
+                              "load.rate_rps or state a reachable SLO");
+    }
+    if (!(p.candidate_goodput_rps > 0)) {
+      GateResult result;
+      result.gate = "goodput";
+      result.status = GateStatus::kFail;
+      result.threshold = min_ratio;
+      result.reason = "pair " + std::to_string(p.pair_index) +
+                      " candidate goodput is 0 while the baseline's is not";
+      return result;
+    }
+    values.push_back({p.baseline_goodput_rps, p.candidate_goodput_rps});
+  }
+  stats::LogRatioAnalysis ratio = stats::PairedLogRatio(values, confidence);
+  stats::TInterval difference = stats::PairedDifference(values, confidence);
+  GateResult result;
+  result.gate = "goodput";
+  result.threshold = min_ratio;
+  result.observed = ratio.ratio.estimate;
+  result.interval = ratio.ratio;
+  result.details = {{"ratio", IntervalJson(ratio.ratio)}, {"difference_rps", IntervalJson(difference)}};
+  std::string line = "goodput ratio " + Fixed(ratio.ratio.estimate) + ", interval " +
+                     Range(ratio.ratio) + "; difference " + Fixed(difference.estimate) +
+                     " req/s, interval " + Range(difference);
+  if (ratio.ratio.lo >= min_ratio && difference.lo > 0) {
+    result.status = GateStatus::kPass;
+    result.reason = line;
+  } else if (ratio.ratio.hi < min_ratio) {
+    result.status = GateStatus::kFail;
+    result.reason = line + ": the gain is below " + Fixed(min_ratio, 2) + "x";
+  } else {
+    result.status = GateStatus::kInconclusive;
+    result.reason = line + ": not enough evidence for " + Fixed(min_ratio, 2) +
+                    "x with a difference above 0; add pairs or requests per run";
+  }
+  return result;
+}
+
+nlohmann::json ToJson(const GateResult& result) {
+  nlohmann::json json = {{"gate", result.gate},
+                         {"status", ToString(result.status)},
+                         {"observed", result.observed},
+                         {"threshold", result.threshold},
+                         {"reason", result.reason},
+                         {"details", result.details}};
+  json["interval"] = result.interval ? IntervalJson(*result.interval) : nlohmann::json(nullptr);
+  return json;
+}
+
+GateResult GateResultFromJson(const nlohmann::json& json) {
+  GateResult result;
+  result.gate = json.at("gate").get<std::string>();
+  result.status = ParseGateStatus(json.at("status").get<std::string>());
+  result.observed = json.at("observed").get<double>();
+  result.threshold = json.at("threshold").get<double>();
+  result.reason = json.at("reason").get<std::string>();
+  result.details = json.value("details", nlohmann::json::object());
+  if (json.contains("interval") && !json["interval"].is_null()) {
+    const auto& i = json["interval"];
+    result.interval = stats::Interval{i.at("estimate").get<double>(), i.at("lo").get<double>(),
+                                      i.at("hi").get<double>(), i.at("confidence").get<double>()};
+  }
+  return result;
+}
+
+}  // namespace kvgate::gates

@@ -1,0 +1,218 @@
+#include "kvgate/gates/gates.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "kvgate/stats/percentile.h"
+#include "kvgate/stats/random.h"
+
+namespace kvgate::gates {
+namespace {
+
+LoadPair Pair(int index, double p99_ratio, double goodput_ratio) {
+  LoadPair p;
+  p.pair_index = index;
+  // Small, alternating noise so the interval has width.
+  double wiggle = (index % 2 == 0 ? 1.0 : -1.0) * 0.01;
+  p.baseline_p99_ttft_s = 0.5;
+  p.candidate_p99_ttft_s = 0.5 * p99_ratio * (1 + wiggle);
+  p.baseline_p99_tpot_s = 0.05;
+  p.candidate_p99_tpot_s = 0.05 * p99_ratio * (1 - wiggle);
+  p.baseline_goodput_rps = 10.0;
+  p.candidate_goodput_rps = 10.0 * goodput_ratio * (1 + wiggle);
+  return p;
+}
+
+std::vector<LoadPair> Pairs(int n, double p99_ratio, double goodput_ratio) {
+  std::vector<LoadPair> pairs;
+  for (int i = 0; i < n; ++i) pairs.push_back(Pair(i, p99_ratio, goodput_ratio));
+  return pairs;
+}
+
+TEST(VerdictTest, GoOnlyWhenEveryGatePasses) {
+  GateResult pass, fail, open;
+  pass.status = GateStatus::kPass;
+  fail.status = GateStatus::kFail;
+  open.status = GateStatus::kInconclusive;
+  EXPECT_EQ(Decide(std::vector{pass, pass}), Verdict::kGo);
+  EXPECT_EQ(Decide(std::vector{pass, open}), Verdict::kInconclusive);
+  EXPECT_EQ(Decide(std::vector{open, fail, pass}), Verdict::kNoGo);
+  EXPECT_EQ(Decide(std::vector<GateResult>{}), Verdict::kInconclusive);
+  EXPECT_EQ(ExitCode(Verdict::kGo), 0);
+  EXPECT_EQ(ExitCode(Verdict::kNoGo), 1);
+  EXPECT_EQ(ExitCode(Verdict::kInconclusive), 2);
+}
+
+TEST(PasskeyGateTest, NeedsEveryRequiredKeyAndSeparatesErrorsFromMisses) {
+  EXPECT_EQ(PasskeyGate(200, 0, 200, 200).status, GateStatus::kPass);
+  GateResult miss = PasskeyGate(199, 0, 200, 200);
+  EXPECT_EQ(miss.status, GateStatus::kFail);
+  EXPECT_NE(miss.reason.find("199/200"), std::string::npos);
+  EXPECT_EQ(PasskeyGate(198, 2, 200, 200).status, GateStatus::kInconclusive);
+  EXPECT_EQ(PasskeyGate(190, 2, 200, 200).status, GateStatus::kFail);
+  EXPECT_EQ(PasskeyGate(100, 0, 100, 200).status, GateStatus::kInconclusive);
+}
+
+TEST(QaF1GateTest, DecidesEachSubsetByItsDropInterval) {
+  std::vector<double> base(100), same(100), worse(100), noisy(100);
+  for (int i = 0; i < 100; ++i) {
+    base[i] = (i % 10 == 0) ? 50.0 : 100.0;
+    same[i] = base[i];
+    worse[i] = (i % 4 == 0) ? 0.0 : base[i];  // a drop of ~23 points
+    noisy[i] = (i % 50 == 1) ? 0.0 : base[i];  // 2 items lost: drop 2 ± wide
+  }
+  std::vector<SubsetScores> ok = {{"short", base, same}, {"long", base, same}};
+  GateResult pass = QaF1Gate(ok, 1.0, 0.95, 1000, 7);
+  EXPECT_EQ(pass.status, GateStatus::kPass) << pass.reason;
+  EXPECT_DOUBLE_EQ(pass.observed, 0.0);
+
+  std::vector<SubsetScores> one_bad = {{"short", base, same}, {"long", base, worse}};
+  GateResult fail = QaF1Gate(one_bad, 1.0, 0.95, 1000, 7);
+  EXPECT_EQ(fail.status, GateStatus::kFail);
+  EXPECT_NE(fail.reason.find("'long'"), std::string::npos) << fail.reason;
+  EXPECT_GT(fail.observed, 20.0);
+
+  std::vector<SubsetScores> unsure = {{"short", base, noisy}};
+  GateResult open = QaF1Gate(unsure, 1.0, 0.95, 1000, 7);
+  EXPECT_EQ(open.status, GateStatus::kInconclusive) << open.reason;
+  ASSERT_TRUE(open.interval.has_value());
+  EXPECT_LE(open.interval->lo, 1.0);
+  EXPECT_GT(open.interval->hi, 1.0);
+
+  std::vector<SubsetScores> unpaired = {{"short", base, std::vector<double>(99, 100.0)}};
+  EXPECT_EQ(QaF1Gate(unpaired, 1.0, 0.95, 1000, 7).status, GateStatus::kInconclusive);
+}
+
+TEST(P99GateTest, PassesFailsOrWaitsAtTheThreshold) {
+  EXPECT_EQ(P99Gate(Pairs(5, 1.00, 1.0), 1.05, 0.95, 5, 0.01).status, GateStatus::kPass);
+  GateResult fail = P99Gate(Pairs(5, 1.20, 1.0), 1.05, 0.95, 5, 0.01);
+  EXPECT_EQ(fail.status, GateStatus::kFail);
+  EXPECT_NEAR(fail.observed, 1.20, 0.01);
+  EXPECT_EQ(P99Gate(Pairs(5, 1.05, 1.0), 1.05, 0.95, 5, 0.01).status, GateStatus::kInconclusive);
+}
+
+TEST(P99GateTest, TooFewPairsInvalidRunsAndErrorsAreInconclusive) {
+  GateResult few = P99Gate(Pairs(4, 1.0, 1.0), 1.05, 0.95, 5, 0.01);
+  EXPECT_EQ(few.status, GateStatus::kInconclusive);
+  EXPECT_NE(few.reason.find("only 4"), std::string::npos);
+  auto invalid = Pairs(5, 1.0, 1.0);
+  invalid[2].candidate_valid = false;
+  invalid[2].candidate_invalid_reason = "P99 send lag 4.1 ms > 1 ms";
+  GateResult bad = P99Gate(invalid, 1.05, 0.95, 5, 0.01);
+  EXPECT_EQ(bad.status, GateStatus::kInconclusive);
+  EXPECT_NE(bad.reason.find("pair 2 candidate run INVALID: P99 send lag"), std::string::npos);
+  auto errors = Pairs(5, 1.0, 1.0);
+  errors[1].baseline_error_rate = 0.05;
+  EXPECT_EQ(GoodputGate(errors, 1.1, 0.95, 5, 0.01).status, GateStatus::kInconclusive);
+}
+
+TEST(GoodputGateTest, NeedsTheRatioAndAPositiveDifference) {
+  EXPECT_EQ(GoodputGate(Pairs(5, 1.0, 1.30), 1.10, 0.95, 5, 0.01).status, GateStatus::kPass);
+  EXPECT_EQ(GoodputGate(Pairs(5, 1.0, 1.00), 1.10, 0.95, 5, 0.01).status, GateStatus::kFail);
+  EXPECT_EQ(GoodputGate(Pairs(5, 1.0, 1.10), 1.10, 0.95, 5, 0.01).status,
+            GateStatus::kInconclusive);
+  auto zero = Pairs(5, 1.0, 1.3);
+  zero[0].baseline_goodput_rps = 0;
+  EXPECT_EQ(GoodputGate(zero, 1.10, 0.95, 5, 0.01).status, GateStatus::kInconclusive);
+}
+
+TEST(GateResultTest, JsonRoundTripKeepsEveryField) {
+  GateResult original = GoodputGate(Pairs(5, 1.0, 1.3), 1.10, 0.95, 5, 0.01);
+  GateResult back = GateResultFromJson(ToJson(original));
+  EXPECT_EQ(back.gate, original.gate);
+  EXPECT_EQ(back.status, original.status);
+  EXPECT_EQ(back.observed, original.observed);
+  EXPECT_EQ(back.reason, original.reason);
+  ASSERT_TRUE(back.interval.has_value());
+  EXPECT_EQ(back.interval->lo, original.interval->lo);
+  EXPECT_EQ(back.details, original.details);
+}
+
+// Synthetic replicas of whole load runs: each run draws `n` request latencies (log-normal, the
+// usual shape of serving latency) and counts the requests within the SLO; the gates see the
+// per-run P99 and goodput exactly as they would from real runs. These pin what the statistics
+// promise: an A/A comparison fails the P99 gate and passes the goodput gate no more often than
+// the nominal 5%, and planted effects are found.
+struct RunModel {
+  double median_s;
+  double sigma;
+  double slo_s;
+};
+
+void SimulateRun(const RunModel& model, int n, double duration_s, stats::SeededRng& rng,
+                 double& p99, double& goodput) {
+  std::vector<double> latency(n);
+  int good = 0;
+  for (int i = 0; i < n; ++i) {
+    latency[i] = model.median_s * std::exp(model.sigma * rng.Normal());
+    good += latency[i] <= model.slo_s;
+  }
+  p99 = *stats::Percentile(latency, 0.99);
+  goodput = good / duration_s;
+}
+
+struct Rates {
+  double p99_fail, p99_pass, goodput_pass;
+};
+
+Rates Replicate(const RunModel& baseline, const RunModel& candidate, int pairs, int n,
+                int replicas, uint64_t seed) {
+  stats::SeededRng rng(seed);
+  int p99_fail = 0, p99_pass = 0, goodput_pass = 0;
+  for (int r = 0; r < replicas; ++r) {
+    std::vector<LoadPair> evidence;
+    for (int i = 0; i < pairs; ++i) {
+      LoadPair p;
+      p.pair_index = i;
+      SimulateRun(baseline, n, 60.0, rng, p.baseline_p99_ttft_s, p.baseline_goodput_rps);
+      SimulateRun(candidate, n, 60.0, rng, p.candidate_p99_ttft_s, p.candidate_goodput_rps);
+      p.baseline_p99_tpot_s = p.baseline_p99_ttft_s;
+      p.candidate_p99_tpot_s = p.candidate_p99_ttft_s;
+      evidence.push_back(p);
+    }
+    GateStatus p99 = P99Gate(evidence, 1.05, 0.95, 5, 0.01).status;
+    p99_fail += p99 == GateStatus::kFail;
+    p99_pass += p99 == GateStatus::kPass;
+    goodput_pass += GoodputGate(evidence, 1.10, 0.95, 5, 0.01).status == GateStatus::kPass;
+  }
+  return {static_cast<double>(p99_fail) / replicas, static_cast<double>(p99_pass) / replicas,
+          static_cast<double>(goodput_pass) / replicas};
+}
+
+TEST(GateStatisticsTest, AaComparisonFailsP99AndPassesGoodputAtMostNominally) {
+  RunModel a{0.200, 0.35, 0.300};
+  Rates rates = Replicate(a, a, 5, 400, 1000, 11);
+  RecordProperty("p99_fail_rate", std::to_string(rates.p99_fail));
+  RecordProperty("goodput_pass_rate", std::to_string(rates.goodput_pass));
+  std::printf("A/A: P99 FAIL rate %.3f, goodput PASS rate %.3f\n", rates.p99_fail, rates.goodput_pass);
+  EXPECT_LE(rates.p99_fail, 0.05);
+  EXPECT_LE(rates.goodput_pass, 0.05);
+}
+
+TEST(GateStatisticsTest, PlantedTwentyPercentP99RegressionIsDetected) {
+  RunModel base{0.200, 0.35, 10.0};
+  RunModel slow{0.240, 0.35, 10.0};  // every latency 20% longer, so the P99 is too
+  // Power depends on the evidence: with the minimum 5 pairs, 1000 requests per run give ~95%
+  // (400 give only ~65%: the sample P99 of a short run is noisy). A regression must never pass.
+  Rates rates = Replicate(base, slow, 5, 1000, 300, 12);
+  std::printf("planted +20%% P99: FAIL rate %.3f, PASS rate %.3f\n", rates.p99_fail, rates.p99_pass);
+  EXPECT_GE(rates.p99_fail, 0.90);
+  EXPECT_LE(rates.p99_pass, 0.01);
+}
+
+TEST(GateStatisticsTest, PlantedFifteenPercentGoodputGainIsDetected) {
+  // Baseline meets the SLO on 80% of requests, the candidate on 92%: goodput +15%.
+  RunModel base{0.200, 0.35, 0.200 * std::exp(0.35 * 0.8416)};
+  RunModel fast{0.200, 0.35, 0.200 * std::exp(0.35 * 1.4051)};
+  Rates rates = Replicate(base, fast, 5, 1000, 300, 13);
+  std::printf("planted +15%% goodput: PASS rate %.3f\n", rates.goodput_pass);
+  EXPECT_GE(rates.goodput_pass, 0.90);
+}
+
+}  // namespace
+}  // namespace kvgate::gates

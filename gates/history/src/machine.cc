@@ -1,0 +1,55 @@
+// DescribeMachine: the host fingerprint stored with each run, so that `history compare` can say
+// "the machine changed" when two runs' numbers differ for that reason.
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "kvgate/history/history_db.h"
+#include "kvgate/history/process_identity.h"
+
+namespace kvgate::history {
+namespace {
+
+// The first "key : value" line of a /proc file whose key is `key`.
+std::string ProcField(const char* file, const std::string& key) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key, 0) != 0) continue;
+    size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    size_t start = line.find_first_not_of(" \t", colon + 1);
+    return start == std::string::npos ? "" : line.substr(start);
+  }
+  return "";
+}
+
+}  // namespace
+
+nlohmann::json DescribeMachine() {
+  nlohmann::json out = nlohmann::json::object();
+  out["host"] = ProcessIdentity::Current().host;
+  utsname uts{};
+  if (uname(&uts) == 0) {
+    out["os"] = std::string(uts.sysname) + " " + uts.release;
+    out["arch"] = uts.machine;
+  }
+  if (std::string cpu = ProcField("/proc/cpuinfo", "model name"); !cpu.empty()) {
+    out["cpu_model"] = cpu;
+  }
+  if (unsigned cores = std::thread::hardware_concurrency(); cores > 0) out["logical_cores"] = cores;
+  // "MemTotal:  131072 kB"
+  if (std::string mem = ProcField("/proc/meminfo", "MemTotal"); !mem.empty()) {
+    try {
+      out["memory_bytes"] = std::stoll(mem) * 1024;
+    } catch (const std::exception&) {
+      // Leave it out rather than record a wrong number.
+    }
+  }
+  return out;
+}
+
+}  // namespace kvgate::history

@@ -1,0 +1,120 @@
+// The go/no-go policy: what `kvgate run` checks, against which servers, under which thresholds.
+// Loaded from TOML (policies/*.toml) and validated in full before anything runs: an unknown key,
+// a wrong type or an out-of-range value is a PolicyError "file:line: key: what is wrong".
+// Every field has a default (policies/default.toml spells them out) and a unit in its name or
+// comment. Plain values; copy freely.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kvgate::policy {
+
+class PolicyError : public std::invalid_argument {
+ public:
+  PolicyError(const std::string& source, int line, const std::string& key, const std::string& what)
+      : std::invalid_argument(source + ":" + std::to_string(line) + ": " + key + ": " + what),
+        line_(line),
+        key_(key) {}
+  int line() const { return line_; }
+  const std::string& key() const { return key_; }
+
+ private:
+  int line_;
+  std::string key_;
+};
+
+// A server the suite compares: either one it starts itself (`kvgate serve` + args, on a free
+// loopback port) or an external OpenAI-compatible endpoint it only talks to.
+struct ServerSpec {
+  enum class Kind { kLocal, kUrl };
+  Kind kind = Kind::kLocal;
+  std::vector<std::string> serve_args;  // kLocal: arguments after `kvgate serve`
+  std::string url;                      // kUrl: base URL, e.g. http://127.0.0.1:8000
+  double startup_timeout_s = 120.0;     // kLocal: until /health answers
+  std::string model;                    // the `model` field sent in requests ("" = first listed)
+};
+
+// The candidate's per-request read policy (the completions API's `readkv` object). Unset fields
+// are left to the server's defaults. Not part of storage identity; recorded with the run.
+struct ReadPolicySpec {
+  std::optional<double> read_bits;
+  std::optional<std::string> reader;  // "flexible" | "constrained"
+  std::optional<double> key_bits;
+  std::optional<double> value_bits;
+  bool empty() const { return !read_bits && !reader && !key_bits && !value_bits; }
+};
+
+// The SLO a request must meet to count as good (goodput, capacity).
+struct SloSpec {
+  double ttft_ms = 2000.0;
+  double tpot_ms = 200.0;
+  double attainment = 0.90;  // share of requests meeting the SLO, for capacity search
+};
+
+struct PasskeyWorkload {
+  int items = 200;
+  std::vector<int> lengths = {1024, 2048, 4096, 8192};  // context length in tokens (bytes here)
+  std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};  // needle depth, share of context
+  int key_digits = 5;
+  int max_tokens = 8;
+};
+
+struct QaWorkload {
+  int items = 100;
+  std::vector<int> lengths = {1024, 4096, 8192};  // context length buckets (tokens)
+  std::string dataset;  // optional JSONL file ({"id","context","question","answers","subset"})
+  int max_tokens = 16;
+};
+
+struct LoadWorkload {
+  int pairs = 5;                 // interleaved A/B pairs (ABAB...), each on the same schedule
+  std::string arrival = "poisson";  // poisson | gamma | constant
+  double rate_rps = 2.0;         // offered rate, requests per second (open loop)
+  double burstiness = 1.0;       // gamma only
+  int concurrency = 0;           // > 0: closed loop with this many in flight instead of a rate
+  int requests = 40;             // per run, warm-up excluded
+  int warmup = 2;                // per run, excluded from metrics
+  double max_duration_s = 300.0; // hard bound of one run
+  int prompt_words = 96;       // synthetic prompt length in words (the server counts tokens)
+  int output_tokens = 32;
+  double request_timeout_s = 120.0;
+};
+
+struct GateSpec {
+  int passkey_required = 200;    // correct items needed (out of quality.passkey.items)
+  double qa_max_f1_drop = 1.0;   // points, on every subset
+  double p99_max_ratio = 1.05;   // candidate P99 / baseline P99, TTFT and TPOT each
+  double goodput_min_ratio = 1.10;
+  double confidence = 0.95;      // of every interval
+  int bootstrap_resamples = 2000;
+  double max_error_rate = 0.01;  // errored share of requests above which perf gates are INCONCLUSIVE
+};
+
+struct Policy {
+  std::string name = "default";
+  uint64_t seed = 20261129;
+  ServerSpec baseline;
+  ServerSpec candidate;
+  ReadPolicySpec candidate_read_policy;
+  SloSpec slo;
+  PasskeyWorkload passkey;
+  QaWorkload qa;
+  LoadWorkload load;
+  GateSpec gates;
+
+  std::string source;  // the file name it came from ("<string>" when parsed from text)
+  std::string text;    // the exact TOML text, stored with every run
+};
+
+// The minimum number of interleaved pairs the perf gates accept (product.md: R >= 5). Fewer
+// pairs run, but the perf gates are then INCONCLUSIVE.
+inline constexpr int kMinPairs = 5;
+
+Policy ParsePolicy(const std::string& text, const std::string& source = "<string>");
+Policy LoadPolicyFile(const std::string& path);  // PolicyError(path, 0, "file", …) if unreadable
+
+}  // namespace kvgate::policy

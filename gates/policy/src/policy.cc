@@ -1,0 +1,300 @@
+#include "kvgate/policy/policy.h"
+
+#include <toml++/toml.h>
+
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string_view>
+
+namespace kvgate::policy {
+namespace {
+
+// Walks one TOML table: every accessor marks its key as known, and Finish() rejects whatever
+// key was never asked for, so a misspelt threshold cannot be silently ignored.
+class TableReader {
+ public:
+  TableReader(const toml::table* table, std::string path, const std::string& source)
+      : table_(table), path_(std::move(path)), source_(source) {}
+
+  TableReader Sub(std::string_view key) {
+    known_.insert(std::string(key));
+    const toml::node* node = Find(key);
+    if (node != nullptr && !node->is_table()) Fail(key, *node, "must be a table");
+    return TableReader(node ? node->as_table() : nullptr, Name(key), source_);
+  }
+
+  void Get(std::string_view key, double& out, double lo, double hi, bool lo_open = false) {
+    const toml::node* node = Mark(key);
+    if (!node) return;
+    std::optional<double> value;
+    if (auto i = node->value_exact<int64_t>()) value = static_cast<double>(*i);
+    if (auto f = node->value_exact<double>()) value = *f;
+    if (!value) Fail(key, *node, "must be a number");
+    CheckRange(key, *node, *value, lo, hi, lo_open);
+    out = *value;
+  }
+
+  void Get(std::string_view key, int& out, int64_t lo, int64_t hi) {
+    const toml::node* node = Mark(key);
+    if (!node) return;
+    auto value = node->value_exact<int64_t>();
+    if (!value) Fail(key, *node, "must be an integer");
+    CheckRange(key, *node, static_cast<double>(*value), static_cast<double>(lo),
+               static_cast<double>(hi), false);
+    out = static_cast<int>(*value);
+  }
+
+  void Get(std::string_view key, uint64_t& out) {
+    const toml::node* node = Mark(key);
+    if (!node) return;
+    auto value = node->value_exact<int64_t>();
+    if (!value || *value < 0) Fail(key, *node, "must be a non-negative integer");
+    out = static_cast<uint64_t>(*value);
+  }
+
+  void Get(std::string_view key, std::string& out, const std::set<std::string>& allowed = {}) {
+    const toml::node* node = Mark(key);
+    if (!node) return;
+    auto value = node->value_exact<std::string>();
+    if (!value) Fail(key, *node, "must be a string");
+    if (!allowed.empty() && !allowed.count(*value)) {
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      Fail(key, *node, "must be one of " + list + ", got '" + *value + "'");
+    }
+    out = *value;
+  }
+
+  void Get(std::string_view key, std::optional<double>& out, double lo, double hi) {
+    if (!Find(key)) {
+      known_.insert(std::string(key));
+      return;
+    }
+    double value = 0;
+    Get(key, value, lo, hi);
+    out = value;
+  }
+
+  void Get(std::string_view key, std::optional<std::string>& out,
+           const std::set<std::string>& allowed) {
+    if (!Find(key)) {
+      known_.insert(std::string(key));
+      return;
+    }
+    std::string value;
+    Get(key, value, allowed);
+    out = value;
+  }
+
+  void Get(std::string_view key, std::vector<std::string>& out) {
+    const toml::node* node = Mark(key);
+    if (!node) return;
+    const toml::array* array = node->as_array();
+    if (!array) Fail(key, *node, "must be an array of strings");
+    out.clear();
+    for (const toml::node& element : *array) {
+      auto value = element.value_exact<std::string>();
+      if (!value) Fail(key, element, "must be an array of strings");
+      out.push_back(*value);
+    }
+  }
+
+  template <typename T>
+  void GetList(std::string_view key, std::vector<T>& out, double lo, double hi) {
+    const toml::node* node = Mark(key);
+    if (!node) return;
+    const toml::array* array = node->as_array();
+    if (!array || array->empty()) Fail(key, *node, "must be a non-empty array of numbers");
+    out.clear();
+    for (const toml::node& element : *array) {
+      std::optional<double> value;
+      if (auto i = element.value_exact<int64_t>()) value = static_cast<double>(*i);
+      if constexpr (std::is_floating_point_v<T>) {
+        if (auto f = element.value_exact<double>()) value = *f;
+      }
+      if (!value) {
+        Fail(key, element, std::is_floating_point_v<T> ? "must hold numbers" : "must hold integers");
+      }
+      CheckRange(key, element, *value, lo, hi, false);
+      out.push_back(static_cast<T>(*value));
+    }
+  }
+
+  // Rejects keys nobody asked for. Call after every Get of this table.
+  void Finish() const {
+    if (!table_) return;
+    for (const auto& [key, node] : *table_) {
+      if (!known_.count(std::string(key.str()))) {
+        throw PolicyError(source_, static_cast<int>(key.source().begin.line),
+                          Name(key.str()), "unknown key");
+      }
+    }
+  }
+
+  [[noreturn]] void Fail(std::string_view key, const toml::node& node, const std::string& what) const {
+    throw PolicyError(source_, static_cast<int>(node.source().begin.line), Name(key), what);
+  }
+
+  int Line() const { return table_ ? static_cast<int>(table_->source().begin.line) : 0; }
+  std::string Name(std::string_view key) const {
+    return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+  }
+  bool Has(std::string_view key) const { return Find(key) != nullptr; }
+
+ private:
+  const toml::node* Find(std::string_view key) const {
+    return table_ ? table_->get(key) : nullptr;
+  }
+  const toml::node* Mark(std::string_view key) {
+    known_.insert(std::string(key));
+    return Find(key);
+  }
+  void CheckRange(std::string_view key, const toml::node& node, double value, double lo, double hi,
+                  bool lo_open) const {
+    bool ok = std::isfinite(value) && value <= hi && (lo_open ? value > lo : value >= lo);
+    if (!ok) {
+      std::ostringstream what;
+      what << "must be in " << (lo_open ? "(" : "[") << lo << ", " << hi << "], got " << value;
+      Fail(key, node, what.str());
+    }
+  }
+
+  const toml::table* table_;
+  std::string path_;
+  const std::string& source_;
+  std::set<std::string> known_;
+};
+
+}  // namespace
+
+Policy ParsePolicy(const std::string& text, const std::string& source) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    throw PolicyError(source, static_cast<int>(e.source().begin.line), "toml",
+                      std::string(e.description()));
+  }
+  Policy policy;
+  policy.source = source;
+  policy.text = text;
+  TableReader top(&root, "", source);
+  top.Get("name", policy.name);
+  top.Get("seed", policy.seed);
+
+  for (auto [key, server] : {std::pair{"baseline", &policy.baseline},
+                             std::pair{"candidate", &policy.candidate}}) {
+    if (!top.Has(key)) {
+      throw PolicyError(source, 0, key, "missing table: say which server to start or reach");
+    }
+    TableReader reader = top.Sub(key);
+    std::string kind = "local";
+    reader.Get("kind", kind, {"local", "url"});
+    server->kind = kind == "local" ? ServerSpec::Kind::kLocal : ServerSpec::Kind::kUrl;
+    reader.Get("args", server->serve_args);
+    reader.Get("url", server->url);
+    reader.Get("startup_timeout_s", server->startup_timeout_s, 0.0, 3600.0, true);
+    reader.Get("model", server->model);
+    if (std::string_view(key) == "candidate") {
+      TableReader read = reader.Sub("read_policy");
+      ReadPolicySpec& rp = policy.candidate_read_policy;
+      read.Get("read_bits", rp.read_bits, 0.0, 8.0);
+      read.Get("reader", rp.reader, {"flexible", "constrained"});
+      read.Get("key_bits", rp.key_bits, 0.0, 8.0);
+      read.Get("value_bits", rp.value_bits, 0.0, 8.0);
+      read.Finish();
+      if (rp.key_bits.has_value() != rp.value_bits.has_value()) {
+        throw PolicyError(source, read.Line(), reader.Name("read_policy"),
+                          "key_bits and value_bits must be given together");
+      }
+    }
+    reader.Finish();
+    if (server->kind == ServerSpec::Kind::kUrl && server->url.rfind("http://", 0) != 0) {
+      throw PolicyError(source, reader.Line(), reader.Name("url"),
+                        "kind = \"url\" needs url = \"http://host:port\"");
+    }
+    if (server->kind == ServerSpec::Kind::kLocal && !server->url.empty()) {
+      throw PolicyError(source, reader.Line(), reader.Name("url"),
+                        "only for kind = \"url\"; a local server gets a free port");
+    }
+  }
+
+  {
+    TableReader slo = top.Sub("slo");
+    slo.Get("ttft_ms", policy.slo.ttft_ms, 0.0, 3.6e6, true);
+    slo.Get("tpot_ms", policy.slo.tpot_ms, 0.0, 3.6e6, true);
+    slo.Get("attainment", policy.slo.attainment, 0.0, 1.0, true);
+    slo.Finish();
+  }
+  int passkey_line = 0;
+  {
+    TableReader quality = top.Sub("quality");
+    TableReader passkey = quality.Sub("passkey");
+    PasskeyWorkload& pk = policy.passkey;
+    passkey.Get("items", pk.items, 1, 100000);
+    passkey.GetList("lengths", pk.lengths, 16, 1 << 24);
+    passkey.GetList("depths", pk.depths, 0.0, 1.0);
+    passkey.Get("key_digits", pk.key_digits, 1, 18);
+    passkey.Get("max_tokens", pk.max_tokens, 1, 4096);
+    passkey.Finish();
+    passkey_line = passkey.Line();
+    TableReader qa = quality.Sub("qa");
+    QaWorkload& q = policy.qa;
+    qa.Get("items", q.items, 1, 100000);
+    qa.GetList("lengths", q.lengths, 16, 1 << 24);
+    qa.Get("dataset", q.dataset);
+    qa.Get("max_tokens", q.max_tokens, 1, 4096);
+    qa.Finish();
+    quality.Finish();
+  }
+  {
+    TableReader load = top.Sub("load");
+    LoadWorkload& l = policy.load;
+    load.Get("pairs", l.pairs, 1, 1000);
+    load.Get("arrival", l.arrival, {"poisson", "gamma", "constant"});
+    load.Get("rate_rps", l.rate_rps, 0.0, 1e6, true);
+    load.Get("burstiness", l.burstiness, 0.0, 100.0, true);
+    load.Get("concurrency", l.concurrency, 0, 100000);
+    load.Get("requests", l.requests, 1, 10000000);
+    load.Get("warmup", l.warmup, 0, 1000000);
+    load.Get("max_duration_s", l.max_duration_s, 0.0, 86400.0, true);
+    load.Get("prompt_words", l.prompt_words, 1, 1 << 24);
+    load.Get("output_tokens", l.output_tokens, 1, 1 << 20);
+    load.Get("request_timeout_s", l.request_timeout_s, 0.0, 86400.0, true);
+    load.Finish();
+  }
+  {
+    TableReader gates = top.Sub("gates");
+    GateSpec& g = policy.gates;
+    gates.Get("passkey_required", g.passkey_required, 0, 100000);
+    gates.Get("qa_max_f1_drop", g.qa_max_f1_drop, 0.0, 100.0);
+    gates.Get("p99_max_ratio", g.p99_max_ratio, 0.0, 100.0, true);
+    gates.Get("goodput_min_ratio", g.goodput_min_ratio, 0.0, 100.0, true);
+    gates.Get("confidence", g.confidence, 0.5, 0.9999);
+    gates.Get("bootstrap_resamples", g.bootstrap_resamples, 100, 1000000);
+    gates.Get("max_error_rate", g.max_error_rate, 0.0, 1.0);
+    gates.Finish();
+    if (g.passkey_required > policy.passkey.items) {
+      throw PolicyError(source, gates.Has("passkey_required") ? gates.Line() : passkey_line,
+                        "gates.passkey_required",
+                        "asks for " + std::to_string(g.passkey_required) +
+                            " correct passkeys but quality.passkey.items is " +
+                            std::to_string(policy.passkey.items));
+    }
+  }
+  top.Finish();
+  return policy;
+}
+
+Policy LoadPolicyFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw PolicyError(path, 0, "file", "cannot be opened for reading");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw PolicyError(path, 0, "file", "read failed");
+  return ParsePolicy(text.str(), path);
+}
+
+}  // namespace kvgate::policy

@@ -1,0 +1,107 @@
+#include "kvgate/policy/policy.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+namespace kvgate::policy {
+namespace {
+
+const char* kMinimal = R"(
+[baseline]
+args = ["--kv", "fp8"]
+[candidate]
+args = ["--kv", "readkv"]
+)";
+
+std::string DefaultPolicyPath() { return std::string(KVGATE_SOURCE_DIR) + "/policies/default.toml"; }
+
+// Expects ParsePolicy to fail with a message that starts with "<source>:<line>: <key>: ".
+void ExpectError(const std::string& text, int line, const std::string& key,
+                 const std::string& fragment) {
+  try {
+    ParsePolicy(text, "p.toml");
+    FAIL() << "accepted: " << text;
+  } catch (const PolicyError& e) {
+    std::string prefix = "p.toml:" + std::to_string(line) + ": " + key + ": ";
+    EXPECT_EQ(std::string(e.what()).rfind(prefix, 0), 0u) << e.what();
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    EXPECT_EQ(e.key(), key);
+  }
+}
+
+TEST(PolicyTest, DefaultFileParsesAndMatchesTheProductGates) {
+  Policy p = LoadPolicyFile(DefaultPolicyPath());
+  EXPECT_EQ(p.gates.passkey_required, 200);
+  EXPECT_EQ(p.passkey.items, 200);
+  EXPECT_DOUBLE_EQ(p.gates.qa_max_f1_drop, 1.0);
+  EXPECT_DOUBLE_EQ(p.gates.p99_max_ratio, 1.05);
+  EXPECT_DOUBLE_EQ(p.gates.goodput_min_ratio, 1.10);
+  EXPECT_GE(p.load.pairs, kMinPairs);
+  EXPECT_EQ(p.baseline.kind, ServerSpec::Kind::kLocal);
+  EXPECT_EQ(p.baseline.serve_args.at(1), "fp8");
+  ASSERT_TRUE(p.candidate_read_policy.read_bits.has_value());
+  EXPECT_DOUBLE_EQ(*p.candidate_read_policy.read_bits, 4.0);
+  EXPECT_NE(p.text.find("[gates]"), std::string::npos);  // the exact text is kept
+}
+
+TEST(PolicyTest, MinimalPolicyTakesEveryDefault) {
+  Policy p = ParsePolicy(kMinimal);
+  Policy d;
+  EXPECT_EQ(p.load.pairs, d.load.pairs);
+  EXPECT_EQ(p.slo.ttft_ms, d.slo.ttft_ms);
+  EXPECT_TRUE(p.candidate_read_policy.empty());
+}
+
+TEST(PolicyTest, UnknownKeyIsRejectedWithItsLine) {
+  ExpectError(std::string(kMinimal) + "[gates]\np99_max_ration = 1.05\n", 7, "gates.p99_max_ration",
+              "unknown key");
+  ExpectError(std::string(kMinimal) + "colour = 1\n", 6, "candidate.colour", "unknown key");
+  ExpectError("colour = 1\n" + std::string(kMinimal), 1, "colour", "unknown key");
+}
+
+TEST(PolicyTest, WrongTypeIsRejected) {
+  ExpectError(std::string(kMinimal) + "[load]\npairs = \"five\"\n", 7, "load.pairs",
+              "must be an integer");
+  ExpectError(std::string(kMinimal) + "[slo]\nttft_ms = true\n", 7, "slo.ttft_ms",
+              "must be a number");
+  ExpectError("[baseline]\nargs = \"--kv fp8\"\n[candidate]\n", 2, "baseline.args",
+              "array of strings");
+}
+
+TEST(PolicyTest, OutOfRangeValueIsRejected) {
+  ExpectError(std::string(kMinimal) + "[slo]\nttft_ms = 0\n", 7, "slo.ttft_ms", "must be in (0");
+  ExpectError(std::string(kMinimal) + "[gates]\nconfidence = 1.5\n", 7, "gates.confidence",
+              "must be in [0.5");
+  ExpectError(std::string(kMinimal) + "[load]\narrival = \"bursty\"\n", 7, "load.arrival",
+              "must be one of constant, gamma, poisson");
+  ExpectError(std::string(kMinimal) + "[quality.passkey]\ndepths = [0.5, 1.5]\n", 7,
+              "quality.passkey.depths", "must be in [0, 1]");
+}
+
+TEST(PolicyTest, InconsistentValuesAreRejected) {
+  ExpectError(std::string(kMinimal) + "[quality.passkey]\nitems = 10\n", 6, "gates.passkey_required",
+              "asks for 200");
+  std::string half_split =
+      "[baseline]\n[candidate]\n[candidate.read_policy]\nkey_bits = 3\n";
+  ExpectError(half_split, 3, "candidate.read_policy", "together");
+  ExpectError("[baseline]\nkind = \"url\"\n[candidate]\n", 1, "baseline.url", "needs url");
+}
+
+TEST(PolicyTest, MissingServerAndBadTomlAreRejected) {
+  ExpectError("[baseline]\n", 0, "candidate", "missing table");
+  ExpectError("[baseline\n", 1, "toml", "");
+}
+
+TEST(PolicyTest, UnreadableFileNamesThePath) {
+  try {
+    LoadPolicyFile("/nonexistent/policy.toml");
+    FAIL();
+  } catch (const PolicyError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/policy.toml:0: file:"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace kvgate::policy

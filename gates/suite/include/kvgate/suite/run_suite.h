@@ -1,0 +1,58 @@
+// `kvgate run`: the go/no-go suite end to end (spec/architecture.md, walk 2). It opens the
+// history, starts the servers the policy names (or reaches external ones), runs the quality
+// checks on both, then the interleaved A/B load pairs, stores every raw record, decides the gates
+// FROM THE STORED ROWS (the same code path as `kvgate history regate`), and writes report.json
+// and report.html into the output folder.
+//
+// One call at a time per process (it installs SIGINT/SIGTERM handlers for its duration so a
+// Ctrl-C ends the run as `interrupted` with its data kept and its servers stopped).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kvgate/gates/gates.h"
+#include "kvgate/history/history_db.h"
+#include "kvgate/policy/policy.h"
+
+namespace kvgate::suite {
+
+struct SuiteOptions {
+  std::filesystem::path db_path = "kvgate.db";
+  std::filesystem::path out_dir = "kvgate-out";  // report.json, report.html, server logs
+  std::string kvgate_binary;  // runs local servers as `<kvgate_binary> serve <args>`
+  std::string version;        // of the running kvgate, recorded with the run
+  std::string git_commit;
+  std::function<void(const std::string& line)> progress;  // one line per event; may be empty
+};
+
+struct SuiteOutcome {
+  int64_t run_id = 0;
+  gates::Verdict verdict = gates::Verdict::kInconclusive;
+  int exit_code = 3;  // 0 GO, 1 NO-GO, 2 INCONCLUSIVE, 3 the suite could not run
+  std::vector<gates::GateResult> gates;
+  std::string error;  // why the suite could not run (exit_code 3)
+  std::filesystem::path report_json, report_html;
+};
+
+// Never throws for problems of the run itself (servers failing, bad answers): those end as
+// exit_code 3 with `error` set and the run row marked interrupted. Throws history::HistoryError
+// only when the history cannot be opened at all.
+SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options);
+
+// Decides every gate of a stored run from its rows alone, under the policy stored with it.
+std::vector<gates::GateResult> RegateRun(history::HistoryDb& db, int64_t run_id);
+
+// The report document of a stored run (what report.json holds; report.html draws it).
+nlohmann::json BuildReportJson(history::HistoryDb& db, int64_t run_id);
+
+// Writes report.json and report.html of a stored run into `out_dir`; returns their paths.
+std::pair<std::filesystem::path, std::filesystem::path> WriteReports(
+    history::HistoryDb& db, int64_t run_id, const std::filesystem::path& out_dir);
+
+}  // namespace kvgate::suite

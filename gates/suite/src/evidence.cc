@@ -1,0 +1,145 @@
+#include "evidence.h"
+
+#include <map>
+#include <set>
+
+#include "kvgate/loadgen/metrics.h"
+
+namespace kvgate::suite {
+namespace {
+
+std::string Join(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const std::string& part : parts) out += (out.empty() ? "" : ",") + part;
+  return out;
+}
+
+std::vector<std::string> SubsetsOf(const history::QualityItem& item) {
+  if (item.extra.contains("subsets")) return item.extra["subsets"].get<std::vector<std::string>>();
+  return {};
+}
+
+}  // namespace
+
+history::QualityItem ToHistoryItem(const checks::QualityRecord& record, const std::string& label) {
+  history::QualityItem item;
+  item.check = record.check;
+  item.label = label;
+  item.item_id = record.item_id;
+  item.subset = Join(record.subsets);
+  item.prediction = record.prediction;
+  item.reference = record.gold;
+  item.score = record.score;
+  item.correct = record.correct;
+  item.extra = {{"subsets", record.subsets},       {"error", record.error},
+                {"latency_s", record.latency_s},   {"prompt_bytes", record.prompt_bytes},
+                {"prompt_tokens", record.prompt_tokens}};
+  return item;
+}
+
+history::GateResult ToHistoryGate(const gates::GateResult& result) {
+  history::GateResult row;
+  row.gate = result.gate;
+  row.status = gates::ToString(result.status);
+  row.observed = result.observed;
+  row.threshold = result.threshold;
+  if (result.interval) {
+    row.interval_lo = result.interval->lo;
+    row.interval_hi = result.interval->hi;
+  }
+  row.reason = result.reason;
+  // The whole result (interval estimate and confidence included) so regate and reports can
+  // rebuild it exactly.
+  row.details = gates::ToJson(result);
+  return row;
+}
+
+gates::GateResult FromHistoryGate(const history::GateResult& row) {
+  return gates::GateResultFromJson(row.details);
+}
+
+loadgen::Slo ToLoadSlo(const policy::SloSpec& slo) {
+  loadgen::Slo out;
+  out.ttft_ms = slo.ttft_ms;
+  out.tpot_ms = slo.tpot_ms;
+  return out;
+}
+
+std::vector<gates::GateResult> DecideFromRows(history::HistoryDb& db, int64_t run_id,
+                                              const policy::Policy& policy) {
+  std::vector<gates::GateResult> results;
+  const policy::GateSpec& spec = policy.gates;
+  std::vector<history::QualityItem> items = db.QualityItems(run_id);
+
+  // Passkey: the candidate's items.
+  int correct = 0, errored = 0, total = 0;
+  for (const auto& item : items) {
+    if (item.check != "passkey" || item.label != kCandidate) continue;
+    ++total;
+    correct += item.correct.value_or(false);
+    errored += !item.extra.value("error", std::string()).empty();
+  }
+  results.push_back(gates::PasskeyGate(correct, errored, total, spec.passkey_required));
+
+  // QA F1: pair items by id; every key subset an item names is scored on its own.
+  std::map<std::string, const history::QualityItem*> baseline_by_id;
+  for (const auto& item : items) {
+    if (item.check == "qa" && item.label == kBaseline) baseline_by_id[item.item_id] = &item;
+  }
+  std::map<std::string, gates::SubsetScores> subsets;
+  for (const auto& item : items) {
+    if (item.check != "qa" || item.label != kCandidate) continue;
+    auto base = baseline_by_id.find(item.item_id);
+    if (base == baseline_by_id.end()) continue;  // unpaired: counted below
+    std::vector<std::string> names = SubsetsOf(item);
+    names.insert(names.begin(), "all");
+    for (const std::string& name : names) {
+      gates::SubsetScores& scores = subsets[name];
+      scores.subset = name;
+      scores.baseline.push_back(base->second->score);
+      scores.candidate.push_back(item.score);
+    }
+  }
+  std::vector<gates::SubsetScores> ordered;
+  for (auto& [name, scores] : subsets) ordered.push_back(std::move(scores));
+  results.push_back(gates::QaF1Gate(ordered, spec.qa_max_f1_drop, spec.confidence,
+                                    spec.bootstrap_resamples, policy.seed));
+
+  // Load pairs: the summary of each stored run is recomputed from its records.
+  std::map<int, gates::LoadPair> pairs;
+  loadgen::Slo slo = ToLoadSlo(policy.slo);
+  for (const history::LoadRunRow& run : db.LoadRuns(run_id)) {
+    if (!run.meta.pair_index) continue;
+    std::vector<loadgen::RequestRecord> records = db.LoadRecords(run.id);
+    loadgen::Summary summary =
+        loadgen::Summarize(records, slo, loadgen::MeasuredDurationSeconds(records));
+    gates::LoadPair& pair = pairs[*run.meta.pair_index];
+    pair.pair_index = *run.meta.pair_index;
+    double error_rate =
+        summary.requests > 0 ? static_cast<double>(summary.errored) / summary.requests : 1.0;
+    if (run.meta.label == kBaseline) {
+      pair.baseline_p99_ttft_s = summary.ttft.p99_ms / 1000;
+      pair.baseline_p99_tpot_s = summary.tpot.p99_ms / 1000;
+      pair.baseline_goodput_rps = summary.goodput_rps;
+      pair.baseline_error_rate = error_rate;
+      pair.baseline_valid = run.meta.valid;
+      pair.baseline_invalid_reason = run.meta.invalid_reason;
+    } else if (run.meta.label == kCandidate) {
+      pair.candidate_p99_ttft_s = summary.ttft.p99_ms / 1000;
+      pair.candidate_p99_tpot_s = summary.tpot.p99_ms / 1000;
+      pair.candidate_goodput_rps = summary.goodput_rps;
+      pair.candidate_error_rate = error_rate;
+      pair.candidate_valid = run.meta.valid;
+      pair.candidate_invalid_reason = run.meta.invalid_reason;
+    }
+  }
+  std::vector<gates::LoadPair> evidence;
+  for (auto& [index, pair] : pairs) evidence.push_back(pair);
+  results.push_back(gates::P99Gate(evidence, spec.p99_max_ratio, spec.confidence,
+                                   policy::kMinPairs, spec.max_error_rate));
+  results.push_back(gates::GoodputGate(evidence, spec.goodput_min_ratio, spec.confidence,
+                                       policy::kMinPairs, spec.max_error_rate));
+  return results;
+}
+
+}  // namespace kvgate::suite

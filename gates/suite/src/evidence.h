@@ -1,0 +1,29 @@
+// Turning stored history rows into gate evidence and back: the one place that knows how quality
+// items and load runs are labelled in the history, shared by a live run and by regate.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kvgate/checks/check_runner.h"
+#include "kvgate/gates/gates.h"
+#include "kvgate/history/history_db.h"
+#include "kvgate/loadgen/settings.h"
+#include "kvgate/policy/policy.h"
+
+namespace kvgate::suite {
+
+inline constexpr const char* kBaseline = "baseline";
+inline constexpr const char* kCandidate = "candidate";
+
+history::QualityItem ToHistoryItem(const checks::QualityRecord& record, const std::string& label);
+history::GateResult ToHistoryGate(const gates::GateResult& result);
+gates::GateResult FromHistoryGate(const history::GateResult& row);
+
+loadgen::Slo ToLoadSlo(const policy::SloSpec& slo);
+
+// The gates of a run, decided from its stored rows under `policy`.
+std::vector<gates::GateResult> DecideFromRows(history::HistoryDb& db, int64_t run_id,
+                                              const policy::Policy& policy);
+
+}  // namespace kvgate::suite

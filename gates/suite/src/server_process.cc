@@ -1,0 +1,183 @@
+#include "kvgate/suite/server_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <cerrno>
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+extern char** environ;
+
+namespace kvgate::suite {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kMaxOutput = 64 * 1024;
+
+}  // namespace
+
+int HttpGetStatus(const std::string& host, int port, const std::string& path,
+                  std::chrono::milliseconds timeout) {
+  try {
+    asio::io_context io;
+    beast::tcp_stream stream(io);
+    stream.expires_after(timeout);
+    asio::ip::tcp::endpoint endpoint(asio::ip::make_address(host), static_cast<uint16_t>(port));
+    stream.connect(endpoint);
+    http::request<http::empty_body> request(http::verb::get, path, 11);
+    request.set(http::field::host, host);
+    http::write(stream, request);
+    beast::flat_buffer buffer;
+    http::response<http::string_body> response;
+    http::read(stream, buffer, response);
+    beast::error_code ignored;
+    stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+    return static_cast<int>(response.result_int());
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+ServerProcess::ServerProcess(std::vector<std::string> argv,
+                             std::chrono::duration<double> startup_timeout, std::string log_path,
+                             bool append_address)
+    : argv_(std::move(argv)), log_path_(std::move(log_path)) {
+  if (argv_.empty()) throw ServerStartError("server command is empty");
+  if (append_address) {
+    for (const char* arg : {"--host", "127.0.0.1", "--port", "0"}) argv_.emplace_back(arg);
+  }
+  int log_fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    throw ServerStartError("cannot open server log '" + log_path_ + "': " + strerror(errno));
+  }
+  off_t log_start = lseek(log_fd, 0, SEEK_END);
+  log_start_ = log_start < 0 ? 0 : log_start;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, log_fd, STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, log_fd, STDERR_FILENO);
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  // Its own process group, so a Ctrl-C at the terminal reaches the suite, which then stops the
+  // servers in order instead of having them die mid-write.
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attributes, 0);
+  std::vector<char*> raw;
+  for (std::string& arg : argv_) raw.push_back(arg.data());
+  raw.push_back(nullptr);
+  int status = posix_spawnp(&pid_, raw[0], &actions, &attributes, raw.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attributes);
+  close(log_fd);
+  if (status != 0) {
+    pid_ = -1;
+    throw ServerStartError("cannot start '" + CommandLine() + "': " + strerror(status));
+  }
+
+  const std::regex listening("listening on ([0-9.]+):([0-9]+)");
+  Clock::time_point deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(startup_timeout);
+  std::smatch match;
+  std::string output;
+  while (!std::regex_search(output = OutputTail(), match, listening)) {
+    if (Clock::now() > deadline) {
+      std::string tail = OutputTail();
+      Stop(std::chrono::seconds(2));
+      throw ServerStartError("'" + CommandLine() + "' did not print 'listening on' within the " +
+                             "startup timeout; it printed:\n" + tail);
+    }
+    if (!Alive()) {
+      throw ServerStartError("'" + CommandLine() + "' exited during start-up (status " +
+                             std::to_string(exit_status_) + "); it printed:\n" + OutputTail());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  port_ = std::stoi(match[2].str());
+  url_ = "http://" + match[1].str() + ":" + std::to_string(port_);
+  while (HttpGetStatus(match[1].str(), port_, "/health", std::chrono::milliseconds(2000)) != 200) {
+    if (Clock::now() > deadline || !Alive()) {
+      std::string tail = OutputTail();
+      Stop(std::chrono::seconds(2));
+      throw ServerStartError("'" + CommandLine() + "' listens on " + url_ +
+                             " but /health never answered 200; it printed:\n" + tail);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+ServerProcess::~ServerProcess() { Stop(std::chrono::seconds(5)); }
+
+std::string ServerProcess::CommandLine() const {
+  std::string line;
+  for (const std::string& arg : argv_) line += (line.empty() ? "" : " ") + arg;
+  return line;
+}
+
+std::string ServerProcess::OutputTail() {
+  // Only what this process wrote: the log may hold earlier servers' lines.
+  std::ifstream in(log_path_, std::ios::binary);
+  in.seekg(0, std::ios::end);
+  std::streamoff end = in.tellg();
+  std::streamoff begin = std::max<std::streamoff>(log_start_, end - static_cast<std::streamoff>(kMaxOutput));
+  if (end <= begin) return {};
+  in.seekg(begin);
+  std::string text(static_cast<size_t>(end - begin), '\0');
+  in.read(text.data(), end - begin);
+  text.resize(static_cast<size_t>(in.gcount()));
+  return text;
+}
+
+bool ServerProcess::Alive() {
+  if (pid_ <= 0 || reaped_) return false;
+  int status = 0;
+  pid_t got = waitpid(pid_, &status, WNOHANG);
+  if (got == pid_) {
+    reaped_ = true;
+    exit_status_ = status;
+    return false;
+  }
+  return true;
+}
+
+int ServerProcess::Stop(std::chrono::duration<double> grace) {
+  if (pid_ <= 0) return exit_status_;
+  if (Alive()) {
+    kill(pid_, SIGTERM);
+    Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(grace);
+    while (Alive() && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (Alive()) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &exit_status_, 0);
+      reaped_ = true;
+      exit_status_ = -1;
+    }
+  }
+  return exit_status_;
+}
+
+void ServerProcess::Kill() {
+  if (Alive()) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &exit_status_, 0);
+    reaped_ = true;
+  }
+}
+
+}  // namespace kvgate::suite

@@ -1,0 +1,114 @@
+// The entry points: RunLoad() runs one load test against an OpenAI-compatible server and returns
+// every per-request record with the summary and the run's validity; RunRates() sweeps a list of
+// offered rates; FindCapacity() searches for the highest rate that meets an SLO.
+//
+// The loadgen knows HTTP, SSE and the OpenAI completions API; it knows nothing about models,
+// KV caches or quality (checks/), and nothing about gates or verdicts (gates/).
+//
+// Thread-safety: each call runs its own event loop on the calling thread and blocks until the
+// run ends (every request finished, failed, or timed out; a run always ends by itself).
+// Independent calls may run concurrently on different threads.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kvgate/loadgen/metrics.h"
+#include "kvgate/loadgen/record.h"
+#include "kvgate/loadgen/settings.h"
+
+namespace kvgate::loadgen {
+
+// Where to send: an http:// base URL (a trailing "/v1" is accepted and dropped) and the model
+// name to put in every request. An empty model is discovered from GET {url}/v1/models (the first
+// entry). https is not supported.
+struct Target {
+  std::string url;
+  std::string model;
+  std::string api_key;  // sent as "Authorization: Bearer …" when not empty
+};
+
+// The target could not be used at all (bad URL, name does not resolve, model discovery failed).
+// Individual request failures are never thrown; they are records with an error cause.
+class TargetError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Live progress, written by the run's thread and readable from any thread (e.g. a progress bar).
+struct LiveCounters {
+  std::atomic<int64_t> total{0};     // requests in the run (known once the schedule is built)
+  std::atomic<int64_t> sent{0};
+  std::atomic<int64_t> finished{0};  // completed + errored
+  std::atomic<int64_t> errored{0};
+};
+
+struct LoadResult {
+  LoadSettings settings;  // as run: bounds resolved (requests set when the default applied)
+  std::string url;
+  std::string model;
+  int64_t start_unix_ms = 0;  // wall-clock time of the schedule's time zero
+  // The same instant on std::chrono::steady_clock (ns since its epoch), to line records up with
+  // other timestamps taken in this process or on this machine's monotonic clock.
+  int64_t start_steady_ns = 0;
+  std::vector<RequestRecord> records;  // in schedule order; warmup first
+  Summary summary;    // Summarize(records, settings.slo, MeasuredDurationSeconds(records))
+  Validity validity;  // CheckValidity(records, settings.mode, settings.validity)
+};
+
+// Runs one load test. Throws SettingsError for bad settings and TargetError when the target is
+// unusable before the run starts.
+LoadResult RunLoad(const LoadSettings& settings, const Target& target,
+                   LiveCounters* counters = nullptr);
+
+// One open-loop run per offered rate, in the given order (settings.rate_rps is replaced).
+std::vector<LoadResult> RunRates(const LoadSettings& settings, const Target& target,
+                                 const std::vector<double>& rates_rps,
+                                 LiveCounters* counters = nullptr);
+
+// Capacity at an SLO (DistServe's definition): the highest offered rate at which at least
+// `attainment` of the measured requests meet the SLO (errors count as misses). Bracketing from
+// rate_min upward by doubling, then geometric bisection until the bracket is within `tolerance`
+// (relative) or `max_probes` runs were made. Every probe uses the open-loop settings given to
+// FindCapacity, with its own rate.
+struct CapacitySearch {
+  Slo slo;                  // must set at least one bound
+  double attainment = 0.9;  // share of requests meeting the SLO, in (0, 1]
+  double rate_min_rps = 1.0;
+  double rate_max_rps = 1000.0;
+  double tolerance = 0.05;  // stop when hi / lo <= 1 + tolerance
+  int max_probes = 12;
+};
+
+struct CapacityProbe {
+  double rate_rps = 0;
+  double attainment = 0;
+  bool passed = false;  // attainment >= target and the run was VALID
+  LoadResult result;
+};
+
+struct CapacityResult {
+  // The highest passing rate probed; nullopt when even rate_min failed.
+  std::optional<double> capacity_rps;
+  // The lowest failing rate probed (nullopt when rate_max passed).
+  std::optional<double> first_failing_rps;
+  // Why the search stopped and how to read the number, e.g. "bracket 8.0–8.4 req/s within
+  // tolerance" or "rate_max passed: capacity is at least 1000 req/s".
+  std::string reason;
+  // True when a failing probe failed because the generator could not hold the rate (INVALID),
+  // so the number bounds the generator, not the server.
+  bool limited_by_generator = false;
+  std::vector<CapacityProbe> probes;  // in the order run
+};
+
+CapacityResult FindCapacity(const LoadSettings& settings, const Target& target,
+                            const CapacitySearch& search, LiveCounters* counters = nullptr);
+
+// GET {url}/v1/models and return the first model id; throws TargetError.
+std::string DiscoverModel(const Target& target, double timeout_s = 10.0);
+
+}  // namespace kvgate::loadgen

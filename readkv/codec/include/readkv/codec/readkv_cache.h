@@ -1,0 +1,73 @@
+// The ReadKV layer cache: the codec's write path and both readers for one layer of one sequence
+// (spec/readkv.md). Append: transform (Hadamard with the layer/head sign vectors) -> standardise
+// with the frozen calibration -> LloydTree::Encode -> BitPlaneStore per KV head. With the residual
+// window on, the tokens of the newest incomplete 256-token block are kept unencoded as BF16 values
+// in the transformed domain and encoded when the block fills; off, every token goes straight into
+// the planes. Attend: stage 1 picks Key channel depths from the queries, reconstructs keys from
+// those planes, and takes the softmax over encoded and residual tokens; stage 2 picks Value token
+// depths from a_i = sum_h p_{h,i}^2, reconstructs values, sums p v, and applies the inverse V
+// transform. The read policy can be overridden per call without re-encoding.
+// See attention.h for shapes and thread-safety.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "readkv/codec/attention.h"
+#include "readkv/codec/bitplanes.h"
+#include "readkv/codec/calibration.h"
+#include "readkv/codec/codebook.h"
+#include "readkv/codec/readers.h"
+#include "readkv/codec/transform.h"
+
+namespace readkv::codec {
+
+struct ReadKvCacheOptions {
+  int store_bits = 8;
+  ReadPolicy policy;
+  bool residual_window = true;
+};
+
+class ReadKvLayerCache final : public LayerKvCache {
+ public:
+  // `codebook` must have W = options.store_bits (InvalidArgument("codebook") otherwise); the
+  // calibration must match the geometry ("calibration") and hold `layer` ("layer"); the default
+  // policy is validated ("read_bits", "kv_split").
+  ReadKvLayerCache(const LayerGeometry& geometry, std::shared_ptr<const Calibration> calibration,
+                   int layer, std::shared_ptr<const LloydTree> codebook,
+                   const ReadKvCacheOptions& options);
+
+  void Append(std::span<const float> keys, std::span<const float> values) override;
+  int64_t tokens() const override { return encoded_tokens_ + residual_tokens_; }
+  CapacityLedger Capacity() const override;
+  EncodeCost encode_cost() const override { return encode_; }
+
+  int64_t encoded_tokens() const { return encoded_tokens_; }
+  int64_t residual_tokens() const { return residual_tokens_; }
+  const ReaderPlan& plan() const { return plan_; }
+  const BitPlaneStore& store(int head) const { return stores_[static_cast<size_t>(head)]; }
+
+ private:
+  AttentionLedgers DoAttend(std::span<const float> queries, std::span<float> out,
+                            const AttendOptions& options) const override;
+  // Encodes one token of one head given its transformed key and value.
+  void EncodeToken(int head, const float* key_transformed, const float* value_transformed);
+  void FlushResidual();
+
+  std::shared_ptr<const Calibration> calibration_;
+  int layer_;
+  std::shared_ptr<const LloydTree> codebook_;
+  ReadKvCacheOptions options_;
+  ReaderPlan plan_;
+  std::vector<HadamardTransform> key_transforms_, value_transforms_;  // [H_kv]
+  std::vector<BitPlaneStore> stores_;                                 // [H_kv]
+  // Residual window per head, [residual_tokens][d] BF16 bits, transformed domain.
+  std::vector<std::vector<uint16_t>> residual_keys_, residual_values_;
+  int64_t encoded_tokens_ = 0;
+  int64_t residual_tokens_ = 0;
+  EncodeCost encode_;
+};
+
+}  // namespace readkv::codec
