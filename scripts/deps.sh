@@ -20,9 +20,14 @@ if ! command -v node >/dev/null 2>&1; then
   echo "deps: installing nodejs and npm"
   apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
 fi
-# npm packages the build embeds (Chart.js for HTML reports); package-lock.json pins them.
+# npm packages, pinned by each folder's package-lock.json: Chart.js, which the build embeds in
+# HTML reports, and the official `openai` client that tests/openai_client drives our server with.
 root=$(cd "$(dirname "$0")/.." && pwd)
-if [ ! -f "$root/gates/report/node_modules/chart.js/package.json" ]; then
-  echo "deps: npm ci in gates/report"
-  (cd "$root/gates/report" && npm ci --no-audit --no-fund --loglevel=error)
-fi
+npm_ci() {  # npm_ci DIR PACKAGE
+  if [ ! -f "$root/$1/node_modules/$2/package.json" ]; then
+    echo "deps: npm ci in $1"
+    (cd "$root/$1" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+}
+npm_ci gates/report chart.js
+npm_ci tests/openai_client openai

@@ -5,7 +5,6 @@
 // Exit status: 0 every run VALID; 1 some run INVALID (the generator could not hold its
 // schedule, so its numbers describe the client, not the server); 2 bad arguments; 3 the target
 // could not be used at all.
-#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,6 +15,7 @@
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -72,6 +72,7 @@ struct LoadOptions {
   int max_connections = 8192;
   int spin_us = 100;
   int realtime_priority = 0;
+  std::string extra_body;
   bool no_stream = false;
   std::string json_path;
   std::string db_path;
@@ -146,8 +147,8 @@ LoadSettings ToSettings(const LoadOptions& o) {
   s.warmup_requests = o.warmup;
   s.request_timeout_s = o.timeout_s;
   s.seed = o.seed;
-  s.workload.kind = o.prompts.empty() ? loadgen::ParseWorkload(o.workload)
-                                      : loadgen::WorkloadKind::kPromptFile;
+  s.workload.kind =
+      o.prompts.empty() ? loadgen::ParseWorkload(o.workload) : loadgen::WorkloadKind::kPromptFile;
   if (!o.prompts.empty() && o.workload != "synthetic" && o.workload != "file") {
     throw UsageError("--prompts reads a prompt file; it cannot be combined with --workload " +
                      o.workload);
@@ -155,8 +156,8 @@ LoadSettings ToSettings(const LoadOptions& o) {
   s.workload.prompt_file = o.prompts;
   s.workload.input = {loadgen::ParseLengthDistribution(o.input_dist, "input-dist"), o.input_len,
                       o.input_spread, 1 << 20};
-  s.workload.output = {loadgen::ParseLengthDistribution(o.output_dist, "output-dist"),
-                       o.output_len, o.output_spread, 1 << 20};
+  s.workload.output = {loadgen::ParseLengthDistribution(o.output_dist, "output-dist"), o.output_len,
+                       o.output_spread, 1 << 20};
   s.workload.passkey_lengths = o.passkey_lengths;
   s.workload.passkey_depths = o.passkey_depths;
   s.workload.distinct_prompts = o.distinct_prompts;
@@ -166,6 +167,12 @@ LoadSettings ToSettings(const LoadOptions& o) {
   s.max_connections = o.max_connections;
   s.spin_us = o.spin_us;
   s.realtime_priority = o.realtime_priority;
+  if (!o.extra_body.empty()) {
+    s.extra_body = nlohmann::json::parse(o.extra_body, nullptr, /*allow_exceptions=*/false);
+    if (s.extra_body.is_discarded() || !s.extra_body.is_object()) {
+      throw UsageError("--extra-body: expected a JSON object, got '" + o.extra_body + "'");
+    }
+  }
   s.stream = !o.no_stream;
   loadgen::ValidateSettings(s);
   return s;
@@ -276,7 +283,8 @@ int RunCommand(const LoadOptions& o, const std::string& command_line) {
       }
       for (const auto& probe : result.probes) history.Add(probe.result, RateLabel(probe.rate_rps));
       if (!o.quiet) {
-        for (const auto& probe : result.probes) std::cout << loadgen::FormatSummary(probe.result) << "\n";
+        for (const auto& probe : result.probes)
+          std::cout << loadgen::FormatSummary(probe.result) << "\n";
       }
       std::cout << loadgen::FormatCapacity(result);
       exit_code = result.limited_by_generator ? 1 : 0;
@@ -363,8 +371,7 @@ void AddLoadCommand(CLI::App& app, CommandContext& context) {
   cmd->add_option("--output-spread", o->output_spread, "As --input-spread, for max_tokens");
   cmd->add_option("--passkey-lengths", o->passkey_lengths, "Passkey prompt lengths in words")
       ->delimiter(',');
-  cmd->add_option("--passkey-depths", o->passkey_depths, "Needle depths in [0, 1]")
-      ->delimiter(',');
+  cmd->add_option("--passkey-depths", o->passkey_depths, "Needle depths in [0, 1]")->delimiter(',');
   cmd->add_option("--distinct-prompts", o->distinct_prompts,
                   "Reuse K distinct requests cyclically (0 = all distinct)");
   cmd->add_option("--slo", o->slo, "SLO for goodput, e.g. ttft_ms=500,tpot_ms=50");
@@ -386,6 +393,8 @@ void AddLoadCommand(CLI::App& app, CommandContext& context) {
   cmd->add_option("--realtime-priority", o->realtime_priority,
                   "Send from a SCHED_FIFO thread at this priority 1..99 (needs CAP_SYS_NICE); "
                   "keeps a busy shared machine from delaying sends (default 0 = off)");
+  cmd->add_option("--extra-body", o->extra_body,
+                  "JSON object merged into every request, e.g. '{\"readkv\": {\"read_bits\": 2}}'");
   cmd->add_flag("--no-stream", o->no_stream, "Non-streaming requests (TTFT = E2E)");
   cmd->add_option("--json", o->json_path, "Write the summary and every request record here");
   cmd->add_option("--db", o->db_path, "Store the run(s) in this SQLite history (e.g. kvgate.db)");

@@ -4,10 +4,9 @@
 //   kvgate_loadgen_load_bench --url http://127.0.0.1:PORT (--rate R | --concurrency C)
 //       [--duration S] [--spin-us N] [--input-len N] [--output-len N] [--realtime-priority P]
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "kvgate/loadgen/run_load.h"
 

@@ -36,9 +36,8 @@ void BM_SseParserFraming(benchmark::State& state) {
   const std::string stream = MakeStream(kTokens);
   int64_t events = 0;
   for (auto _ : state) {
-    kvgate::loadgen::SseParser parser([&](const kvgate::loadgen::SseEvent& e) {
-      benchmark::DoNotOptimize(e.data.data());
-    });
+    kvgate::loadgen::SseParser parser(
+        [&](const kvgate::loadgen::SseEvent& e) { benchmark::DoNotOptimize(e.data.data()); });
     for (size_t at = 0; at < stream.size(); at += kReadSize) {
       parser.Feed(std::string_view(stream).substr(at, kReadSize));
     }

@@ -122,11 +122,13 @@ CapacityResult FindCapacity(const LoadSettings& settings, const Target& target,
   result.capacity_rps = lo;
   result.first_failing_rps = *hi;
   result.limited_by_generator = failed_as_invalid(*hi);
-  result.reason = (*hi / lo <= 1.0 + search.tolerance ? "bracket " : "probe budget spent; bracket ") +
-                  Rate(lo) + " (passes) to " + Rate(*hi) + " (fails)";
+  result.reason =
+      (*hi / lo <= 1.0 + search.tolerance ? "bracket " : "probe budget spent; bracket ") +
+      Rate(lo) + " (passes) to " + Rate(*hi) + " (fails)";
   if (result.limited_by_generator) {
-    result.reason += "; the failing run was INVALID, so this bounds the load generator, not "
-                     "the server";
+    result.reason +=
+        "; the failing run was INVALID, so this bounds the load generator, not "
+        "the server";
   }
   return result;
 }

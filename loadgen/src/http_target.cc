@@ -1,14 +1,13 @@
 #include "http_target.h"
 
+#include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <nlohmann/json.hpp>
-
-#include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <nlohmann/json.hpp>
 
 namespace kvgate::loadgen {
 namespace {
@@ -111,8 +110,8 @@ std::string RenderBody(const std::string& model, const RequestSpec& spec,
 }
 
 std::string RenderHeaderPrefix(const ParsedUrl& url, const Target& target, bool stream) {
-  std::string header = "POST " + url.prefix + "/v1/completions HTTP/1.1\r\nHost: " +
-                       url.host_header +
+  std::string header = "POST " + url.prefix +
+                       "/v1/completions HTTP/1.1\r\nHost: " + url.host_header +
                        "\r\nUser-Agent: kvgate-loadgen\r\nContent-Type: application/json\r\n";
   header += stream ? "Accept: text/event-stream\r\n" : "Accept: application/json\r\n";
   if (!target.api_key.empty()) header += "Authorization: Bearer " + target.api_key + "\r\n";

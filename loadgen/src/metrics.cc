@@ -143,7 +143,8 @@ Validity CheckValidity(std::span<const RequestRecord> records, LoadMode mode,
   }
   if (mode == LoadMode::kOpenLoop) {
     if (measured >= 2 && sched_last > sched_first) {
-      v.scheduled_rate_rps = static_cast<double>(measured - 1) / ((sched_last - sched_first) * 1e-9);
+      v.scheduled_rate_rps =
+          static_cast<double>(measured - 1) / ((sched_last - sched_first) * 1e-9);
       double achieved = 0.0;
       if (sent >= 2 && sent_last > sent_first) {
         achieved = static_cast<double>(sent - 1) / ((sent_last - sent_first) * 1e-9);

@@ -52,9 +52,10 @@ std::string FormatSummary(const LoadResult& result) {
   Row(out, "Target:", result.url);
   Row(out, "Model:", result.model);
   if (s.mode == LoadMode::kOpenLoop) {
-    Row(out, "Mode:", "open loop, " + std::string(ArrivalName(s.arrival)) +
-                          (s.arrival == Arrival::kGamma ? Format(" (burstiness %.3g)", s.burstiness)
-                                                        : std::string()));
+    Row(out, "Mode:",
+        "open loop, " + std::string(ArrivalName(s.arrival)) +
+            (s.arrival == Arrival::kGamma ? Format(" (burstiness %.3g)", s.burstiness)
+                                          : std::string()));
     Row(out, "Offered rate (req/s):", Format("%.2f", s.rate_rps));
   } else {
     Row(out, "Mode:", "closed loop, concurrency " + std::to_string(s.concurrency));
@@ -151,9 +152,8 @@ RequestRecord RecordFromJson(const nlohmann::json& j) {
 
 nlohmann::json LatencyStatsToJson(const LatencyStats& s) {
   if (s.count == 0) return {{"count", 0}};
-  return {{"count", s.count},   {"mean_ms", s.mean_ms}, {"min_ms", s.min_ms},
-          {"p50_ms", s.p50_ms}, {"p90_ms", s.p90_ms},   {"p95_ms", s.p95_ms},
-          {"p99_ms", s.p99_ms}, {"max_ms", s.max_ms}};
+  return {{"count", s.count},   {"mean_ms", s.mean_ms}, {"min_ms", s.min_ms}, {"p50_ms", s.p50_ms},
+          {"p90_ms", s.p90_ms}, {"p95_ms", s.p95_ms},   {"p99_ms", s.p99_ms}, {"max_ms", s.max_ms}};
 }
 
 nlohmann::json SummaryToJson(const Summary& m) {
@@ -215,8 +215,10 @@ nlohmann::json SettingsToJson(const LoadSettings& s) {
             {"passkey_depths", s.workload.passkey_depths},
             {"prompt_file", s.workload.prompt_file},
             {"distinct_prompts", s.workload.distinct_prompts}}},
-          {"slo", {{"ttft_ms", opt(s.slo.ttft_ms)}, {"tpot_ms", opt(s.slo.tpot_ms)},
-                   {"e2e_ms", opt(s.slo.e2e_ms)}}},
+          {"slo",
+           {{"ttft_ms", opt(s.slo.ttft_ms)},
+            {"tpot_ms", opt(s.slo.tpot_ms)},
+            {"e2e_ms", opt(s.slo.e2e_ms)}}},
           {"validity",
            {{"max_send_lag_p99_ms", s.validity.max_send_lag_p99_ms},
             {"min_achieved_rate_fraction", s.validity.min_achieved_rate_fraction}}},

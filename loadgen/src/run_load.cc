@@ -3,22 +3,21 @@
 // lock and a send is never delayed by a hand-off between threads.
 #include "kvgate/loadgen/run_load.h"
 
+#include <algorithm>
+#include <array>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <nlohmann/json.hpp>
-
-#include <algorithm>
-#include <array>
 #include <cctype>
 #include <chrono>
 #include <cstring>
 #include <deque>
 #include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -106,8 +105,7 @@ struct SinkBody {
            ++it) {
         asio::const_buffer b = *it;
         total += b.size();
-        if (!body_.sink->OnBody(
-                std::string_view(static_cast<const char*>(b.data()), b.size()))) {
+        if (!body_.sink->OnBody(std::string_view(static_cast<const char*>(b.data()), b.size()))) {
           ec = boost::system::errc::make_error_code(boost::system::errc::bad_message);
           return total;
         }
@@ -150,8 +148,8 @@ using RequestSource = std::function<PreparedRequest(int64_t index)>;
 class Run {
  public:
   Run(asio::io_context& io, const LoadSettings& settings, tcp::resolver::results_type endpoints,
-      RequestSource request_of, std::string header_prefix,
-      std::deque<RequestRecord>& records, LiveCounters* counters)
+      RequestSource request_of, std::string header_prefix, std::deque<RequestRecord>& records,
+      LiveCounters* counters)
       : io_(io),
         settings_(settings),
         endpoints_(std::move(endpoints)),
@@ -179,8 +177,7 @@ class Run {
     if (counters_) counters_->sent.fetch_add(1, std::memory_order_relaxed);
   }
   // An exchange is over; `conn` is handed back (null when it was closed).
-  void OnExchangeDone(const RequestRecord& record, std::unique_ptr<Connection> conn,
-                      bool reusable);
+  void OnExchangeDone(const RequestRecord& record, std::unique_ptr<Connection> conn, bool reusable);
 
  private:
   void ScheduleNext();
@@ -207,8 +204,8 @@ class Run {
   Clock::time_point t0_;
   const std::vector<int64_t>* arrivals_ = nullptr;
   bool open_loop_ = true;
-  int64_t next_ = 0;        // next schedule slot to issue
-  int64_t total_ = 0;       // closed loop: 0 = bounded by time only
+  int64_t next_ = 0;   // next schedule slot to issue
+  int64_t total_ = 0;  // closed loop: 0 = bounded by time only
   Clock::time_point issue_until_ = Clock::time_point::max();
   bool scheduling_done_ = false;
   int64_t outstanding_ = 0;  // issued and not yet finished
@@ -301,20 +298,18 @@ class Exchange final : public std::enable_shared_from_this<Exchange>, public Res
     write_ec_ = {};
     read_ec_ = {};
     std::array<asio::const_buffer, 2> buffers{asio::buffer(header_), asio::buffer(*body_)};
-    asio::async_write(conn_->stream, buffers,
-                      [self = shared_from_this()](beast::error_code ec, size_t) {
-                        self->OnWriteDone(ec);
-                      });
+    asio::async_write(
+        conn_->stream, buffers,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWriteDone(ec); });
     parser_.emplace();
     // Long outputs are never cut by the client. (Not boost::none: Beast 1.74 compares a
     // Content-Length against the empty optional and rejects every body.)
     parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
     parser_->header_limit(64 * 1024);
     parser_->get().body().sink = this;
-    http::async_read(conn_->stream, conn_->buffer, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) {
-                       self->OnReadDone(ec);
-                     });
+    http::async_read(
+        conn_->stream, conn_->buffer, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnReadDone(ec); });
   }
 
   void OnWriteDone(beast::error_code ec) {
@@ -435,7 +430,8 @@ class Exchange final : public std::enable_shared_from_this<Exchange>, public Res
     }
     const auto& choices = json["choices"];
     if (!choices.empty() && choices[0].is_object() && choices[0].contains("text") &&
-        choices[0]["text"].is_string() && !choices[0]["text"].get_ref<const std::string&>().empty()) {
+        choices[0]["text"].is_string() &&
+        !choices[0]["text"].get_ref<const std::string&>().empty()) {
       // Without streaming the whole output arrives at once: TTFT = E2E.
       record_.chunk_ns = {now};
       record_.first_token_ns = now;
@@ -472,10 +468,10 @@ class Exchange final : public std::enable_shared_from_this<Exchange>, public Res
     }
     std::string where(stage);
     if (stage == "read") {
-      where += parser_ && parser_->is_header_done()
-                   ? " (after the header, " + std::to_string(record_.chunk_ns.size()) +
-                         " token chunks)"
-                   : " (before a response)";
+      where +=
+          parser_ && parser_->is_header_done()
+              ? " (after the header, " + std::to_string(record_.chunk_ns.size()) + " token chunks)"
+              : " (before a response)";
     }
     Fail(cause, where + ": " + ec.message());
   }
@@ -527,9 +523,9 @@ void Run::StartOpenLoop(Clock::time_point t0, const std::vector<int64_t>& arriva
     MaybeShutdown();
     return;
   }
-  auto last_deadline = t0 + std::chrono::nanoseconds(arrivals.back()) +
-                       std::chrono::nanoseconds(static_cast<int64_t>(
-                           settings_.request_timeout_s * 1e9));
+  auto last_deadline =
+      t0 + std::chrono::nanoseconds(arrivals.back()) +
+      std::chrono::nanoseconds(static_cast<int64_t>(settings_.request_timeout_s * 1e9));
   watchdog_.expires_at(last_deadline + kWatchdogGrace);
   watchdog_.async_wait([this](beast::error_code ec) { OnWatchdog(ec); });
   ScheduleNext();
@@ -541,10 +537,10 @@ void Run::StartClosedLoop(Clock::time_point t0, int64_t total, double duration_s
   total_ = total;
   if (duration_s > 0) {
     issue_until_ = t0 + std::chrono::nanoseconds(static_cast<int64_t>(duration_s * 1e9));
-    watchdog_.expires_at(issue_until_ +
-                         std::chrono::nanoseconds(
-                             static_cast<int64_t>(settings_.request_timeout_s * 1e9)) +
-                         kWatchdogGrace);
+    watchdog_.expires_at(
+        issue_until_ +
+        std::chrono::nanoseconds(static_cast<int64_t>(settings_.request_timeout_s * 1e9)) +
+        kWatchdogGrace);
     watchdog_.async_wait([this](beast::error_code ec) { OnWatchdog(ec); });
   }
   scheduler_.expires_at(t0);
@@ -811,8 +807,8 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
     if (planned == 0) throw SettingsError("duration", "the schedule holds no request");
   }
   if (planned > 0 && settings.warmup_requests >= planned) {
-    throw SettingsError("warmup", "all " + std::to_string(planned) +
-                                      " scheduled requests would be warmup");
+    throw SettingsError("warmup",
+                        "all " + std::to_string(planned) + " scheduled requests would be warmup");
   }
 
   // Bodies are rendered before the run when the count is known, so sending costs no JSON work;
@@ -844,7 +840,8 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
     }
   }
   RequestSource request_of = [&](int64_t index) -> PreparedRequest {
-    if (index < static_cast<int64_t>(prepared.size()) && prepared[static_cast<size_t>(index)].body) {
+    if (index < static_cast<int64_t>(prepared.size()) &&
+        prepared[static_cast<size_t>(index)].body) {
       return prepared[static_cast<size_t>(index)];
     }
     if (distinct > 0) {
@@ -884,10 +881,9 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
     const Clock::time_point t0 = Clock::now() + kLead;
     result.start_steady_ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count();
-    result.start_unix_ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(
-            (std::chrono::system_clock::now() + kLead).time_since_epoch())
-            .count();
+    result.start_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               (std::chrono::system_clock::now() + kLead).time_since_epoch())
+                               .count();
     if (settings.mode == LoadMode::kOpenLoop) {
       run.StartOpenLoop(t0, arrivals);
     } else {

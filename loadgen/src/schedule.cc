@@ -1,16 +1,15 @@
 #include "kvgate/loadgen/schedule.h"
 
+#include <algorithm>
 #include <boost/random/exponential_distribution.hpp>
 #include <boost/random/gamma_distribution.hpp>
 #include <boost/random/lognormal_distribution.hpp>
 #include <boost/random/mersenne_twister.hpp>
 #include <boost/random/normal_distribution.hpp>
 #include <boost/random/uniform_int_distribution.hpp>
-
-#include <algorithm>
-#include <iterator>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 
@@ -38,25 +37,33 @@ uint64_t SplitMix64(uint64_t z) {
 // Common English words; most are a single token in GPT-style and Llama BPE vocabularies, so the
 // word count is a fair first guess of the token count (the server's `usage` is authoritative).
 constexpr std::string_view kVocabulary[] = {
-    "the", "of", "and", "to", "in", "is", "you", "that", "it", "he", "was", "for", "on", "are",
-    "as", "with", "his", "they", "at", "be", "this", "have", "from", "or", "one", "had", "by",
-    "word", "but", "not", "what", "all", "were", "we", "when", "your", "can", "said", "there",
-    "use", "an", "each", "which", "she", "do", "how", "their", "if", "will", "up", "other",
-    "about", "out", "many", "then", "them", "these", "so", "some", "her", "would", "make",
-    "like", "him", "into", "time", "has", "look", "two", "more", "write", "go", "see", "number",
-    "no", "way", "could", "people", "my", "than", "first", "water", "been", "call", "who",
-    "oil", "its", "now", "find", "long", "down", "day", "did", "get", "come", "made", "may",
-    "part", "over", "new", "sound", "take", "only", "little", "work", "know", "place", "year",
-    "live", "me", "back", "give", "most", "very", "after", "thing", "our", "just", "name",
-    "good", "sentence", "man", "think", "say", "great", "where", "help", "through", "much",
-    "before", "line", "right", "too", "mean", "old", "any", "same", "tell", "boy", "follow",
-    "came", "want", "show", "also", "around", "form", "three", "small", "set", "put", "end",
-    "does", "another", "well", "large", "must", "big", "even", "such", "because", "turn",
-    "here", "why", "ask", "went", "men", "read", "need", "land", "different", "home", "us",
-    "move", "try", "kind", "hand", "picture", "again", "change", "off", "play", "spell", "air",
-    "away", "animal", "house", "point", "page", "letter", "mother", "answer", "found", "study",
-    "still", "learn", "should", "world", "high", "every", "near", "add", "food", "between",
-    "own", "below", "country", "plant", "last", "school", "father", "keep", "tree", "never"};
+    "the",      "of",        "and",     "to",     "in",     "is",      "you",    "that",
+    "it",       "he",        "was",     "for",    "on",     "are",     "as",     "with",
+    "his",      "they",      "at",      "be",     "this",   "have",    "from",   "or",
+    "one",      "had",       "by",      "word",   "but",    "not",     "what",   "all",
+    "were",     "we",        "when",    "your",   "can",    "said",    "there",  "use",
+    "an",       "each",      "which",   "she",    "do",     "how",     "their",  "if",
+    "will",     "up",        "other",   "about",  "out",    "many",    "then",   "them",
+    "these",    "so",        "some",    "her",    "would",  "make",    "like",   "him",
+    "into",     "time",      "has",     "look",   "two",    "more",    "write",  "go",
+    "see",      "number",    "no",      "way",    "could",  "people",  "my",     "than",
+    "first",    "water",     "been",    "call",   "who",    "oil",     "its",    "now",
+    "find",     "long",      "down",    "day",    "did",    "get",     "come",   "made",
+    "may",      "part",      "over",    "new",    "sound",  "take",    "only",   "little",
+    "work",     "know",      "place",   "year",   "live",   "me",      "back",   "give",
+    "most",     "very",      "after",   "thing",  "our",    "just",    "name",   "good",
+    "sentence", "man",       "think",   "say",    "great",  "where",   "help",   "through",
+    "much",     "before",    "line",    "right",  "too",    "mean",    "old",    "any",
+    "same",     "tell",      "boy",     "follow", "came",   "want",    "show",   "also",
+    "around",   "form",      "three",   "small",  "set",    "put",     "end",    "does",
+    "another",  "well",      "large",   "must",   "big",    "even",    "such",   "because",
+    "turn",     "here",      "why",     "ask",    "went",   "men",     "read",   "need",
+    "land",     "different", "home",    "us",     "move",   "try",     "kind",   "hand",
+    "picture",  "again",     "change",  "off",    "play",   "spell",   "air",    "away",
+    "animal",   "house",     "point",   "page",   "letter", "mother",  "answer", "found",
+    "study",    "still",     "learn",   "should", "world",  "high",    "every",  "near",
+    "add",      "food",      "between", "own",    "below",  "country", "plant",  "last",
+    "school",   "father",    "keep",    "tree",   "never"};
 
 constexpr std::string_view kPasskeyTask =
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize "
@@ -135,10 +142,16 @@ std::vector<int64_t> GenerateArrivals(Arrival arrival, double rate_rps, double b
   for (int64_t k = 0; k < limit; ++k) {
     if (k > 0) {
       switch (arrival) {
-        case Arrival::kPoisson: t_s += exponential(rng); break;
-        case Arrival::kGamma: t_s += gamma(rng); break;
+        case Arrival::kPoisson:
+          t_s += exponential(rng);
+          break;
+        case Arrival::kGamma:
+          t_s += gamma(rng);
+          break;
         // k / rate rather than a running sum, so a long constant schedule does not drift.
-        case Arrival::kConstant: t_s = static_cast<double>(k) / rate_rps; break;
+        case Arrival::kConstant:
+          t_s = static_cast<double>(k) / rate_rps;
+          break;
       }
     }
     double t_ns = t_s * 1e9;
@@ -236,8 +249,7 @@ std::shared_ptr<const std::vector<Workload::FileEntry>> ParsePromptFile(const st
       if (prompt->empty()) throw SettingsError("prompts", where() + "\"prompt\" is empty");
       for (const auto& id : *prompt) {
         if (!id.is_number_integer() || id.get<int64_t>() < 0) {
-          throw SettingsError("prompts",
-                              where() + "a token-id \"prompt\" must hold integers >= 0");
+          throw SettingsError("prompts", where() + "a token-id \"prompt\" must hold integers >= 0");
         }
       }
     } else {

@@ -44,8 +44,8 @@ Slo ParseSlo(std::string_view text) {
       value = std::stod(value_text, &used);
       if (used != value_text.size()) throw std::invalid_argument("trailing");
     } catch (const std::exception&) {
-      throw SettingsError("slo", "'" + std::string(name) + "' needs a number, got '" +
-                                     value_text + "'");
+      throw SettingsError("slo",
+                          "'" + std::string(name) + "' needs a number, got '" + value_text + "'");
     }
     if (!(value > 0) || !std::isfinite(value)) {
       throw SettingsError("slo", "'" + std::string(name) + "' must be > 0 ms");
@@ -57,8 +57,8 @@ Slo ParseSlo(std::string_view text) {
     } else if (name == "e2e_ms") {
       slo.e2e_ms = value;
     } else {
-      throw SettingsError("slo", "unknown bound '" + std::string(name) +
-                                     "' (known: ttft_ms, tpot_ms, e2e_ms)");
+      throw SettingsError(
+          "slo", "unknown bound '" + std::string(name) + "' (known: ttft_ms, tpot_ms, e2e_ms)");
     }
   }
   return slo;
@@ -67,9 +67,17 @@ Slo ParseSlo(std::string_view text) {
 std::string FormatSlo(const Slo& slo) {
   std::ostringstream out;
   const char* sep = "";
-  if (slo.ttft_ms) { out << sep << "ttft_ms=" << *slo.ttft_ms; sep = ","; }
-  if (slo.tpot_ms) { out << sep << "tpot_ms=" << *slo.tpot_ms; sep = ","; }
-  if (slo.e2e_ms) { out << sep << "e2e_ms=" << *slo.e2e_ms; }
+  if (slo.ttft_ms) {
+    out << sep << "ttft_ms=" << *slo.ttft_ms;
+    sep = ",";
+  }
+  if (slo.tpot_ms) {
+    out << sep << "tpot_ms=" << *slo.tpot_ms;
+    sep = ",";
+  }
+  if (slo.e2e_ms) {
+    out << sep << "e2e_ms=" << *slo.e2e_ms;
+  }
   return out.str();
 }
 
@@ -91,8 +99,8 @@ void ValidateSettings(const LoadSettings& s) {
   if (s.warmup_requests < 0) throw SettingsError("warmup", "must be >= 0");
   int64_t bound = s.requests > 0 ? s.requests : 0;
   if (bound > 0 && s.warmup_requests >= bound) {
-    throw SettingsError("warmup", "must be smaller than the number of requests (" +
-                                      std::to_string(bound) + ")");
+    throw SettingsError(
+        "warmup", "must be smaller than the number of requests (" + std::to_string(bound) + ")");
   }
   if (!(s.request_timeout_s > 0) || !std::isfinite(s.request_timeout_s)) {
     throw SettingsError("timeout", "must be > 0 seconds");
@@ -136,14 +144,20 @@ void ValidateSettings(const LoadSettings& s) {
   if (s.realtime_priority < 0 || s.realtime_priority > 99) {
     throw SettingsError("realtime-priority", "must be 0 (off) or a SCHED_FIFO priority 1..99");
   }
+  if (!s.extra_body.is_null() && !s.extra_body.is_object()) {
+    throw SettingsError("extra-body", "must be a JSON object (its keys are added to each request)");
+  }
   if (s.max_schedule_bytes < 1) throw SettingsError("max-schedule-bytes", "must be >= 1");
 }
 
 std::string_view ArrivalName(Arrival arrival) {
   switch (arrival) {
-    case Arrival::kPoisson: return "poisson";
-    case Arrival::kGamma: return "gamma";
-    case Arrival::kConstant: return "constant";
+    case Arrival::kPoisson:
+      return "poisson";
+    case Arrival::kGamma:
+      return "gamma";
+    case Arrival::kConstant:
+      return "constant";
   }
   return "?";
 }
@@ -152,8 +166,8 @@ Arrival ParseArrival(std::string_view name) {
   if (name == "poisson") return Arrival::kPoisson;
   if (name == "gamma") return Arrival::kGamma;
   if (name == "constant") return Arrival::kConstant;
-  throw SettingsError("arrival", "unknown arrival '" + std::string(name) +
-                                     "' (known: poisson, gamma, constant)");
+  throw SettingsError(
+      "arrival", "unknown arrival '" + std::string(name) + "' (known: poisson, gamma, constant)");
 }
 
 std::string_view LoadModeName(LoadMode mode) {
@@ -162,10 +176,14 @@ std::string_view LoadModeName(LoadMode mode) {
 
 std::string_view LengthDistributionName(LengthDistributionKind kind) {
   switch (kind) {
-    case LengthDistributionKind::kConstant: return "constant";
-    case LengthDistributionKind::kUniform: return "uniform";
-    case LengthDistributionKind::kNormal: return "normal";
-    case LengthDistributionKind::kLogNormal: return "lognormal";
+    case LengthDistributionKind::kConstant:
+      return "constant";
+    case LengthDistributionKind::kUniform:
+      return "uniform";
+    case LengthDistributionKind::kNormal:
+      return "normal";
+    case LengthDistributionKind::kLogNormal:
+      return "lognormal";
   }
   return "?";
 }
@@ -181,9 +199,12 @@ LengthDistributionKind ParseLengthDistribution(std::string_view name, const std:
 
 std::string_view WorkloadName(WorkloadKind kind) {
   switch (kind) {
-    case WorkloadKind::kSynthetic: return "synthetic";
-    case WorkloadKind::kPasskey: return "passkey";
-    case WorkloadKind::kPromptFile: return "file";
+    case WorkloadKind::kSynthetic:
+      return "synthetic";
+    case WorkloadKind::kPasskey:
+      return "passkey";
+    case WorkloadKind::kPromptFile:
+      return "file";
   }
   return "?";
 }
@@ -192,8 +213,8 @@ WorkloadKind ParseWorkload(std::string_view name) {
   if (name == "synthetic") return WorkloadKind::kSynthetic;
   if (name == "passkey") return WorkloadKind::kPasskey;
   if (name == "file") return WorkloadKind::kPromptFile;
-  throw SettingsError("workload", "unknown workload '" + std::string(name) +
-                                      "' (known: synthetic, passkey, file)");
+  throw SettingsError(
+      "workload", "unknown workload '" + std::string(name) + "' (known: synthetic, passkey, file)");
 }
 
 }  // namespace kvgate::loadgen

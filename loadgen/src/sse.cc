@@ -1,10 +1,9 @@
 #include "kvgate/loadgen/sse.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 namespace kvgate::loadgen {
 namespace {
@@ -45,8 +44,8 @@ class ChunkScanner {
   bool choices_is_array = false;
   bool first_choice_seen = false;
   bool first_choice_is_object = false;
-  Text text;     // choices[0].text
-  Text content;  // choices[0].delta.content
+  Text text;               // choices[0].text
+  Text content;            // choices[0].delta.content
   bool has_usage = false;  // present and not null
   bool usage_is_object = false;
   int prompt_tokens = -1;
@@ -95,14 +94,24 @@ class ChunkScanner {
  private:
   enum class Kind { kObject, kArray, kString, kNull, kInteger, kOther };
   enum class Slot {
-    kNone, kRoot, kError, kErrorMessage, kChoices, kChoice0, kText, kDelta, kContent, kUsage,
-    kPromptTokens, kCompletionTokens,
+    kNone,
+    kRoot,
+    kError,
+    kErrorMessage,
+    kChoices,
+    kChoice0,
+    kText,
+    kDelta,
+    kContent,
+    kUsage,
+    kPromptTokens,
+    kCompletionTokens,
   };
   struct Frame {
-    Slot slot;       // what this container is
+    Slot slot;  // what this container is
     bool object;
-    Slot key_slot;   // objects: what the value after the current key is
-    int64_t index;   // arrays: index of the next element
+    Slot key_slot;  // objects: what the value after the current key is
+    int64_t index;  // arrays: index of the next element
   };
 
   static Slot KeySlot(Slot parent, std::string_view k) {
@@ -112,17 +121,20 @@ class ChunkScanner {
         if (k == "usage") return Slot::kUsage;
         if (k == "error") return Slot::kError;
         return Slot::kNone;
-      case Slot::kError: return k == "message" ? Slot::kErrorMessage : Slot::kNone;
+      case Slot::kError:
+        return k == "message" ? Slot::kErrorMessage : Slot::kNone;
       case Slot::kChoice0:
         if (k == "text") return Slot::kText;
         if (k == "delta") return Slot::kDelta;
         return Slot::kNone;
-      case Slot::kDelta: return k == "content" ? Slot::kContent : Slot::kNone;
+      case Slot::kDelta:
+        return k == "content" ? Slot::kContent : Slot::kNone;
       case Slot::kUsage:
         if (k == "prompt_tokens") return Slot::kPromptTokens;
         if (k == "completion_tokens") return Slot::kCompletionTokens;
         return Slot::kNone;
-      default: return Slot::kNone;
+      default:
+        return Slot::kNone;
     }
   }
 
@@ -141,7 +153,9 @@ class ChunkScanner {
 
   bool Value(Kind kind, int64_t integer, std::string* str, Slot slot) {
     switch (slot) {
-      case Slot::kRoot: root_is_object = kind == Kind::kObject; break;
+      case Slot::kRoot:
+        root_is_object = kind == Kind::kObject;
+        break;
       case Slot::kError:
         if (kind != Kind::kNull) has_error = true;
         if (kind == Kind::kString) error_message = *str;
@@ -157,8 +171,12 @@ class ChunkScanner {
         first_choice_seen = true;
         first_choice_is_object = kind == Kind::kObject;
         break;
-      case Slot::kText: SetText(text, kind, str); break;
-      case Slot::kContent: SetText(content, kind, str); break;
+      case Slot::kText:
+        SetText(text, kind, str);
+        break;
+      case Slot::kContent:
+        SetText(content, kind, str);
+        break;
       case Slot::kUsage:
         if (kind != Kind::kNull) {
           has_usage = true;
@@ -171,7 +189,8 @@ class ChunkScanner {
       case Slot::kCompletionTokens:
         if (kind == Kind::kInteger) completion_tokens = static_cast<int>(integer);
         break;
-      default: break;
+      default:
+        break;
     }
     return true;
   }
@@ -341,9 +360,8 @@ void CompletionStream::OnEvent(const SseEvent& event) {
     return;
   }
   // Completions carry choices[0].text; chat streams choices[0].delta.content.
-  const ChunkScanner::Text& text = chunk.text.state != ChunkScanner::Text::kAbsent
-                                       ? chunk.text
-                                       : chunk.content;
+  const ChunkScanner::Text& text =
+      chunk.text.state != ChunkScanner::Text::kAbsent ? chunk.text : chunk.content;
   if (text.state == ChunkScanner::Text::kBad) {
     malformed_reason_ = "choices[0].text is not a string: " + Excerpt(event.data);
     return;

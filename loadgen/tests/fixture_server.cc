@@ -11,13 +11,12 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-
 #include <chrono>
 #include <deque>
-#include <map>
-#include <vector>
 #include <limits>
+#include <map>
 #include <stdexcept>
+#include <vector>
 
 #ifdef __linux__
 #include <sys/prctl.h>
@@ -114,8 +113,7 @@ using State = FixtureServer::State;
 
 // Collects response bytes and writes them in as few syscalls as the timing allows.
 int64_t SteadyNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             Clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
       .count();
 }
 
@@ -224,7 +222,8 @@ awaitable<bool> ServeCompletion(State& state, beast::tcp_stream& stream,
     state.last_body = body;
   }
   if (body.is_discarded() || !body.is_object()) {
-    std::string err = R"({"error":{"message":"body is not JSON","type":"invalid_request_error","code":400}})";
+    std::string err =
+        R"({"error":{"message":"body is not JSON","type":"invalid_request_error","code":400}})";
     Output out(stream, false);
     out.Append(SimpleResponse(400, "Bad Request", "application/json", err, true));
     co_return co_await out.Flush();
@@ -254,10 +253,11 @@ awaitable<bool> ServeCompletion(State& state, beast::tcp_stream& stream,
     co_return false;
   }
   if (reply.kind == Kind::kHttpError) {
-    nlohmann::json err = {{"error",
-                           {{"message", "fixture error " + std::to_string(reply.status)},
-                            {"type", reply.status >= 500 ? "server_error" : "invalid_request_error"},
-                            {"code", reply.status}}}};
+    nlohmann::json err = {
+        {"error",
+         {{"message", "fixture error " + std::to_string(reply.status)},
+          {"type", reply.status >= 500 ? "server_error" : "invalid_request_error"},
+          {"code", reply.status}}}};
     Output out(stream, false);
     out.Append(SimpleResponse(reply.status, "Fixture Error", "application/json", err.dump(), true));
     co_return co_await out.Flush();
@@ -289,15 +289,16 @@ awaitable<bool> ServeCompletion(State& state, beast::tcp_stream& stream,
     co_await SleepUntil(state.io, due(std::max(tokens - 1, 0)));
     std::string text;
     for (int k = 0; k < tokens; ++k) text += " t" + std::to_string(k);
-    nlohmann::json response = {{"id", "cmpl-fixture"},
-                               {"object", "text_completion"},
-                               {"created", 0},
-                               {"model", model},
-                               {"choices", {{{"index", 0}, {"text", text}, {"finish_reason", "length"}}}},
-                               {"usage",
-                                {{"prompt_tokens", prompt_tokens},
-                                 {"completion_tokens", tokens},
-                                 {"total_tokens", prompt_tokens + tokens}}}};
+    nlohmann::json response = {
+        {"id", "cmpl-fixture"},
+        {"object", "text_completion"},
+        {"created", 0},
+        {"model", model},
+        {"choices", {{{"index", 0}, {"text", text}, {"finish_reason", "length"}}}},
+        {"usage",
+         {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", tokens},
+          {"total_tokens", prompt_tokens + tokens}}}};
     Output out(stream, false);
     out.Append(SimpleResponse(200, "OK", "application/json", response.dump(), true));
     co_return co_await out.Flush();
@@ -399,11 +400,13 @@ awaitable<void> Session(State& state, tcp::socket socket) {
       } else if (request.method() == http::verb::get && target == "/health") {
         out = SimpleResponse(200, "OK", "text/plain", "ok", keep_going);
       } else {
-        out = SimpleResponse(404, "Not Found", "application/json",
-                             R"({"error":{"message":"not found","type":"invalid_request_error","code":404}})",
-                             keep_going);
+        out = SimpleResponse(
+            404, "Not Found", "application/json",
+            R"({"error":{"message":"not found","type":"invalid_request_error","code":404}})",
+            keep_going);
       }
-      co_await asio::async_write(stream, asio::buffer(out), asio::redirect_error(use_awaitable, ec));
+      co_await asio::async_write(stream, asio::buffer(out),
+                                 asio::redirect_error(use_awaitable, ec));
       if (ec) co_return;
     }
     if (!keep_going) {
@@ -416,7 +419,8 @@ awaitable<void> Session(State& state, tcp::socket socket) {
 awaitable<void> AcceptLoop(State& state) {
   for (;;) {
     beast::error_code ec;
-    tcp::socket socket = co_await state.acceptor.async_accept(asio::redirect_error(use_awaitable, ec));
+    tcp::socket socket =
+        co_await state.acceptor.async_accept(asio::redirect_error(use_awaitable, ec));
     if (ec) {
       if (ec == asio::error::operation_aborted || !state.acceptor.is_open()) co_return;
       continue;

@@ -1,6 +1,7 @@
 #include "http_target.h"
 
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 namespace kvgate::loadgen::internal {
@@ -42,6 +43,9 @@ TEST(HttpTargetTest, BodyCarriesTheOpenAiFieldsTheGeneratorPromises) {
   EXPECT_EQ(body["ignore_eos"], true);
   settings.stream = false;
   EXPECT_FALSE(nlohmann::json::parse(RenderBody("m", spec, settings)).contains("stream_options"));
+  // A candidate's extra request fields are merged in at the top level.
+  settings.extra_body = {{"readkv", {{"read_bits", 2}}}};
+  EXPECT_EQ(nlohmann::json::parse(RenderBody("m", spec, settings))["readkv"]["read_bits"], 2);
 }
 
 TEST(HttpTargetTest, HeaderHasLengthAndRequestId) {

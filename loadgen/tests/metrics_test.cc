@@ -54,7 +54,7 @@ TEST(MetricsTest, PercentilesUseTheFloorRule) {
   std::vector<double> samples;
   for (int i = 100; i >= 1; --i) samples.push_back(i);  // unsorted on purpose
   LatencyStats stats = ComputeLatencyStats(samples);
-  EXPECT_EQ(stats.p50_ms, 51.0);  // sorted[floor(100 * 0.5)] = sorted[50]
+  EXPECT_EQ(stats.p50_ms, 51.0);   // sorted[floor(100 * 0.5)] = sorted[50]
   EXPECT_EQ(stats.p99_ms, 100.0);  // sorted[99]
   EXPECT_EQ(stats.p90_ms, 91.0);
   EXPECT_EQ(stats.min_ms, 1.0);
@@ -131,11 +131,13 @@ TEST(ValidityTest, OnScheduleOpenLoopRunIsValid) {
 
 TEST(ValidityTest, SendLagAboveThresholdIsInvalidWithTheReason) {
   std::vector<RequestRecord> records;
-  for (int i = 0; i < 100; ++i) records.push_back(Completed(i, i * 10.0, 5, 1, 2, i >= 97 ? 3.0 : 0.1));
+  for (int i = 0; i < 100; ++i)
+    records.push_back(Completed(i, i * 10.0, 5, 1, 2, i >= 97 ? 3.0 : 0.1));
   Validity v = CheckValidity(records, LoadMode::kOpenLoop, {});
   EXPECT_FALSE(v.valid);
   ASSERT_EQ(v.reasons.size(), 1u);
-  EXPECT_NE(v.reasons[0].find("P99 send lag 3.000 ms > 1.000 ms"), std::string::npos) << v.reasons[0];
+  EXPECT_NE(v.reasons[0].find("P99 send lag 3.000 ms > 1.000 ms"), std::string::npos)
+      << v.reasons[0];
   EXPECT_EQ(v.ResultLine().rfind("Result is : INVALID (P99 send lag", 0), 0u);
   ValidityThresholds loose;
   loose.max_send_lag_p99_ms = 5.0;

@@ -45,8 +45,8 @@ TEST(ReportTest, SummaryTableEndsWithTheResultLine) {
   EXPECT_TRUE(text.ends_with(result.validity.ResultLine() + "\n")) << text;
   result.validity.valid = false;
   result.validity.reasons = {"P99 send lag 3.000 ms > 1.000 ms"};
-  EXPECT_TRUE(FormatSummary(result).ends_with(
-      "Result is : INVALID (P99 send lag 3.000 ms > 1.000 ms)\n"));
+  EXPECT_TRUE(
+      FormatSummary(result).ends_with("Result is : INVALID (P99 send lag 3.000 ms > 1.000 ms)\n"));
 }
 
 TEST(ReportTest, ResultJsonHasSummaryValidityAndEveryRecord) {

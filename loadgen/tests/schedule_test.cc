@@ -15,7 +15,8 @@ namespace {
 // Gaps in seconds.
 std::vector<double> Gaps(const std::vector<int64_t>& arrivals) {
   std::vector<double> gaps;
-  for (size_t i = 1; i < arrivals.size(); ++i) gaps.push_back((arrivals[i] - arrivals[i - 1]) * 1e-9);
+  for (size_t i = 1; i < arrivals.size(); ++i)
+    gaps.push_back((arrivals[i] - arrivals[i - 1]) * 1e-9);
   return gaps;
 }
 

@@ -30,11 +30,23 @@ TEST(SettingsTest, EachBadFieldIsNamed) {
   std::vector<Case> cases = {
       {"rate", [](LoadSettings& s) { s.rate_rps = 0; }},
       {"rate", [](LoadSettings& s) { s.rate_rps = std::numeric_limits<double>::infinity(); }},
-      {"burstiness", [](LoadSettings& s) { s.arrival = Arrival::kGamma; s.burstiness = -1; }},
-      {"concurrency", [](LoadSettings& s) { s.mode = LoadMode::kClosedLoop; s.concurrency = 0; }},
+      {"burstiness",
+       [](LoadSettings& s) {
+         s.arrival = Arrival::kGamma;
+         s.burstiness = -1;
+       }},
+      {"concurrency",
+       [](LoadSettings& s) {
+         s.mode = LoadMode::kClosedLoop;
+         s.concurrency = 0;
+       }},
       {"requests", [](LoadSettings& s) { s.requests = -1; }},
       {"duration", [](LoadSettings& s) { s.duration_s = -2; }},
-      {"warmup", [](LoadSettings& s) { s.requests = 10; s.warmup_requests = 10; }},
+      {"warmup",
+       [](LoadSettings& s) {
+         s.requests = 10;
+         s.warmup_requests = 10;
+       }},
       {"timeout", [](LoadSettings& s) { s.request_timeout_s = 0; }},
       {"input-len", [](LoadSettings& s) { s.workload.input.mean = 0; }},
       {"output-len", [](LoadSettings& s) { s.workload.output.spread = -1; }},
@@ -53,6 +65,8 @@ TEST(SettingsTest, EachBadFieldIsNamed) {
       {"max-send-lag-p99-ms", [](LoadSettings& s) { s.validity.max_send_lag_p99_ms = 0; }},
       {"max-connections", [](LoadSettings& s) { s.max_connections = 0; }},
       {"spin-us", [](LoadSettings& s) { s.spin_us = -1; }},
+      {"realtime-priority", [](LoadSettings& s) { s.realtime_priority = 100; }},
+      {"extra-body", [](LoadSettings& s) { s.extra_body = nlohmann::json::array({1}); }},
   };
   for (const Case& c : cases) {
     LoadSettings settings;
@@ -77,7 +91,8 @@ TEST(SettingsTest, NamesRoundTrip) {
   for (Arrival a : {Arrival::kPoisson, Arrival::kGamma, Arrival::kConstant}) {
     EXPECT_EQ(ParseArrival(ArrivalName(a)), a);
   }
-  for (WorkloadKind k : {WorkloadKind::kSynthetic, WorkloadKind::kPasskey, WorkloadKind::kPromptFile}) {
+  for (WorkloadKind k :
+       {WorkloadKind::kSynthetic, WorkloadKind::kPasskey, WorkloadKind::kPromptFile}) {
     EXPECT_EQ(ParseWorkload(WorkloadName(k)), k);
   }
   EXPECT_EQ(ParseLengthDistribution("lognormal", "x"), LengthDistributionKind::kLogNormal);

@@ -90,7 +90,9 @@ TEST(SseParserTest, StripsOnlyOneLeadingSpaceAndKeepsColonsInValue) {
 }
 
 TEST(SseParserTest, DropsLeadingByteOrderMarkEvenWhenSplit) {
-  std::string stream = "\xEF\xBB\xBF" "data: x\n\n";
+  std::string stream =
+      "\xEF\xBB\xBF"
+      "data: x\n\n";
   for (size_t cut = 1; cut < 4; ++cut) {
     auto events = ParseInPieces(stream, {cut});
     ASSERT_EQ(events.size(), 1u) << "cut " << cut;
@@ -141,7 +143,8 @@ TEST(SseParserTest, OversizedLineStopsTheParser) {
 }
 
 std::string Chunk(std::string_view text) {
-  return "data: {\"id\":\"c\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"" +
+  return "data: "
+         "{\"id\":\"c\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"" +
          std::string(text) + "\",\"finish_reason\":null}],\"usage\":null}\n\n";
 }
 const std::string kUsage =
@@ -222,8 +225,8 @@ TEST(CompletionStreamTest, ErrorEventIsAStreamErrorWithItsMessage) {
 }
 
 TEST(CompletionStreamTest, SplitEverywhereGivesTheSameTokensAndUsage) {
-  const std::string all = Chunk(" a") + Chunk("") + ": ping\n" + Chunk(" b") + kUsage +
-                          "data: [DONE]\n\n";
+  const std::string all =
+      Chunk(" a") + Chunk("") + ": ping\n" + Chunk(" b") + kUsage + "data: [DONE]\n\n";
   for (size_t cut = 0; cut <= all.size(); ++cut) {
     CompletionStream stream;
     stream.Feed(std::string_view(all).substr(0, cut), 1);

@@ -28,7 +28,7 @@ namespace {
 
 std::atomic<bool> g_stop_requested{false};
 
-extern "C" void OnStopSignal(int) { g_stop_requested.store(true); }
+extern "C" void OnSuiteStopSignal(int) { g_stop_requested.store(true); }
 
 // Installs the stop handlers for the lifetime of one run and restores the old ones after.
 class StopSignals {
@@ -36,7 +36,7 @@ class StopSignals {
   StopSignals() {
     g_stop_requested.store(false);
     struct sigaction action {};
-    action.sa_handler = OnStopSignal;
+    action.sa_handler = OnSuiteStopSignal;
     sigemptyset(&action.sa_mask);
     sigaction(SIGINT, &action, &old_int_);
     sigaction(SIGTERM, &action, &old_term_);

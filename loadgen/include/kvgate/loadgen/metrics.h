@@ -34,12 +34,12 @@ struct Summary {
   std::map<std::string, int64_t> errors_by_cause;  // RequestRecord::error_cause -> count
   int64_t missing_usage = 0;  // completed requests whose server sent no `usage`
 
-  double duration_s = 0;                // the denominator of every rate below
-  double request_throughput_rps = 0;    // completed / duration
-  int64_t total_input_tokens = 0;       // from `usage`, completed requests
+  double duration_s = 0;              // the denominator of every rate below
+  double request_throughput_rps = 0;  // completed / duration
+  int64_t total_input_tokens = 0;     // from `usage`, completed requests
   int64_t total_output_tokens = 0;
-  double input_token_throughput = 0;    // tokens/s
-  double output_token_throughput = 0;   // tokens/s
+  double input_token_throughput = 0;   // tokens/s
+  double output_token_throughput = 0;  // tokens/s
 
   // Goodput = completed requests meeting every SLO bound / duration. With an empty SLO every
   // completed request is good. Attainment = good / measured requests (errors count as not good).

@@ -17,21 +17,21 @@
 namespace kvgate::loadgen {
 
 struct RequestRecord {
-  int64_t index = 0;       // position in the seeded schedule (0-based)
-  bool warmup = false;     // excluded from metrics
+  int64_t index = 0;    // position in the seeded schedule (0-based)
+  bool warmup = false;  // excluded from metrics
   int64_t scheduled_ns = 0;
-  int64_t sent_ns = -1;         // first byte of the request written; -1 if never sent
-  int64_t first_token_ns = -1;  // first non-empty token chunk; -1 if none arrived
-  int64_t end_ns = -1;          // last chunk / response complete / failure noticed
+  int64_t sent_ns = -1;           // first byte of the request written; -1 if never sent
+  int64_t first_token_ns = -1;    // first non-empty token chunk; -1 if none arrived
+  int64_t end_ns = -1;            // last chunk / response complete / failure noticed
   std::vector<int64_t> chunk_ns;  // arrival of every non-empty token chunk, in order
   // When the generator began this request: took an idle pooled connection or started to
   // connect; -1 if it never did (it waited for a free connection until its timeout). A request
   // that failed to connect has issued_ns but no sent_ns.
   int64_t issued_ns = -1;
-  int prompt_tokens = -1;         // from the server's `usage`; -1 when it sent none
-  int completion_tokens = -1;     // from the server's `usage`; -1 when it sent none
-  int max_tokens = 0;             // what was asked for
-  int http_status = 0;            // 0 when no HTTP response arrived
+  int prompt_tokens = -1;      // from the server's `usage`; -1 when it sent none
+  int completion_tokens = -1;  // from the server's `usage`; -1 when it sent none
+  int max_tokens = 0;          // what was asked for
+  int http_status = 0;         // 0 when no HTTP response arrived
   // Empty when the request succeeded; otherwise one of: "connect", "timeout", "http_4xx",
   // "http_5xx", "reset", "malformed_sse", "incomplete" (stream ended without [DONE]),
   // "http_other" (a status other than 200 below 400), "http_protocol" (the response is not

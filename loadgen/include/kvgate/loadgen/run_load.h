@@ -41,7 +41,7 @@ class TargetError : public std::runtime_error {
 
 // Live progress, written by the run's thread and readable from any thread (e.g. a progress bar).
 struct LiveCounters {
-  std::atomic<int64_t> total{0};     // requests in the run (known once the schedule is built)
+  std::atomic<int64_t> total{0};  // requests in the run (known once the schedule is built)
   std::atomic<int64_t> sent{0};
   std::atomic<int64_t> finished{0};  // completed + errored
   std::atomic<int64_t> errored{0};

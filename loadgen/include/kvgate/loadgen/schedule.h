@@ -7,10 +7,9 @@
 // from several threads.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -29,7 +28,7 @@ std::vector<int64_t> GenerateArrivals(Arrival arrival, double rate_rps, double b
 struct RequestSpec {
   nlohmann::json prompt;  // a string, or an array of token ids (prompt files only)
   int max_tokens = 0;
-  int64_t passkey = -1;   // the hidden key for passkey prompts, -1 otherwise
+  int64_t passkey = -1;  // the hidden key for passkey prompts, -1 otherwise
 };
 
 // The passkey prompt of product.md ("Definitions to use"; the Landmark-Attention/LongLoRA

@@ -6,9 +6,8 @@
 // Plain data; copyable; no thread-safety concerns.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -97,7 +96,7 @@ std::string FormatSlo(const Slo& slo);
 
 // When a run is marked INVALID (the generator could not hold its own schedule).
 struct ValidityThresholds {
-  double max_send_lag_p99_ms = 1.0;        // P99 of (sent - scheduled), milliseconds
+  double max_send_lag_p99_ms = 1.0;          // P99 of (sent - scheduled), milliseconds
   double min_achieved_rate_fraction = 0.99;  // achieved send rate / scheduled rate (open loop)
 };
 
@@ -125,9 +124,9 @@ struct LoadSettings {
   ValidityThresholds validity;
 
   // Request body options (OpenAI completions API).
-  bool stream = true;         // SSE streaming; false measures TTFT = E2E
-  double temperature = 0.0;   // 0 = greedy
-  bool ignore_eos = true;     // so A and B generate the same number of tokens
+  bool stream = true;        // SSE streaming; false measures TTFT = E2E
+  double temperature = 0.0;  // 0 = greedy
+  bool ignore_eos = true;    // so A and B generate the same number of tokens
   // Merged into every request body last (top-level keys), e.g. {"readkv": {"read_bits": 4}}
   // for a ReadKV candidate; null or an object.
   nlohmann::json extra_body;

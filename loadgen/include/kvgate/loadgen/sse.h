@@ -51,8 +51,8 @@ class SseParser {
   std::string event_type_;
   std::string last_id_;
   bool has_data_ = false;
-  bool after_cr_ = false;    // previous byte was CR: a following LF belongs to the same break
-  bool at_start_ = true;     // BOM check
+  bool after_cr_ = false;  // previous byte was CR: a following LF belongs to the same break
+  bool at_start_ = true;   // BOM check
   bool overflowed_ = false;
   int64_t events_ = 0;
 };

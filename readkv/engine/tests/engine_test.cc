@@ -1,0 +1,327 @@
+// Scheduler tests against TableDecodeModel (a fixed-table stand-in, see its header): they pin
+// batching, streaming, stopping, cancellation and draining, not model quality.
+#include "readkv/engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "table_decode_model.h"
+
+namespace readkv::engine {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::TableDecodeModel;
+
+struct Outcome {
+  std::string text;
+  int token_events = 0;
+  GenerationEvent finished;
+  bool got_finished = false;
+};
+
+// Reads events until the kFinished one (bounded in time).
+Outcome Await(RequestChannel& channel, milliseconds timeout = milliseconds(10000)) {
+  Outcome out;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto event = channel.WaitPop(milliseconds(50));
+    if (!event) continue;
+    out.text += event->text;
+    if (event->kind == GenerationEvent::Kind::kToken) {
+      ++out.token_events;
+    } else {
+      out.finished = *event;
+      out.got_finished = true;
+      break;
+    }
+  }
+  return out;
+}
+
+CompletionRequest Request(const std::string& prompt, int max_tokens, double temperature = 0.0) {
+  CompletionRequest request;
+  ByteTokenizer tokenizer;
+  request.prompt = tokenizer.Encode(prompt);
+  request.params.max_tokens = max_tokens;
+  request.params.temperature = temperature;
+  return request;
+}
+
+std::string Complete(Engine& engine, CompletionRequest request) {
+  auto channel = std::make_shared<RequestChannel>();
+  EXPECT_EQ(engine.Submit(std::move(request), channel), SubmitStatus::kAccepted);
+  Outcome out = Await(*channel);
+  EXPECT_TRUE(out.got_finished);
+  return out.text;
+}
+
+EngineOptions Options(int max_batch, int max_waiting) {
+  EngineOptions options;
+  options.max_batch = max_batch;
+  options.max_waiting = max_waiting;
+  return options;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  ByteTokenizer tokenizer_;
+};
+
+TEST_F(EngineTest, CompletesToMaxTokensWithUsage) {
+  TableDecodeModel model;
+  Engine engine(model, tokenizer_, EngineOptions{});
+  auto channel = std::make_shared<RequestChannel>();
+  ASSERT_EQ(engine.Submit(Request("Hello", 6), channel), SubmitStatus::kAccepted);
+  Outcome out = Await(*channel);
+  ASSERT_TRUE(out.got_finished);
+  EXPECT_EQ(out.finished.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(out.finished.prompt_tokens, 6);  // BOS + 5 bytes
+  EXPECT_EQ(out.finished.completion_tokens, 6);
+  EXPECT_EQ(out.token_events, 6);
+  // The table model continues its text from the sequence length (6 after the prompt).
+  EXPECT_EQ(out.text, std::string("The grass is green. ").substr(6, 6));
+  engine.Shutdown(milliseconds(1000));
+  EXPECT_EQ(model.live_sequences(), 0);
+  EXPECT_EQ(engine.counters().finished, 1);
+}
+
+TEST_F(EngineTest, GreedyOutputIsTheSameAloneAndInABatchThatNeverExceedsMaxBatch) {
+  TableDecodeModel::Options options;
+  options.step_delay = std::chrono::microseconds(2000);  // a window for the batch to fill
+  TableDecodeModel model(options);
+  Engine engine(model, tokenizer_, Options(4, 16));
+  const std::string alone = Complete(engine, Request("abc", 60));
+  std::vector<std::shared_ptr<RequestChannel>> channels;
+  for (int i = 0; i < 8; ++i) {
+    channels.push_back(std::make_shared<RequestChannel>());
+    const std::string prompt = i == 5 ? "abc" : std::string(static_cast<size_t>(i + 1), 'x');
+    ASSERT_EQ(engine.Submit(Request(prompt, 60), channels.back()), SubmitStatus::kAccepted);
+  }
+  std::vector<Outcome> outs;
+  for (auto& channel : channels) outs.push_back(Await(*channel));
+  EXPECT_EQ(outs[5].text, alone);
+  EXPECT_GE(engine.counters().max_batch_seen, 2);
+  EXPECT_LE(engine.counters().max_batch_seen, 4);
+  EXPECT_EQ(engine.counters().finished, 9);
+}
+
+TEST_F(EngineTest, RequestsJoinARunningBatchWithoutWaitingForItToFinish) {
+  TableDecodeModel::Options options;
+  options.step_delay = std::chrono::microseconds(2000);
+  TableDecodeModel model(options);
+  Engine engine(model, tokenizer_, Options(4, 4));
+  auto long_channel = std::make_shared<RequestChannel>();
+  ASSERT_EQ(engine.Submit(Request("long", 200), long_channel), SubmitStatus::kAccepted);
+  ASSERT_TRUE(long_channel->WaitPop(milliseconds(5000)).has_value());  // it is running
+  const std::string short_text = Complete(engine, Request("short", 3));
+  EXPECT_EQ(short_text.size(), 3u);
+  // The short request finished while the long one was still generating.
+  EXPECT_EQ(engine.counters().running, 1);
+  Outcome long_out = Await(*long_channel);
+  EXPECT_EQ(long_out.finished.completion_tokens, 200);
+}
+
+TEST_F(EngineTest, RejectsBeyondTheWaitingQueue) {
+  TableDecodeModel::Options options;
+  options.step_delay = std::chrono::microseconds(2000);
+  TableDecodeModel model(options);
+  Engine engine(model, tokenizer_, Options(1, 1));
+  auto a = std::make_shared<RequestChannel>();
+  auto b = std::make_shared<RequestChannel>();
+  auto c = std::make_shared<RequestChannel>();
+  ASSERT_EQ(engine.Submit(Request("a", 100), a), SubmitStatus::kAccepted);
+  ASSERT_EQ(engine.Submit(Request("b", 100), b), SubmitStatus::kAccepted);
+  EXPECT_EQ(engine.Submit(Request("c", 100), c), SubmitStatus::kQueueFull);
+  EXPECT_EQ(engine.counters().rejected_queue_full, 1);
+  EXPECT_EQ(engine.metrics().ErrorCount("queue_full"), 1.0);
+  a->Cancel();
+  b->Cancel();
+  EXPECT_TRUE(Await(*a).got_finished);
+  EXPECT_TRUE(Await(*b).got_finished);
+}
+
+TEST_F(EngineTest, StopStringEndsTheCompletionBeforeIt) {
+  TableDecodeModel model;
+  Engine engine(model, tokenizer_, EngineOptions{});
+  CompletionRequest request = Request("x", 100);  // length 2: generates from "e grass is ..."
+  request.params.stop = {"is"};
+  auto channel = std::make_shared<RequestChannel>();
+  ASSERT_EQ(engine.Submit(std::move(request), channel), SubmitStatus::kAccepted);
+  Outcome out = Await(*channel);
+  EXPECT_EQ(out.finished.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(out.text, "e grass ");
+  EXPECT_EQ(out.finished.completion_tokens, 10);  // the tokens of "is" were generated
+}
+
+TEST_F(EngineTest, EosStopsUnlessIgnored) {
+  TableDecodeModel::Options options;
+  options.eos_at_length = 8;
+  TableDecodeModel model(options);
+  Engine engine(model, tokenizer_, EngineOptions{});
+  auto channel = std::make_shared<RequestChannel>();
+  ASSERT_EQ(engine.Submit(Request("ab", 50), channel), SubmitStatus::kAccepted);  // length 3
+  Outcome out = Await(*channel);
+  EXPECT_EQ(out.finished.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(out.finished.completion_tokens, 6);  // lengths 3..8; the EOS counts, adds no text
+  EXPECT_EQ(out.text.size(), 5u);
+
+  CompletionRequest ignoring = Request("ab", 50);
+  ignoring.params.ignore_eos = true;
+  auto channel2 = std::make_shared<RequestChannel>();
+  ASSERT_EQ(engine.Submit(std::move(ignoring), channel2), SubmitStatus::kAccepted);
+  Outcome out2 = Await(*channel2);
+  EXPECT_EQ(out2.finished.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(out2.finished.completion_tokens, 50);
+  EXPECT_EQ(out2.text.size(), 49u);
+}
+
+TEST_F(EngineTest, SeededSamplingRepeatsAndDifferentSeedsDiffer) {
+  TableDecodeModel model;
+  Engine engine(model, tokenizer_, EngineOptions{});
+  auto sampled = [&](uint64_t seed) {
+    CompletionRequest request = Request("seed", 64, 1.0);
+    request.params.seed = seed;
+    return Complete(engine, std::move(request));
+  };
+  EXPECT_EQ(sampled(5), sampled(5));
+  EXPECT_NE(sampled(5), sampled(6));
+}
+
+TEST_F(EngineTest, CancelledRequestEndsAtTheNextStepAndItsKvIsFreed) {
+  TableDecodeModel::Options options;
+  options.step_delay = std::chrono::microseconds(1000);
+  TableDecodeModel model(options);
+  Engine engine(model, tokenizer_, EngineOptions{});
+  auto channel = std::make_shared<RequestChannel>();
+  ASSERT_EQ(engine.Submit(Request("cancel me", 400), channel), SubmitStatus::kAccepted);
+  ASSERT_TRUE(channel->WaitPop(milliseconds(5000)).has_value());
+  channel->Cancel();
+  Outcome out = Await(*channel);
+  ASSERT_TRUE(out.got_finished);
+  EXPECT_EQ(out.finished.finish_reason, FinishReason::kCancelled);
+  EXPECT_LT(out.finished.completion_tokens, 400);
+  EXPECT_EQ(model.live_sequences(), 0);
+  EXPECT_EQ(model.started(), model.ended());
+  EXPECT_EQ(engine.counters().cancelled, 1);
+  EXPECT_EQ(engine.metrics().FinishedCount(FinishReason::kCancelled), 1.0);
+}
+
+TEST_F(EngineTest, AnInvalidReadPolicyEndsWithAnInvalidRequestError) {
+  TableDecodeModel model;
+  Engine engine(model, tokenizer_, EngineOptions{});
+  CompletionRequest request = Request("p", 4);
+  request.read_policy.read_bits = 99.0;
+  auto channel = std::make_shared<RequestChannel>();
+  ASSERT_EQ(engine.Submit(std::move(request), channel), SubmitStatus::kAccepted);
+  Outcome out = Await(*channel);
+  EXPECT_EQ(out.finished.finish_reason, FinishReason::kError);
+  EXPECT_EQ(out.finished.error, ErrorKind::kInvalidRequest);
+  EXPECT_NE(out.finished.error_message.find("read_bits"), std::string::npos);
+  // The engine keeps serving.
+  EXPECT_EQ(Complete(engine, Request("p", 4)).size(), 4u);
+}
+
+TEST_F(EngineTest, ShutdownLetsInFlightRequestsFinishWithinTheGrace) {
+  TableDecodeModel::Options options;
+  options.step_delay = std::chrono::microseconds(500);
+  TableDecodeModel model(options);
+  Engine engine(model, tokenizer_, EngineOptions{});
+  auto channel = std::make_shared<RequestChannel>();
+  ASSERT_EQ(engine.Submit(Request("drain", 40), channel), SubmitStatus::kAccepted);
+  engine.Shutdown(milliseconds(10000));
+  Outcome out = Await(*channel, milliseconds(100));
+  EXPECT_EQ(out.finished.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(out.finished.completion_tokens, 40);
+  EXPECT_EQ(engine.Submit(Request("late", 4), std::make_shared<RequestChannel>()),
+            SubmitStatus::kShuttingDown);
+}
+
+TEST_F(EngineTest, ShutdownCancelsWhatIsLeftAfterTheGraceWithAnError) {
+  TableDecodeModel::Options options;
+  options.step_delay = std::chrono::microseconds(2000);
+  TableDecodeModel model(options);
+  Engine engine(model, tokenizer_, Options(1, 4));
+  auto running = std::make_shared<RequestChannel>();
+  auto queued = std::make_shared<RequestChannel>();
+  ASSERT_EQ(engine.Submit(Request("one", 400), running), SubmitStatus::kAccepted);
+  ASSERT_EQ(engine.Submit(Request("two", 400), queued), SubmitStatus::kAccepted);
+  ASSERT_TRUE(running->WaitPop(milliseconds(5000)).has_value());
+  engine.Shutdown(milliseconds(20));
+  for (auto* channel : {running.get(), queued.get()}) {
+    Outcome out = Await(*channel, milliseconds(100));
+    ASSERT_TRUE(out.got_finished);
+    EXPECT_EQ(out.finished.finish_reason, FinishReason::kError);
+    EXPECT_EQ(out.finished.error, ErrorKind::kShuttingDown);
+  }
+  EXPECT_EQ(model.live_sequences(), 0);
+  EXPECT_EQ(engine.metrics().ErrorCount("shutting_down"), 2.0);
+}
+
+TEST_F(EngineTest, KvLimitHoldsRequestsBackButNeverStarvesAnEmptyBatch) {
+  TableDecodeModel::Options options;
+  options.kv_bytes_limit = 1;  // "full" as soon as anything is held
+  options.step_delay = std::chrono::microseconds(1000);
+  TableDecodeModel model(options);
+  Engine engine(model, tokenizer_, Options(4, 8));
+  auto first = std::make_shared<RequestChannel>();
+  ASSERT_EQ(engine.Submit(Request("kv", 100), first), SubmitStatus::kAccepted);
+  ASSERT_TRUE(first->WaitPop(milliseconds(5000)).has_value());  // running, holding KV
+  std::vector<std::shared_ptr<RequestChannel>> later;
+  for (int i = 0; i < 2; ++i) {
+    later.push_back(std::make_shared<RequestChannel>());
+    ASSERT_EQ(engine.Submit(Request("kv", 5), later.back()), SubmitStatus::kAccepted);
+  }
+  std::this_thread::sleep_for(milliseconds(20));
+  EXPECT_EQ(engine.counters().waiting, 2);  // batch room, but no KV room
+  EXPECT_EQ(engine.counters().running, 1);
+  EXPECT_EQ(Await(*first).finished.completion_tokens, 100);
+  for (auto& channel : later) EXPECT_EQ(Await(*channel).finished.completion_tokens, 5);
+}
+
+TEST_F(EngineTest, ExportsTheVllmSeriesAndTheLedgers) {
+  TableDecodeModel model;
+  Engine engine(model, tokenizer_,
+                EngineOptions{.max_batch = 8, .max_waiting = 64, .model_name = "served"});
+  Complete(engine, Request("metrics", 5));
+  engine.Shutdown(milliseconds(1000));
+  std::map<std::string, const prometheus::MetricFamily*> by_name;
+  const auto families = engine.metrics().Collect();
+  for (const auto& family : families) by_name[family.name] = &family;
+  for (const char* name :
+       {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+        "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+        "vllm:e2e_request_latency_seconds", "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total", "vllm:request_success_total",
+        "readkv_logical_read_bytes_total", "readkv_read_depth", "readkv_capacity_bytes"}) {
+    ASSERT_TRUE(by_name.count(name)) << name;
+    for (const auto& metric : by_name[name]->metric) {
+      bool has_backend = false;
+      for (const auto& label : metric.label) {
+        has_backend |= label.name == "kv_backend" && label.value == "readkv";
+      }
+      EXPECT_TRUE(has_backend) << name;
+    }
+  }
+  EXPECT_EQ(by_name["vllm:generation_tokens_total"]->metric[0].counter.value, 5.0);
+  EXPECT_EQ(by_name["vllm:prompt_tokens_total"]->metric[0].counter.value, 8.0);
+  EXPECT_EQ(by_name["vllm:time_to_first_token_seconds"]->metric[0].histogram.sample_count, 1u);
+  EXPECT_EQ(by_name["vllm:inter_token_latency_seconds"]->metric[0].histogram.sample_count, 4u);
+  EXPECT_GT(by_name["readkv_logical_read_bytes_total"]->metric[0].counter.value, 0.0);
+}
+
+TEST(GeometricBucketsTest, CoverTheRangeAtTheRequestedResolution) {
+  const auto bounds = GeometricBuckets(0.001, 120.0, 16);
+  EXPECT_DOUBLE_EQ(bounds.front(), 0.001);
+  EXPECT_GE(bounds.back(), 120.0);
+  for (size_t i = 1; i < bounds.size(); ++i) EXPECT_NEAR(bounds[i] / bounds[i - 1], 1.0443, 1e-3);
+  EXPECT_THROW(GeometricBuckets(0.0, 1.0, 4), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace readkv::engine

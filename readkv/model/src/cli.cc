@@ -1,0 +1,262 @@
+#include "readkv/model/cli.h"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <iostream>
+
+#include "readkv/codec/errors.h"
+#include "readkv/model/evaluation.h"
+#include "readkv/model/model_calibration.h"
+#include "readkv/model/tokenizer.h"
+#include "readkv/model/training.h"
+
+namespace readkv::model {
+
+RuntimeFlags::RuntimeFlags(CLI::App& cmd) {
+  cmd.add_option("--kv", options_.kv.kind, "KV cache: dense | fp8 | readkv")
+      ->capture_default_str();
+  cmd.add_option("--store-bits", options_.kv.store_bits, "ReadKV stored bits W")
+      ->capture_default_str();
+  cmd.add_option("--read-bits", options_.kv.read_bits, "ReadKV average read bits R")
+      ->capture_default_str();
+  cmd.add_option("--reader", options_.kv.reader, "ReadKV reader: flexible | constrained")
+      ->capture_default_str();
+  cmd.add_option("--kv-split", kv_split_, "ReadKV K/V split RK:RV (flexible reader)");
+  cmd.add_option("--fp8-scale", fp8_scale_, "FP8 scales: tensor (per layer) | head")
+      ->capture_default_str();
+  cmd.add_option("--prefill", prefill_,
+                 "prompt attention: dense (exact within the prompt) | cache (through the KV "
+                 "backend, token by token)")
+      ->capture_default_str();
+  cmd.add_option("--device", options_.device, "cpu | cuda | cuda:N")->capture_default_str();
+  cmd.add_option("--dtype", options_.dtype, "float32 | bfloat16 | float16")
+      ->capture_default_str();
+  cmd.add_option("--threads", options_.threads, "torch intra-op threads (0 = default)");
+  cmd.add_option("--calibration", options_.calibration_path,
+                 "calibration.json (default: beside the model)");
+}
+
+std::pair<double, double> ParseKvSplit(const std::string& text) {
+  const size_t colon = text.find(':');
+  try {
+    if (colon == std::string::npos) throw std::invalid_argument("no colon");
+    size_t used = 0;
+    const double k = std::stod(text.substr(0, colon), &used);
+    if (used != colon) throw std::invalid_argument("trailing text");
+    const std::string rest = text.substr(colon + 1);
+    const double v = std::stod(rest, &used);
+    if (used != rest.size()) throw std::invalid_argument("trailing text");
+    return {k, v};
+  } catch (const std::logic_error&) {
+    throw codec::InvalidArgument("kv_split", "must be RK:RV, e.g. 3:5, got \"" + text + "\"");
+  }
+}
+
+RuntimeOptions RuntimeFlags::Resolve() const {
+  RuntimeOptions o = options_;
+  if (!kv_split_.empty()) {
+    const auto [k, v] = ParseKvSplit(kv_split_);
+    o.kv.key_bits = k;
+    o.kv.value_bits = v;
+  }
+  if (fp8_scale_ == "tensor") {
+    o.kv.fp8_scale = codec::Fp8ScaleGranularity::kTensor;
+  } else if (fp8_scale_ == "head") {
+    o.kv.fp8_scale = codec::Fp8ScaleGranularity::kHead;
+  } else {
+    throw codec::InvalidArgument("fp8_scale", "must be tensor or head, got \"" + fp8_scale_ + "\"");
+  }
+  if (prefill_ == "dense") {
+    o.kv.prefill = PrefillAttention::kDense;
+  } else if (prefill_ == "cache") {
+    o.kv.prefill = PrefillAttention::kThroughCache;
+  } else {
+    throw codec::InvalidArgument("prefill", "must be dense or cache, got \"" + prefill_ + "\"");
+  }
+  try {
+    ValidateRuntimeOptions(o);
+  } catch (const codec::InvalidArgument&) {
+    throw;
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    throw codec::InvalidArgument(what.substr(0, what.find(':')), what);
+  }
+  return o;
+}
+
+void AddTrainCommand(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand(
+      "train", "Train the built-in byte-level recall model (CUDA if available) and write "
+               "config.json + model.safetensors");
+  auto o = std::make_shared<TrainOptions>();
+  auto log_path = std::make_shared<std::string>();
+  auto no_bf16 = std::make_shared<bool>(false);
+  cmd->add_option("--out", o->output_dir, "output model directory")->required();
+  cmd->add_option("--seed", o->seed, "seed of data, initialisation and checks")
+      ->capture_default_str();
+  cmd->add_option("--steps", o->steps, "schedule length in steps")->capture_default_str();
+  cmd->add_option("--time-limit", o->time_limit_s,
+                  "seconds; progress = max(step/steps, elapsed/limit) when > 0")
+      ->capture_default_str();
+  cmd->add_option("--tokens-per-step", o->tokens_per_step, "tokens per optimiser step")
+      ->capture_default_str();
+  cmd->add_option("--max-length", o->max_length, "longest training row (tokens)")
+      ->capture_default_str();
+  cmd->add_option("--lr", o->lr, "peak learning rate")->capture_default_str();
+  cmd->add_option("--warmup", o->warmup_steps, "warm-up steps")->capture_default_str();
+  cmd->add_option("--eval-every", o->eval_every, "steps between held-out checks")
+      ->capture_default_str();
+  cmd->add_option("--eval-passkeys", o->eval_passkeys, "held-out passkeys per check")
+      ->capture_default_str();
+  cmd->add_option("--eval-qa", o->eval_qa, "held-out QA items per check")->capture_default_str();
+  cmd->add_option("--device", o->device, "auto | cpu | cuda")->capture_default_str();
+  cmd->add_flag("--no-bf16", *no_bf16, "fp32 matmuls on CUDA");
+  cmd->add_option("--init-from", o->init_from, "continue from this model directory");
+  cmd->add_option("--storage-dtype", o->storage_dtype, "float32 | bfloat16 | float16")
+      ->capture_default_str();
+  cmd->add_option("--layers", o->model.num_hidden_layers, "layers")->capture_default_str();
+  auto mix = std::make_shared<std::string>("35:40:25");
+  auto no_curriculum = std::make_shared<bool>(false);
+  cmd->add_option("--mix", *mix, "percent of passkey : multi-key : QA documents")
+      ->capture_default_str();
+  cmd->add_option("--qa-all", o->mix.qa_all_questions,
+                  "share of QA documents that ask about every fact")
+      ->capture_default_str();
+  cmd->add_option("--pseudo-words", o->mix.pseudo_words,
+                  "share of word answers replaced by made-up words")
+      ->capture_default_str();
+  cmd->add_option("--check-from", o->check_from, "progress at which held-out checks begin")
+      ->capture_default_str();
+  cmd->add_flag("--no-curriculum", *no_curriculum, "full-length mix from the first step");
+  cmd->add_option("--log", *log_path, "also append the JSON-lines log to this file");
+  cmd->callback([o, log_path, no_bf16, mix, no_curriculum, &exit_code] {
+    o->bf16 = !*no_bf16;
+    o->curriculum = !*no_curriculum;
+    {
+      const size_t a = mix->find(':'), b = mix->find(':', a == std::string::npos ? a : a + 1);
+      double p = -1, m = -1, q = -1;
+      try {
+        if (a == std::string::npos || b == std::string::npos) throw std::invalid_argument("");
+        p = std::stod(mix->substr(0, a));
+        m = std::stod(mix->substr(a + 1, b - a - 1));
+        q = std::stod(mix->substr(b + 1));
+      } catch (const std::logic_error&) {
+        throw codec::InvalidArgument("mix", "must be P:M:Q percentages, got \"" + *mix + "\"");
+      }
+      if (p < 0 || m < 0 || q < 0 || p + m + q <= 0) {
+        throw codec::InvalidArgument("mix", "shares must be non-negative and not all zero");
+      }
+      o->mix.passkey = p / (p + m + q);
+      o->mix.multikey = m / (p + m + q);
+    }
+    auto file = std::make_shared<std::ofstream>();
+    if (!log_path->empty()) file->open(*log_path, std::ios::app);
+    o->log = [file](const std::string& line) {
+      std::cout << line << std::endl;
+      if (file->is_open()) *file << line << std::endl;
+    };
+    const TrainResult r = Train(*o);
+    exit_code = r.best_step >= 0 ? 0 : 3;
+  });
+}
+
+void AddCalibrateCommand(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand(
+      "calibrate", "Measure FP8 scales and ReadKV mu/sigma on a seeded calibration set and "
+                   "write calibration.json beside the model");
+  auto o = std::make_shared<CalibrateOptions>();
+  o->model_dir = DefaultModelDirectory();
+  cmd->add_option("--model", o->model_dir, "model directory")->capture_default_str();
+  cmd->add_option("--samples", o->samples, "calibration documents")->capture_default_str();
+  cmd->add_option("--max-bytes", o->max_bytes, "bytes per document")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "seed of the calibration set")->capture_default_str();
+  cmd->add_option("--out", o->output_path, "output file (default: <model>/calibration.json)");
+  cmd->add_option("--threads", o->threads, "torch intra-op threads (0 = default)");
+  cmd->callback([o, &exit_code] {
+    if (o->samples < 1) throw codec::InvalidArgument("samples", "must be at least 1");
+    const ModelCalibration c = CalibrateModel(*o);
+    std::cout << "calibrated " << c.model_id << " on " << c.samples << " documents ("
+              << c.tokens << " tokens); weights " << c.weights_digest << "; calibration "
+              << c.calibration.Digest() << "\n";
+    exit_code = 0;
+  });
+}
+
+namespace {
+
+template <typename T>
+void AddList(CLI::App* cmd, const char* name, std::vector<T>& values, const char* help) {
+  cmd->add_option(name, values, help)->delimiter(',')->capture_default_str();
+}
+
+}  // namespace
+
+void AddEvalCommand(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand(
+      "eval", "Held-out passkey and QA quality of a model through its KV backend");
+  auto model_dir = std::make_shared<std::string>(DefaultModelDirectory());
+  auto flags = std::make_shared<RuntimeFlags>(*cmd);
+  auto o = std::make_shared<EvalOptions>();
+  auto out_path = std::make_shared<std::string>();
+  auto verbose = std::make_shared<bool>(false);
+  cmd->add_option("--model", *model_dir, "model directory")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "seed of the held-out sets")->capture_default_str();
+  AddList(cmd, "--lengths", o->passkey_lengths, "passkey prompt lengths (bytes)");
+  AddList(cmd, "--depths", o->passkey_depths, "passkey needle depths in [0, 1]");
+  cmd->add_option("--per-cell", o->passkey_per_cell, "passkeys per (length, depth)")
+      ->capture_default_str();
+  AddList(cmd, "--qa-lengths", o->qa_lengths, "QA prompt lengths (bytes)");
+  AddList(cmd, "--qa-depths", o->qa_depths, "QA evidence depths");
+  cmd->add_option("--qa-per-cell", o->qa_per_cell, "QA items per (length, depth)")
+      ->capture_default_str();
+  cmd->add_option("--batch", o->batch, "sequences decoded together")->capture_default_str();
+  cmd->add_option("--out", *out_path, "write the JSON report here");
+  cmd->add_flag("--verbose", *verbose, "print one line per item");
+  cmd->callback([model_dir, flags, o, out_path, verbose, &exit_code] {
+    const RuntimeOptions runtime = flags->Resolve();
+    LlamaDecodeModel model(*model_dir, runtime);
+    const auto tokenizer = MakeTokenizer(model.config());
+    if (*verbose) o->progress = [](const std::string& line) { std::cerr << line << "\n"; };
+    const EvalReport report = EvaluateRecall(model, *tokenizer, *o);
+    nlohmann::json j = nlohmann::json::parse(report.ToJson());
+    j["kv"] = runtime.kv.kind;
+    j["store_bits"] = runtime.kv.store_bits;
+    j["read_bits"] = runtime.kv.read_bits;
+    j["reader"] = runtime.kv.reader;
+    j["prefill"] = runtime.kv.prefill == PrefillAttention::kDense ? "dense" : "cache";
+    j["device"] = runtime.device;
+    j["model"] = *model_dir;
+    j["weights_digest"] = model.weights_digest();
+    const engine::KvLedgers led = model.ledgers();
+    j["logical_read_bytes"] = led.logical_read_bytes;
+    j["physical_traffic_bytes"] = led.physical_traffic_bytes;
+    j["encode_seconds"] = led.encode_seconds;
+    const std::string text = j.dump(2);
+    std::cout << text << "\n";
+    if (!out_path->empty()) std::ofstream(*out_path) << text << "\n";
+    exit_code = 0;
+  });
+}
+
+void AddGenerateCommand(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("generate", "Greedy completion of one prompt");
+  auto model_dir = std::make_shared<std::string>(DefaultModelDirectory());
+  auto flags = std::make_shared<RuntimeFlags>(*cmd);
+  auto prompt = std::make_shared<std::string>();
+  auto max_tokens = std::make_shared<int>(32);
+  cmd->add_option("--model", *model_dir, "model directory")->capture_default_str();
+  cmd->add_option("--prompt", *prompt, "prompt text")->required();
+  cmd->add_option("--max-tokens", *max_tokens, "tokens to generate")->capture_default_str();
+  cmd->callback([model_dir, flags, prompt, max_tokens, &exit_code] {
+    LlamaDecodeModel model(*model_dir, flags->Resolve());
+    const auto tokenizer = MakeTokenizer(model.config());
+    const auto out =
+        GreedyCompleteBatch(model, *tokenizer, {*prompt}, *max_tokens, {}, engine::ReadPolicy{});
+    std::cout << out.front().text << "\n";
+    exit_code = 0;
+  });
+}
+
+}  // namespace readkv::model

@@ -1,0 +1,166 @@
+#include "readkv/model/model_calibration.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "readkv/codec/errors.h"
+#include "readkv/codec/fp8.h"
+#include "readkv/model/errors.h"
+#include "readkv/model/recall_data.h"
+#include "readkv/model/runtime.h"
+#include "readkv/model/tokenizer.h"
+
+namespace readkv::model {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kFormat = "kvgate-model-calibration";
+constexpr int kVersion = 1;
+
+}  // namespace
+
+std::string ModelCalibration::ToJson() const {
+  json j = json::object();
+  j["format"] = kFormat;
+  j["version"] = kVersion;
+  j["model_id"] = model_id;
+  j["weights_digest"] = weights_digest;
+  j["layers"] = layers;
+  j["heads_q"] = heads_q;
+  j["heads_kv"] = heads_kv;
+  j["head_dim"] = head_dim;
+  j["rope_theta"] = rope_theta;
+  j["seed"] = seed;
+  j["samples"] = samples;
+  j["tokens"] = tokens;
+  j["calibration_digest"] = calibration.Digest();
+  // For people reading the file: the FP8 scales the runtime derives (amax / 448).
+  json per_tensor_k = json::array(), per_tensor_v = json::array();
+  for (int l = 0; l < calibration.layers; ++l) {
+    float k = 0.0f, v = 0.0f;
+    for (int h = 0; h < calibration.kv_heads; ++h) {
+      const size_t i = static_cast<size_t>(l) * calibration.kv_heads + h;
+      k = std::max(k, calibration.key_amax[i]);
+      v = std::max(v, calibration.value_amax[i]);
+    }
+    per_tensor_k.push_back(codec::Fp8ScaleFromAmax(k));
+    per_tensor_v.push_back(codec::Fp8ScaleFromAmax(v));
+  }
+  j["fp8_k_scale_per_layer"] = per_tensor_k;
+  j["fp8_v_scale_per_layer"] = per_tensor_v;
+  j["calibration"] = json::parse(calibration.Serialize());
+  return j.dump(1) + "\n";
+}
+
+ModelCalibration ModelCalibration::Parse(const std::string& text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw ModelFormatError("calibration.json", std::string("not valid JSON: ") + e.what());
+  }
+  auto field = [&](const char* name) -> const json& {
+    auto it = j.find(name);
+    if (it == j.end()) throw ModelFormatError(name, "missing from calibration.json");
+    return *it;
+  };
+  try {
+    if (field("format") != kFormat) throw ModelFormatError("format", "not a model calibration");
+    if (field("version") != kVersion) throw ModelFormatError("version", "unsupported version");
+    ModelCalibration c;
+    c.model_id = field("model_id").get<std::string>();
+    c.weights_digest = field("weights_digest").get<std::string>();
+    c.layers = field("layers").get<int>();
+    c.heads_q = field("heads_q").get<int>();
+    c.heads_kv = field("heads_kv").get<int>();
+    c.head_dim = field("head_dim").get<int>();
+    c.rope_theta = field("rope_theta").get<double>();
+    c.seed = field("seed").get<uint64_t>();
+    c.samples = field("samples").get<int>();
+    c.tokens = field("tokens").get<int64_t>();
+    try {
+      c.calibration = codec::Calibration::Parse(field("calibration").dump());
+    } catch (const codec::InvalidArgument& e) {
+      throw ModelFormatError("calibration." + e.field(), e.what());
+    }
+    if (c.calibration.layers != c.layers || c.calibration.kv_heads != c.heads_kv ||
+        c.calibration.head_dim != c.head_dim) {
+      throw ModelFormatError("calibration", "geometry differs from the file's own fields");
+    }
+    return c;
+  } catch (const json::exception& e) {
+    throw ModelFormatError("calibration.json", e.what());
+  }
+}
+
+ModelCalibration ModelCalibration::Load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw ModelFormatError("calibration.json",
+                           "cannot open " + path + " (run `kvgate calibrate --model DIR`)");
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return Parse(buffer.str());
+}
+
+ModelCalibration CalibrateModel(const CalibrateOptions& options) {
+  if (options.samples < 1) throw std::invalid_argument("samples: must be at least 1");
+  RuntimeOptions runtime;
+  runtime.threads = options.threads;
+  LlamaDecodeModel model(options.model_dir, runtime);
+  const ModelConfig& config = model.config();
+  const auto tokenizer = MakeTokenizer(config);
+  codec::Calibrator calibrator(config.num_hidden_layers, config.num_key_value_heads,
+                               config.head_dim);
+  model.set_kv_observer([&](int layer, int head, std::span<const float> k,
+                            std::span<const float> v) { calibrator.Observe(layer, head, k, v); });
+  const int max_bytes =
+      std::min(options.max_bytes, config.max_position_embeddings - 2);  // BOS, EOS
+  RecallCorpus corpus(options.seed);
+  int64_t tokens = 0;
+  for (int i = 0; i < options.samples; ++i) {
+    std::vector<int32_t> ids = tokenizer->Encode(corpus.Next(max_bytes), /*add_bos=*/true);
+    ids.push_back(tokenizer->eos_token());
+    // Documents are at least 256 bytes; a model with a shorter context sees their beginning.
+    ids.resize(std::min(ids.size(), static_cast<size_t>(config.max_position_embeddings)));
+    model.StartSequence(static_cast<uint64_t>(i + 1), {});
+    engine::SequenceStep step;
+    step.sequence_id = static_cast<uint64_t>(i + 1);
+    step.tokens = ids;
+    model.Forward(std::span<engine::SequenceStep>(&step, 1));
+    model.EndSequence(static_cast<uint64_t>(i + 1));
+    tokens += static_cast<int64_t>(ids.size());
+  }
+  ModelCalibration out;
+  out.model_id = config.model_id;
+  out.weights_digest = model.weights_digest();
+  out.layers = config.num_hidden_layers;
+  out.heads_q = config.num_attention_heads;
+  out.heads_kv = config.num_key_value_heads;
+  out.head_dim = config.head_dim;
+  out.rope_theta = config.rope_theta;
+  out.seed = options.seed;
+  out.samples = options.samples;
+  out.tokens = tokens;
+  out.calibration = calibrator.Finish();
+  const std::string path = options.output_path.empty()
+                               ? options.model_dir + "/calibration.json"
+                               : options.output_path;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) throw std::runtime_error("cannot write " + tmp);
+    f << out.ToJson();
+    if (!f) throw std::runtime_error("write failed: " + tmp);
+  }
+  std::filesystem::rename(tmp, path);
+  return out;
+}
+
+}  // namespace readkv::model

@@ -1,0 +1,499 @@
+#include "readkv/model/runtime.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "llama_internal.h"
+#include "readkv/codec/attention.h"
+#include "readkv/codec/codebook.h"
+#include "readkv/codec/errors.h"
+#include "readkv/codec/readers.h"
+#include "readkv/model/errors.h"
+#include "readkv/model/model_calibration.h"
+
+namespace readkv::model {
+namespace {
+
+using internal::LayerWeights;
+
+constexpr int64_t kDenseInitialCapacity = 256;
+
+bool IsCodecBackend(const std::string& kind) { return kind == "fp8" || kind == "readkv"; }
+
+// The per-request ReadKV policy: request fields override the server defaults. A request that
+// changes R without giving a split gets the equal split (the server's default split was chosen
+// for the default R and need not average to another one).
+codec::ReadPolicy ResolvePolicy(const KvCacheOptions& kv, const engine::ReadPolicy& request) {
+  codec::ReadPolicy p;
+  p.reader = codec::ParseReaderKind(request.reader.value_or(kv.reader));
+  p.read_bits = request.read_bits.value_or(kv.read_bits);
+  std::optional<double> rk, rv;
+  if (request.key_bits || request.value_bits) {
+    rk = request.key_bits;
+    rv = request.value_bits;
+  } else if (!request.read_bits) {
+    rk = kv.key_bits;
+    rv = kv.value_bits;
+  }
+  if (rk && !rv) rv = 2.0 * p.read_bits - *rk;
+  if (rv && !rk) rk = 2.0 * p.read_bits - *rv;
+  if (rk && rv) {
+    p.key_bits = *rk;
+    p.value_bits = *rv;
+  }
+  return p;
+}
+
+}  // namespace
+
+void ValidateRuntimeOptions(const RuntimeOptions& options) {
+  const KvCacheOptions& kv = options.kv;
+  if (kv.kind != "dense" && !IsCodecBackend(kv.kind)) {
+    throw std::invalid_argument("kv: must be dense, fp8 or readkv, got \"" + kv.kind + "\"");
+  }
+  internal::ParseDtype(options.dtype, "dtype");
+  if (options.device != "cpu" && options.device != "cuda" &&
+      options.device.rfind("cuda:", 0) != 0) {
+    throw std::invalid_argument("device: must be cpu, cuda or cuda:N, got \"" + options.device +
+                                "\"");
+  }
+  if (options.kv_capacity_bytes <= 0) {
+    throw std::invalid_argument("kv_capacity_bytes: must be positive");
+  }
+  if (kv.kind == "readkv") {
+    // MakeReaderPlan checks store_bits, read_bits, reader and the split, naming the field.
+    codec::MakeReaderPlan(ResolvePolicy(kv, engine::ReadPolicy{}), kv.store_bits);
+  }
+}
+
+struct LlamaDecodeModel::Impl {
+  // The KV state of one sequence: dense tensors per layer, or one codec cache per layer.
+  struct Sequence {
+    int64_t length = 0;
+    std::vector<torch::Tensor> keys, values;  // dense: [capacity, Hkv, hd] per layer
+    std::vector<std::unique_ptr<codec::LayerKvCache>> caches;  // fp8 / readkv
+  };
+
+  ModelConfig config;
+  RuntimeOptions options;
+  torch::Device device = torch::kCPU;
+  torch::ScalarType dtype = torch::kFloat;
+  internal::LlamaWeights weights;
+  internal::RopeTables rope;
+  std::string digest;
+  std::shared_ptr<const codec::Calibration> calibration;
+  std::string calibration_digest;
+  std::shared_ptr<const codec::LloydTree> codebook;
+  std::map<uint64_t, Sequence> sequences;
+  std::map<uint64_t, codec::ReadPolicy> policies;
+  engine::KvLedgers totals;        // logical/physical/workspace over all calls
+  double retired_encode_seconds = 0.0;
+  KvObserver observer;
+
+  int hq() const { return config.num_attention_heads; }
+  int hkv() const { return config.num_key_value_heads; }
+  int hd() const { return config.head_dim; }
+  int64_t ElementBytes() const { return static_cast<int64_t>(c10::elementSize(dtype)); }
+
+  Sequence& Get(uint64_t id) {
+    auto it = sequences.find(id);
+    if (it == sequences.end()) {
+      throw std::invalid_argument("sequence_id: " + std::to_string(id) + " is not live");
+    }
+    return it->second;
+  }
+
+  Sequence MakeSequence(const codec::ReadPolicy& policy) const {
+    Sequence s;
+    const int layers = config.num_hidden_layers;
+    if (options.kv.kind == "dense") {
+      for (int l = 0; l < layers; ++l) {
+        auto opts = torch::TensorOptions().dtype(dtype).device(device);
+        s.keys.push_back(torch::empty({kDenseInitialCapacity, hkv(), hd()}, opts));
+        s.values.push_back(torch::empty({kDenseInitialCapacity, hkv(), hd()}, opts));
+      }
+      return s;
+    }
+    for (int l = 0; l < layers; ++l) {
+      codec::LayerCacheConfig c;
+      c.backend = options.kv.kind == "fp8" ? codec::KvBackend::kFp8 : codec::KvBackend::kReadKv;
+      c.geometry = {hq(), hkv(), hd()};
+      c.calibration = calibration;
+      c.layer = l;
+      c.fp8_scale = options.kv.fp8_scale;
+      c.store_bits = options.kv.store_bits;
+      c.policy = policy;
+      c.codebook = codebook;
+      s.caches.push_back(codec::MakeLayerKvCache(c));
+    }
+    return s;
+  }
+
+  void Observe(int layer, const torch::Tensor& k, const torch::Tensor& v) {
+    if (!observer) return;
+    torch::Tensor kc = k.to(torch::kCPU, torch::kFloat).contiguous();  // [n, Hkv, hd]
+    torch::Tensor vc = v.to(torch::kCPU, torch::kFloat).contiguous();
+    const float* kp = kc.data_ptr<float>();
+    const float* vp = vc.data_ptr<float>();
+    const int64_t n = kc.size(0), d = hd();
+    for (int64_t i = 0; i < n; ++i) {
+      for (int h = 0; h < hkv(); ++h) {
+        const int64_t off = (i * hkv() + h) * d;
+        observer(layer, h, {kp + off, static_cast<size_t>(d)}, {vp + off, static_cast<size_t>(d)});
+      }
+    }
+  }
+
+  // Appends n tokens' K/V ([n, Hkv, hd]) of one layer at positions [s.length, s.length + n).
+  void Append(Sequence& s, int layer, const torch::Tensor& k, const torch::Tensor& v) {
+    Observe(layer, k, v);
+    const int64_t n = k.size(0);
+    if (options.kv.kind == "dense") {
+      torch::Tensor& kb = s.keys[static_cast<size_t>(layer)];
+      torch::Tensor& vb = s.values[static_cast<size_t>(layer)];
+      const int64_t need = s.length + n;
+      if (need > kb.size(0)) {
+        const int64_t cap = std::max(need, 2 * kb.size(0));
+        auto opts = torch::TensorOptions().dtype(dtype).device(device);
+        torch::Tensor nk = torch::empty({cap, hkv(), hd()}, opts);
+        torch::Tensor nv = torch::empty({cap, hkv(), hd()}, opts);
+        nk.narrow(0, 0, s.length).copy_(kb.narrow(0, 0, s.length));
+        nv.narrow(0, 0, s.length).copy_(vb.narrow(0, 0, s.length));
+        kb = nk;
+        vb = nv;
+      }
+      kb.narrow(0, s.length, n).copy_(k);
+      vb.narrow(0, s.length, n).copy_(v);
+      return;
+    }
+    torch::Tensor kc = k.to(torch::kCPU, torch::kFloat).contiguous();
+    torch::Tensor vc = v.to(torch::kCPU, torch::kFloat).contiguous();
+    const auto count = static_cast<size_t>(kc.numel());
+    s.caches[static_cast<size_t>(layer)]->AppendTokens({kc.data_ptr<float>(), count},
+                                                        {vc.data_ptr<float>(), count});
+  }
+
+  // Decode attention of the newest token (already appended): q [Hq, hd] -> [Hq, hd].
+  torch::Tensor Attend(Sequence& s, int layer, const torch::Tensor& q, int64_t tokens) {
+    if (options.kv.kind == "dense") {
+      const int64_t g = hq() / hkv();
+      torch::Tensor k = s.keys[static_cast<size_t>(layer)].narrow(0, 0, tokens);
+      torch::Tensor v = s.values[static_cast<size_t>(layer)].narrow(0, 0, tokens);
+      torch::Tensor scores =
+          torch::matmul(q.view({hkv(), g, hd()}), k.permute({1, 2, 0})).to(torch::kFloat) /
+          std::sqrt(static_cast<double>(hd()));  // [Hkv, g, T]
+      torch::Tensor p = torch::softmax(scores, -1).to(dtype);
+      torch::Tensor out = torch::matmul(p, v.permute({1, 0, 2}));  // [Hkv, g, hd]
+      // Ledgers of this exact-attention call, in the codec's accounting terms.
+      const int64_t es = ElementBytes();
+      const int64_t payload = 2 * tokens * hkv() * hd() * es;
+      const int64_t scores_bytes = int64_t{hq()} * tokens * 4;
+      totals.logical_read_bytes += payload;
+      totals.physical_traffic_bytes +=
+          payload + 2 * int64_t{hq()} * hd() * es + 4 * scores_bytes;  // q, out; logits+probs w/r
+      totals.workspace_peak_bytes = std::max(totals.workspace_peak_bytes, 2 * scores_bytes);
+      return out.reshape({hq(), hd()});
+    }
+    torch::Tensor qc = q.to(torch::kCPU, torch::kFloat).contiguous();
+    std::vector<float> out(static_cast<size_t>(hq()) * hd());
+    const codec::AttentionLedgers led = s.caches[static_cast<size_t>(layer)]->Attend(
+        {qc.data_ptr<float>(), static_cast<size_t>(qc.numel())}, out);
+    totals.logical_read_bytes += led.logical.Bytes();
+    totals.physical_traffic_bytes += led.physical.Total();
+    totals.workspace_peak_bytes = std::max(totals.workspace_peak_bytes, led.workspace_peak_bytes);
+    return torch::from_blob(out.data(), {hq(), hd()}, torch::kFloat).clone().to(device, dtype);
+  }
+
+  torch::Tensor Embed(std::span<const int32_t> tokens) {
+    std::vector<int64_t> ids(tokens.begin(), tokens.end());
+    torch::Tensor t = torch::from_blob(ids.data(), {static_cast<int64_t>(ids.size())}, torch::kLong)
+                          .clone()
+                          .to(device);
+    return weights.embed.index_select(0, t);  // [n, D]
+  }
+
+  void Projections(const LayerWeights& lw, const torch::Tensor& h, torch::Tensor& q,
+                   torch::Tensor& k, torch::Tensor& v) {
+    torch::Tensor a = internal::RmsNorm(h, lw.attn_norm, config.rms_norm_eps);
+    const int64_t n = h.size(0);
+    q = torch::matmul(a, lw.wq.t()).view({n, hq(), hd()});
+    k = torch::matmul(a, lw.wk.t()).view({n, hkv(), hd()});
+    v = torch::matmul(a, lw.wv.t()).view({n, hkv(), hd()});
+  }
+
+  torch::Tensor Finish(const LayerWeights& lw, const torch::Tensor& h, const torch::Tensor& attn) {
+    const int64_t n = h.size(0);
+    torch::Tensor x = h + torch::matmul(attn.reshape({n, hq() * hd()}), lw.wo.t());
+    return x + internal::Mlp(lw, internal::RmsNorm(x, lw.mlp_norm, config.rms_norm_eps));
+  }
+
+  // Prompt tokens attending exactly within themselves (and over a dense past), K/V written into
+  // the cache. Used for all but the last token of a prompt.
+  void Prefill(Sequence& s, std::span<const int32_t> tokens) {
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    const int64_t past = s.length;
+    torch::Tensor h = Embed(tokens);
+    torch::Tensor cos = rope.cos.narrow(0, past, n).unsqueeze(1);  // [n, 1, hd]
+    torch::Tensor sin = rope.sin.narrow(0, past, n).unsqueeze(1);
+    for (int l = 0; l < config.num_hidden_layers; ++l) {
+      const LayerWeights& lw = weights.layers[static_cast<size_t>(l)];
+      torch::Tensor q, k, v;
+      Projections(lw, h, q, k, v);
+      q = internal::ApplyRope(q, cos, sin);
+      k = internal::ApplyRope(k, cos, sin);
+      Append(s, l, k, v);
+      torch::Tensor attn;
+      if (options.kv.kind == "dense") {
+        attn = internal::CausalAttention(q, s.keys[static_cast<size_t>(l)].narrow(0, 0, past + n),
+                                         s.values[static_cast<size_t>(l)].narrow(0, 0, past + n),
+                                         past);
+      } else {
+        attn = internal::CausalAttention(q, k, v, 0);  // past == 0 here (see Forward)
+      }
+      h = Finish(lw, h, attn);
+    }
+    s.length += n;
+  }
+
+  // One token for each sequence, batched through the weights; attention per sequence through
+  // its backend. Returns logits [B, V] fp32 on the CPU.
+  torch::Tensor Decode(const std::vector<Sequence*>& seqs, std::span<const int32_t> tokens) {
+    const auto b = static_cast<int64_t>(seqs.size());
+    std::vector<int64_t> pos;
+    for (Sequence* s : seqs) pos.push_back(s->length);
+    torch::Tensor pos_t =
+        torch::from_blob(pos.data(), {b}, torch::kLong).clone().to(device);
+    torch::Tensor cos = rope.cos.index_select(0, pos_t).unsqueeze(1);  // [B, 1, hd]
+    torch::Tensor sin = rope.sin.index_select(0, pos_t).unsqueeze(1);
+    torch::Tensor h = Embed(tokens);
+    for (int l = 0; l < config.num_hidden_layers; ++l) {
+      const LayerWeights& lw = weights.layers[static_cast<size_t>(l)];
+      torch::Tensor q, k, v;
+      Projections(lw, h, q, k, v);
+      q = internal::ApplyRope(q, cos, sin);
+      k = internal::ApplyRope(k, cos, sin);
+      std::vector<torch::Tensor> outs;
+      for (int64_t i = 0; i < b; ++i) {
+        Sequence& s = *seqs[static_cast<size_t>(i)];
+        Append(s, l, k.narrow(0, i, 1), v.narrow(0, i, 1));
+        outs.push_back(Attend(s, l, q[i], s.length + 1));
+      }
+      h = Finish(lw, h, torch::stack(outs, 0));
+    }
+    for (Sequence* s : seqs) s->length += 1;
+    torch::Tensor x = internal::RmsNorm(h, weights.final_norm, config.rms_norm_eps);
+    return torch::matmul(x, weights.lm_head.t()).to(torch::kCPU, torch::kFloat).contiguous();
+  }
+
+  int64_t SequenceBytes(const Sequence& s) const {
+    if (options.kv.kind == "dense") {
+      return 2 * int64_t{config.num_hidden_layers} * s.length * hkv() * hd() * ElementBytes();
+    }
+    int64_t total = 0;
+    for (const auto& c : s.caches) total += c->CapacityBytes();
+    return total;
+  }
+};
+
+LlamaDecodeModel::LlamaDecodeModel(const std::string& model_dir, const RuntimeOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  ValidateRuntimeOptions(options);
+  Impl& m = *impl_;
+  m.options = options;
+  m.config = ModelConfig::Load(model_dir);
+  if (options.kv.kind != "dense" && (m.config.head_dim & (m.config.head_dim - 1)) != 0) {
+    throw ModelFormatError("head_dim", "fp8/readkv caches need a power-of-two head_dim");
+  }
+  if (options.threads > 0) torch::set_num_threads(options.threads);
+  m.device = internal::ParseDevice(options.device);
+  m.dtype = internal::ParseDtype(options.dtype, "dtype");
+  const std::string weights_path = model_dir + "/model.safetensors";
+  m.digest = FileDigest(weights_path);
+  m.weights = internal::LoadWeights(weights_path, m.config).To(m.device, m.dtype);
+  m.rope = internal::MakeRope(m.config, m.device);
+  if (IsCodecBackend(options.kv.kind)) {
+    const std::string path = options.calibration_path.empty() ? model_dir + "/calibration.json"
+                                                              : options.calibration_path;
+    ModelCalibration cal = ModelCalibration::Load(path);
+    if (cal.weights_digest != m.digest) {
+      throw codec::IdentityMismatch("weights_digest", m.digest, cal.weights_digest);
+    }
+    auto require = [](const char* field, long long want, long long found) {
+      if (want != found) {
+        throw codec::IdentityMismatch(field, std::to_string(want), std::to_string(found));
+      }
+    };
+    require("layers", m.config.num_hidden_layers, cal.calibration.layers);
+    require("heads_kv", m.config.num_key_value_heads, cal.calibration.kv_heads);
+    require("head_dim", m.config.head_dim, cal.calibration.head_dim);
+    m.calibration = std::make_shared<const codec::Calibration>(cal.calibration);
+    m.calibration_digest = cal.calibration.Digest();
+    if (options.kv.kind == "readkv") {
+      m.codebook = std::make_shared<const codec::LloydTree>(options.kv.store_bits);
+    }
+  }
+}
+
+LlamaDecodeModel::~LlamaDecodeModel() = default;
+
+std::string LlamaDecodeModel::model_id() const { return impl_->config.model_id; }
+int LlamaDecodeModel::vocab_size() const { return impl_->config.vocab_size; }
+int LlamaDecodeModel::max_context() const { return impl_->config.max_position_embeddings; }
+int32_t LlamaDecodeModel::bos_token() const { return impl_->config.bos_token_id; }
+int32_t LlamaDecodeModel::eos_token() const { return impl_->config.eos_token_id; }
+std::string LlamaDecodeModel::kv_backend() const { return impl_->options.kv.kind; }
+int64_t LlamaDecodeModel::kv_bytes_limit() const { return impl_->options.kv_capacity_bytes; }
+const ModelConfig& LlamaDecodeModel::config() const { return impl_->config; }
+const std::string& LlamaDecodeModel::weights_digest() const { return impl_->digest; }
+void LlamaDecodeModel::set_kv_observer(KvObserver observer) {
+  impl_->observer = std::move(observer);
+}
+
+int64_t LlamaDecodeModel::sequence_length(uint64_t sequence_id) const {
+  auto it = impl_->sequences.find(sequence_id);
+  if (it == impl_->sequences.end()) {
+    throw std::invalid_argument("sequence_id: " + std::to_string(sequence_id) + " is not live");
+  }
+  return it->second.length;
+}
+
+codec::CacheIdentity LlamaDecodeModel::cache_identity() const {
+  const Impl& m = *impl_;
+  codec::CacheIdentity id;
+  id.model_id = m.config.model_id;
+  id.weights_digest = m.digest;
+  id.layers = m.config.num_hidden_layers;
+  id.heads_q = m.config.num_attention_heads;
+  id.heads_kv = m.config.num_key_value_heads;
+  id.head_dim = m.config.head_dim;
+  id.rope_theta = m.config.rope_theta;
+  if (m.calibration) {
+    id.key_transform_seed = m.calibration->seeds.key;
+    id.value_transform_seed = m.calibration->seeds.value;
+    id.calibration_digest = m.calibration_digest;
+  }
+  if (m.options.kv.kind == "readkv") {
+    id.codebook_id = codec::LloydTree::kCodebookId;
+    id.codebook_version = codec::LloydTree::kCodebookVersion;
+    id.store_bits = m.options.kv.store_bits;
+  }
+  return id;
+}
+
+void LlamaDecodeModel::StartSequence(uint64_t sequence_id, const engine::ReadPolicy& policy) {
+  Impl& m = *impl_;
+  if (m.sequences.count(sequence_id) != 0) {
+    throw std::invalid_argument("sequence_id: " + std::to_string(sequence_id) +
+                                " is already live");
+  }
+  codec::ReadPolicy resolved;
+  if (m.options.kv.kind == "readkv") {
+    resolved = ResolvePolicy(m.options.kv, policy);
+    codec::MakeReaderPlan(resolved, m.options.kv.store_bits);  // throws naming the field
+  }
+  m.sequences.emplace(sequence_id, m.MakeSequence(resolved));
+}
+
+void LlamaDecodeModel::Forward(std::span<engine::SequenceStep> steps) {
+  Impl& m = *impl_;
+  std::set<uint64_t> seen;
+  for (const engine::SequenceStep& step : steps) {
+    Impl::Sequence& s = m.Get(step.sequence_id);
+    if (!seen.insert(step.sequence_id).second) {
+      throw std::invalid_argument("sequence_id: " + std::to_string(step.sequence_id) +
+                                  " appears twice in one Forward call");
+    }
+    if (step.tokens.empty()) throw std::invalid_argument("tokens: a step needs at least one");
+    for (int32_t t : step.tokens) {
+      if (t < 0 || t >= m.config.vocab_size) {
+        throw std::invalid_argument("tokens: id " + std::to_string(t) + " outside [0, " +
+                                    std::to_string(m.config.vocab_size) + ")");
+      }
+    }
+    if (s.length + static_cast<int64_t>(step.tokens.size()) > m.config.max_position_embeddings) {
+      throw std::invalid_argument(
+          "tokens: sequence would hold " +
+          std::to_string(s.length + static_cast<int64_t>(step.tokens.size())) +
+          " tokens, more than max_context " + std::to_string(m.config.max_position_embeddings));
+    }
+  }
+  if (steps.empty()) return;
+  torch::NoGradGuard no_grad;
+  const bool dense = m.options.kv.kind == "dense";
+  const bool through_cache = m.options.kv.prefill == PrefillAttention::kThroughCache;
+  std::vector<Impl::Sequence*> seqs;
+  std::vector<int32_t> last;
+  for (engine::SequenceStep& step : steps) {
+    Impl::Sequence& s = m.Get(step.sequence_id);
+    const auto head = step.tokens.first(step.tokens.size() - 1);
+    if (!head.empty()) {
+      if (dense || (!through_cache && s.length == 0)) {
+        m.Prefill(s, head);
+      } else {
+        // The tokens attend through the compressed cache one at a time: exact for what a
+        // compressed cache can give, and the only way a non-empty compressed cache is read.
+        for (int32_t t : head) m.Decode({&s}, std::span<const int32_t>(&t, 1));
+      }
+    }
+    seqs.push_back(&s);
+    last.push_back(step.tokens.back());
+  }
+  torch::Tensor logits = m.Decode(seqs, last);
+  const float* p = logits.data_ptr<float>();
+  const int64_t vocab = m.config.vocab_size;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    steps[i].logits.assign(p + static_cast<int64_t>(i) * vocab,
+                           p + static_cast<int64_t>(i + 1) * vocab);
+  }
+}
+
+void LlamaDecodeModel::EndSequence(uint64_t sequence_id) {
+  Impl& m = *impl_;
+  auto it = m.sequences.find(sequence_id);
+  if (it == m.sequences.end()) return;
+  for (const auto& c : it->second.caches) m.retired_encode_seconds += c->encode_cost().seconds;
+  m.sequences.erase(it);
+}
+
+int64_t LlamaDecodeModel::kv_bytes_in_use() const {
+  int64_t total = 0;
+  for (const auto& [id, s] : impl_->sequences) total += impl_->SequenceBytes(s);
+  return total;
+}
+
+engine::KvLedgers LlamaDecodeModel::ledgers() const {
+  engine::KvLedgers out = impl_->totals;
+  out.capacity_bytes = kv_bytes_in_use();
+  out.encode_seconds = impl_->retired_encode_seconds;
+  for (const auto& [id, s] : impl_->sequences) {
+    for (const auto& c : s.caches) out.encode_seconds += c->encode_cost().seconds;
+  }
+  return out;
+}
+
+std::unique_ptr<engine::DecodeModel> LoadDecodeModel(const std::string& model_dir,
+                                                     const RuntimeOptions& options) {
+  return std::make_unique<LlamaDecodeModel>(model_dir, options);
+}
+
+std::string DefaultModelDirectory() {
+  if (const char* env = std::getenv("KVGATE_MODEL_DIR"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  return KVGATE_DEFAULT_MODEL_DIR;
+}
+
+std::string FileDigest(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ModelFormatError("file", "cannot open " + path);
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return codec::ContentDigest(std::span<const uint8_t>(bytes));
+}
+
+}  // namespace readkv::model
