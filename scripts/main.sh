@@ -1,20 +1,13 @@
 #!/usr/bin/env bash
-# The main job: installs what is missing, builds, and runs kvgate's main command on the built-in
-# default. Until `kvgate run` exists (issue 5) this is the codec demo: one ReadKV decode step at
-# 8K tokens for each backend and reader, with its error and its four ledgers.
+# The main job: installs what is missing, builds, and runs `kvgate run` on the built-in default
+# policy (policies/default.toml: the FP8 baseline against the ReadKV candidate, both `kvgate
+# serve` on the built-in model, on CPU, started and stopped by the suite on free loopback ports).
+# The history goes to ./kvgate.db, the reports to ./kvgate-out (override with KVGATE_DB and
+# KVGATE_OUT). The exit status is kvgate run's: 0 GO, 1 NO-GO, 2 INCONCLUSIVE, 3 could not run.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/deps.sh"
 "$root/scripts/build.sh"
 kvgate="${KVGATE_BUILD_DIR:-$root/build}/apps/kvgate"
 "$kvgate" --version
-"$kvgate" codec table --store-bits 4
-common=(--tokens 8192 --heads-q 32 --heads-kv 8 --head-dim 128 --seed 1 --json)
-for kv in "dense" "fp8 --fp8-scale head" "readkv --store-bits 4 --read-bits 4 --reader full" \
-          "readkv --store-bits 8 --read-bits 4 --reader constrained" \
-          "readkv --store-bits 8 --read-bits 2 --reader constrained" \
-          "readkv --store-bits 8 --read-bits 2 --reader flexible"; do
-  echo "== kvgate codec attention --kv $kv"
-  # shellcheck disable=SC2086
-  "$kvgate" codec attention --kv $kv "${common[@]}"
-done
+exec "$kvgate" run --db "${KVGATE_DB:-$root/kvgate.db}" --out "${KVGATE_OUT:-$root/kvgate-out}"

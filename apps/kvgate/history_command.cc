@@ -1,10 +1,14 @@
-// `kvgate history list|show|export|compare`: read the SQLite run history (gates/history).
+// `kvgate history list|show|export|compare|regate`: read the SQLite run history (gates/history).
 //
 //   kvgate history list [--db FILE] [--limit N] [--json]
 //   kvgate history show RUN [--db FILE] [--json]      metadata, gate results, load-run summaries
 //   kvgate history export RUN [--db FILE] [--json]    everything about a run as JSON
 //   kvgate history compare A B [--db FILE] [--json]   gates and ledgers side by side with deltas,
 //                                                     and what changed in policy/commit/machine
+//   kvgate history regate RUN [--db FILE] [--json]    decide every gate again from the run's raw
+//                                                     rows and its stored policy; exit code of
+//                                                     that verdict (0/1/2), and say whether it
+//                                                     matches what was recorded
 // RUN is a run id or `latest`. Before reading, runs whose owner process is gone are marked
 // `interrupted`, so a crashed run never shows as `running`.
 #include <algorithm>
@@ -22,7 +26,9 @@
 #include <vector>
 
 #include "kvgate/command.h"
+#include "kvgate/gates/gates.h"
 #include "kvgate/history/history_db.h"
+#include "kvgate/suite/run_suite.h"
 
 namespace kvgate {
 namespace {
@@ -319,6 +325,61 @@ void Export(const HistoryOptions& o) {
   std::cout << db.Export(id).dump(2) << "\n";
 }
 
+// --- regate ---
+
+json GateJson(const std::optional<history::GateResult>& g) {
+  if (!g) return nullptr;
+  auto opt = [](const std::optional<double>& v) -> json { return v ? json(*v) : json(nullptr); };
+  return {{"status", g->status},       {"observed", opt(g->observed)},
+          {"threshold", opt(g->threshold)}, {"interval_lo", opt(g->interval_lo)},
+          {"interval_hi", opt(g->interval_hi)}, {"reason", g->reason}};
+}
+
+int Regate(const HistoryOptions& o) {
+  HistoryDb db = OpenExisting(o.db);
+  const int64_t id = ResolveRun(db, o.run_a);
+  const suite::RegateComparison c = suite::CompareRegate(db, id);
+  const std::string verdict = gates::ToString(c.verdict);
+  if (o.json) {
+    json rows = json::array();
+    for (const auto& row : c.rows) {
+      rows.push_back({{"gate", row.gate},
+                      {"recorded", GateJson(row.recorded)},
+                      {"recomputed", GateJson(row.recomputed)},
+                      {"differences", row.differences}});
+    }
+    std::cout << json{{"run", id},
+                      {"verdict", verdict},
+                      {"recorded_verdict", c.recorded_verdict ? json(*c.recorded_verdict)
+                                                              : json(nullptr)},
+                      {"identical", c.identical},
+                      {"gates", rows}}
+                     .dump(2)
+              << "\n";
+  } else {
+    std::cout << "run " << id << ": gates decided again from its stored rows and policy\n\n";
+    TextTable table({"GATE", "RECORDED", "NOW", "OBSERVED (REC)", "OBSERVED (NOW)", "INTERVAL (NOW)",
+                     "DIFFERENCES"});
+    for (const auto& row : c.rows) {
+      std::string differences;
+      for (const auto& d : row.differences) differences += (differences.empty() ? "" : ", ") + d;
+      table.Add({row.gate, row.recorded ? row.recorded->status : "-",
+                 row.recomputed ? row.recomputed->status : "-",
+                 Num(row.recorded ? row.recorded->observed : std::nullopt),
+                 Num(row.recomputed ? row.recomputed->observed : std::nullopt),
+                 row.recomputed ? Interval(*row.recomputed) : "-",
+                 differences.empty() ? "none" : differences});
+    }
+    table.Print(std::cout, "  ");
+    std::cout << "\nverdict now: " << verdict << " (recorded: "
+              << c.recorded_verdict.value_or("none") << "); "
+              << (c.identical ? "identical to the recorded gates"
+                              : "DIFFERS from the recorded gates (see DIFFERENCES)")
+              << "\n";
+  }
+  return gates::ExitCode(c.verdict);
+}
+
 // --- compare ---
 
 // Lines only in `a` ("-") or only in `b` ("+"), in order, from a longest common subsequence.
@@ -509,7 +570,7 @@ void Compare(const HistoryOptions& o) {
 
 void AddHistoryCommand(CLI::App& app, CommandContext& context) {
   auto* history_cmd =
-      app.add_subcommand("history", "List, show, export and compare recorded runs (SQLite)");
+      app.add_subcommand("history", "List, show, export, compare and regate recorded runs (SQLite)");
   history_cmd->require_subcommand(1);
   auto options = std::make_shared<HistoryOptions>();
   auto add_common = [options](CLI::App* cmd) {
@@ -552,6 +613,12 @@ void AddHistoryCommand(CLI::App& app, CommandContext& context) {
     Compare(*options);
     context.exit_code = 0;
   });
+
+  auto* regate = history_cmd->add_subcommand(
+      "regate", "Decide a run's gates again from its stored raw rows; exit 0/1/2 by that verdict");
+  add_common(regate);
+  regate->add_option("RUN", options->run_a, "Run id or 'latest'")->required();
+  regate->callback([options, &context] { context.exit_code = Regate(*options); });
 }
 
 KVGATE_REGISTER_COMMAND(600, AddHistoryCommand);

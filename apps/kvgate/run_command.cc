@@ -25,6 +25,8 @@ struct RunFlags {
   std::string out = "kvgate-out";
   bool json = false;
   bool quiet = false;
+  int metrics_port = -1;    // < 0: no live metrics
+  std::string pushgateway;  // empty: no push
 };
 
 std::string SelfPath() {
@@ -55,12 +57,26 @@ int Run(const RunFlags& flags) {
       std::fprintf(stderr, "[kvgate %7.1fs] %s\n", s, line.c_str());
     };
   }
+  suite::RunMetrics run_metrics;
+  if (flags.metrics_port >= 0) {
+    const int port = run_metrics.Serve(flags.metrics_port);
+    std::fprintf(stderr, "[kvgate] live metrics on http://127.0.0.1:%d/metrics\n", port);
+  }
+  options.metrics = &run_metrics;
   suite::SuiteOutcome outcome;
   try {
     outcome = suite::RunSuite(policy, options);
   } catch (const std::exception& e) {
     std::cerr << "error: the suite could not run: " << e.what() << "\n";
     return 3;
+  }
+  if (!flags.pushgateway.empty()) {
+    // The verdict stands whatever the gateway says; a failed push is reported, not fatal.
+    try {
+      run_metrics.PushToGateway(flags.pushgateway, "kvgate_run");
+    } catch (const std::exception& e) {
+      std::cerr << "warning: could not push to " << flags.pushgateway << ": " << e.what() << "\n";
+    }
   }
   if (flags.json) {
     nlohmann::json out = {{"run_id", outcome.run_id},
@@ -100,6 +116,11 @@ void AddRunCommand(CLI::App& app, CommandContext& context) {
       ->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print the outcome as JSON on stdout");
   cmd->add_flag("--quiet", flags->quiet, "No progress lines on stderr");
+  cmd->add_option("--metrics-port", flags->metrics_port,
+                  "Serve live progress on http://127.0.0.1:PORT/metrics (0 = any free port)")
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--pushgateway", flags->pushgateway,
+                  "After the run, push its gate results to this Pushgateway URL (job kvgate_run)");
   cmd->callback([flags, &context] { context.exit_code = Run(*flags); });
 }
 

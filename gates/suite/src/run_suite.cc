@@ -119,6 +119,45 @@ std::vector<gates::GateResult> RegateRun(history::HistoryDb& db, int64_t run_id)
   return DecideFromRows(db, run_id, policy);
 }
 
+RegateComparison CompareRegate(history::HistoryDb& db, int64_t run_id) {
+  RegateComparison out;
+  const std::vector<gates::GateResult> recomputed = RegateRun(db, run_id);
+  out.verdict = gates::Decide(recomputed);
+  out.recorded_verdict = db.GetRun(run_id).verdict;
+  std::vector<history::GateResult> fresh;
+  for (const auto& g : recomputed) fresh.push_back(ToHistoryGate(g));
+  auto take_fresh = [&fresh](const std::string& gate) -> std::optional<history::GateResult> {
+    auto it = std::find_if(fresh.begin(), fresh.end(), [&](const auto& g) { return g.gate == gate; });
+    if (it == fresh.end()) return std::nullopt;
+    history::GateResult found = *it;
+    fresh.erase(it);
+    return found;
+  };
+  for (const history::GateResult& recorded : db.GateResults(run_id)) {
+    RegateComparison::Row row{recorded.gate, recorded, take_fresh(recorded.gate), {}};
+    if (row.recomputed) {
+      const history::GateResult& now = *row.recomputed;
+      if (now.status != recorded.status) row.differences.push_back("status");
+      if (now.observed != recorded.observed) row.differences.push_back("observed");
+      if (now.threshold != recorded.threshold) row.differences.push_back("threshold");
+      if (now.interval_lo != recorded.interval_lo || now.interval_hi != recorded.interval_hi) {
+        row.differences.push_back("interval");
+      }
+      if (now.reason != recorded.reason) row.differences.push_back("reason");
+    } else {
+      row.differences.push_back("not decided any more");
+    }
+    out.rows.push_back(std::move(row));
+  }
+  for (history::GateResult& extra : fresh) {
+    out.rows.push_back({extra.gate, std::nullopt, std::move(extra), {"not recorded"}});
+  }
+  out.identical = !out.rows.empty() &&
+                  std::all_of(out.rows.begin(), out.rows.end(),
+                              [](const auto& row) { return row.differences.empty(); });
+  return out;
+}
+
 SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options) {
   auto say = [&](const std::string& line) {
     if (options.progress) options.progress(line);
@@ -159,11 +198,17 @@ SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options)
   info.server_commands = commands;
   info.notes = "policy " + policy.name + " from " + policy.source;
   outcome.run_id = db.BeginRun(info);
+  RunMetrics* metrics = options.metrics;
+  if (metrics) metrics->SetRunId(std::to_string(outcome.run_id));
+  auto phase = [metrics](std::string_view name) {
+    if (metrics) metrics->SetPhase(name);
+  };
   say("run " + std::to_string(outcome.run_id) + ": policy '" + policy.name + "', history " +
       options.db_path.string() + ", output " + options.out_dir.string());
 
   try {
     // 1. Servers.
+    phase("servers");
     for (System& system : systems) {
       ThrowIfStopped();
       if (system.spec->kind == policy::ServerSpec::Kind::kLocal) {
@@ -188,6 +233,7 @@ SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options)
     }
 
     // 2. Quality, on both systems, the same items.
+    phase("quality");
     checks::PasskeySettings passkey;
     passkey.items = policy.passkey.items;
     passkey.lengths.assign(policy.passkey.lengths.begin(), policy.passkey.lengths.end());
@@ -229,6 +275,7 @@ SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options)
     }
 
     // 3. Interleaved load pairs: ABAB..., the same schedule within a pair.
+    phase("load");
     for (int pair = 0; pair < policy.load.pairs; ++pair) {
       for (System& system : systems) {
         ThrowIfStopped();
@@ -252,6 +299,9 @@ SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options)
         meta.summary = loadgen::SummaryToJson(result.summary);
         meta.summary["validity"] = loadgen::ValidityToJson(result.validity);
         db.AddLoadRun(outcome.run_id, meta, result.records);
+        if (metrics) {
+          metrics->AddRequestsDone(system.label, static_cast<int64_t>(result.records.size()));
+        }
         say("pair " + std::to_string(pair) + " " + system.label + ": goodput " +
             std::to_string(result.summary.goodput_rps) + " req/s, P99 TTFT " +
             std::to_string(result.summary.ttft.p99_ms) + " ms, P99 TPOT " +
@@ -277,7 +327,18 @@ SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options)
     db.AddLedgers(outcome.run_id, ledgers);
 
     // 5. Gates, from the stored rows (what regate does), then the verdict.
+    phase("gates");
     outcome.gates = DecideFromRows(db, outcome.run_id, policy);
+    if (metrics) {
+      for (const auto& g : outcome.gates) {
+        const gates::GateStatus st = g.status;
+        metrics->SetGateResult(g.gate,
+                               st == gates::GateStatus::kPass   ? "pass"
+                               : st == gates::GateStatus::kFail ? "fail"
+                                                                : "inconclusive",
+                               g.observed, g.threshold);
+      }
+    }
     std::vector<history::GateResult> rows;
     for (const auto& g : outcome.gates) rows.push_back(ToHistoryGate(g));
     db.AddGateResults(outcome.run_id, rows);
@@ -297,9 +358,20 @@ SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options)
     db.FinishRun(outcome.run_id, history::RunStatus::kInterrupted, std::nullopt, 3);
     say("run " + std::to_string(outcome.run_id) + " could not complete: " + outcome.error);
   }
+  phase("report");
   auto [json_path, html_path] = WriteReports(db, outcome.run_id, options.out_dir);
   outcome.report_json = json_path;
   outcome.report_html = html_path;
+  if (metrics) {
+    if (outcome.exit_code == 3) {
+      metrics->SetPhase("failed");
+    } else {
+      metrics->SetVerdict(outcome.verdict == gates::Verdict::kGo     ? "go"
+                          : outcome.verdict == gates::Verdict::kNoGo ? "no_go"
+                                                                     : "inconclusive");
+      metrics->SetPhase("done");
+    }
+  }
   return outcome;
 }
 

@@ -280,7 +280,6 @@ void Engine::Step(std::vector<std::unique_ptr<Active>>& admitted) {
   }
 
   const Clock::time_point now = Clock::now();
-  int generated = 0;
   for (size_t i = 0; i < running_.size(); ++i) {
     Active& active = *running_[i];
     const std::vector<float>& logits = steps[i].logits;
@@ -299,7 +298,9 @@ void Engine::Step(std::vector<std::unique_ptr<Active>>& admitted) {
     active.prefilled = true;
     active.last_token = token;
     ++active.completion_tokens;
-    ++generated;
+    // Counted before the token's event is pushed: a client that has its completion must find
+    // every one of its tokens in /metrics (a per-step total added after Finish raced with it).
+    metrics_->AddGenerationTokens(1);
     if (active.completion_tokens == 1) {
       metrics_->ObserveTimeToFirstToken(Seconds(now - active.arrival));
     } else {
@@ -323,7 +324,6 @@ void Engine::Step(std::vector<std::unique_ptr<Active>>& admitted) {
       Finish(active, FinishReason::kLength, ErrorKind::kNone, "");
     }
   }
-  metrics_->AddGenerationTokens(generated);
   std::erase_if(running_, [](const auto& active) { return active->done; });
   metrics_->SetRunning(static_cast<int>(running_.size()));
   if (running_.empty() || Clock::now() - last_publish_ >= kPublishInterval) PublishModelState();

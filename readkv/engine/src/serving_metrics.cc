@@ -100,6 +100,8 @@ ServingMetrics::ServingMetrics(std::string model_name, std::string kv_backend)
        {FinishReason::kStop, FinishReason::kLength, FinishReason::kCancelled}) {
     finished_->Add({{"finished_reason", FinishReasonName(reason)}});
   }
+  // Likewise one error cause, so error-rate rules and panels have a series before any error.
+  errors_->Add({{"cause", ErrorKindName(ErrorKind::kInternal)}});
 }
 
 void ServingMetrics::SetRunning(int requests) { running_->Set(requests); }
@@ -148,6 +150,9 @@ std::vector<MetricFamily> ServingMetrics::CollectLedgers() const {
     rejections = engine_rejections_;
   }
   for (const auto& [reason, count] : ledgers.cache_rejections) rejections[reason] += count;
+  // Always present (as 0), so an alert on rejections and its dashboard panel see a series from
+  // the first scrape instead of "no data" until the first rejection.
+  rejections.try_emplace(std::string(kInvalidPolicyRejection), 0);
 
   const std::vector<ClientMetric::Label> common = {MakeLabel("kv_backend", kv_backend_),
                                                    MakeLabel("model_name", model_name_)};
@@ -213,7 +218,7 @@ std::vector<MetricFamily> ServingMetrics::CollectLedgers() const {
     metric.counter.value = static_cast<double>(count);
     rejected.metric.push_back(std::move(metric));
   }
-  if (!rejected.metric.empty()) families.push_back(std::move(rejected));
+  families.push_back(std::move(rejected));
   return families;
 }
 

@@ -298,7 +298,10 @@ TEST_F(EngineTest, ExportsTheVllmSeriesAndTheLedgers) {
         "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
         "vllm:e2e_request_latency_seconds", "vllm:prompt_tokens_total",
         "vllm:generation_tokens_total", "vllm:request_success_total",
-        "readkv_logical_read_bytes_total", "readkv_read_depth", "readkv_capacity_bytes"}) {
+        "readkv_logical_read_bytes_total", "readkv_read_depth", "readkv_capacity_bytes",
+        "readkv_physical_traffic_bytes_total", "readkv_workspace_peak_bytes",
+        "readkv_encode_seconds_total", "readkv_cache_rejections_total",
+        "kvgate_request_errors_total"}) {
     ASSERT_TRUE(by_name.count(name)) << name;
     for (const auto& metric : by_name[name]->metric) {
       bool has_backend = false;
@@ -313,6 +316,10 @@ TEST_F(EngineTest, ExportsTheVllmSeriesAndTheLedgers) {
   EXPECT_EQ(by_name["vllm:time_to_first_token_seconds"]->metric[0].histogram.sample_count, 1u);
   EXPECT_EQ(by_name["vllm:inter_token_latency_seconds"]->metric[0].histogram.sample_count, 4u);
   EXPECT_GT(by_name["readkv_logical_read_bytes_total"]->metric[0].counter.value, 0.0);
+  // No rejection happened, yet the series is there at 0 for alerts and panels.
+  ASSERT_EQ(by_name["readkv_cache_rejections_total"]->metric.size(), 1u);
+  EXPECT_EQ(by_name["readkv_cache_rejections_total"]->metric[0].counter.value, 0.0);
+  ASSERT_FALSE(by_name["kvgate_request_errors_total"]->metric.empty());
 }
 
 TEST(GeometricBucketsTest, CoverTheRangeAtTheRequestedResolution) {

@@ -1,11 +1,14 @@
 #include "readkv/model/runtime.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -301,9 +304,28 @@ struct LlamaDecodeModel::Impl {
   }
 };
 
+namespace {
+
+// CPU inference frees and re-allocates tensors of a few MiB every layer (prefill score blocks,
+// activations). glibc's defaults hand such blocks back to the kernel with munmap or trim the heap
+// top at once, so every layer faults fresh pages in again: measured on an 8K-token prefill
+// (fp8, one thread), 8.9 s of system time against 10 s of user time; 1.4 s with these settings.
+// The threshold is glibc's largest (32 MiB on 64-bit); larger blocks are mapped as before.
+void TuneCpuAllocator() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+    mallopt(M_TOP_PAD, 64 << 20);
+  });
+}
+
+}  // namespace
+
 LlamaDecodeModel::LlamaDecodeModel(const std::string& model_dir, const RuntimeOptions& options)
     : impl_(std::make_unique<Impl>()) {
   ValidateRuntimeOptions(options);
+  if (options.device == "cpu") TuneCpuAllocator();
   Impl& m = *impl_;
   m.options = options;
   m.config = ModelConfig::Load(model_dir);

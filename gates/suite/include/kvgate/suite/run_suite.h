@@ -13,12 +13,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kvgate/gates/gates.h"
 #include "kvgate/history/history_db.h"
 #include "kvgate/policy/policy.h"
+#include "kvgate/suite/run_metrics.h"
 
 namespace kvgate::suite {
 
@@ -29,6 +31,7 @@ struct SuiteOptions {
   std::string version;        // of the running kvgate, recorded with the run
   std::string git_commit;
   std::function<void(const std::string& line)> progress;  // one line per event; may be empty
+  RunMetrics* metrics = nullptr;  // live progress for Prometheus (--metrics-port); may be null
 };
 
 struct SuiteOutcome {
@@ -47,6 +50,22 @@ SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options)
 
 // Decides every gate of a stored run from its rows alone, under the policy stored with it.
 std::vector<gates::GateResult> RegateRun(history::HistoryDb& db, int64_t run_id);
+
+// `kvgate history regate`: a stored run's recorded gate rows beside the same gates decided anew
+// from its raw rows (RegateRun), in the recorded order, then any gate only one side has.
+struct RegateComparison {
+  struct Row {
+    std::string gate;
+    std::optional<history::GateResult> recorded;    // absent: the run recorded no such gate
+    std::optional<history::GateResult> recomputed;  // absent: no longer decided
+    std::vector<std::string> differences;  // fields that differ: "status", "observed", ...
+  };
+  std::vector<Row> rows;
+  gates::Verdict verdict = gates::Verdict::kInconclusive;  // of the recomputed gates
+  std::optional<std::string> recorded_verdict;             // as the run stored it
+  bool identical = false;  // every gate present on both sides with no differences
+};
+RegateComparison CompareRegate(history::HistoryDb& db, int64_t run_id);
 
 // The report document of a stored run (what report.json holds; report.html draws it).
 nlohmann::json BuildReportJson(history::HistoryDb& db, int64_t run_id);

@@ -9,12 +9,12 @@
 //   vllm:request_success_total{finished_reason="stop"|"length"|"abort"}
 // kvgate series:
 //   kvgate_request_errors_total{cause}: every request that failed, by cause (bad input, queue
-//   full, cancellation, model failure, ...).
+//   full, cancellation, model failure, ...); cause="internal" is always exported, from 0.
 // ReadKV ledgers (DecodeModel::ledgers(), spec/readkv.md "Accounting"), published by the worker:
 //   readkv_capacity_bytes, readkv_workspace_peak_bytes (gauges), readkv_logical_read_bytes_total,
 //   readkv_physical_traffic_bytes_total, readkv_encode_seconds_total (counters),
 //   readkv_read_depth (histogram over depths 0..W, from read_depth_counts),
-//   readkv_cache_rejections_total{reason}.
+//   readkv_cache_rejections_total{reason} (reason="invalid_policy" is always exported, from 0).
 #pragma once
 
 #include <prometheus/counter.h>
@@ -41,6 +41,9 @@ namespace readkv::engine {
 // percent -- fine enough to see a 5% P99 regression on a dashboard (the gates themselves use the
 // load generator's raw samples, not these buckets).
 std::vector<double> GeometricBuckets(double lo, double hi, int per_octave);
+
+// The engine's rejection reason for a request whose read policy the KV backend refused.
+inline constexpr std::string_view kInvalidPolicyRejection = "invalid_policy";
 
 // Thread-safe: every method may be called from any thread.
 class ServingMetrics {

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# How the default candidate's K/V split was chosen: every ReadKV(8, R) read configuration in
+# CONFIGS is served with the built-in model (CPU) and scored on a *development* passkey set and
+# QA set (seed DEV_SEED, disjoint from the seeds `kvgate run` and the model's held-out evaluation
+# use), so the choice does not peek at the sets the gates are decided on. Prints one line per
+# configuration: passkeys correct, QA F1.
+#
+# Usage: policies/tools/choose_kv_split.sh [BUILD_DIR]   (default: build)
+# Env: DEV_SEED (default 777001), PASSKEYS (default 60), QA (default 48), R (default 4).
+set -euo pipefail
+BUILD=${1:-build}
+KVGATE="$BUILD/apps/kvgate"
+DEV_SEED=${DEV_SEED:-777001}
+PASSKEYS=${PASSKEYS:-60}
+QA=${QA:-48}
+R=${R:-4}
+[[ -x "$KVGATE" ]] || { echo "missing $KVGATE (build it first)" >&2; exit 3; }
+WORK=$(mktemp -d)
+PID=""
+cleanup() {
+  if [[ -n "$PID" ]]; then kill "$PID" 2> /dev/null || true; wait "$PID" 2> /dev/null || true; fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+half=$(python3 -c "print(int($R))")
+CONFIGS=${CONFIGS:-"constrained flexible:$half:$half flexible:$((half + 1)):$((half - 1)) flexible:$((half + 2)):$((half - 2)) flexible:$((half + 3)):$((half - 3))"}
+echo "== dev seed $DEV_SEED, $PASSKEYS passkeys (1K-8K), $QA QA items (1K-8K), ReadKV(8,$R), $(date -u +%FT%TZ)"
+printf "%-22s %10s %8s\n" "reader[:RK:RV]" "passkeys" "QA F1"
+for config in $CONFIGS; do
+  IFS=: read -r reader rk rv <<< "$config"
+  args=(--kv readkv --store-bits 8 --read-bits "$R" --reader "$reader")
+  [[ -n "${rk:-}" ]] && args+=(--kv-split "$rk:$rv")
+  "$KVGATE" serve "${args[@]}" --log-level warn > "$WORK/serve.out" 2> "$WORK/serve.err" &
+  PID=$!
+  for _ in $(seq 300); do grep -q '^listening on ' "$WORK/serve.out" && break; sleep 0.1; done
+  url="http://$(awk '/^listening on /{print $3}' "$WORK/serve.out")"
+  "$KVGATE" check passkey --url "$url" --items "$PASSKEYS" --seed "$DEV_SEED" \
+    --lengths 1024,2048,4096,8192 --json "$WORK/passkey.json" > /dev/null || true
+  "$KVGATE" check qa --url "$url" --items "$QA" --seed "$DEV_SEED" --lengths 1024,4096,8192 \
+    --json "$WORK/qa.json" > /dev/null || true
+  python3 - "$WORK/passkey.json" "$WORK/qa.json" "$config" << 'PY'
+import json, sys
+p, q = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+def overall(doc):  # the "all" row of the check's per-subset summary
+    return next(row for row in doc["summary"] if row["subset"] == "all")
+po, qo = overall(p), overall(q)
+print("%-22s %10s %8.1f" % (sys.argv[3], "%d/%d" % (po["correct"], po["count"]), qo["mean_score"]))
+PY
+  kill -TERM "$PID"; wait "$PID" || true; PID=""
+done
