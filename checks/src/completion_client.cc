@@ -316,6 +316,11 @@ std::vector<CompletionOutcome> CompletionClient::CompleteAll(
     HttpConnection connection(url_, options_.connect_timeout, options_.request_timeout,
                               options_.max_response_bytes);
     for (size_t i = next++; i < requests.size(); i = next++) {
+      if (options_.stop_requested && options_.stop_requested()) {
+        outcomes[i] = CompletionOutcome{};
+        outcomes[i].error = "POST " + url_.Join("/v1/completions") + ": not sent: stop requested";
+        continue;
+      }
       try {
         outcomes[i] = CompleteOne(connection, url_, model_, options_, requests[i]);
       } catch (const std::exception& e) {

@@ -46,6 +46,19 @@ TEST(PolicyTest, DefaultFileParsesAndMatchesTheProductGates) {
   EXPECT_NE(p.text.find("[gates]"), std::string::npos);  // the exact text is kept
 }
 
+TEST(PolicyTest, LongContextDiffersFromTheDefaultOnlyInTheQualityLengths) {
+  Policy d = LoadPolicyFile(DefaultPolicyPath());
+  Policy l = LoadPolicyFile(std::string(KVGATE_SOURCE_DIR) + "/policies/long-context.toml");
+  EXPECT_EQ(l.passkey.lengths.back(), 8192);
+  EXPECT_EQ(l.qa.lengths.back(), 8192);
+  EXPECT_LT(d.passkey.lengths.back(), 8192);
+  EXPECT_EQ(l.passkey.items, d.passkey.items);
+  EXPECT_EQ(l.gates.passkey_required, d.gates.passkey_required);
+  EXPECT_EQ(l.candidate.serve_args, d.candidate.serve_args);
+  EXPECT_EQ(l.baseline.serve_args, d.baseline.serve_args);
+  EXPECT_EQ(l.load.requests, d.load.requests);
+}
+
 TEST(PolicyTest, MinimalPolicyTakesEveryDefault) {
   Policy p = ParsePolicy(kMinimal);
   Policy d;

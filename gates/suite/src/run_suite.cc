@@ -256,10 +256,21 @@ SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options)
       checks::ClientOptions client;
       client.model = system.model;
       client.concurrency = 2;
+      client.stop_requested = [] { return g_stop_requested.load(); };
+      // Live progress: a line at every tenth of a check (they take minutes on a CPU).
+      auto tenths = [&say, &system](const std::string& check) {
+        return [&say, &system, check](size_t done, size_t total) {
+          if (total >= 10 && done % (total / 10) != 0 && done != total) return;
+          say(system.label + ": " + check + " " + std::to_string(done) + "/" +
+              std::to_string(total));
+        };
+      };
       if (system.label == kCandidate) client.extra_body = candidate_extra;
       ThrowIfStopped();
       say(system.label + ": passkey check, " + std::to_string(passkey.items) + " items");
-      checks::CheckRun run = checks::RunPasskeyCheck(system.url, passkey, client);
+      checks::CheckRun run =
+          checks::RunPasskeyCheck(system.url, passkey, client, tenths("passkey"));
+      ThrowIfStopped();
       std::vector<history::QualityItem> rows;
       for (const auto& r : run.records) rows.push_back(ToHistoryItem(r, system.label));
       db.AddQualityItems(outcome.run_id, rows);
@@ -267,7 +278,9 @@ SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options)
           std::to_string(run.all().count) + " (" + std::to_string(run.all().errors) + " errors)");
       ThrowIfStopped();
       say(system.label + ": QA check, " + std::to_string(qa_items.size()) + " items");
-      checks::CheckRun qa = checks::RunQaCheck(system.url, qa_items, policy.qa.max_tokens, client);
+      checks::CheckRun qa = checks::RunQaCheck(system.url, qa_items, policy.qa.max_tokens, client,
+                                               tenths("QA"));
+      ThrowIfStopped();
       rows.clear();
       for (const auto& r : qa.records) rows.push_back(ToHistoryItem(r, system.label));
       db.AddQualityItems(outcome.run_id, rows);

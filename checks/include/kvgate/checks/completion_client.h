@@ -42,6 +42,9 @@ struct ClientOptions {
   // Merged into every request body (top-level keys; a key here overrides the client's own),
   // e.g. {"readkv": {"read_bits": 4}} for a ReadKV candidate. Must be an object or null.
   nlohmann::json extra_body;
+  // Polled before each request of CompleteAll; once it returns true no further request is sent
+  // (those in flight finish) and the unsent ones end with an error saying so. May be empty.
+  std::function<bool()> stop_requested;
 };
 
 struct CompletionRequest {
