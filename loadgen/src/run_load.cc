@@ -455,11 +455,12 @@ class Exchange final : public std::enable_shared_from_this<Exchange>, public Res
 
   void FailTransport(beast::error_code ec, std::string_view stage) {
     std::string cause;
-    static const beast::error_category& http_category =
-        http::make_error_code(http::error::end_of_stream).category();
+    // Any code of Beast's HTTP category (kept as a code: g++ 13 flags a reference to the category
+    // of a temporary code as possibly dangling, though categories are static).
+    static const beast::error_code http_code = http::make_error_code(http::error::end_of_stream);
     if (ec == beast::error::timeout) {
       cause = "timeout";
-    } else if (ec.category() == http_category && ec != http::error::end_of_stream &&
+    } else if (ec.category() == http_code.category() && ec != http::error::end_of_stream &&
                ec != http::error::partial_message) {
       cause = "http_protocol";
     } else {
