@@ -29,7 +29,7 @@ while IFS= read -r backend; do
   pid=$!
   for _ in $(seq 600); do grep -q '^listening on ' "$OUT/serve.out" && break; sleep 0.1; done
   url="http://$(awk '/^listening on /{print $3}' "$OUT/serve.out")"
-  tag=$(echo "$backend" | tr ' ' '_' | tr -d '-')
+  tag=$(echo "$backend" | tr ' :' '_-' | tr -d '-')
   "$KV" check passkey --url "$url" --items 44 --lengths 1024,2048,4096,8192 --concurrency 8 \
     --json "$OUT/passkey_$tag.json" > /dev/null
   "$KV" check qa --url "$url" --items 30 --lengths 1024,4096,8192 --concurrency 8 \
