@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace readkv::server::testing {
@@ -145,6 +146,18 @@ inline std::vector<std::string> SseData(const std::string& body) {
     pos = end + 2;
   }
   return out;
+}
+
+// Waits (bounded) for a condition the server reaches asynchronously; true once it holds.
+template <typename Predicate>
+bool Eventually(Predicate predicate,
+                std::chrono::milliseconds timeout = std::chrono::milliseconds(10000)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (predicate()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return predicate();
 }
 
 }  // namespace readkv::server::testing

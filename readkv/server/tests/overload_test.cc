@@ -31,6 +31,7 @@ namespace net = boost::asio;
 using net::ip::tcp;
 using nlohmann::json;
 using std::chrono::milliseconds;
+using testing::Eventually;
 
 constexpr int kBurst = 300;   // concurrent requests, sent at once
 constexpr int kMaxBatch = 2;  // capacity: 2 running + 4 waiting = 6 requests at a time
@@ -123,16 +124,6 @@ class OverloadTest : public ::testing::Test {
     if (server_) server_->Shutdown(milliseconds(0));
   }
 
-  template <typename Predicate>
-  bool Eventually(Predicate predicate, milliseconds timeout = milliseconds(30000)) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (predicate()) return true;
-      std::this_thread::sleep_for(milliseconds(5));
-    }
-    return predicate();
-  }
-
   std::unique_ptr<engine::DecodeModel> model_;
   std::unique_ptr<engine::Tokenizer> tokenizer_;
   std::unique_ptr<engine::Engine> engine_;
@@ -222,7 +213,7 @@ TEST_F(OverloadTest, BurstFarAboveCapacityGets429sBoundedMemoryAndServesNormally
   ASSERT_TRUE(Eventually([&] {
     const engine::EngineCounters c = engine_->counters();
     return c.running == 0 && c.waiting == 0 && c.sequences_started == c.sequences_ended;
-  }));
+  }, milliseconds(30000)));
   testing::HttpConnection connection(server_->port());
   EXPECT_EQ(connection.Get("/health").status, 200);
   const auto after = connection.Post("/v1/completions", normal);

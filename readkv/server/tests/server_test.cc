@@ -23,6 +23,7 @@ namespace {
 
 using nlohmann::json;
 using std::chrono::milliseconds;
+using testing::Eventually;
 using testing::HttpConnection;
 using testing::kTinyLlamaContext;
 using testing::SseData;
@@ -85,17 +86,6 @@ class ServerTest : public ::testing::Test {
     const engine::EngineCounters counters = engine_->counters();
     EXPECT_EQ(counters.sequences_started, counters.sequences_ended);
     EXPECT_TRUE(Eventually([&] { return Metric("readkv_capacity_bytes") == 0.0; }));
-  }
-
-  // Waits (bounded) for a condition the server reaches asynchronously.
-  template <typename Predicate>
-  bool Eventually(Predicate predicate, milliseconds timeout = milliseconds(10000)) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (predicate()) return true;
-      std::this_thread::sleep_for(milliseconds(5));
-    }
-    return predicate();
   }
 
   std::unique_ptr<engine::DecodeModel> model_;
