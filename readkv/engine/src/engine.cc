@@ -44,7 +44,9 @@ struct Engine::Active {
   uint64_t seed;
   Sampler sampler;
   CompletionText text;
-  Clock::time_point arrival = Clock::now();
+  // The front end's arrival stamp (CompletionRequest::arrival), or Submit's time without one.
+  Clock::time_point arrival =
+      request.arrival == Clock::time_point{} ? Clock::now() : request.arrival;
   Clock::time_point last_token_time{};
   bool admitted = false;  // counted in running_count_
   bool started = false;   // StartSequence succeeded: EndSequence owed
@@ -313,6 +315,7 @@ void Engine::Step(std::vector<std::unique_ptr<Active>>& admitted) {
     GenerationEvent event;
     event.kind = GenerationEvent::Kind::kToken;
     event.token = token;
+    event.produced_at = now;
     if (!eos) event.text = active.text.Append(tokenizer_.TokenBytes(token));
     active.channel->Push(std::move(event));
 
@@ -340,6 +343,7 @@ void Engine::Finish(Active& active, FinishReason reason, ErrorKind error, std::s
   }
   GenerationEvent event;
   event.kind = GenerationEvent::Kind::kFinished;
+  event.produced_at = Clock::now();
   if (reason == FinishReason::kStop || reason == FinishReason::kLength) {
     event.text = active.text.Finish();
   }

@@ -75,13 +75,13 @@ ServingMetrics::ServingMetrics(std::string model_name, std::string kv_backend)
                      "backend reports no limit).");
   // TTFT and E2E: 1 ms .. ~131 s; ITL: 0.1 ms .. ~13 s; 16 buckets per octave (see header).
   ttft_ = &histogram("vllm:time_to_first_token_seconds",
-                     "Arrival at the engine to the first generated token, seconds.",
+                     "Request arrival (read in full) to its first generated token, seconds.",
                      GeometricBuckets(0.001, 120.0, 16));
   itl_ = &histogram("vllm:inter_token_latency_seconds",
                     "Gap between successive generated tokens of one request, seconds.",
                     GeometricBuckets(0.0001, 10.0, 16));
   e2e_ = &histogram("vllm:e2e_request_latency_seconds",
-                    "Arrival at the engine to the last token of a finished request, seconds.",
+                    "Request arrival to the last token of a finished request, seconds.",
                     GeometricBuckets(0.001, 120.0, 16));
   prompt_tokens_ = &counter("vllm:prompt_tokens_total", "Prompt tokens of admitted requests.");
   generation_tokens_ = &counter("vllm:generation_tokens_total", "Generated tokens.");

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -320,6 +321,56 @@ TEST_F(EngineTest, ExportsTheVllmSeriesAndTheLedgers) {
   ASSERT_EQ(by_name["readkv_cache_rejections_total"]->metric.size(), 1u);
   EXPECT_EQ(by_name["readkv_cache_rejections_total"]->metric[0].counter.value, 0.0);
   ASSERT_FALSE(by_name["kvgate_request_errors_total"]->metric.empty());
+}
+
+TEST_F(EngineTest, LatenciesCountFromTheFrontEndsArrivalStampAndEventsCarryTheirTime) {
+  TableDecodeModel model;
+  Engine engine(model, tokenizer_, Options(4, 4));
+  // A request that arrived at the front end 10 s before it reached Submit (parsing, queueing
+  // in front of the engine): TTFT and E2E must include those 10 s, as vLLM's do.
+  CompletionRequest request = Request("arrival", 3);
+  const auto before_submit = std::chrono::steady_clock::now();
+  request.arrival = before_submit - std::chrono::seconds(10);
+  auto channel = std::make_shared<RequestChannel>();
+  ASSERT_EQ(engine.Submit(std::move(request), channel), SubmitStatus::kAccepted);
+  std::vector<std::chrono::steady_clock::time_point> stamps;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto event = channel->WaitPop(milliseconds(50));
+    if (!event) continue;
+    stamps.push_back(event->produced_at);
+    if (event->kind == GenerationEvent::Kind::kFinished) break;
+  }
+  const auto after = std::chrono::steady_clock::now();
+  ASSERT_EQ(stamps.size(), 4u);  // three tokens, then kFinished
+  for (size_t i = 0; i < stamps.size(); ++i) {
+    EXPECT_GE(stamps[i], before_submit) << i;
+    EXPECT_LE(stamps[i], after) << i;
+    if (i > 0) {
+      EXPECT_GE(stamps[i], stamps[i - 1]) << i;
+    }
+  }
+  const double waited = std::chrono::duration<double>(after - before_submit).count();
+  for (const auto& family : engine.metrics().Collect()) {
+    if (family.name != "vllm:time_to_first_token_seconds" &&
+        family.name != "vllm:e2e_request_latency_seconds") {
+      continue;
+    }
+    ASSERT_EQ(family.metric.at(0).histogram.sample_count, 1u) << family.name;
+    EXPECT_GE(family.metric[0].histogram.sample_sum, 10.0) << family.name;
+    EXPECT_LE(family.metric[0].histogram.sample_sum, 10.0 + waited) << family.name;
+  }
+  // Without a stamp, Submit's time is the arrival: that TTFT lies far below 10 s.
+  Complete(engine, Request("no stamp", 2));
+  for (const auto& family : engine.metrics().Collect()) {
+    if (family.name != "vllm:time_to_first_token_seconds") continue;
+    const auto& histogram = family.metric.at(0).histogram;
+    ASSERT_EQ(histogram.sample_count, 2u);
+    const auto below_5s = std::find_if(histogram.bucket.begin(), histogram.bucket.end(),
+                                       [](const auto& b) { return b.upper_bound >= 5.0; });
+    ASSERT_NE(below_5s, histogram.bucket.end());
+    EXPECT_EQ(below_5s->cumulative_count, 1u);
+  }
 }
 
 TEST(GeometricBucketsTest, CoverTheRangeAtTheRequestedResolution) {

@@ -155,6 +155,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void OnRead(beast::error_code ec, std::size_t) {
     if (ec) return OnReadError(ec);
+    received_ = Clock::now();
     Request request = parser_->release();
     parser_.reset();
     Handle(request);
@@ -258,7 +259,11 @@ class Session : public std::enable_shared_from_this<Session> {
     sse_.clear();
     headers_sent_ = false;
     finishing_ = false;
-    arrival_ = Clock::now();
+    first_token_at_ = first_text_at_ = first_text_written_ = Clock::time_point{};
+    first_text_queued_ = first_text_writing_ = false;
+    // TTFT and E2E count from the request's arrival, as vLLM's arrival_time does: parsing and
+    // tokenising the prompt are part of the latency the client sees.
+    call.request.arrival = received_;
 
     // Runs on the engine's worker thread: hand over to this session's strand, never touch the
     // session there. A session that is gone by then simply misses the wake-up.
@@ -273,6 +278,7 @@ class Session : public std::enable_shared_from_this<Session> {
     engine::SubmitStatus status;
     try {
       status = shared_.engine.Submit(std::move(call.request), channel);
+      submitted_ = Clock::now();
     } catch (const std::invalid_argument& e) {
       return Fail(ApiError(400, "invalid_value", e.what()));
     }
@@ -334,7 +340,14 @@ class Session : public std::enable_shared_from_this<Session> {
     for (engine::GenerationEvent& event : channel_->Drain()) {
       if (event.kind == engine::GenerationEvent::Kind::kFinished) {
         finished = std::move(event);
-      } else if (!event.text.empty()) {
+        continue;
+      }
+      if (first_token_at_ == Clock::time_point{}) first_token_at_ = event.produced_at;
+      if (!event.text.empty() && first_text_at_ == Clock::time_point{}) {
+        first_text_at_ = event.produced_at;
+        first_text_queued_ = streaming_;
+      }
+      if (!event.text.empty()) {
         if (streaming_) {
           AppendChunk(event.text, nullptr);
         } else {
@@ -431,7 +444,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void Log(const engine::GenerationEvent& finished) const {
     const double e2e_ms =
-        std::chrono::duration<double, std::milli>(Clock::now() - arrival_).count();
+        std::chrono::duration<double, std::milli>(Clock::now() - received_).count();
     spdlog::info(
         "{} finish={} prompt_tokens={} completion_tokens={} stream={} seed={} readkv={} "
         "e2e_ms={:.1f}{}{}",
@@ -439,6 +452,24 @@ class Session : public std::enable_shared_from_this<Session> {
         finished.completion_tokens, streaming_, finished.seed,
         read_policy_ ? Dump(*read_policy_) : std::string("default"), e2e_ms,
         finished.error_message.empty() ? "" : " error=", finished.error_message);
+  }
+
+  // The stages of a streamed request's time to first token, at debug level: where the time
+  // between the request's arrival and its first text on the wire went. received_steady_ns is
+  // std::chrono::steady_clock (CLOCK_MONOTONIC), comparable with a local client's clock.
+  void LogFirstTokenTimeline() const {
+    if (!spdlog::should_log(spdlog::level::debug)) return;
+    auto ms = [this](Clock::time_point t) {
+      return t == Clock::time_point{}
+                 ? -1.0
+                 : std::chrono::duration<double, std::milli>(t - received_).count();
+    };
+    spdlog::debug(
+        "{} ttft_timeline received_steady_ns={} submitted_ms={:.3f} first_token_ms={:.3f} "
+        "first_text_ms={:.3f} first_text_written_ms={:.3f}",
+        completion_id_,
+        std::chrono::duration_cast<std::chrono::nanoseconds>(received_.time_since_epoch()).count(),
+        ms(submitted_), ms(first_token_at_), ms(first_text_at_), ms(first_text_written_));
   }
 
   // ---- SSE writer ----------------------------------------------------------------------------
@@ -472,10 +503,17 @@ class Session : public std::enable_shared_from_this<Session> {
       out_ = std::move(sse_);
       sse_.clear();
       writing_ = true;
+      first_text_writing_ = first_text_queued_;
+      first_text_queued_ = false;
       stream_.expires_after(shared_.options.write_timeout);
       auto done = [self = shared_from_this()](beast::error_code ec, std::size_t) {
         self->writing_ = false;
         if (ec) return self->WriteFailed();
+        if (self->first_text_writing_) {
+          self->first_text_writing_ = false;
+          self->first_text_written_ = Clock::now();
+          self->LogFirstTokenTimeline();
+        }
         self->Pump();
       };
       if (chunked) {
@@ -608,8 +646,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string completion_id_;
   int64_t created_ = 0;
   int prompt_tokens_ = 0;
-  Clock::time_point arrival_{};
-  std::string text_;  // non-streamed text so far
+  Clock::time_point received_{};   // the request read in full (its arrival)
+  Clock::time_point submitted_{};  // Engine::Submit returned
+  std::string text_;               // non-streamed text so far
 
   // SSE state.
   std::string sse_;  // pending bytes
@@ -619,6 +658,14 @@ class Session : public std::enable_shared_from_this<Session> {
   bool headers_sent_ = false;
   bool writing_ = false;
   bool finishing_ = false;
+  // Time to first token, stage by stage (LogFirstTokenTimeline): the engine's stamps of the
+  // first token and of the first token that released text, and when the write that carried
+  // that text completed.
+  Clock::time_point first_token_at_{};
+  Clock::time_point first_text_at_{};
+  Clock::time_point first_text_written_{};
+  bool first_text_queued_ = false;   // the first text is in sse_, not yet being written
+  bool first_text_writing_ = false;  // ... is in out_, being written
 
   std::array<char, 8192> scratch_{};
   size_t lingered_ = 0;
@@ -642,6 +689,12 @@ struct Server::Impl {
         timer->async_wait([this, timer](beast::error_code) { Accept(); });
         return;
       }
+      // Each SSE chunk is one small write. With Nagle's algorithm a chunk written while the
+      // previous segment is unacknowledged (the header just before the first chunk; the
+      // terminating chunk right after [DONE]) waits for the client's delayed ACK, up to 40 ms on
+      // Linux: the first token would reach the client that much after the engine produced it.
+      beast::error_code nodelay_ec;  // a socket that refuses it still works, only slower
+      socket.set_option(tcp::no_delay(true), nodelay_ec);
       std::make_shared<Session>(std::move(socket), shared)->Start();
       Accept();
     });

@@ -3,10 +3,16 @@
 // forward pass through a real KV backend.
 #include "readkv/server/server.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
 #include <chrono>
+#include <exception>
+#include <filesystem>
 #include <memory>
 #include <regex>
 #include <set>
@@ -174,6 +180,41 @@ TEST_F(ServerTest, StreamingSendsCompletionChunksThenDone) {
   EXPECT_EQ(json::parse(data[data.size() - 2])["choices"][0]["finish_reason"], "length");
   // Keep-alive: the same connection serves the next request.
   EXPECT_EQ(connection.Get("/health").status, 200);
+}
+
+// The response header and the first SSE chunk are two small writes in a row; with Nagle on, the
+// chunk waited for the client's delayed ACK (up to 40 ms), so clients saw the first token that
+// much after the engine produced it (and after the TTFT histogram had counted it). The server's
+// end of the connection lives in this process: find it by its local port and ask the kernel.
+TEST_F(ServerTest, AcceptedConnectionsHaveNagleOff) {
+  StartServer();
+  HttpConnection connection(port());
+  ASSERT_EQ(connection.Get("/health").status, 200);  // accepted and served
+  int accepted = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    int fd = -1;
+    try {
+      fd = std::stoi(entry.path().filename().string());
+    } catch (const std::exception&) {
+      continue;
+    }
+    sockaddr_in local{};
+    sockaddr_in peer{};
+    socklen_t local_len = sizeof(local);
+    socklen_t peer_len = sizeof(peer);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+        local.sin_family != AF_INET || ntohs(local.sin_port) != port()) {
+      continue;
+    }
+    // The listening socket has no peer; the server's end of our connection has.
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) continue;
+    int nodelay = 0;
+    socklen_t nodelay_len = sizeof(nodelay);
+    ASSERT_EQ(getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &nodelay, &nodelay_len), 0);
+    EXPECT_NE(nodelay, 0) << "fd " << fd;
+    ++accepted;
+  }
+  EXPECT_EQ(accepted, 1);
 }
 
 TEST_F(ServerTest, StreamingWithIncludeUsageEndsWithAUsageChunk) {

@@ -34,6 +34,10 @@ struct CompletionRequest {
   std::vector<int32_t> prompt;  // token ids fed on the first step, non-empty
   GenerationParams params;
   ReadPolicy read_policy;  // passed to DecodeModel::StartSequence
+  // When the request arrived at the serving front end (vLLM's arrival_time: the HTTP request
+  // read in full, before parsing and tokenising); TTFT and E2E latency count from here. The
+  // default (the clock's epoch) means "now": Engine::Submit stamps it.
+  std::chrono::steady_clock::time_point arrival{};
 };
 
 enum class FinishReason {
@@ -61,6 +65,10 @@ struct GenerationEvent {
   // a possible stop string is complete). kFinished: the text still held back, released now.
   std::string text;
   int32_t token = -1;  // kToken: the sampled id
+  // When the engine produced the event: for kToken the end of the decode step that sampled the
+  // token (the instant TTFT and inter-token latency are observed at); for kFinished when the
+  // request ended.
+  std::chrono::steady_clock::time_point produced_at{};
   // kFinished only:
   FinishReason finish_reason = FinishReason::kStop;
   ErrorKind error = ErrorKind::kNone;
