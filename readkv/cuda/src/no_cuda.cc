@@ -1,11 +1,38 @@
+// The readkv::cuda API in a build without nvcc: no devices, and every launcher answers
+// cudaErrorNoDevice (100), so callers link and report instead of needing #ifdefs.
+#include "readkv/cuda/decode_attention.h"
 #include "readkv/cuda/device.h"
 
 namespace readkv::cuda {
+namespace {
+constexpr cudaError_t kNoDevice = 100;  // cudaErrorNoDevice
+}  // namespace
 
 DeviceReport QueryDevices() {
   DeviceReport report;
   report.reason = "built without CUDA (nvcc was not found at configure time)";
   return report;
+}
+
+size_t SplitDecodeWorkspaceBytes(const DecodeShape&) { return 0; }
+size_t ReadKvDecodeWorkspaceBytes(const DecodeShape&) { return 0; }
+cudaError_t DenseDecodeAttention(const DecodeShape&, const DecodeInputs&, const DenseCache&, void*,
+                                 cudaStream_t) {
+  return kNoDevice;
+}
+cudaError_t Fp8DecodeAttention(const DecodeShape&, const DecodeInputs&, const Fp8Cache&, void*,
+                               cudaStream_t) {
+  return kNoDevice;
+}
+cudaError_t ReadKvDecodeAttention(const DecodeShape&, const DecodeInputs&, const ReadKvCache&,
+                                  const ReadKvCodec&, const ReadKvReadPolicy&, void*, cudaStream_t,
+                                  const ReadKvDebug&) {
+  return kNoDevice;
+}
+cudaError_t ReadKvAppend(const DecodeShape&, int, const float*, const float*, const int32_t*,
+                         const int32_t*, const int32_t*, const ReadKvCodec&, const ReadKvCache&,
+                         cudaStream_t) {
+  return kNoDevice;
 }
 
 }  // namespace readkv::cuda

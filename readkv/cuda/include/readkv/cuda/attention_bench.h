@@ -1,0 +1,138 @@
+// The decode-attention benchmark behind `kvgate bench attention` (issue 8): for every (tokens,
+// batch, KV backend) point it builds the paged caches on the GPU from seeded data, times each
+// kernel over many cold-L2 launches, and reports the kernel's ledgers (spec/readkv.md,
+// "Accounting") next to the device's streaming-read bandwidth and an outside anchor (torch's
+// scaled_dot_product_attention, passed in by the caller so this library stays torch-free).
+//
+// Cold L2: each timed launch reads a copy of its whole input set (cache pages, queries, page
+// table, lengths, scales/codec tables) that no launch since the copy's previous use has touched:
+// the harness rotates among N copies whose other N - 1 copies together hold at least 2 x the L2
+// (one copy when a copy alone is larger). Every timed launch is preceded, outside the timed
+// events, by a short GPU spin so the host has queued the launch before its start event fires.
+//
+// Host API: functions throw readkv::codec::InvalidArgument naming the flag ("--kv", "--tokens")
+// for bad configuration and std::runtime_error for CUDA failures. Not thread-safe: one bench per
+// process at a time (it uses device 0 and the legacy default stream).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "readkv/cuda/decode_attention.h"
+
+namespace readkv::cuda {
+
+enum class KvBackend { kDense, kFp8, kReadKv };
+
+// One value of --kv: "dense", "fp8" (per-tensor scales) or "readkv:W:R" (constrained reader).
+struct KvSpec {
+  KvBackend backend = KvBackend::kDense;
+  int store_bits = 0;        // W, ReadKV only, in [2, 8]
+  double read_bits = 0;      // R, ReadKV only, in [1, W]
+  std::string Name() const;  // canonical text: "dense", "fp8", "readkv:8:4", "readkv:8:2.5"
+};
+
+// Throws InvalidArgument("--kv") for anything but the three forms above (e.g. "readkv:8").
+KvSpec ParseKvSpec(const std::string& text);
+// A comma-separated list of specs; throws InvalidArgument("--kv") on an empty list or duplicate.
+std::vector<KvSpec> ParseKvSpecs(const std::string& text);
+// A comma-separated list of positive integers ("8192,32768"); throws InvalidArgument(flag).
+std::vector<int64_t> ParsePositiveList(const std::string& flag, const std::string& text);
+
+struct BenchConfig {
+  std::vector<int64_t> tokens = {8192};  // T per sequence (the maximum when ragged)
+  std::vector<int64_t> batches = {1};    // B
+  int heads_q = 32;
+  int heads_kv = 8;
+  int head_dim = 128;
+  std::vector<KvSpec> kv = {KvSpec{}};
+  int iters = 50;               // timed launches per row, at least 20 ...
+  double min_total_ms = 200.0;  // ... and until their kernel times add up to this
+  int chunk_tokens = 1024;      // the kernels' flash-decoding chunk, a multiple of 256
+  bool ragged = false;          // seq_lens uniform in [T/2, T] instead of all T
+  uint64_t seed = 1;
+  // Throws InvalidArgument naming the flag: "--tokens", "--batch", "--heads-q", "--heads-kv"
+  // (must divide --heads-q with a group of 1, 2, 4 or 8), "--head-dim" (64 or 128), "--kv",
+  // "--iters", "--chunk-tokens".
+  void Validate() const;
+};
+
+// An outside implementation timed on the same dense inputs, contiguous and unpaged. Only used
+// when every sequence has T tokens (not with --ragged).
+struct AnchorInputs {
+  int batch = 0, heads_q = 0, heads_kv = 0, head_dim = 0;
+  int64_t tokens = 0;
+  const void* queries = nullptr;  // [B][H_q][d] bfloat16 (= [B][H_kv][g][d]), device
+  const void* keys = nullptr;     // [B][H_kv][T][d] bfloat16, device
+  const void* values = nullptr;   // [B][H_kv][T][d] bfloat16, device
+  float* out = nullptr;           // [B][H_q][d] float, device; null on timed launches
+};
+struct Anchor {
+  std::string name;  // row name, e.g. "torch_sdpa"
+  // Enqueues one call on the legacy default stream (and, when out != null, the copy into out).
+  std::function<void(const AnchorInputs&)> enqueue;
+};
+
+struct TimingStats {
+  int launches = 0;
+  double median_us = 0, p10_us = 0, p90_us = 0, mean_us = 0;
+};
+// Median and p10/p90 (linear interpolation between order statistics) of times in microseconds.
+TimingStats SummariseTimes(std::vector<double> times_us);
+
+struct BenchRow {
+  int64_t tokens = 0;  // T
+  int64_t batch = 0;   // B
+  std::string kv;      // KvSpec::Name() or the anchor's name
+  bool anchor = false;
+  TimingStats time;
+  int64_t context_tokens = 0;   // sum of seq_lens over the batch
+  int64_t capacity_bytes = 0;   // ledger 1: cache pages (whole pages) + scales / codec tables
+  int64_t workspace_bytes = 0;  // ledger 4: the launcher's workspace; -1: unknown (anchor)
+  int64_t logical_bytes = 0;    // ledger 2: payload the reader chose
+  TrafficBytes traffic;         // ledger 3 (the anchor: the dense kernel's model of the same reads)
+  double achieved_gbps = 0;     // traffic.Total() / median time, 1e9 bytes/s
+  double stream_fraction = 0;   // achieved_gbps / the device's streaming-read bandwidth
+  double time_vs_fp8 = 0;       // median / the FP8 row's median of this point; 0 when absent
+  double time_vs_dense = 0;     // median / the dense row's median of this point; 0 when absent
+  bool finite = true;           // no NaN/Inf in the output
+  double rel_l2_vs_dense = -1;  // ||out - dense|| / ||dense||; -1 for the dense row or no dense
+  int copies = 1;               // rotation copies of the input set (cold L2)
+  int64_t copy_bytes = 0;       // bytes of one copy
+};
+
+struct BenchReport {
+  std::string device;        // name and sm_XY
+  int driver_version = 0;    // cudaDriverGetVersion
+  int runtime_version = 0;   // cudaRuntimeGetVersion
+  int64_t l2_bytes = 0;      // the device's L2
+  int64_t stream_bytes = 0;  // buffer the streaming-read kernel read per launch
+  TimingStats stream_time;
+  double stream_gbps = 0;  // stream_bytes / median time, 1e9 bytes/s
+  std::string cold_l2_method;
+  std::string anchor_note;  // why the anchor did not run, if it did not
+  std::vector<BenchRow> rows;
+};
+
+// Runs the whole grid. `anchor` may be null; `progress` (may be null) gets one line per step.
+// Throws std::runtime_error("no CUDA device: ...") without a device, std::runtime_error for a
+// CUDA error (naming the call), InvalidArgument for a bad config.
+BenchReport RunAttentionBench(const BenchConfig& config, const Anchor* anchor,
+                              std::ostream* progress);
+
+// What the JSON records beside the report.
+struct BenchRunInfo {
+  std::string version, git_commit, date_utc, command_line;
+};
+// The report as JSON text (2-space indent): {"bench": "attention", "version", "git_commit",
+// "date_utc", "command_line", "device": {...}, "config": {...}, "stream": {...},
+// "cold_l2_method", "anchor_note", "rows": [{...}, ...]}.
+std::string BenchReportJson(const BenchConfig& config, const BenchReport& report,
+                            const BenchRunInfo& info);
+// The human table, one line per row.
+void PrintBenchTable(const BenchReport& report, std::ostream& out);
+
+}  // namespace readkv::cuda

@@ -1,0 +1,180 @@
+// Batched decode attention over a paged KV cache on the GPU, for the three KV backends of
+// spec/readkv.md: dense BF16, FP8 e4m3 (per-tensor or per-KV-head scales) and ReadKV with the
+// constrained reader. Framework-free: raw device pointers, host launchers that return
+// cudaError_t and never synchronise. Shapes and pointers are checked once by the caller (the
+// binding layer or the bench); a launcher only rejects what would make a kernel unsafe
+// (cudaErrorInvalidValue).
+//
+// Geometry (spec/readkv.md, "Geometry"): B sequences, H_q query heads, H_kv KV heads, head dim
+// d in {64, 128}, GQA group g = H_q / H_kv in {1, 2, 4, 8}. Query head h reads KV head h / g.
+// Scores use the scale 1/sqrt(d) and an exact softmax over all of a sequence's tokens.
+//
+// The paged cache: pages of kPageTokens = 256 tokens (one ReadKV block). Sequence b holds
+// seq_lens[b] >= 1 tokens; token i of it lives in page page_table[b * max_pages + i / 256], slot
+// i % 256. Pages are shared by nothing; a sequence's last page may be partly filled (ragged).
+//
+// Every kernel splits each sequence's tokens into chunks of `chunk_tokens` (a multiple of 256)
+// processed by separate thread blocks (flash-decoding), and combines the chunks in a second
+// launch; the workspace holds the partial results. All launches of one call go to `stream`, in
+// order, so a call can be captured in a CUDA graph.
+//
+// Thread-safety: launchers are reentrant; two calls that share a workspace must be ordered.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#if defined(KVGATE_HAVE_CUDA) || defined(__CUDACC__)
+#include <cuda_runtime.h>
+#else
+using cudaError_t = int;
+using cudaStream_t = struct CUstream_st*;
+#endif
+
+namespace readkv::cuda {
+
+inline constexpr int kPageTokens = 256;
+inline constexpr int kMaxStoreBits = 8;
+
+struct DecodeShape {
+  int batch = 1;
+  int heads_q = 32;
+  int heads_kv = 8;
+  int head_dim = 128;
+  int max_pages = 1;       // columns of page_table
+  int max_tokens = 256;    // an upper bound of every seq_lens[b] (sizes the workspace)
+  int chunk_tokens = 1024; // tokens per thread block; a multiple of 256
+
+  int group() const { return heads_q / heads_kv; }
+  int max_chunks() const { return (max_tokens + chunk_tokens - 1) / chunk_tokens; }
+};
+
+// What every decode call reads besides the cache itself.
+struct DecodeInputs {
+  const float* queries = nullptr;  // [B][H_q][d], keys' domain (post-RoPE)
+  const int32_t* page_table = nullptr;  // [B][max_pages]
+  const int32_t* seq_lens = nullptr;    // [B]
+  float* out = nullptr;                 // [B][H_q][d]
+};
+
+// ---- Dense BF16 ------------------------------------------------------------------------------
+// k_pages, v_pages: [num_pages][H_kv][256][d] bfloat16 bit patterns.
+struct DenseCache {
+  const uint16_t* k_pages = nullptr;
+  const uint16_t* v_pages = nullptr;
+};
+
+// ---- FP8 e4m3 (vLLM's kv_cache_dtype=fp8_e4m3) ------------------------------------------------
+// k_pages, v_pages: [num_pages][H_kv][256][d] e4m3 codes (readkv::codec::Fp8E4m3Encode of
+// x / scale, saturating). k_scales, v_scales: [H_kv] floats; a per-tensor cache repeats one value.
+struct Fp8Cache {
+  const uint8_t* k_pages = nullptr;
+  const uint8_t* v_pages = nullptr;
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
+};
+
+// Workspace of the dense and FP8 kernels: partial outputs and softmax statistics per chunk.
+size_t SplitDecodeWorkspaceBytes(const DecodeShape& shape);
+
+cudaError_t DenseDecodeAttention(const DecodeShape& shape, const DecodeInputs& inputs,
+                                 const DenseCache& cache, void* workspace, cudaStream_t stream);
+cudaError_t Fp8DecodeAttention(const DecodeShape& shape, const DecodeInputs& inputs,
+                               const Fp8Cache& cache, void* workspace, cudaStream_t stream);
+
+// ---- ReadKV ----------------------------------------------------------------------------------
+// Bit planes of W-bit codes, in the layout of readkv::codec::BitPlaneStore per page:
+// key_planes:   [num_pages][H_kv][d][W][32 bytes]  channel-major; token j of the page is bit
+//               (j % 64) of little-endian 64-bit word (j / 64) of a 32-byte plane.
+// value_planes: [num_pages][H_kv][256][W][d / 8] token-major; channel c is bit (c % 8) of byte
+//               (c / 8) of a plane.
+// Plane p holds bit p of each code counted from the most significant bit.
+struct ReadKvCache {
+  uint8_t* key_planes = nullptr;
+  uint8_t* value_planes = nullptr;
+};
+
+// The frozen codec of one layer: calibration (transformed domain), transform signs and the
+// Gaussian Lloyd tree (readkv::codec::LloydTree tables).
+struct ReadKvCodec {
+  int store_bits = 8;                  // W
+  const float* key_mean = nullptr;     // [H_kv][d]
+  const float* key_std = nullptr;      // [H_kv][d]
+  const float* value_mean = nullptr;   // [H_kv][d]
+  const float* value_std = nullptr;    // [H_kv][d]
+  const float* key_signs = nullptr;    // [H_kv][d], +1 or -1 (keys and queries)
+  const float* value_signs = nullptr;  // [H_kv][d], +1 or -1
+  const float* centroids = nullptr;    // depth-major: depth t at [2^t - 1, 2^(t+1) - 1), t <= W
+  const float* boundaries = nullptr;   // [2^W - 1] sorted leaf boundaries (for encoding)
+};
+
+// The constrained reader's policy (spec/readkv.md, "Two readers"): R_K = R_V = R, per-head
+// budgets B_K = floor(R d), B_V = floor(R T), t_min = 1, Value packets of 2 planes.
+// key_increments / value_increments, in device memory: the allocators' step increments
+// D(t) - D(t + s) in double, exactly readkv::codec::DepthAllocator::increment(k) (W - 1 key
+// steps, (W - 1) / 2 value steps). Every pointer of ReadKvCodec is device memory too.
+struct ReadKvReadPolicy {
+  double read_bits = 4.0;
+  const double* key_increments = nullptr;
+  int key_steps = 7;
+  const double* value_increments = nullptr;
+  int value_steps = 3;
+};
+
+// Optional outputs for tests and ledgers (any may be null): the depths the allocators chose and
+// the Value token importance they allocated from.
+struct ReadKvDebug {
+  uint8_t* key_depths = nullptr;          // [B][H_kv][d]
+  uint8_t* value_depths = nullptr;        // [B][H_kv][max_tokens]
+  double* value_importance = nullptr;     // [B][H_kv][max_tokens], a_i = sum_h p_{h,i}^2
+};
+
+size_t ReadKvDecodeWorkspaceBytes(const DecodeShape& shape);
+
+// One decode step with the constrained reader. Stage 1: transformed queries, Key channel
+// importance and the threshold allocation of Key depths (bit-identical to the CPU allocator for
+// the same weights); logits from keys reconstructed at those depths. Stage 2: a_i from the exact
+// softmax, the threshold allocation of Value depths over all of the sequence's tokens (radix
+// selection of the cut gain), values reconstructed at those depths, sum p v, inverse transform.
+cudaError_t ReadKvDecodeAttention(const DecodeShape& shape, const DecodeInputs& inputs,
+                                  const ReadKvCache& cache, const ReadKvCodec& codec,
+                                  const ReadKvReadPolicy& policy, void* workspace,
+                                  cudaStream_t stream, const ReadKvDebug& debug = {});
+
+// Encodes and appends tokens: keys and values [n][H_kv][d] float (keys post-RoPE); token k goes
+// to sequence-relative position positions[k] of sequence seq_ids[k] (page through page_table).
+// The planes of a slot must be zero before its token is appended (zero pages when allocating).
+// Codes are bit-identical to readkv::codec (same transform order, same boundaries).
+cudaError_t ReadKvAppend(const DecodeShape& shape, int tokens, const float* keys,
+                         const float* values, const int32_t* seq_ids, const int32_t* positions,
+                         const int32_t* page_table, const ReadKvCodec& codec,
+                         const ReadKvCache& cache, cudaStream_t stream);
+
+// ---- Traffic model ---------------------------------------------------------------------------
+// The bytes each call moves through device memory by the kernels' own buffers (physical-traffic
+// ledger, spec/readkv.md "Accounting"): cache payload in 32-byte sectors as the kernels touch
+// them, codec metadata, scores/logits written and read back, depth schedules, chunk partials, and
+// queries/outputs. Host functions over host copies of seq_lens (and, for ReadKV, of the depths
+// the call chose: ReadKvDebug); they compile without CUDA.
+struct TrafficBytes {
+  int64_t payload = 0;    // K/V bytes (dense, FP8) or bit-plane sectors (ReadKV)
+  int64_t metadata = 0;   // scales, calibration, signs, centroid tables, page table
+  int64_t scores = 0;     // logits / probabilities / a_i written and read back
+  int64_t schedule = 0;   // depth schedules and selection histograms
+  int64_t partials = 0;   // per-chunk partial outputs and softmax statistics, written and read
+  int64_t io = 0;         // queries read, outputs written
+  int64_t Total() const { return payload + metadata + scores + schedule + partials + io; }
+};
+// Logical payload: what the readers chose (dense/FP8: every K/V byte).
+int64_t DenseLogicalBytes(const DecodeShape& shape, const int32_t* seq_lens_host);
+int64_t Fp8LogicalBytes(const DecodeShape& shape, const int32_t* seq_lens_host);
+int64_t ReadKvLogicalBytes(const DecodeShape& shape, const int32_t* seq_lens_host,
+                           const uint8_t* key_depths_host, const uint8_t* value_depths_host);
+TrafficBytes DenseDecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host);
+TrafficBytes Fp8DecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host);
+// key_depths_host [B][H_kv][d], value_depths_host [B][H_kv][max_tokens] as ReadKvDebug wrote them.
+TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host,
+                                 int store_bits, const uint8_t* key_depths_host,
+                                 const uint8_t* value_depths_host);
+
+}  // namespace readkv::cuda

@@ -1,0 +1,119 @@
+// The traffic model of decode_attention.h: bytes each kernel reads or writes in global memory,
+// counted from the kernels' own loops (an upper bound of DRAM traffic: re-reads that hit L2 are
+// counted too, and said so in the bench output). Host-only; compiled with and without CUDA.
+#include <cstdint>
+
+#include "readkv/cuda/decode_attention.h"
+
+namespace readkv::cuda {
+namespace {
+
+int64_t Chunks(int64_t tokens, int chunk) { return (tokens + chunk - 1) / chunk; }
+
+// The chunk length the kernels use (split_decode.cuh EffectiveChunkTokens, repeated here so this
+// file needs no CUDA headers).
+int ChunkTokens(const DecodeShape& shape) {
+  if (shape.chunk_tokens > 0) return shape.chunk_tokens;
+  int chunk = 2048;
+  const int64_t heads = static_cast<int64_t>(shape.batch) * shape.heads_kv;
+  while (chunk > kPageTokens && heads * Chunks(shape.max_tokens, chunk) < 2 * 132) chunk /= 2;
+  return chunk;
+}
+
+TrafficBytes SplitTraffic(const DecodeShape& shape, const int32_t* seq_lens, int element_bytes,
+                          bool scales) {
+  TrafficBytes t;
+  const int chunk = ChunkTokens(shape);
+  const int64_t d = shape.head_dim;
+  for (int b = 0; b < shape.batch; ++b) {
+    const int64_t tokens = seq_lens[b];
+    const int64_t chunks = Chunks(tokens, chunk);
+    t.payload += 2 * tokens * shape.heads_kv * d * element_bytes;
+    t.metadata += Chunks(tokens, kPageTokens) * 4 * shape.heads_kv;  // page-table entries
+    if (scales) t.metadata += 2 * 4 * shape.heads_kv;
+    // Partials: chunk outputs and (m, l) written by the split kernel, read by the combine.
+    t.partials += 2 * shape.heads_q * chunks * (d + 2) * 4;
+    t.io += chunks * shape.heads_q * d * 4 + shape.heads_q * d * 4;  // queries per chunk, out
+  }
+  return t;
+}
+
+}  // namespace
+
+int64_t DenseLogicalBytes(const DecodeShape& shape, const int32_t* seq_lens_host) {
+  int64_t bytes = 0;
+  for (int b = 0; b < shape.batch; ++b) {
+    bytes += 2LL * seq_lens_host[b] * shape.heads_kv * shape.head_dim * 2;
+  }
+  return bytes;
+}
+
+int64_t Fp8LogicalBytes(const DecodeShape& shape, const int32_t* seq_lens_host) {
+  return DenseLogicalBytes(shape, seq_lens_host) / 2;
+}
+
+int64_t ReadKvLogicalBytes(const DecodeShape& shape, const int32_t* seq_lens_host,
+                           const uint8_t* key_depths_host, const uint8_t* value_depths_host) {
+  int64_t bits = 0;
+  const int d = shape.head_dim;
+  for (int b = 0; b < shape.batch; ++b) {
+    const int64_t tokens = seq_lens_host[b];
+    for (int h = 0; h < shape.heads_kv; ++h) {
+      const size_t head = static_cast<size_t>(b) * shape.heads_kv + h;
+      for (int c = 0; c < d; ++c) bits += key_depths_host[head * d + c] * tokens;
+      for (int64_t i = 0; i < tokens; ++i) {
+        bits += static_cast<int64_t>(value_depths_host[head * shape.max_tokens + i]) * d;
+      }
+    }
+  }
+  return bits / 8;
+}
+
+TrafficBytes DenseDecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host) {
+  return SplitTraffic(shape, seq_lens_host, 2, false);
+}
+
+TrafficBytes Fp8DecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host) {
+  return SplitTraffic(shape, seq_lens_host, 1, true);
+}
+
+TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host,
+                                 int store_bits, const uint8_t* key_depths_host,
+                                 const uint8_t* value_depths_host) {
+  TrafficBytes t;
+  const int chunk = ChunkTokens(shape);
+  const int64_t d = shape.head_dim;
+  const int64_t g = shape.heads_q / shape.heads_kv;
+  const int64_t plane_bytes = d / 8;
+  const int64_t centroid_bytes = ((int64_t{2} << store_bits) - 1) * 4;
+  for (int b = 0; b < shape.batch; ++b) {
+    const int64_t tokens = seq_lens_host[b];
+    const int64_t chunks = Chunks(tokens, chunk);
+    const int64_t blocks = Chunks(tokens, kPageTokens);
+    for (int h = 0; h < shape.heads_kv; ++h) {
+      const size_t head = static_cast<size_t>(b) * shape.heads_kv + h;
+      // Key planes: t_c whole 32-byte planes per (block, channel).
+      for (int c = 0; c < d; ++c) t.payload += key_depths_host[head * d + c] * blocks * 32;
+      // Value planes: a token's first t planes are t * d / 8 contiguous bytes of its row,
+      // touched in 32-byte sectors.
+      for (int64_t i = 0; i < tokens; ++i) {
+        const int64_t bytes = value_depths_host[head * shape.max_tokens + i] * plane_bytes;
+        t.payload += (bytes + 31) / 32 * 32;
+      }
+      // Calibration (mu, sigma of K and V), signs of K and V; centroids per thread block.
+      t.metadata += 6 * d * 4 + (1 + 2 * chunks) * centroid_bytes + blocks * 4 * 2;
+      // Logits: written once, read by Select (softmax + a_i) and by Values; a_i written once
+      // and read by up to six radix passes and the depth pass.
+      t.scores += 3 * g * tokens * 4 + tokens * 8 * (1 + 7);
+      // Depth schedules: Key depths written and read per chunk; Value depths written and read.
+      t.schedule += d * (1 + chunks) + 2 * tokens;
+      // Chunk (m, l) for the logits, and Values' partial outputs and masses.
+      t.partials += 2 * g * chunks * 2 * 4 + 2 * g * chunks * (d + 1) * 4 + g * 2 * 4 * 2;
+      // Queries; a_qc and bias written by Prepare and read per chunk; outputs.
+      t.io += g * d * 4 + (1 + chunks) * g * (d + 1) * 4 + g * d * 4;
+    }
+  }
+  return t;
+}
+
+}  // namespace readkv::cuda

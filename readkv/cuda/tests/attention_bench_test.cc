@@ -1,0 +1,201 @@
+// The host-side pieces of the attention bench that run without a GPU: flag parsing, the
+// configuration checks, the timing summary, the JSON shape, and the FP8 encoder the GPU
+// conversion uses (bit-identical to the codec's).
+#include "readkv/cuda/attention_bench.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fp8_e4m3_encode.h"
+#include "readkv/codec/errors.h"
+#include "readkv/codec/fp8.h"
+
+namespace readkv::cuda {
+namespace {
+
+using codec::InvalidArgument;
+
+// The field of the InvalidArgument `body` throws, or "" if it does not throw one.
+template <typename Body>
+std::string ThrownField(Body&& body) {
+  try {
+    body();
+  } catch (const InvalidArgument& e) {
+    return e.field();
+  }
+  return "";
+}
+
+TEST(KvSpecTest, ParsesTheThreeFormsAndNamesThemCanonically) {
+  EXPECT_EQ(ParseKvSpec("dense").backend, KvBackend::kDense);
+  EXPECT_EQ(ParseKvSpec("fp8").backend, KvBackend::kFp8);
+  const KvSpec r = ParseKvSpec("readkv:8:4");
+  EXPECT_EQ(r.backend, KvBackend::kReadKv);
+  EXPECT_EQ(r.store_bits, 8);
+  EXPECT_DOUBLE_EQ(r.read_bits, 4.0);
+  EXPECT_EQ(r.Name(), "readkv:8:4");
+  EXPECT_EQ(ParseKvSpec("readkv:8:2.5").Name(), "readkv:8:2.5");
+  EXPECT_EQ(ParseKvSpec("readkv:4:4").Name(), "readkv:4:4");
+}
+
+TEST(KvSpecTest, RejectsIncompleteOrOutOfRangeSpecsNamingTheFlag) {
+  for (const char* bad : {"readkv:8", "readkv", "readkv:8:", "readkv::4", "readkv:x:4",
+                          "readkv:8:4:1", "readkv:9:4", "readkv:1:1", "readkv:8:0.5", "readkv:8:9",
+                          "readkv:4294967304:4", "fp16", "", "Dense", " dense"}) {
+    EXPECT_EQ(ThrownField([&] { ParseKvSpec(bad); }), "--kv") << bad;
+  }
+}
+
+TEST(KvSpecTest, ListsRejectDuplicatesAndEmptyItems) {
+  EXPECT_EQ(ParseKvSpecs("dense,fp8,readkv:8:4,readkv:8:2").size(), 4u);
+  EXPECT_EQ(ThrownField([] { ParseKvSpecs("dense,dense"); }), "--kv");
+  EXPECT_EQ(ThrownField([] { ParseKvSpecs("readkv:8:4,readkv:8:4.0"); }), "--kv");
+  EXPECT_EQ(ThrownField([] { ParseKvSpecs("dense,,fp8"); }), "--kv");
+}
+
+TEST(PositiveListTest, ParsesCommaSeparatedPositiveIntegersAndNamesTheFlag) {
+  EXPECT_EQ(ParsePositiveList("--tokens", "8192,32768,131072"),
+            (std::vector<int64_t>{8192, 32768, 131072}));
+  EXPECT_EQ(ParsePositiveList("--batch", "1"), (std::vector<int64_t>{1}));
+  for (const char* bad : {"0", "-1", "8192,", "", "1.5", "8k", "1,,2"}) {
+    EXPECT_EQ(ThrownField([&] { ParsePositiveList("--tokens", bad); }), "--tokens") << bad;
+  }
+}
+
+TEST(BenchConfigTest, DefaultsAreValid) { EXPECT_NO_THROW(BenchConfig{}.Validate()); }
+
+TEST(BenchConfigTest, RejectsShapesTheKernelsCannotRunNamingTheFlag) {
+  const auto field = [](auto mutate) {
+    BenchConfig c;
+    c.kv = ParseKvSpecs("dense,fp8,readkv:8:4");
+    mutate(c);
+    return ThrownField([&] { c.Validate(); });
+  };
+  EXPECT_EQ(field([](BenchConfig& c) { c.heads_kv = 5; }), "--heads-kv");  // 32 % 5
+  EXPECT_EQ(field([](BenchConfig& c) { c.heads_kv = 2; }), "--heads-kv");  // group 16
+  EXPECT_EQ(field([](BenchConfig& c) { c.heads_q = 0; }), "--heads-q");
+  EXPECT_EQ(field([](BenchConfig& c) { c.head_dim = 96; }), "--head-dim");
+  EXPECT_EQ(field([](BenchConfig& c) { c.tokens = {}; }), "--tokens");
+  EXPECT_EQ(field([](BenchConfig& c) { c.tokens = {0}; }), "--tokens");
+  EXPECT_EQ(field([](BenchConfig& c) { c.tokens = {2}; }), "--tokens");  // readkv calibration
+  EXPECT_EQ(field([](BenchConfig& c) { c.batches = {0}; }), "--batch");
+  EXPECT_EQ(field([](BenchConfig& c) { c.iters = 19; }), "--iters");
+  EXPECT_EQ(field([](BenchConfig& c) { c.chunk_tokens = 300; }), "--chunk-tokens");
+  EXPECT_EQ(field([](BenchConfig& c) { c.kv = {}; }), "--kv");
+  EXPECT_EQ(field([](BenchConfig& c) { c.chunk_tokens = 0; }), "");  // the kernels' choice
+}
+
+TEST(SummariseTimesTest, MedianAndPercentilesInterpolateOrderStatistics) {
+  // 11 values 0..100 shuffled: p10 = 10, median = 50, p90 = 90 exactly.
+  const TimingStats s = SummariseTimes({50, 0, 100, 10, 90, 20, 80, 30, 70, 40, 60});
+  EXPECT_EQ(s.launches, 11);
+  EXPECT_DOUBLE_EQ(s.median_us, 50.0);
+  EXPECT_DOUBLE_EQ(s.p10_us, 10.0);
+  EXPECT_DOUBLE_EQ(s.p90_us, 90.0);
+  EXPECT_DOUBLE_EQ(s.mean_us, 50.0);
+  const TimingStats even = SummariseTimes({1, 2, 3, 4});
+  EXPECT_DOUBLE_EQ(even.median_us, 2.5);
+  EXPECT_EQ(SummariseTimes({}).launches, 0);
+}
+
+BenchReport SampleReport() {
+  BenchReport report;
+  report.device = "NVIDIA H200 (sm_90)";
+  report.driver_version = 13000;
+  report.runtime_version = 13000;
+  report.l2_bytes = 60 << 20;
+  report.stream_bytes = int64_t{4} << 30;
+  report.stream_gbps = 4000.0;
+  report.cold_l2_method = "rotation";
+  BenchRow fp8;
+  fp8.tokens = 8192;
+  fp8.batch = 1;
+  fp8.kv = "fp8";
+  fp8.time = SummariseTimes({10, 11, 12});
+  fp8.traffic.payload = 1000;
+  fp8.traffic.io = 24;
+  fp8.time_vs_fp8 = 1.0;
+  fp8.rel_l2_vs_dense = 0.01;
+  BenchRow anchor = fp8;
+  anchor.kv = "torch_sdpa";
+  anchor.anchor = true;
+  anchor.time_vs_fp8 = 0;  // absent -> null
+  anchor.finite = false;
+  report.rows = {fp8, anchor};
+  return report;
+}
+
+TEST(BenchReportJsonTest, HoldsTheRunInfoDeviceStreamAndEveryRowWithItsLedgers) {
+  BenchConfig config;
+  config.kv = ParseKvSpecs("dense,fp8,readkv:8:4");
+  const BenchRunInfo info{"0.1.0", "abcdef012345", "2026-11-29T18:00:00Z",
+                          "kvgate bench attention --kv dense,fp8,readkv:8:4"};
+  const nlohmann::json j = nlohmann::json::parse(BenchReportJson(config, SampleReport(), info));
+  EXPECT_EQ(j.at("bench"), "attention");
+  EXPECT_EQ(j.at("git_commit"), "abcdef012345");
+  EXPECT_EQ(j.at("date_utc"), "2026-11-29T18:00:00Z");
+  EXPECT_EQ(j.at("command_line"), info.command_line);
+  EXPECT_EQ(j.at("device").at("name"), "NVIDIA H200 (sm_90)");
+  EXPECT_EQ(j.at("device").at("driver_version"), 13000);
+  EXPECT_EQ(j.at("device").at("runtime_version"), 13000);
+  EXPECT_DOUBLE_EQ(j.at("stream").at("gbps").get<double>(), 4000.0);
+  EXPECT_EQ(j.at("config").at("kv"), nlohmann::json({"dense", "fp8", "readkv:8:4"}));
+  EXPECT_EQ(j.at("config").at("tokens"), nlohmann::json({8192}));
+  EXPECT_EQ(j.at("cold_l2_method"), "rotation");
+  const nlohmann::json rows = j.at("rows");  // copies: g++ 13 -Wdangling-reference
+  ASSERT_EQ(rows.size(), 2u);
+  const nlohmann::json r = rows[0];
+  EXPECT_EQ(r.at("kv"), "fp8");
+  EXPECT_DOUBLE_EQ(r.at("time").at("median_us").get<double>(), 11.0);
+  EXPECT_EQ(r.at("time").at("launches"), 3);
+  EXPECT_EQ(r.at("traffic_bytes").at("total"), 1024);
+  EXPECT_EQ(r.at("traffic_bytes").at("payload"), 1000);
+  for (const char* key : {"logical_bytes", "achieved_gbps", "stream_fraction", "time_vs_dense",
+                          "finite", "copies", "copy_bytes", "context_tokens"}) {
+    EXPECT_TRUE(r.contains(key)) << key;
+  }
+  EXPECT_DOUBLE_EQ(r.at("time_vs_fp8").get<double>(), 1.0);
+  EXPECT_TRUE(r.at("time_vs_dense").is_null());
+  EXPECT_TRUE(rows[1].at("anchor").get<bool>());
+  EXPECT_TRUE(rows[1].at("time_vs_fp8").is_null());
+  EXPECT_FALSE(rows[1].at("finite").get<bool>());
+}
+
+TEST(BenchTableTest, PrintsOneLinePerRowAndMarksNonFiniteOutputs) {
+  std::ostringstream out;
+  PrintBenchTable(SampleReport(), out);
+  const std::string text = out.str();
+  EXPECT_NE(text.find("4000.0 GB/s"), std::string::npos) << text;
+  EXPECT_NE(text.find("torch_sdpa!NaN"), std::string::npos) << text;
+  EXPECT_NE(text.find("1.000"), std::string::npos) << text;  // fp8 vs itself
+}
+
+TEST(Fp8EncodeTest, DeviceEncoderMatchesTheCodecBitForBit) {
+  // Every float whose low 13 bits are 0 or 0x1000 (all exponents, the rounding-relevant
+  // mantissa bits 20..12, both signs, subnormals, infinities and NaNs), plus the ties.
+  int checked = 0;
+  for (uint64_t hi = 0; hi < (uint64_t{1} << 19); ++hi) {
+    for (uint32_t lo : {0u, 0x1000u, 0x0FFFu}) {
+      const auto bits = static_cast<uint32_t>(hi << 13) | lo;
+      const float x = bench::BitsToFloat(bits);
+      ASSERT_EQ(bench::EncodeFp8E4m3(x), codec::Fp8E4m3Encode(x)) << std::hex << bits;
+      ++checked;
+    }
+  }
+  for (float x :
+       {0.0f, -0.0f, 448.0f, 464.0f, 480.0f, -1e30f, 1.0f / 1024, 3.0f / 1024,
+        std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::quiet_NaN()}) {
+    EXPECT_EQ(bench::EncodeFp8E4m3(x), codec::Fp8E4m3Encode(x)) << x;
+  }
+  EXPECT_EQ(checked, 3 << 19);
+}
+
+}  // namespace
+}  // namespace readkv::cuda

@@ -1,0 +1,458 @@
+// GPU-vs-CPU consistency of the decode-attention and append kernels (readkv/cuda) against the
+// codec's CPU reference (readkv/codec), over a grid of shapes with ragged paged sequences, fresh
+// random inputs and poisoned outputs. Skips cleanly without a GPU.
+//
+// What must hold: ReadKvAppend writes exactly the codec's bit planes; the Key depths equal the
+// CPU reader's for the same queries; the Value depths equal the CPU Threshold allocator's on the
+// same importance weights; every output is finite and within tolerance of the CPU backend's.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "readkv/codec/allocator.h"
+#include "readkv/codec/attention.h"
+#include "readkv/codec/codebook.h"
+#include "readkv/codec/fp8.h"
+#include "readkv/codec/readers.h"
+#include "readkv/codec/readkv_cache.h"
+#include "readkv/codec/synthetic.h"
+#include "readkv/codec/transform.h"
+#include "readkv/cuda/decode_attention.h"
+#include "readkv/cuda/device.h"
+
+namespace readkv::cuda {
+namespace {
+
+namespace codec = readkv::codec;
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << cudaGetErrorString(expr)
+
+// A device buffer of T, freed on scope exit.
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t count) : count_(std::max<size_t>(count, 1)) {
+    if (cudaMalloc(&ptr_, count_ * sizeof(T)) != cudaSuccess) ptr_ = nullptr;
+  }
+  DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { Upload(host); }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  T* get() const { return ptr_; }
+  void Upload(const std::vector<T>& host) {
+    cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  std::vector<T> Download(size_t count) const {
+    std::vector<T> host(count);
+    cudaMemcpy(host.data(), ptr_, count * sizeof(T), cudaMemcpyDeviceToHost);
+    return host;
+  }
+
+ private:
+  size_t count_;
+  T* ptr_ = nullptr;
+};
+
+bool HaveGpu() { return QueryDevices().device_count > 0; }
+
+struct Case {
+  int heads_q, heads_kv, head_dim;
+  std::vector<int> lens;
+  int store_bits;
+  double read_bits;
+  int chunk_tokens;  // 0 = the launcher's choice
+  std::string Name() const {
+    std::string lens_text;
+    for (int t : lens) lens_text += std::to_string(t) + "_";
+    return "hq" + std::to_string(heads_q) + "_hkv" + std::to_string(heads_kv) + "_d" +
+           std::to_string(head_dim) + "_T" + lens_text + "W" + std::to_string(store_bits) + "_R" +
+           std::to_string(static_cast<int>(read_bits * 10)) + "_c" + std::to_string(chunk_tokens);
+  }
+};
+
+// Sequences of synthetic K/V (one SyntheticLayer per sequence) in a paged layout with a shuffled
+// page order, plus the flat per-token arrays the append kernel takes.
+struct Workload {
+  codec::LayerGeometry geometry;
+  DecodeShape shape;
+  std::vector<codec::SyntheticLayer> layers;
+  std::vector<float> queries;  // [B][H_q][d]
+  std::vector<int32_t> page_table, seq_lens;
+  int num_pages = 0;
+  std::vector<float> keys, values;  // [n][H_kv][d]
+  std::vector<int32_t> seq_ids, positions;
+  std::shared_ptr<const codec::Calibration> calibration;
+};
+
+Workload MakeWorkload(const Case& c, uint64_t seed) {
+  Workload w;
+  w.geometry = {c.heads_q, c.heads_kv, c.head_dim};
+  const int batch = static_cast<int>(c.lens.size());
+  const int max_tokens = *std::max_element(c.lens.begin(), c.lens.end());
+  w.shape = DecodeShape{batch, c.heads_q, c.heads_kv, c.head_dim,
+                        (max_tokens + kPageTokens - 1) / kPageTokens, max_tokens, c.chunk_tokens};
+  codec::SyntheticConfig config;
+  config.geometry = w.geometry;
+  config.seed = seed;
+  w.calibration = std::make_shared<codec::Calibration>(codec::MakeSyntheticCalibration(config));
+  for (int b = 0; b < batch; ++b) {
+    config.tokens = c.lens[static_cast<size_t>(b)];
+    config.seed = seed * 1000 + static_cast<uint64_t>(b) + 1;
+    w.layers.push_back(codec::MakeSyntheticLayer(config));
+    const auto& q = w.layers.back().queries;
+    w.queries.insert(w.queries.end(), q.begin(), q.end());
+    w.seq_lens.push_back(c.lens[static_cast<size_t>(b)]);
+  }
+  for (int len : c.lens) w.num_pages += (len + kPageTokens - 1) / kPageTokens;
+  std::vector<int32_t> order(static_cast<size_t>(w.num_pages));
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(seed);
+  std::shuffle(order.begin(), order.end(), rng);
+  w.page_table.assign(static_cast<size_t>(batch) * w.shape.max_pages, -1);
+  int next = 0;
+  for (int b = 0; b < batch; ++b) {
+    for (int p = 0; p < (c.lens[static_cast<size_t>(b)] + kPageTokens - 1) / kPageTokens; ++p) {
+      w.page_table[static_cast<size_t>(b) * w.shape.max_pages + p] = order[static_cast<size_t>(next++)];
+    }
+    const auto& layer = w.layers[static_cast<size_t>(b)];
+    w.keys.insert(w.keys.end(), layer.keys.begin(), layer.keys.end());
+    w.values.insert(w.values.end(), layer.values.begin(), layer.values.end());
+    for (int i = 0; i < c.lens[static_cast<size_t>(b)]; ++i) {
+      w.seq_ids.push_back(b);
+      w.positions.push_back(i);
+    }
+  }
+  return w;
+}
+
+// Largest relative L2 error of the GPU output against a CPU output, per query head.
+double MaxHeadError(const std::vector<float>& gpu, const std::vector<float>& cpu, size_t offset,
+                    int heads, int d) {
+  double worst = 0.0;
+  for (int h = 0; h < heads; ++h) {
+    double num = 0.0, den = 0.0;
+    for (int c = 0; c < d; ++c) {
+      const size_t i = static_cast<size_t>(h) * d + c;
+      const double diff = static_cast<double>(gpu[offset + i]) - cpu[i];
+      num += diff * diff;
+      den += static_cast<double>(cpu[i]) * cpu[i];
+    }
+    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
+  }
+  return worst;
+}
+
+bool AllFinite(const std::vector<float>& x) {
+  return std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); });
+}
+
+const std::vector<float> kNaNs(1, std::nanf(""));
+
+class ReadKvKernelTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ReadKvKernelTest, AppendMatchesCodecPlanesAndDecodeMatchesCpuReader) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: " << QueryDevices().reason;
+  const Case c = GetParam();
+  const Workload w = MakeWorkload(c, 0x5eed + static_cast<uint64_t>(c.head_dim) + c.lens.size());
+  const DecodeShape& s = w.shape;
+  const int d = c.head_dim, W = c.store_bits, hkv = c.heads_kv;
+  const codec::LloydTree tree(W);
+
+  // CPU reference caches (constrained reader, no residual window: every token encoded).
+  codec::LayerCacheConfig config;
+  config.backend = codec::KvBackend::kReadKv;
+  config.geometry = w.geometry;
+  config.calibration = w.calibration;
+  config.store_bits = W;
+  config.policy = codec::ReadPolicy{codec::ReaderKind::kConstrained, c.read_bits, 0.0, 0.0};
+  config.residual_window = false;
+  std::vector<std::unique_ptr<codec::LayerKvCache>> cpu;
+  for (const auto& layer : w.layers) {
+    cpu.push_back(codec::MakeLayerKvCache(config));
+    cpu.back()->AppendTokens(layer.keys, layer.values);
+  }
+
+  // Codec tables for the GPU.
+  std::vector<float> key_signs, value_signs, centroids, boundaries;
+  for (int h = 0; h < hkv; ++h) {
+    const codec::HadamardTransform kt(d, w.calibration->seeds.KeySeed(0, h));
+    const codec::HadamardTransform vt(d, w.calibration->seeds.ValueSeed(0, h));
+    for (int8_t x : kt.signs()) key_signs.push_back(x);
+    for (int8_t x : vt.signs()) value_signs.push_back(x);
+  }
+  for (int t = 0; t <= W; ++t) {
+    for (float x : tree.centroids(t)) centroids.push_back(x);
+  }
+  // Leaf boundaries sorted: the thresholds of every depth merged.
+  for (int t = 1; t <= W; ++t) {
+    for (float x : tree.thresholds(t)) boundaries.push_back(x);
+  }
+  std::sort(boundaries.begin(), boundaries.end());
+  const codec::DepthAllocator key_alloc(tree.distortions(), 1, 1);
+  const codec::DepthAllocator value_alloc(tree.distortions(), 1, 2);
+  std::vector<double> key_inc, value_inc;
+  for (int k = 0; k < key_alloc.steps_per_object(); ++k) key_inc.push_back(key_alloc.increment(k));
+  for (int k = 0; k < value_alloc.steps_per_object(); ++k) {
+    value_inc.push_back(value_alloc.increment(k));
+  }
+  const auto calib_part = [&](const std::vector<float>& all) {
+    return std::vector<float>(all.begin(), all.begin() + hkv * d);  // layer 0
+  };
+  DeviceBuffer<float> d_kmean(calib_part(w.calibration->key_mean));
+  DeviceBuffer<float> d_kstd(calib_part(w.calibration->key_std));
+  DeviceBuffer<float> d_vmean(calib_part(w.calibration->value_mean));
+  DeviceBuffer<float> d_vstd(calib_part(w.calibration->value_std));
+  DeviceBuffer<float> d_ksigns(key_signs), d_vsigns(value_signs), d_centroids(centroids),
+      d_boundaries(boundaries);
+  DeviceBuffer<double> d_kinc(key_inc), d_vinc(value_inc);
+  const ReadKvCodec codec_tables{W,          d_kmean.get(),  d_kstd.get(),    d_vmean.get(),
+                                 d_vstd.get(), d_ksigns.get(), d_vsigns.get(), d_centroids.get(),
+                                 d_boundaries.get()};
+
+  // Append on the GPU into zeroed pages.
+  const size_t key_page_bytes = static_cast<size_t>(hkv) * d * W * 32;
+  const size_t value_page_bytes = static_cast<size_t>(hkv) * kPageTokens * W * (d / 8);
+  DeviceBuffer<uint8_t> d_kplanes(key_page_bytes * w.num_pages);
+  DeviceBuffer<uint8_t> d_vplanes(value_page_bytes * w.num_pages);
+  CUDA_OK(cudaMemset(d_kplanes.get(), 0, key_page_bytes * w.num_pages));
+  CUDA_OK(cudaMemset(d_vplanes.get(), 0xA5, value_page_bytes * w.num_pages));
+  DeviceBuffer<float> d_keys(w.keys), d_values(w.values);
+  DeviceBuffer<int32_t> d_seq_ids(w.seq_ids), d_positions(w.positions), d_pages(w.page_table),
+      d_lens(w.seq_lens);
+  const ReadKvCache cache{d_kplanes.get(), d_vplanes.get()};
+  CUDA_OK(ReadKvAppend(s, static_cast<int>(w.seq_ids.size()), d_keys.get(), d_values.get(),
+                       d_seq_ids.get(), d_positions.get(), d_pages.get(), codec_tables, cache,
+                       nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  const auto kplanes = d_kplanes.Download(key_page_bytes * w.num_pages);
+  const auto vplanes = d_vplanes.Download(value_page_bytes * w.num_pages);
+  int64_t plane_mismatches = 0;
+  for (size_t b = 0; b < w.layers.size(); ++b) {
+    const auto& rk = dynamic_cast<const codec::ReadKvLayerCache&>(*cpu[b]);
+    for (int h = 0; h < hkv; ++h) {
+      const codec::BitPlaneStore& store = rk.store(h);
+      for (int64_t blk = 0; blk < store.blocks(); ++blk) {
+        const int page = w.page_table[b * s.max_pages + static_cast<size_t>(blk)];
+        for (int ch = 0; ch < d; ++ch) {
+          for (int p = 0; p < W; ++p) {
+            const uint8_t* gpu = kplanes.data() + static_cast<size_t>(page) * key_page_bytes +
+                                 ((static_cast<size_t>(h) * d + ch) * W + p) * 32;
+            plane_mismatches += std::memcmp(gpu, store.KeyPlane(blk, ch, p), 32) != 0;
+          }
+        }
+      }
+      for (int64_t i = 0; i < store.tokens(); ++i) {
+        const int page = w.page_table[b * s.max_pages + static_cast<size_t>(i / kPageTokens)];
+        for (int p = 0; p < W; ++p) {
+          const uint8_t* gpu =
+              vplanes.data() + static_cast<size_t>(page) * value_page_bytes +
+              ((static_cast<size_t>(h) * kPageTokens + i % kPageTokens) * W + p) * (d / 8);
+          plane_mismatches += std::memcmp(gpu, store.ValuePlane(i, p), d / 8) != 0;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(plane_mismatches, 0) << "bit planes differ from readkv::codec";
+
+  // Both logits kernels (KVGATE_READKV_LOGITS): the per-bit reader and the transposed one.
+  for (const char* variant : {"plain", "transposed"}) {
+    SCOPED_TRACE(variant);
+    setenv("KVGATE_READKV_LOGITS", variant, 1);
+    // One decode step on the GPU with poisoned outputs, and on the CPU per sequence.
+    const ReadKvReadPolicy policy{c.read_bits, d_kinc.get(), static_cast<int>(key_inc.size()),
+                                  d_vinc.get(), static_cast<int>(value_inc.size())};
+    DeviceBuffer<float> d_queries(w.queries);
+    const size_t out_size = static_cast<size_t>(s.batch) * c.heads_q * d;
+    DeviceBuffer<float> d_out(std::vector<float>(out_size, kNaNs[0]));
+    DeviceBuffer<char> d_work(ReadKvDecodeWorkspaceBytes(s));
+    CUDA_OK(cudaMemset(d_work.get(), 0xFF, ReadKvDecodeWorkspaceBytes(s)));
+    const size_t depth_rows = static_cast<size_t>(s.batch) * hkv;
+    DeviceBuffer<uint8_t> d_kdepth(depth_rows * d), d_vdepth(depth_rows * s.max_tokens);
+    DeviceBuffer<double> d_importance(depth_rows * s.max_tokens);
+    const ReadKvDebug debug{d_kdepth.get(), d_vdepth.get(), d_importance.get()};
+    const DecodeInputs inputs{d_queries.get(), d_pages.get(), d_lens.get(), d_out.get()};
+    CUDA_OK(ReadKvDecodeAttention(s, inputs, cache, codec_tables, policy, d_work.get(), nullptr,
+                                  debug));
+    CUDA_OK(cudaDeviceSynchronize());
+    const auto out = d_out.Download(out_size);
+    const auto key_depths = d_kdepth.Download(depth_rows * d);
+    const auto value_depths = d_vdepth.Download(depth_rows * s.max_tokens);
+    const auto importance = d_importance.Download(depth_rows * s.max_tokens);
+    ASSERT_TRUE(AllFinite(out)) << "an output stayed poisoned or became NaN";
+
+    const codec::ReaderPlan plan = codec::MakeReaderPlan(config.policy, W);
+    const codec::ReaderAllocators allocators(plan, tree.distortions());
+    codec::AllocatorScratch scratch;
+    for (size_t b = 0; b < w.layers.size(); ++b) {
+      const int T = w.seq_lens[b];
+      // Key depths: the CPU reader's stage 1 on the same queries.
+      std::vector<float> transformed(static_cast<size_t>(c.heads_q) * d);
+      std::vector<double> weights(static_cast<size_t>(hkv) * d);
+      std::vector<uint8_t> cpu_depths(weights.size());
+      const float* q = w.queries.data() + b * c.heads_q * d;
+      for (int hq = 0; hq < c.heads_q; ++hq) {
+        const int h = hq / (c.heads_q / hkv);
+        const codec::HadamardTransform kt(d, w.calibration->seeds.KeySeed(0, h));
+        kt.Forward(std::span<const float>(q + hq * d, static_cast<size_t>(d)),
+                   std::span<float>(transformed).subspan(static_cast<size_t>(hq) * d, d));
+      }
+      const int g = c.heads_q / hkv;
+      for (int h = 0; h < hkv; ++h) {
+        codec::KeyChannelImportance(
+            std::span<const float>(transformed).subspan(static_cast<size_t>(h) * g * d,
+                                                        static_cast<size_t>(g) * d),
+            g, w.calibration->KeyStd(0, h),
+            std::span<double>(weights).subspan(static_cast<size_t>(h) * d, d));
+      }
+      codec::ChooseKeyDepths(plan, allocators, weights, hkv, d, cpu_depths, scratch);
+      EXPECT_TRUE(std::equal(cpu_depths.begin(), cpu_depths.end(), key_depths.begin() + b * hkv * d))
+          << "sequence " << b << ": Key depths differ from the CPU reader's";
+      // Value depths: the CPU Threshold allocator on the GPU's own weights.
+      for (int h = 0; h < hkv; ++h) {
+        const size_t row = (b * hkv + h) * static_cast<size_t>(s.max_tokens);
+        std::vector<double> a(importance.begin() + row, importance.begin() + row + T);
+        std::vector<uint8_t> expect(static_cast<size_t>(T));
+        allocators.value.Threshold(a, plan.ValueBudget(T, 1), expect, scratch);
+        EXPECT_TRUE(std::equal(expect.begin(), expect.end(), value_depths.begin() + row))
+            << "sequence " << b << " head " << h << ": Value depths differ from the CPU allocator's";
+      }
+      // Outputs against the CPU reader.
+      std::vector<float> cpu_out(static_cast<size_t>(c.heads_q) * d);
+      cpu[b]->Attend(std::span<const float>(q, cpu_out.size()), cpu_out);
+      EXPECT_LT(MaxHeadError(out, cpu_out, b * cpu_out.size(), c.heads_q, d), 2e-3)
+          << "sequence " << b << " of length " << T;
+    }
+  }
+  unsetenv("KVGATE_READKV_LOGITS");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Grid, ReadKvKernelTest,
+    ::testing::Values(Case{32, 8, 128, {300, 1, 1024, 777}, 8, 4.0, 0},
+                      Case{32, 8, 128, {2048, 513}, 8, 2.0, 256},
+                      Case{8, 8, 128, {600, 256}, 8, 4.0, 0},
+                      Case{16, 2, 64, {1000, 255, 3000}, 8, 2.0, 512},
+                      Case{16, 8, 64, {257, 40}, 4, 2.0, 0},
+                      Case{64, 8, 128, {4096, 100}, 8, 3.0, 1024},
+                      Case{8, 4, 128, {5000}, 8, 4.0, 0}),
+    [](const ::testing::TestParamInfo<Case>& param) { return param.param.Name(); });
+
+// ---- Dense and FP8 ---------------------------------------------------------------------------
+
+uint16_t ToBf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+class SplitKernelTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SplitKernelTest, DenseAndFp8MatchCpuBackends) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: " << QueryDevices().reason;
+  const Case c = GetParam();
+  const Workload w = MakeWorkload(c, 0xdec0de + c.lens.size());
+  const DecodeShape& s = w.shape;
+  const int d = c.head_dim, hkv = c.heads_kv;
+  const size_t page_elems = static_cast<size_t>(hkv) * kPageTokens * d;
+  std::vector<uint16_t> kb(page_elems * w.num_pages, 0), vb(kb.size(), 0);
+  std::vector<uint8_t> k8(kb.size(), 0), v8(kb.size(), 0);
+  // Per-head FP8 scales from the calibration's amax, as the CPU FP8 cache computes them.
+  std::vector<float> kscale(static_cast<size_t>(hkv)), vscale(static_cast<size_t>(hkv));
+  for (int h = 0; h < hkv; ++h) {
+    kscale[static_cast<size_t>(h)] = codec::Fp8ScaleFromAmax(w.calibration->key_amax[h]);
+    vscale[static_cast<size_t>(h)] = codec::Fp8ScaleFromAmax(w.calibration->value_amax[h]);
+  }
+  for (size_t k = 0; k < w.seq_ids.size(); ++k) {
+    const int b = w.seq_ids[k], i = w.positions[k];
+    const int page = w.page_table[static_cast<size_t>(b) * s.max_pages + i / kPageTokens];
+    for (int h = 0; h < hkv; ++h) {
+      for (int ch = 0; ch < d; ++ch) {
+        const size_t src = (k * hkv + h) * d + ch;
+        const size_t dst = static_cast<size_t>(page) * page_elems +
+                           (static_cast<size_t>(h) * kPageTokens + i % kPageTokens) * d + ch;
+        kb[dst] = ToBf16(w.keys[src]);
+        vb[dst] = ToBf16(w.values[src]);
+        k8[dst] = codec::Fp8E4m3Encode(w.keys[src] / kscale[static_cast<size_t>(h)]);
+        v8[dst] = codec::Fp8E4m3Encode(w.values[src] / vscale[static_cast<size_t>(h)]);
+      }
+    }
+  }
+  DeviceBuffer<uint16_t> d_kb(kb), d_vb(vb);
+  DeviceBuffer<uint8_t> d_k8(k8), d_v8(v8);
+  DeviceBuffer<float> d_ks(kscale), d_vs(vscale), d_queries(w.queries);
+  DeviceBuffer<int32_t> d_pages(w.page_table), d_lens(w.seq_lens);
+  const size_t out_size = static_cast<size_t>(s.batch) * c.heads_q * d;
+  DeviceBuffer<float> d_dense(std::vector<float>(out_size, kNaNs[0]));
+  DeviceBuffer<float> d_fp8(std::vector<float>(out_size, kNaNs[0]));
+  DeviceBuffer<char> d_work(SplitDecodeWorkspaceBytes(s));
+  CUDA_OK(DenseDecodeAttention(s, {d_queries.get(), d_pages.get(), d_lens.get(), d_dense.get()},
+                               {d_kb.get(), d_vb.get()}, d_work.get(), nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(Fp8DecodeAttention(s, {d_queries.get(), d_pages.get(), d_lens.get(), d_fp8.get()},
+                             {d_k8.get(), d_v8.get(), d_ks.get(), d_vs.get()}, d_work.get(),
+                             nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  const auto dense = d_dense.Download(out_size);
+  const auto fp8 = d_fp8.Download(out_size);
+  ASSERT_TRUE(AllFinite(dense));
+  ASSERT_TRUE(AllFinite(fp8));
+
+  codec::LayerCacheConfig config;
+  config.geometry = w.geometry;
+  config.calibration = w.calibration;
+  config.backend = codec::KvBackend::kDense;
+  config.dense_storage = codec::DenseStorage::kBf16;
+  codec::LayerCacheConfig fp8_config = config;
+  fp8_config.backend = codec::KvBackend::kFp8;
+  fp8_config.fp8_scale = codec::Fp8ScaleGranularity::kHead;
+  for (size_t b = 0; b < w.layers.size(); ++b) {
+    const auto& layer = w.layers[b];
+    auto dense_cpu = codec::MakeLayerKvCache(config);
+    auto fp8_cpu = codec::MakeLayerKvCache(fp8_config);
+    dense_cpu->AppendTokens(layer.keys, layer.values);
+    fp8_cpu->AppendTokens(layer.keys, layer.values);
+    std::vector<float> expect(static_cast<size_t>(c.heads_q) * d);
+    const std::span<const float> q(w.queries.data() + b * expect.size(), expect.size());
+    dense_cpu->Attend(q, expect);
+    EXPECT_LT(MaxHeadError(dense, expect, b * expect.size(), c.heads_q, d), 1e-4)
+        << "dense, sequence " << b;
+    fp8_cpu->Attend(q, expect);
+    EXPECT_LT(MaxHeadError(fp8, expect, b * expect.size(), c.heads_q, d), 1e-4)
+        << "fp8, sequence " << b;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Grid, SplitKernelTest,
+    ::testing::Values(Case{32, 8, 128, {300, 1, 1024, 777}, 8, 4.0, 0},
+                      Case{32, 8, 128, {2048, 513}, 8, 4.0, 256},
+                      Case{8, 8, 128, {600, 256}, 8, 4.0, 0},
+                      Case{16, 2, 64, {1000, 255, 3000}, 8, 4.0, 512},
+                      Case{16, 16, 64, {257, 40}, 8, 4.0, 0},
+                      Case{64, 8, 128, {4096, 100}, 8, 4.0, 1024}),
+    [](const ::testing::TestParamInfo<Case>& param) { return param.param.Name(); });
+
+TEST(DecodeAttentionTest, LaunchersRefuseUnsafeShapes) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: " << QueryDevices().reason;
+  DecodeShape s{1, 12, 8, 128, 1, 256, 0};  // 12 query heads over 8 KV heads: no integer group
+  DecodeInputs in{};
+  EXPECT_EQ(DenseDecodeAttention(s, in, {}, nullptr, nullptr), cudaErrorInvalidValue);
+  s = DecodeShape{1, 8, 8, 96, 1, 256, 0};  // d = 96 has no kernel
+  EXPECT_EQ(Fp8DecodeAttention(s, in, {}, nullptr, nullptr), cudaErrorInvalidValue);
+  s = DecodeShape{1, 8, 8, 128, 1, 300, 0};  // more tokens than the page table can hold
+  EXPECT_EQ(ReadKvDecodeAttention(s, in, {}, {}, {}, nullptr, nullptr), cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace readkv::cuda

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# One GPU round for the decode-attention kernels (issue 8) on the CUDA host (the `device` tool's
+# machine): build the kernels' consistency tests (and `kvgate` for the bench unless
+# KERNELS_ONLY=1), run the GPU-vs-CPU tests, compute-sanitizer memcheck and racecheck on a subset,
+# then `kvgate bench attention` on the issue's grid. Everything lands in $OUT: tests.json,
+# sanitizer logs, bench.json and bench.txt (and, with PROFILE=1, per-kernel times from ncu). Run from the repository root with .devdeps carried:
+#   OUT=/tmp/kernels bash scripts/gpu_kernels.sh
+set -uo pipefail
+OUT=${OUT:-/tmp/kvgate-gpu-kernels}
+B=${BUILD_DIR:-/tmp/kvgate-gpu-build}
+mkdir -p "$OUT"
+start=$(date +%s)
+LOGS="$B-logs"; mkdir -p "$LOGS"
+source .devdeps/unpack-debs.sh > "$LOGS/devdeps.log" 2>&1
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem \
+  --format=csv,noheader | tee "$OUT/gpu.txt"
+cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVGATE_BUILD_BENCHMARKS=OFF \
+  -DKVGATE_WERROR=ON > "$LOGS/configure.log" 2>&1 || { tail -40 "$LOGS/configure.log"; exit 1; }
+targets=(readkv_cuda_test)
+[[ "${KERNELS_ONLY:-0}" == 1 ]] || targets+=(kvgate)
+cmake --build "$B" -j"$(nproc)" --target "${targets[@]}" > "$LOGS/build.log" 2>&1 ||
+  { grep -B2 -A12 "error" "$LOGS/build.log" | head -150; exit 1; }
+echo "build: $(( $(date +%s) - start )) s"
+T="$B/readkv/cuda/readkv_cuda_test"
+"$T" > "$OUT/tests.txt" 2>&1
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]|Failure|error|Expected|Which is|differ" \
+  "$OUT/tests.txt" | head -60
+echo "tests: $(( $(date +%s) - start )) s"
+SAN=/usr/local/cuda/bin/compute-sanitizer
+if [[ -x "$SAN" && "${SANITIZE:-1}" == 1 ]]; then
+  filter='*hq16_hkv2_d64_T1000_255_3000*:*hq32_hkv8_d128_T300_1_1024_777*:DecodeAttentionTest.*'
+  for tool in memcheck racecheck; do
+    "$SAN" --tool "$tool" --error-exitcode 9 "$T" --gtest_filter="$filter" \
+      > "$OUT/sanitizer_$tool.txt" 2>&1
+    echo "compute-sanitizer $tool: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' \
+      "$OUT/sanitizer_$tool.txt") clean summaries)"
+  done
+  echo "sanitizers: $(( $(date +%s) - start )) s"
+fi
+if [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
+  "$B/apps/kvgate" bench attention --device cuda ${BENCH_ARGS:---tokens 8192,32768,131072 \
+    --batch 1,16 --heads-q 32 --heads-kv 8 --head-dim 128 --kv dense,fp8,readkv:8:4,readkv:8:2} \
+    --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt" | tail -40
+  echo "bench: $(( $(date +%s) - start )) s"
+  if [[ -n "${BENCH_PLAIN_ARGS:-}" ]]; then
+    # The per-bit logits reader on the same points, for the ratio against the transposed one.
+    # shellcheck disable=SC2086
+    KVGATE_READKV_LOGITS=plain "$B/apps/kvgate" bench attention --device cuda $BENCH_PLAIN_ARGS \
+      --json "$OUT/bench_plain.json" 2>&1 | tee "$OUT/bench_plain.txt" | tail -12
+    echo "bench (plain logits): $(( $(date +%s) - start )) s"
+  fi
+fi
+if [[ "${PROFILE:-0}" == 1 ]]; then
+  # Per-kernel GPU time of one ReadKV call at two points (ncu replays each kernel: slow, so few).
+  NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  for point in "32768 16" "32768 1"; do
+    read -r tokens batch <<< "$point"
+    "$NCU" --metrics gpu__time_duration.sum --csv --launch-skip 25 --launch-count 10 \
+      -k 'regex:Prepare|Logits|Select|Values|Finish|SplitDecode|CombineChunks' \
+      "$B/apps/kvgate" bench attention --tokens "$tokens" --batch "$batch" \
+      --kv "${PROFILE_KV:-readkv:8:4}" --iters 20 --min-total-ms 1 --no-anchor > "$LOGS/ncu.csv" 2>&1
+    echo "ncu T=$tokens B=$batch (kernel, time, unit):"
+    grep gpu__time_duration "$LOGS/ncu.csv" | awk -F'","' '{n=$5; sub(/\(.*/, "", n); v=$NF; gsub(/"/, "", v); u=$(NF-1); print "  " n, v, u}' \
+      | tee -a "$OUT/profile.txt"
+  done
+fi
