@@ -5,7 +5,8 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build ccache pkg-config git
       libboost-dev libcli11-dev nlohmann-json3-dev libsqlite3-dev sqlite3 libtomlplusplus-dev
       libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev libspdlog-dev libxxhash-dev
-      libtorch-dev wrk chromium python3 prometheus prometheus-pushgateway)
+      libtorch-dev wrk chromium python3 prometheus prometheus-pushgateway
+      clang-14 libfuzzer-14-dev libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

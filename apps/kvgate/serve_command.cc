@@ -15,6 +15,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "kvgate/command.h"
 #include "readkv/engine/engine.h"
@@ -113,7 +114,7 @@ void AddServeCommand(CLI::App& app, CommandContext& context) {
       ->capture_default_str();
 
   cmd->callback([options, runtime_flags, &context] {
-    const readkv::model::RuntimeOptions runtime = runtime_flags->Resolve();
+    readkv::model::RuntimeOptions runtime = runtime_flags->Resolve();
     if (options->max_batch < 1) throw UsageError("--max-batch must be >= 1");
     if (options->max_waiting < 0) throw UsageError("--max-waiting must be >= 0");
     if (!(options->drain_timeout_s >= 0.0)) throw UsageError("--drain-timeout must be >= 0");
@@ -135,6 +136,10 @@ void AddServeCommand(CLI::App& app, CommandContext& context) {
     spdlog::set_level(level);
     InstallStopHandlers();
 
+    // The persistent prefix cache reports refusals (with the differing identity field) and
+    // failed writes as warnings, and each prompt's prefix-block hits as info.
+    runtime.prefix_cache.warn = [](std::string_view line) { spdlog::warn("{}", line); };
+    runtime.prefix_cache.info = [](std::string_view line) { spdlog::info("{}", line); };
     std::unique_ptr<readkv::engine::DecodeModel> model =
         readkv::model::LoadDecodeModel(options->model_dir, runtime);
     readkv::engine::TokenizerAdapter<readkv::model::Tokenizer> tokenizer(
@@ -156,6 +161,10 @@ void AddServeCommand(CLI::App& app, CommandContext& context) {
         "max_waiting={}",
         engine.model_name(), engine.model_info().kv_backend, runtime.kv.store_bits,
         runtime.kv.read_bits, runtime.kv.reader, options->max_batch, options->max_waiting);
+    if (!runtime.prefix_cache.directory.empty()) {
+      spdlog::info("prefix cache: {} (max {} bytes, 0 = unbounded)",
+                   runtime.prefix_cache.directory, runtime.prefix_cache.max_bytes);
+    }
 
     const int signal_number = WaitForStopSignal();
     spdlog::info("signal {}: draining (up to {} s), then exiting", signal_number,
@@ -165,6 +174,15 @@ void AddServeCommand(CLI::App& app, CommandContext& context) {
     const readkv::engine::EngineCounters counters = engine.counters();
     spdlog::info("stopped: {} finished, {} cancelled, {} errored, {} rejected", counters.finished,
                  counters.cancelled, counters.errored, counters.rejected_queue_full);
+    if (const auto* llama = dynamic_cast<const readkv::model::LlamaDecodeModel*>(model.get());
+        llama != nullptr && !runtime.prefix_cache.directory.empty()) {
+      const readkv::model::PrefixCacheCounters cache = llama->prefix_cache_counters();
+      int64_t refused = 0;
+      for (const auto& [reason, count] : cache.rejections) refused += count;
+      spdlog::info("prefix cache: {} hits, {} misses, {} refused, {} stored ({} bytes), {} evicted",
+                   cache.hits, cache.misses, refused, cache.stored, cache.stored_bytes,
+                   cache.evicted);
+    }
     context.exit_code = 0;
   });
 }

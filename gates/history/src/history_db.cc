@@ -516,7 +516,7 @@ void HistoryDb::AddCheckResult(int64_t run_id, const CheckResult& result) {
 }
 
 void HistoryDb::FinishRun(int64_t run_id, RunStatus status, std::optional<std::string> verdict,
-                          std::optional<int> exit_code) {
+                          std::optional<int> exit_code, const std::string& status_reason) {
   if (status == RunStatus::kRunning) {
     throw std::invalid_argument("FinishRun status must be complete or interrupted");
   }
@@ -525,13 +525,16 @@ void HistoryDb::FinishRun(int64_t run_id, RunStatus status, std::optional<std::s
   sqlite::Transaction transaction(c);
   impl_->RequireRunning(run_id);
   sqlite::Statement stmt(
-      c, "UPDATE runs SET status = ?, ended_at = ?, verdict = ?, exit_code = ? WHERE id = ?",
+      c,
+      "UPDATE runs SET status = ?, ended_at = ?, verdict = ?, exit_code = ?, status_reason = ? "
+      "WHERE id = ?",
       "finish run");
   stmt.Bind(1, ToString(status))
       .Bind(2, NowUtc())
       .Bind(3, verdict)
       .Bind(4, exit_code)
-      .Bind(5, run_id);
+      .Bind(5, status_reason)
+      .Bind(6, run_id);
   stmt.Run();
   transaction.Commit();
 }

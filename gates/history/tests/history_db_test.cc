@@ -306,6 +306,22 @@ TEST_F(HistoryDbTest, RunLifecycleRecordsStatusVerdictAndClosesEvidence) {
   EXPECT_EQ(db.ListRuns(1).size(), 1u);
 }
 
+TEST_F(HistoryDbTest, InterruptedRunKeepsTheReasonItWasFinishedWith) {
+  HistoryDb db = HistoryDb::Open(DbPath());
+  const int64_t stopped = db.BeginRun(SampleRunInfo());
+  const int64_t complete = db.BeginRun(SampleRunInfo());
+  db.FinishRun(stopped, RunStatus::kInterrupted, std::nullopt, 3,
+               "candidate server died: killed by signal 9");
+  db.FinishRun(complete, RunStatus::kComplete, "GO", 0);
+  RunRow row = db.GetRun(stopped);
+  EXPECT_EQ(row.status, RunStatus::kInterrupted);
+  EXPECT_EQ(row.status_reason, "candidate server died: killed by signal 9");
+  EXPECT_EQ(row.exit_code, 3);
+  EXPECT_TRUE(row.ended_at.has_value());
+  EXPECT_EQ(db.GetRun(complete).status_reason, "");  // the reason stays optional
+  EXPECT_EQ(history::ToJson(row)["status_reason"], "candidate server died: killed by signal 9");
+}
+
 TEST_F(HistoryDbTest, ExportHoldsEveryRowOfTheRun) {
   HistoryDb db = HistoryDb::Open(DbPath());
   int64_t run = db.BeginRun(SampleRunInfo());

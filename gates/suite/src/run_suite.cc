@@ -68,6 +68,19 @@ struct System {
   std::string model;
 };
 
+// A server the suite started died under it. What it measured since is the record of a crash,
+// not of the system under test, so the run stops `interrupted` (keeping every row stored so far)
+// rather than carrying on against a dead port and deciding gates on connection errors.
+void RequireServersAlive(System (&systems)[2], const std::string& during) {
+  for (System& system : systems) {
+    if (!system.process || system.process->Alive()) continue;
+    throw std::runtime_error(system.label + " server (pid " +
+                             std::to_string(system.process->pid()) + ") died during " + during +
+                             ": " + system.process->ExitDescription() + "; its log: " +
+                             system.process->log_path());
+  }
+}
+
 nlohmann::json ReadPolicyJson(const policy::ReadPolicySpec& rp) {
   nlohmann::json json = nlohmann::json::object();
   if (rp.read_bits) json["read_bits"] = *rp.read_bits;
@@ -271,6 +284,7 @@ SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options)
       checks::CheckRun run =
           checks::RunPasskeyCheck(system.url, passkey, client, tenths("passkey"));
       ThrowIfStopped();
+      RequireServersAlive(systems, "the " + system.label + " passkey check");
       std::vector<history::QualityItem> rows;
       for (const auto& r : run.records) rows.push_back(ToHistoryItem(r, system.label));
       db.AddQualityItems(outcome.run_id, rows);
@@ -281,6 +295,7 @@ SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options)
       checks::CheckRun qa = checks::RunQaCheck(system.url, qa_items, policy.qa.max_tokens, client,
                                                tenths("QA"));
       ThrowIfStopped();
+      RequireServersAlive(systems, "the " + system.label + " QA check");
       rows.clear();
       for (const auto& r : qa.records) rows.push_back(ToHistoryItem(r, system.label));
       db.AddQualityItems(outcome.run_id, rows);
@@ -321,6 +336,9 @@ SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options)
             std::to_string(result.summary.tpot.p99_ms) + " ms, " +
             std::to_string(result.summary.errored) + " errors" +
             (result.validity.valid ? "" : ", INVALID: " + meta.invalid_reason));
+        // After storing it: the cut load run, with a record per scheduled request, is evidence.
+        RequireServersAlive(systems, "load pair " + std::to_string(pair) + " (" + system.label +
+                                         ")");
       }
     }
 
@@ -368,7 +386,10 @@ SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options)
     for (System& system : systems) {
       if (system.process) system.process->Stop(std::chrono::seconds(5));
     }
-    db.FinishRun(outcome.run_id, history::RunStatus::kInterrupted, std::nullopt, 3);
+    // The history keeps one line (a start-up failure carries the server's output after it).
+    std::string reason = outcome.error.substr(0, outcome.error.find('\n'));
+    if (reason.size() > 500) reason = reason.substr(0, 497) + "...";
+    db.FinishRun(outcome.run_id, history::RunStatus::kInterrupted, std::nullopt, 3, reason);
     say("run " + std::to_string(outcome.run_id) + " could not complete: " + outcome.error);
   }
   phase("report");

@@ -172,6 +172,16 @@ int ServerProcess::Stop(std::chrono::duration<double> grace) {
   return exit_status_;
 }
 
+std::string ServerProcess::ExitDescription() const {
+  if (!reaped_) return pid_ > 0 ? "still running" : "never started";
+  if (exit_status_ == -1) return "killed by signal 9 after its stop grace period";
+  if (WIFEXITED(exit_status_)) return "exit " + std::to_string(WEXITSTATUS(exit_status_));
+  if (WIFSIGNALED(exit_status_)) {
+    return "killed by signal " + std::to_string(WTERMSIG(exit_status_));
+  }
+  return "wait status " + std::to_string(exit_status_);
+}
+
 void ServerProcess::Kill() {
   if (Alive()) {
     kill(pid_, SIGKILL);

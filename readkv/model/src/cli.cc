@@ -36,6 +36,13 @@ RuntimeFlags::RuntimeFlags(CLI::App& cmd) {
   cmd.add_option("--threads", options_.threads, "torch intra-op threads (0 = default)");
   cmd.add_option("--calibration", options_.calibration_path,
                  "calibration.json (default: beside the model)");
+  cmd.add_option("--cache-dir", options_.prefix_cache.directory,
+                 "persistent prefix cache: keep the encoded KV of prompts' 256-token prefix "
+                 "blocks in this directory and reuse it across requests and restarts (readkv "
+                 "only; objects of another identity or damaged ones are refused and recomputed)");
+  cmd.add_option("--cache-max-bytes", options_.prefix_cache.max_bytes,
+                 "bound on --cache-dir's objects, least recently used evicted first (0 = none)")
+      ->capture_default_str();
 }
 
 std::pair<double, double> ParseKvSplit(const std::string& text) {
@@ -80,8 +87,11 @@ RuntimeOptions RuntimeFlags::Resolve() const {
   } catch (const codec::InvalidArgument&) {
     throw;
   } catch (const std::invalid_argument& e) {
+    // ValidateRuntimeOptions says "field: why"; InvalidArgument puts the field back in front.
     const std::string what = e.what();
-    throw codec::InvalidArgument(what.substr(0, what.find(':')), what);
+    const size_t colon = what.find(": ");
+    if (colon == std::string::npos) throw codec::InvalidArgument("options", what);
+    throw codec::InvalidArgument(what.substr(0, colon), what.substr(colon + 2));
   }
   return o;
 }

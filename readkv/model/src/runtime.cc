@@ -3,7 +3,9 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -14,9 +16,12 @@
 
 #include "llama_internal.h"
 #include "readkv/codec/attention.h"
+#include "readkv/codec/bitplanes.h"
 #include "readkv/codec/codebook.h"
 #include "readkv/codec/errors.h"
 #include "readkv/codec/readers.h"
+#include "readkv/codec/readkv_cache.h"
+#include "readkv/codec/transform.h"
 #include "readkv/model/errors.h"
 #include "readkv/model/model_calibration.h"
 
@@ -73,6 +78,19 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
     // MakeReaderPlan checks store_bits, read_bits, reader and the split, naming the field.
     codec::MakeReaderPlan(ResolvePolicy(kv, engine::ReadPolicy{}), kv.store_bits);
   }
+  if (!options.prefix_cache.directory.empty()) {
+    if (kv.kind != "readkv") {
+      throw std::invalid_argument(
+          "cache_dir: the persistent prefix cache stores ReadKV objects and needs --kv readkv, "
+          "got \"" + kv.kind + "\"");
+    }
+    if (kv.prefill != PrefillAttention::kDense) {
+      throw std::invalid_argument("cache_dir: the persistent prefix cache needs --prefill dense");
+    }
+  }
+  if (options.prefix_cache.max_bytes < 0) {
+    throw std::invalid_argument("cache_max_bytes: must be >= 0");
+  }
 }
 
 struct LlamaDecodeModel::Impl {
@@ -98,6 +116,12 @@ struct LlamaDecodeModel::Impl {
   engine::KvLedgers totals;        // logical/physical/workspace over all calls
   double retired_encode_seconds = 0.0;
   KvObserver observer;
+  // Persistent prefix cache (runtime.h); null when off.
+  codec::CacheIdentity identity;
+  std::unique_ptr<PrefixCacheStore> prefix_store;
+  int64_t unrestorable_objects = 0;  // accepted objects whose codes could not be re-appended
+  // Sign-vector transforms of every (layer, head), index layer * Hkv + head (prefix cache only).
+  std::vector<codec::HadamardTransform> key_transforms, value_transforms;
 
   int hq() const { return config.num_attention_heads; }
   int hkv() const { return config.num_key_value_heads; }
@@ -236,9 +260,11 @@ struct LlamaDecodeModel::Impl {
     return x + internal::Mlp(lw, internal::RmsNorm(x, lw.mlp_norm, config.rms_norm_eps));
   }
 
-  // Prompt tokens attending exactly within themselves (and over a dense past), K/V written into
-  // the cache. Used for all but the last token of a prompt.
-  void Prefill(Sequence& s, std::span<const int32_t> tokens) {
+  // Prompt tokens attending exactly within themselves (and over a dense past, or over
+  // `decoded_past`: the K/V of the positions before them decoded from a codec cache, [past, Hkv,
+  // hd] per layer), K/V written into the cache. Used for all but the last token of a prompt.
+  void Prefill(Sequence& s, std::span<const int32_t> tokens,
+               const std::vector<torch::Tensor>* decoded_past = nullptr) {
     const int64_t n = static_cast<int64_t>(tokens.size());
     const int64_t past = s.length;
     torch::Tensor h = Embed(tokens);
@@ -256,6 +282,10 @@ struct LlamaDecodeModel::Impl {
         attn = internal::CausalAttention(q, s.keys[static_cast<size_t>(l)].narrow(0, 0, past + n),
                                          s.values[static_cast<size_t>(l)].narrow(0, 0, past + n),
                                          past);
+      } else if (decoded_past != nullptr && past > 0) {
+        const torch::Tensor& pk = (*decoded_past)[2 * static_cast<size_t>(l)];
+        const torch::Tensor& pv = (*decoded_past)[2 * static_cast<size_t>(l) + 1];
+        attn = internal::CausalAttention(q, torch::cat({pk, k}, 0), torch::cat({pv, v}, 0), past);
       } else {
         attn = internal::CausalAttention(q, k, v, 0);  // past == 0 here (see Forward)
       }
@@ -292,6 +322,183 @@ struct LlamaDecodeModel::Impl {
     for (Sequence* s : seqs) s->length += 1;
     torch::Tensor x = internal::RmsNorm(h, weights.final_norm, config.rms_norm_eps);
     return torch::matmul(x, weights.lm_head.t()).to(torch::kCPU, torch::kFloat).contiguous();
+  }
+
+  // ---- Persistent prefix cache (runtime.h) ----------------------------------------------------
+
+  const codec::ReadKvLayerCache& ReadKvCache(const Sequence& s, int layer) const {
+    return dynamic_cast<const codec::ReadKvLayerCache&>(*s.caches[static_cast<size_t>(layer)]);
+  }
+
+  // One object's blocks decoded at full depth W to post-RoPE K/V in the model's domain, appended
+  // to decoded_past ([2l] keys, [2l + 1] values, [tokens, Hkv, hd] in the compute dtype).
+  void AppendDecoded(const codec::CacheObject& object, std::vector<torch::Tensor>& decoded_past) {
+    const int w = options.kv.store_bits, d = hd();
+    const int64_t n = object.tokens;
+    std::vector<float> z(static_cast<size_t>(d)), x(static_cast<size_t>(d));
+    for (int l = 0; l < config.num_hidden_layers; ++l) {
+      torch::Tensor k = torch::empty({n, hkv(), d}, torch::kFloat);
+      torch::Tensor v = torch::empty({n, hkv(), d}, torch::kFloat);
+      for (int h = 0; h < hkv(); ++h) {
+        const size_t index = static_cast<size_t>(l) * hkv() + h;
+        codec::BitPlaneStore store(d, w);
+        store.AppendBlockBytes(object.blocks[index], object.tokens);
+        for (int kind = 0; kind < 2; ++kind) {
+          const auto mean = kind == 0 ? calibration->KeyMean(l, h) : calibration->ValueMean(l, h);
+          const auto sd = kind == 0 ? calibration->KeyStd(l, h) : calibration->ValueStd(l, h);
+          const codec::HadamardTransform& t =
+              kind == 0 ? key_transforms[index] : value_transforms[index];
+          float* out = (kind == 0 ? k : v).data_ptr<float>();
+          for (int64_t i = 0; i < n; ++i) {
+            for (int c = 0; c < d; ++c) {
+              const uint8_t code = kind == 0 ? store.KeyCode(i, c, w) : store.ValueCode(i, c, w);
+              const auto ch = static_cast<size_t>(c);
+              z[ch] = mean[ch] + sd[ch] * codebook->Decode(code, w);
+            }
+            t.Inverse(z, x);
+            std::copy(x.begin(), x.end(), out + (i * hkv() + h) * d);
+          }
+        }
+      }
+      for (int kind = 0; kind < 2; ++kind) {
+        torch::Tensor part = (kind == 0 ? k : v).to(device, dtype);
+        torch::Tensor& slot = decoded_past[2 * static_cast<size_t>(l) + kind];
+        slot = slot.defined() ? torch::cat({slot, part}, 0) : part;
+      }
+    }
+  }
+
+  // Round to nearest even, as the codec's residual window stores a transformed value.
+  static uint16_t ToBf16(float f) {
+    uint32_t bits = std::bit_cast<uint32_t>(f);
+    if (std::isnan(f)) return static_cast<uint16_t>((bits >> 16) | 0x40);
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return static_cast<uint16_t>(bits >> 16);
+  }
+  static float FromBf16(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+
+  // Whether a transformed, standardised value encodes to `code` on the codec's write path
+  // (residual window: BF16 first, then (x - mu) / sigma, then the Lloyd tree).
+  bool EncodesTo(float transformed, float mean, float sd, uint8_t code) const {
+    return codebook->Encode((FromBf16(ToBf16(transformed)) - mean) / sd) == code;
+  }
+
+  // Restores one accepted object into an empty-at-this-block sequence: the codec keeps no API to
+  // append encoded bytes to a layer cache, so each token is re-appended as the model-domain value
+  // whose transform lands on a BF16 value inside the stored code's Lloyd cell (its centroid's
+  // nearest such value). Every code is checked on a replica of the write path before anything is
+  // appended (false: nothing changed, the caller recomputes the block), and the appended block's
+  // bytes are compared with the object's afterwards.
+  bool RestoreBlock(Sequence& s, const codec::CacheObject& object, int64_t block) {
+    const int w = options.kv.store_bits, d = hd(), layers = config.num_hidden_layers;
+    const int64_t n = object.tokens;
+    std::vector<std::vector<float>> keys(static_cast<size_t>(layers)), values(keys.size());
+    std::vector<float> y(static_cast<size_t>(d)), x(static_cast<size_t>(d)), f(y.size());
+    for (int l = 0; l < layers; ++l) {
+      keys[static_cast<size_t>(l)].resize(static_cast<size_t>(n * hkv() * d));
+      values[static_cast<size_t>(l)].resize(static_cast<size_t>(n * hkv() * d));
+      for (int h = 0; h < hkv(); ++h) {
+        const size_t index = static_cast<size_t>(l) * hkv() + h;
+        codec::BitPlaneStore store(d, w);
+        store.AppendBlockBytes(object.blocks[index], object.tokens);
+        for (int kind = 0; kind < 2; ++kind) {
+          const auto mean = kind == 0 ? calibration->KeyMean(l, h) : calibration->ValueMean(l, h);
+          const auto sd = kind == 0 ? calibration->KeyStd(l, h) : calibration->ValueStd(l, h);
+          const codec::HadamardTransform& t =
+              kind == 0 ? key_transforms[index] : value_transforms[index];
+          float* out = (kind == 0 ? keys : values)[static_cast<size_t>(l)].data();
+          std::vector<uint8_t> codes(static_cast<size_t>(d));
+          for (int64_t i = 0; i < n; ++i) {
+            for (int c = 0; c < d; ++c) {
+              const auto ch = static_cast<size_t>(c);
+              codes[ch] = kind == 0 ? store.KeyCode(i, c, w) : store.ValueCode(i, c, w);
+              const uint16_t nearest =
+                  ToBf16(mean[ch] + sd[ch] * codebook->Decode(codes[ch], w));
+              bool found = false;
+              for (int step = 0; step <= 16 && !found; ++step) {
+                const int delta = (step % 2 == 0 ? 1 : -1) * ((step + 1) / 2);
+                const float candidate = FromBf16(static_cast<uint16_t>(nearest + delta));
+                if (std::isfinite(candidate) && EncodesTo(candidate, mean[ch], sd[ch], codes[ch])) {
+                  y[ch] = candidate;
+                  found = true;
+                }
+              }
+              if (!found) return false;
+            }
+            t.Inverse(y, x);
+            t.Forward(x, f);
+            for (int c = 0; c < d; ++c) {
+              const auto ch = static_cast<size_t>(c);
+              if (!EncodesTo(f[ch], mean[ch], sd[ch], codes[ch])) return false;
+            }
+            std::copy(x.begin(), x.end(), out + (i * hkv() + h) * d);
+          }
+        }
+      }
+    }
+    for (int l = 0; l < layers; ++l) {
+      s.caches[static_cast<size_t>(l)]->AppendTokens(keys[static_cast<size_t>(l)],
+                                                      values[static_cast<size_t>(l)]);
+    }
+    s.length += n;
+    for (int l = 0; l < layers; ++l) {
+      for (int h = 0; h < hkv(); ++h) {
+        if (ReadKvCache(s, l).store(h).BlockBytes(block) !=
+            object.blocks[static_cast<size_t>(l) * hkv() + h]) {
+          throw std::runtime_error("prefix cache: restored block " + std::to_string(block) +
+                                   " of layer " + std::to_string(l) + " head " +
+                                   std::to_string(h) + " differs from its object " +
+                                   object.prefix_digest);
+        }
+      }
+    }
+    return true;
+  }
+
+  // The prompt head of an empty ReadKV sequence with the prefix cache on (runtime.h).
+  void PrefillThroughPrefixCache(uint64_t sequence_id, Sequence& s,
+                                 std::span<const int32_t> tokens) {
+    const int64_t blocks = static_cast<int64_t>(tokens.size()) / codec::kBlockTokens;
+    std::vector<torch::Tensor> decoded_past(2 * static_cast<size_t>(config.num_hidden_layers));
+    int64_t hits = 0, stored = 0;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t first = b * codec::kBlockTokens;
+      const std::string digest =
+          PrefixDigest(tokens.first(static_cast<size_t>(first + codec::kBlockTokens)));
+      std::optional<codec::CacheObject> object =
+          prefix_store->Load(digest, first, codec::kBlockTokens);
+      if (object && RestoreBlock(s, *object, b)) {
+        ++hits;
+      } else {
+        if (object) {
+          ++unrestorable_objects;
+          if (options.prefix_cache.warn) {
+            options.prefix_cache.warn("prefix cache: object " + digest +
+                                      " cannot be re-appended exactly; recomputing block " +
+                                      std::to_string(b));
+          }
+        }
+        Prefill(s, tokens.subspan(static_cast<size_t>(first), codec::kBlockTokens),
+                &decoded_past);
+        object = codec::CacheObject{identity, digest, first, codec::kBlockTokens, {}};
+        for (int l = 0; l < config.num_hidden_layers; ++l) {
+          for (int h = 0; h < hkv(); ++h) {
+            object->blocks.push_back(ReadKvCache(s, l).store(h).BlockBytes(b));
+          }
+        }
+        if (prefix_store->Store(*object)) ++stored;
+      }
+      AppendDecoded(*object, decoded_past);
+    }
+    const auto rest = tokens.subspan(static_cast<size_t>(blocks * codec::kBlockTokens));
+    if (!rest.empty()) Prefill(s, rest, &decoded_past);
+    if (options.prefix_cache.info) {
+      options.prefix_cache.info("prefix cache: sequence " + std::to_string(sequence_id) + ": " +
+                                std::to_string(blocks) + " prefix blocks, " +
+                                std::to_string(hits) + " loaded, " +
+                                std::to_string(blocks - hits) + " computed, " +
+                                std::to_string(stored) + " stored");
+    }
   }
 
   int64_t SequenceBytes(const Sequence& s) const {
@@ -360,6 +567,19 @@ LlamaDecodeModel::LlamaDecodeModel(const std::string& model_dir, const RuntimeOp
       m.codebook = std::make_shared<const codec::LloydTree>(options.kv.store_bits);
     }
   }
+  m.identity = cache_identity();
+  if (!options.prefix_cache.directory.empty()) {
+    for (int l = 0; l < m.config.num_hidden_layers; ++l) {
+      for (int h = 0; h < m.hkv(); ++h) {
+        m.key_transforms.emplace_back(m.hd(), m.calibration->seeds.KeySeed(l, h));
+        m.value_transforms.emplace_back(m.hd(), m.calibration->seeds.ValueSeed(l, h));
+      }
+    }
+    m.prefix_store = std::make_unique<PrefixCacheStore>(
+        PrefixCacheStoreOptions{options.prefix_cache.directory, options.prefix_cache.max_bytes,
+                                options.prefix_cache.warn},
+        m.identity);
+  }
 }
 
 LlamaDecodeModel::~LlamaDecodeModel() = default;
@@ -406,6 +626,10 @@ codec::CacheIdentity LlamaDecodeModel::cache_identity() const {
     id.store_bits = m.options.kv.store_bits;
   }
   return id;
+}
+
+PrefixCacheCounters LlamaDecodeModel::prefix_cache_counters() const {
+  return impl_->prefix_store ? impl_->prefix_store->counters() : PrefixCacheCounters{};
 }
 
 void LlamaDecodeModel::StartSequence(uint64_t sequence_id, const engine::ReadPolicy& policy) {
@@ -455,7 +679,10 @@ void LlamaDecodeModel::Forward(std::span<engine::SequenceStep> steps) {
     Impl::Sequence& s = m.Get(step.sequence_id);
     const auto head = step.tokens.first(step.tokens.size() - 1);
     if (!head.empty()) {
-      if (dense || (!through_cache && s.length == 0)) {
+      const bool has_prefix_block = head.size() >= static_cast<size_t>(codec::kBlockTokens);
+      if (m.prefix_store && s.length == 0 && has_prefix_block) {
+        m.PrefillThroughPrefixCache(step.sequence_id, s, head);
+      } else if (dense || (!through_cache && s.length == 0)) {
         m.Prefill(s, head);
       } else {
         // The tokens attend through the compressed cache one at a time: exact for what a
@@ -495,6 +722,14 @@ engine::KvLedgers LlamaDecodeModel::ledgers() const {
   out.encode_seconds = impl_->retired_encode_seconds;
   for (const auto& [id, s] : impl_->sequences) {
     for (const auto& c : s.caches) out.encode_seconds += c->encode_cost().seconds;
+  }
+  if (impl_->prefix_store) {
+    for (const auto& [reason, count] : impl_->prefix_store->counters().rejections) {
+      out.cache_rejections[reason] += count;
+    }
+    if (impl_->unrestorable_objects > 0) {
+      out.cache_rejections["unrestorable"] += impl_->unrestorable_objects;
+    }
   }
   return out;
 }

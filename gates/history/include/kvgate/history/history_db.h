@@ -185,9 +185,11 @@ class HistoryDb {
   void AddLedgers(int64_t run_id, std::span<const Ledger> ledgers);
   void AddCheckResult(int64_t run_id, const CheckResult& result);
   // Ends a running run: status kComplete or kInterrupted, verdict "GO"/"NO-GO"/"INCONCLUSIVE"
-  // or none, the process exit code. Throws kWrongState if the run is not running.
+  // or none, the process exit code, and (for kInterrupted) why it stopped, one line a person can
+  // act on ("candidate server died: killed by signal 9"). Throws kWrongState if the run is not
+  // running.
   void FinishRun(int64_t run_id, RunStatus status, std::optional<std::string> verdict,
-                 std::optional<int> exit_code);
+                 std::optional<int> exit_code, const std::string& status_reason = "");
   // Marks every `running` run whose owner process is gone as `interrupted` (with a reason);
   // runs of live owners and of other hosts are left alone. Returns the ids it marked.
   std::vector<int64_t> MarkInterruptedRuns();

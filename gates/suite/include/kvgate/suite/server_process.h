@@ -40,6 +40,8 @@ class ServerProcess {
   std::string OutputTail();
 
   bool Alive();
+  // Once it has ended (Alive() returned false): how, e.g. "exit 0" or "killed by signal 9".
+  std::string ExitDescription() const;
   // SIGTERM, wait up to `grace`, then SIGKILL. Returns the exit status as from waitpid (or -1
   // if it had to be killed). Idempotent.
   int Stop(std::chrono::duration<double> grace = std::chrono::seconds(20));

@@ -16,7 +16,7 @@ namespace readkv::model {
 
 // The KV-backend and device flags of a subcommand: --kv, --store-bits, --read-bits, --reader,
 // --kv-split RK:RV, --fp8-scale tensor|head, --prefill dense|cache, --device, --dtype, --threads,
-// --calibration. Bound to this object, so it must outlive parsing (make it with make_shared).
+// --calibration, --cache-dir, --cache-max-bytes (the persistent prefix cache, runtime.h). Bound to this object, so it must outlive parsing (make it with make_shared).
 class RuntimeFlags {
  public:
   explicit RuntimeFlags(CLI::App& command);

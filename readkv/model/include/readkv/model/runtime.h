@@ -13,6 +13,23 @@
 // compression. kThroughCache feeds the prompt token by token through the backend instead (the
 // prompt attends over its own compressed K/V; exact for dense, slow for readkv on CPU).
 //
+// Persistent prefix cache (RuntimeOptions::prefix_cache, `kvgate serve --cache-dir`; ReadKV with
+// dense prefill only): the prefix blocks of a prompt are its full 256-token blocks among all but
+// its last token. With the cache on, a prompt is prefilled block by block, like a chunked prefill
+// that attends its quantised cache: the tokens of block b attend exactly within block b and to
+// blocks 0..b-1 through their encoded form decoded at full depth W (code -> centroid -> mu + sigma
+// z -> inverse transform); the rest of the prompt does the same over all prefix blocks. So the K/V
+// of every block, its encoded bytes and every later logit depend only on the tokens and the
+// encoded bytes of the blocks before it, never on whether a block was computed or loaded: a hit
+// is bit-identical to a miss, and a server with a warm cache answers exactly as one started on an
+// empty DIR (not as a server without --cache-dir, whose prompt attends its exact prefix). On a
+// miss a block is computed, encoded, and stored as one object (prefix_cache_store.h) named by
+// the digest of the token ids up to its end; on a hit the object is checked against this model's
+// cache_identity(), its codes are restored into the sequence's caches (re-appending values that
+// re-encode to exactly those codes, verified before and after) and the block's forward pass is
+// skipped. A refused object (identity, damage) is counted in ledgers().cache_rejections by reason,
+// quarantined, and recomputed; it is never decoded.
+//
 // Thread-safety: a model is driven by one thread (the engine's worker), as DecodeModel requires.
 #pragma once
 
@@ -22,11 +39,13 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "readkv/codec/cache_object.h"
 #include "readkv/codec/fp8.h"
 #include "readkv/engine/decode_model.h"
 #include "readkv/model/config.h"
+#include "readkv/model/prefix_cache_store.h"
 
 namespace readkv::model {
 
@@ -45,6 +64,16 @@ struct KvCacheOptions {
   std::optional<double> value_bits; // R_V; unset = 2R - R_K
 };
 
+// The persistent prefix cache (see above). Off while `directory` is empty.
+struct PrefixCacheOptions {
+  std::string directory;  // DIR of prefix_cache_store.h; created if missing
+  int64_t max_bytes = 0;  // LRU bound on DIR's objects; 0 = unbounded
+  // Refusals, failed writes, removed leftovers (one line each); and, when set, one line per
+  // prompt with its prefix blocks' hits/misses. Called on the Forward thread; may be empty.
+  std::function<void(std::string_view)> warn;
+  std::function<void(std::string_view)> info;
+};
+
 struct RuntimeOptions {
   std::string device = "cpu";     // "cpu", "cuda" or "cuda:N"
   std::string dtype = "float32";  // compute dtype of weights, activations and dense K/V
@@ -52,10 +81,12 @@ struct RuntimeOptions {
   int64_t kv_capacity_bytes = int64_t{4} << 30;  // the limit kv_bytes_limit() reports
   int threads = 0;                // torch intra-op threads; 0 leaves torch's default
   std::string calibration_path;   // default <model_dir>/calibration.json (fp8 and readkv)
+  PrefixCacheOptions prefix_cache;
 };
 
 // Throws std::invalid_argument naming the field ("kv", "store_bits", "read_bits", "reader",
-// "kv_split", "device", "dtype") for an invalid combination.
+// "kv_split", "device", "dtype", "cache_dir" (set for dense/fp8 or with kThroughCache prefill),
+// "cache_max_bytes") for an invalid combination.
 void ValidateRuntimeOptions(const RuntimeOptions& options);
 
 class LlamaDecodeModel final : public engine::DecodeModel {
@@ -97,6 +128,8 @@ class LlamaDecodeModel final : public engine::DecodeModel {
   // The storage identity of this model's ReadKV caches (spec/readkv.md, "Cache identity");
   // store_bits and calibration fields are empty/0 for dense and fp8.
   codec::CacheIdentity cache_identity() const;
+  // Counters of the persistent prefix cache since load (all zero when it is off).
+  PrefixCacheCounters prefix_cache_counters() const;
 
   // Called for every token appended to a cache: layer, KV head, post-RoPE key and value (d floats
   // each). For calibration; unset by default.
