@@ -384,6 +384,18 @@ def main():
             wait_ready(f"http://{prom_addr}/-/ready", 60, "prometheus")
             api = PrometheusApi(f"http://{prom_addr}")
             log(f"prometheus on {prom_addr}")
+            # The recorded P99 is a rate over counters: Prometheus must hold a sample of every
+            # server from before its load, or a load that ends before the first scrape leaves a
+            # flat counter (rate 0, quantile NaN). Wait for one scrape of each (bounded).
+            deadline = time.monotonic() + 60
+            while True:
+                seen = {r["metric"]["job"] for r in api.query(f"{TTFT_METRIC}_count")}
+                if all(job in seen for job in urls):
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"Prometheus did not scrape {sorted(urls)} within 60 s "
+                                       f"(scraped: {sorted(seen)})")
+                time.sleep(0.5)
 
             # The load: one server after the other (on a 2-core runner two loaded servers would
             # delay each other's I/O threads, and the client would see tokens later than the
@@ -411,7 +423,8 @@ def main():
             while time.monotonic() < deadline:
                 counts = api.query(f'sum by (job) ({TTFT_METRIC}_count)')
                 done = {r["metric"]["job"]: float(r["value"][1]) for r in counts}
-                ready = api.query("job:vllm_time_to_first_token_seconds:p99_5m")
+                ready = [r for r in api.query("job:vllm_time_to_first_token_seconds:p99_5m")
+                         if not math.isnan(float(r["value"][1]))]
                 if (all(done.get(job) == REQUESTS for job in urls) and len(ready) >= 2):
                     break
                 time.sleep(1)
