@@ -6,7 +6,6 @@
 // asked per request for R = 6 (`readkv.read_bits`) must answer exactly as a fresh server whose
 // default is R = 6. The policy in force is recorded with every request of the evidence (the
 // server's default, and the request's override as sent) and with every run (each server's flags).
-#include <chrono>
 #include <exception>
 #include <filesystem>
 
@@ -28,17 +27,8 @@ nlohmann::json RunRecord(const char* name, const pc::ServeSettings& s) {
 }
 
 ScenarioResult RunBudgetChange(const ScenarioContext& context) {
-  const auto start = std::chrono::steady_clock::now();
   ScenarioResult result;
-  result.name = "budget_change";
   nlohmann::json& ev = result.evidence;
-  auto finish = [&](bool passed, std::string reason) {
-    result.passed = passed;
-    result.reason = std::move(reason);
-    result.seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return result;
-  };
   try {
     const fs::path work = context.work_dir;
     const std::string cache = (work / "cache").string();
@@ -74,7 +64,7 @@ ScenarioResult RunBudgetChange(const ScenarioContext& context) {
     }
     const auto stored = pc::ObjectDigests(cache);
     ev["objects"] = stored.size();
-    if (stored.empty()) return finish(false, "the R=4 server stored no prefix objects");
+    if (stored.empty()) return result.Done(false, "the R=4 server stored no prefix objects");
 
     auto restarted = pc::StartServer(context, "restarted_r2", reuse_settings);
     auto fresh2 = pc::StartServer(context, "fresh_r2", fresh2_settings);
@@ -104,28 +94,28 @@ ScenarioResult RunBudgetChange(const ScenarioContext& context) {
     for (const auto& [reason, count] : rejections) {
       if (reason != "invalid_policy") refused += count;
     }
-    if (refused != 0.0) return finish(false, "the restarted server refused stored objects");
+    if (refused != 0.0) return result.Done(false, "the restarted server refused stored objects");
     if (log.computed != 0 || log.stored != 0 ||
         log.loaded != 2 * static_cast<int64_t>(stored.size())) {
-      return finish(false, "expected every prefix block loaded and none re-encoded; the log says " +
+      return result.Done(false, "expected every prefix block loaded and none re-encoded; the log says " +
                                log.ToJson().dump());
     }
-    if (after != stored) return finish(false, "stored objects changed: storage was rewritten");
+    if (after != stored) return result.Done(false, "stored objects changed: storage was rewritten");
     if (const int i = pc::FirstDifference(got2, want2); i >= 0) {
-      return finish(false, "prompt " + std::to_string(i) +
+      return result.Done(false, "prompt " + std::to_string(i) +
                                ": at R=2 the reused cache answered differently from a fresh R=2 "
                                "server");
     }
     if (const int i = pc::FirstDifference(got6, want6); i >= 0) {
-      return finish(false, "prompt " + std::to_string(i) +
+      return result.Done(false, "prompt " + std::to_string(i) +
                                ": readkv.read_bits=6 per request on the reused cache answered "
                                "differently from a fresh R=6 server");
     }
-    return finish(true, "R=4 storage (" + std::to_string(stored.size()) +
+    return result.Done(true, "R=4 storage (" + std::to_string(stored.size()) +
                             " objects) reused unchanged at R=2 and per-request R=6; answers equal "
                             "fresh servers at those budgets");
   } catch (const std::exception& e) {
-    return finish(false, std::string("error: ") + e.what());
+    return result.Done(false, std::string("error: ") + e.what());
   }
 }
 

@@ -4,7 +4,6 @@
 // to the number of objects, each moved to quarantine/, the warning naming store_bits), nothing
 // decoded from it, and the restarted server's answers must equal those of a fresh W = 6 server on
 // an empty cache directory — on the first pass (recomputed) and the second (its own new objects).
-#include <chrono>
 #include <exception>
 #include <filesystem>
 
@@ -18,17 +17,8 @@ namespace {
 namespace pc = prefix_cache;
 
 ScenarioResult RunCodebookMismatch(const ScenarioContext& context) {
-  const auto start = std::chrono::steady_clock::now();
   ScenarioResult result;
-  result.name = "codebook_mismatch";
   nlohmann::json& ev = result.evidence;
-  auto finish = [&](bool passed, std::string reason) {
-    result.passed = passed;
-    result.reason = std::move(reason);
-    result.seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return result;
-  };
   try {
     const std::string cache = (std::filesystem::path(context.work_dir) / "cache").string();
     const std::string fresh_cache =
@@ -49,7 +39,7 @@ ScenarioResult RunCodebookMismatch(const ScenarioContext& context) {
     }
     const int64_t stale = pc::CountObjects(cache);
     ev["stale_objects"] = stale;
-    if (stale == 0) return finish(false, "the W=8 server stored no prefix objects in " + cache);
+    if (stale == 0) return result.Done(false, "the W=8 server stored no prefix objects in " + cache);
 
     auto restarted = pc::StartServer(context, "restarted_w6", new_codebook);
     auto reference = pc::StartServer(context, "fresh_w6", fresh);
@@ -76,39 +66,39 @@ ScenarioResult RunCodebookMismatch(const ScenarioContext& context) {
     ev["second_pass_equal"] = pc::FirstDifference(second, expected) < 0;
 
     if (mismatches != static_cast<double>(stale) || corrupt != 0.0) {
-      return finish(false, "readkv_cache_rejections_total{reason=\"identity_mismatch\"} is " +
+      return result.Done(false, "readkv_cache_rejections_total{reason=\"identity_mismatch\"} is " +
                                std::to_string(mismatches) + " (corrupt " + std::to_string(corrupt) +
                                "), expected one per stale object (" + std::to_string(stale) + ")");
     }
     if (quarantined != stale) {
-      return finish(false, std::to_string(quarantined) + " objects quarantined, expected " +
+      return result.Done(false, std::to_string(quarantined) + " objects quarantined, expected " +
                                std::to_string(stale));
     }
     const auto field = log.refused_fields.find("store_bits");
     if (field == log.refused_fields.end() || field->second != stale) {
-      return finish(false, "the refusal warnings do not name store_bits once per stale object");
+      return result.Done(false, "the refusal warnings do not name store_bits once per stale object");
     }
     if (log.loaded != log.blocks - log.computed || log.computed != stale || log.loaded != stale) {
-      return finish(false, "expected the first pass to recompute all " + std::to_string(stale) +
+      return result.Done(false, "expected the first pass to recompute all " + std::to_string(stale) +
                                " blocks and the second to load them all; the log says " +
                                log.ToJson().dump());
     }
     if (const int i = pc::FirstDifference(first, expected); i >= 0) {
-      return finish(false, "prompt " + std::to_string(i) +
+      return result.Done(false, "prompt " + std::to_string(i) +
                                ": the server restarted on the stale cache answered differently "
                                "from a fresh one");
     }
     if (const int i = pc::FirstDifference(second, expected); i >= 0) {
-      return finish(false, "prompt " + std::to_string(i) +
+      return result.Done(false, "prompt " + std::to_string(i) +
                                ": answers from the restarted server's own cache objects differ "
                                "from a fresh server's");
     }
-    return finish(true, "all " + std::to_string(stale) +
+    return result.Done(true, "all " + std::to_string(stale) +
                             " W=8 objects refused as identity_mismatch (store_bits), "
                             "quarantined and recomputed; answers equal a fresh W=6 server's on "
                             "both passes");
   } catch (const std::exception& e) {
-    return finish(false, std::string("error: ") + e.what());
+    return result.Done(false, std::string("error: ") + e.what());
   }
 }
 

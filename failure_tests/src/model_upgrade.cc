@@ -108,17 +108,8 @@ struct Variant {
 };
 
 ScenarioResult RunModelUpgrade(const ScenarioContext& context) {
-  const auto start = std::chrono::steady_clock::now();
   ScenarioResult result;
-  result.name = "model_upgrade";
   nlohmann::json& ev = result.evidence;
-  auto finish = [&](bool passed, std::string reason) {
-    result.passed = passed;
-    result.reason = std::move(reason);
-    result.seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return result;
-  };
   try {
     const fs::path work = context.work_dir;
     const std::string cache = (work / "cache").string();
@@ -131,7 +122,7 @@ ScenarioResult RunModelUpgrade(const ScenarioContext& context) {
     }
     const int64_t stale = pc::CountObjects(cache);
     ev["stale_objects"] = stale;
-    if (stale == 0) return finish(false, "the original model's server stored no objects");
+    if (stale == 0) return result.Done(false, "the original model's server stored no objects");
 
     const Variant variants[] = {
         {"rope", "rope_theta"}, {"weights", "weights_digest"}, {"geometry", "weights_digest"}};
@@ -154,7 +145,7 @@ ScenarioResult RunModelUpgrade(const ScenarioContext& context) {
            "--max-bytes", "1024", "--threads", std::to_string(std::max(1, context.threads))},
           context.work_dir, std::string("calibrate_") + v.name, std::chrono::seconds(120));
       if (calibrated.timed_out || ExitCode(calibrated.status) != 0) {
-        return finish(false, std::string(v.name) + ": kvgate calibrate failed (" +
+        return result.Done(false, std::string(v.name) + ": kvgate calibrate failed (" +
                                  DescribeWaitStatus(calibrated.status) + "): " + calibrated.err);
       }
       const std::string stale_copy = (work / (std::string("cache_") + v.name)).string();
@@ -178,31 +169,31 @@ ScenarioResult RunModelUpgrade(const ScenarioContext& context) {
       entry["answers_equal"] = pc::FirstDifference(got, expected) < 0;
       if (mismatches != static_cast<double>(stale) ||
           pc::RejectionCount(rejections, "corrupt") != 0.0) {
-        return finish(false, std::string(v.name) + ": " + std::to_string(mismatches) +
+        return result.Done(false, std::string(v.name) + ": " + std::to_string(mismatches) +
                                  " identity_mismatch rejections, expected " +
                                  std::to_string(stale));
       }
       if (pc::CountQuarantined(stale_copy) != stale || log.loaded != 0) {
-        return finish(false, std::string(v.name) +
+        return result.Done(false, std::string(v.name) +
                                  ": stale objects were not all quarantined, "
                                  "or some were loaded");
       }
       const auto named = log.refused_fields.find(v.field);
       if (named == log.refused_fields.end() || named->second != stale) {
-        return finish(false, std::string(v.name) + ": the refusals do not name " + v.field +
+        return result.Done(false, std::string(v.name) + ": the refusals do not name " + v.field +
                                  " (log: " + log.ToJson().dump() + ")");
       }
       if (const int i = pc::FirstDifference(got, expected); i >= 0) {
-        return finish(false, std::string(v.name) + ": prompt " + std::to_string(i) +
+        return result.Done(false, std::string(v.name) + ": prompt " + std::to_string(i) +
                                  " answered differently from a fresh server of the upgrade");
       }
     }
-    return finish(true, "rope_theta, weights and geometry upgrades each refused all " +
+    return result.Done(true, "rope_theta, weights and geometry upgrades each refused all " +
                             std::to_string(stale) +
                             " stale objects (identity_mismatch, quarantined) and answered as a "
                             "fresh server of the upgraded model");
   } catch (const std::exception& e) {
-    return finish(false, std::string("error: ") + e.what());
+    return result.Done(false, std::string("error: ") + e.what());
   }
 }
 

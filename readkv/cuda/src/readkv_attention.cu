@@ -96,6 +96,27 @@ struct Args {
 
 // ---- 1. Prepare ------------------------------------------------------------------------------
 
+// Bitonic sort of v[0, n) in shared memory, descending (n a power of two); every thread of the
+// block calls it, and it synchronises after each stage.
+__device__ void BlockSortDescending(double* v, int n) {
+  for (int size = 2; size <= n; size *= 2) {
+    for (int stride = size / 2; stride > 0; stride /= 2) {
+      for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const int partner = j ^ stride;
+        if (partner > j) {
+          const bool descending = (j & size) == 0;
+          const double lo = v[j], hi = v[partner];
+          if (descending ? (lo < hi) : (lo > hi)) {
+            v[j] = hi;
+            v[partner] = lo;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
 // The threshold allocator for a block whose thread c owns object c (n <= 128 objects, at most
 // 1024 / n steps each): returns object c's step count. Bit-identical to
 // codec::DepthAllocator::Threshold for the same weights, budget and increments.
@@ -116,22 +137,7 @@ __device__ int AllocateSmall(double w, int n, int spo, const double* inc, long l
     weights[c] = w;
   }
   __syncthreads();
-  for (int size = 2; size <= kSlots; size *= 2) {
-    for (int stride = size / 2; stride > 0; stride /= 2) {
-      for (int j = c; j < kSlots; j += blockDim.x) {
-        const int partner = j ^ stride;
-        if (partner > j) {
-          const bool descending = (j & size) == 0;
-          const double lo = gains[j], hi = gains[partner];
-          if (descending ? (lo < hi) : (lo > hi)) {
-            gains[j] = hi;
-            gains[partner] = lo;
-          }
-        }
-      }
-      __syncthreads();
-    }
-  }
+  BlockSortDescending(gains, kSlots);
   const double cut = gains[steps - 1];
   if (c < n) counts[c] = internal::CountAbove(w, cut, inc, spo, 0);
   __syncthreads();
@@ -595,22 +601,7 @@ __global__ void __launch_bounds__(kSelectThreads) Select(Args a) {
           }
         }
         __syncthreads();
-        for (int size = 2; size <= kGather; size *= 2) {
-          for (int stride = size / 2; stride > 0; stride /= 2) {
-            for (int j = tid; j < kGather; j += blockDim.x) {
-              const int partner = j ^ stride;
-              if (partner > j) {
-                const bool descending = (j & size) == 0;
-                const double lo = candidates[j], hi = candidates[partner];
-                if (descending ? (lo < hi) : (lo > hi)) {
-                  candidates[j] = hi;
-                  candidates[partner] = lo;
-                }
-              }
-            }
-            __syncthreads();
-          }
-        }
+        BlockSortDescending(candidates, kGather);
         prefix = static_cast<unsigned long long>(__double_as_longlong(candidates[rank - 1]));
         __syncthreads();
         break;

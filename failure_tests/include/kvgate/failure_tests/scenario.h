@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace kvgate::failure_tests {
@@ -28,11 +29,19 @@ struct ScenarioContext {
 };
 
 struct ScenarioResult {
-  std::string name;
+  std::string name;          // the registry's name (set by the runner)
   bool passed = false;
   std::string reason;        // one line: why it passed or, first thing first, why it failed
   nlohmann::json evidence;   // what was measured (counts, digests, counters, exit codes)
-  double seconds = 0.0;      // wall time of the scenario
+  double seconds = 0.0;      // wall time of the scenario (set by the runner)
+
+  // Sets the outcome and returns a copy, for `return result.Done(false, "...")`. The runner sets
+  // name and seconds itself, so a scenario need not.
+  ScenarioResult Done(bool scenario_passed, std::string why) {
+    passed = scenario_passed;
+    reason = std::move(why);
+    return *this;
+  }
 };
 
 using ScenarioFunction = ScenarioResult (*)(const ScenarioContext& context);
