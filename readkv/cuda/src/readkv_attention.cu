@@ -1,15 +1,22 @@
-// ReadKV decode attention with the constrained reader (spec/readkv.md, "Read path"): five
+// ReadKV decode attention with the constrained reader (spec/readkv.md, "Read path"): seven
 // launches per call, all on one stream.
 //
 //   1. Prepare   (H_kv, B) x d        transformed queries, Key importance, Key depths (threshold
-//                                     allocator over d channels), a_qc = q~_qc sigma_c / sqrt(d),
-//                                     bias_q = sum_c q~_qc mu_c / sqrt(d)
+//                                     allocator over d channels: cut by block radix selection),
+//                                     a_qc = q~_qc sigma_c / sqrt(d), bias_q = sum_c q~_qc mu_c /
+//                                     sqrt(d); zeroes the row's Select state
 //   2. Logits    (chunks, H_kv, B) x 256   one thread per token slot of a page: reads t_c planes
 //                                     of each channel, logit = bias + sum_c a_qc centroid; writes
 //                                     logits and the chunk's (max, sum of exps)
-//   3. Select    (H_kv, B) x 1024     softmax statistics, a_i = sum_q p_qi^2 in double, the cut
-//                                     gain by radix selection over the bits of the positive
-//                                     doubles a_i inc_k, Value depths with greedy's tie order
+//   3. Select    (chunks, H_kv, B) x 256, three launches: the Value cut by radix selection over
+//                                     the bits of the positive doubles a_i inc_k, a row's last
+//                                     block finishing each step (section 3)
+//      a. SelectImportance            softmax statistics, a_i = sum_q p_qi^2 in double, positive
+//                                     steps, histogram of the gains' exponents -> cut's exponent
+//      b. SelectNarrow                histogram of the next 12 bits -> cut's top 23 bits
+//      c. SelectDepths                Value depths of every token not decided by those bits; the
+//                                     row's last block selects the cut among the rest (usually a
+//                                     handful) with greedy's tie order and writes their depths
 //   4. Values    (chunks, H_kv, B) x 128   lane groups of d / 8 lanes per token: t_i value planes
 //                                     decoded 8 channels at a time, sum_i p_i centroid per chunk
 //   5. Finish    (H_q, B) x d         mu mass + sigma acc, inverse V transform
@@ -35,14 +42,45 @@ using internal::AlignUp;
 using internal::kWarp;
 
 constexpr int kCentroids = (2 << kMaxStoreBits) - 1;  // 511 floats, depth-major
-constexpr int kSelectThreads = 1024;
 constexpr int kValueWarps = 4;
 constexpr size_t kKeyPlaneWords32 = 8;  // a 32-byte key plane as 32-bit words
+
+// The Value cut's radix selection (section 3): digit 1 = gain bits 52..62 (the exponent; gains
+// are positive), digit 2 = bits 40..51; then at most kCandidates gains share the cut's top 23
+// bits and are listed for the final selection of the row (else the row's gains are re-read).
+constexpr int kSelectThreads = 256;
+constexpr int kExponentBins = 2048;
+constexpr int kMantissaBins = 4096;
+constexpr int kExponentShift = 52;
+constexpr int kPrefixShift = 40;
+constexpr int kCandidates = 16384;
+constexpr int kScanUnroll = 4;  // loads in flight per thread in a last block's scans
+// Allocation keys (section 1 and 3): object * 2^s + step, steps < 2^s.
+constexpr int kKeyStepBits = 3;    // Key channels: key_steps <= 7
+constexpr int kValueStepBits = 2;  // Value tokens: value_steps <= 3
+
+// How a row's Value depths are chosen, once its positive steps are counted.
+enum ValueMode : int {
+  kNoSteps = 0,  // the budget leaves no step: every token at depth 1
+  kAllPositive,  // the budget covers every positive step
+  kSelectCut,    // the cut is selected
+};
+
+// One (sequence, KV head) row's Value selection state, in the workspace; Prepare zeroes it.
+struct SelectRow {
+  unsigned long long positive;  // positive steps of the row's tokens
+  unsigned arrivals[3];         // blocks done with SelectImportance, SelectNarrow, SelectDepths
+  unsigned listed;              // entries of the row's candidate list
+  int mode;                     // ValueMode (SelectImportance's last block)
+  long long rank;               // the cut's rank (1-based, from the top) among gains with...
+  unsigned long long prefix;    // ...these top bits: bits >> 52, then bits >> 40
+  long long count;              // how many gains have them
+};
 
 // Workspace layout of one call (every part 256-byte aligned).
 struct Layout {
   size_t qa, bias, key_depths, logits, chunk_ml, stats, importance, value_depths, partial_out,
-      partial_mass, total;
+      partial_mass, select_rows, exponent_hist, mantissa_hist, candidates, total;
   explicit Layout(const DecodeShape& s) {
     const size_t bq = static_cast<size_t>(s.batch) * s.heads_q;
     const size_t bk = static_cast<size_t>(s.batch) * s.heads_kv;
@@ -63,6 +101,10 @@ struct Layout {
     value_depths = take(bk * s.max_tokens);
     partial_out = take(bq * chunks * s.head_dim * 4);
     partial_mass = take(bq * chunks * 4);
+    select_rows = take(bk * sizeof(SelectRow));
+    exponent_hist = take(bk * kExponentBins * 4);
+    mantissa_hist = take(bk * kMantissaBins * 4);
+    candidates = take(bk * kCandidates * 4);
     total = at;
   }
 };
@@ -91,72 +133,14 @@ struct Args {
   uint8_t* value_depths;
   float* partial_out;
   float* partial_mass;
+  SelectRow* select_rows;   // [B][H_kv]
+  unsigned* exponent_hist;  // [B][H_kv][kExponentBins]
+  unsigned* mantissa_hist;  // [B][H_kv][kMantissaBins]
+  unsigned* candidates;     // [B][H_kv][kCandidates] keys token << 2 | step
   ReadKvDebug debug;
 };
 
 // ---- 1. Prepare ------------------------------------------------------------------------------
-
-// Bitonic sort of v[0, n) in shared memory, descending (n a power of two); every thread of the
-// block calls it, and it synchronises after each stage.
-__device__ void BlockSortDescending(double* v, int n) {
-  for (int size = 2; size <= n; size *= 2) {
-    for (int stride = size / 2; stride > 0; stride /= 2) {
-      for (int j = threadIdx.x; j < n; j += blockDim.x) {
-        const int partner = j ^ stride;
-        if (partner > j) {
-          const bool descending = (j & size) == 0;
-          const double lo = v[j], hi = v[partner];
-          if (descending ? (lo < hi) : (lo > hi)) {
-            v[j] = hi;
-            v[partner] = lo;
-          }
-        }
-      }
-      __syncthreads();
-    }
-  }
-}
-
-// The threshold allocator for a block whose thread c owns object c (n <= 128 objects, at most
-// 1024 / n steps each): returns object c's step count. Bit-identical to
-// codec::DepthAllocator::Threshold for the same weights, budget and increments.
-__device__ int AllocateSmall(double w, int n, int spo, const double* inc, long long steps,
-                             double* gains, double* weights, int* counts, long long* scratch) {
-  const int c = threadIdx.x;
-  int k = internal::CountAbove(w, 0.0, inc, spo, 0);
-  const long long positive = internal::BlockSumLL(c < n ? k : 0, scratch);
-  if (steps <= 0) return 0;
-  if (positive <= steps) return k;
-  // The cut: the steps-th largest positive gain, by a bitonic sort of every slot (non-positive
-  // gains and padding sort last as -1).
-  constexpr int kSlots = 1024;
-  for (int j = c; j < kSlots; j += blockDim.x) gains[j] = -1.0;
-  __syncthreads();
-  if (c < n) {
-    for (int s = 0; s < k; ++s) gains[c * spo + s] = __dmul_rn(w, inc[s]);
-    weights[c] = w;
-  }
-  __syncthreads();
-  BlockSortDescending(gains, kSlots);
-  const double cut = gains[steps - 1];
-  if (c < n) counts[c] = internal::CountAbove(w, cut, inc, spo, 0);
-  __syncthreads();
-  // Steps exactly at the cut go object by object in index order, as greedy takes them.
-  if (c == 0) {
-    long long remaining = steps;
-    for (int o = 0; o < n; ++o) remaining -= counts[o];
-    for (int o = 0; o < n && remaining > 0; ++o) {
-      int kk = counts[o];
-      while (kk < spo && remaining > 0 && __dmul_rn(weights[o], inc[kk]) == cut) {
-        ++kk;
-        --remaining;
-      }
-      counts[o] = kk;
-    }
-  }
-  __syncthreads();
-  return c < n ? counts[c] : 0;
-}
 
 __global__ void __launch_bounds__(128) Prepare(Args a) {
   const int h = blockIdx.x;
@@ -165,11 +149,20 @@ __global__ void __launch_bounds__(128) Prepare(Args a) {
   const int c = threadIdx.x;
   const int group = a.group;
   __shared__ float x[8][128];
-  __shared__ double gains[1024];
-  __shared__ double weights[128];
-  __shared__ int counts[128];
   __shared__ long long scratch[32];
   __shared__ float bias_part[8][4];
+  __shared__ internal::SelectShared selection;
+
+  // Zero this row's Select state and histograms: the Select kernels count into them.
+  const size_t row = static_cast<size_t>(b) * a.heads_kv + h;
+  {
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    auto* exponent = reinterpret_cast<uint4*>(a.exponent_hist + row * kExponentBins);
+    auto* mantissa = reinterpret_cast<uint4*>(a.mantissa_hist + row * kMantissaBins);
+    for (int j = c; j < kExponentBins / 4; j += blockDim.x) exponent[j] = zero;
+    for (int j = c; j < kMantissaBins / 4; j += blockDim.x) mantissa[j] = zero;
+    if (c == 0) a.select_rows[row] = SelectRow{};
+  }
 
   const size_t head = static_cast<size_t>(h) * d;
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * group;
@@ -178,7 +171,7 @@ __global__ void __launch_bounds__(128) Prepare(Args a) {
     const float v = a.queries[(first_q + q) * d + c];
     x[q][c] = sign < 0.0f ? -v : v;
   }
-  for (int q = 0; q < group; ++q) internal::BlockFwht(x[q], d, a.transform_scale);
+  internal::BlockFwhtRows(x, group, d, a.transform_scale);
 
   // Key channel importance, exactly codec::KeyChannelImportance.
   const float sd = a.codec.key_std[head + c];
@@ -196,18 +189,34 @@ __global__ void __launch_bounds__(128) Prepare(Args a) {
     if (c % kWarp == 0) bias_part[q][c / kWarp] = part;
   }
 
-  // Key depths: t_min 1, step 1, budget floor(R d).
+  // Key depths: t_min 1, step 1, budget floor(R d); thread c owns channel c and its <= 7 steps.
+  // The threshold allocator (codec::DepthAllocator::Threshold): steps above the cut, then the
+  // cut's ties by channel, i.e. the steps at or before the steps-th element of greedy's order,
+  // found by BlockSelect over the channels' positive gains (2-3 histogram passes, no sort).
   const int spo = a.policy.key_steps;
+  const double* inc = a.policy.key_increments;
   const long long budget = internal::FloorBudget(a.policy.read_bits, static_cast<double>(d));
   long long steps = budget - d;
   if (steps > static_cast<long long>(d) * spo) steps = static_cast<long long>(d) * spo;
-  const int k = AllocateSmall(w, d, spo, a.policy.key_increments, steps, gains, weights, counts,
-                              scratch);
-  const auto depth = static_cast<uint8_t>(1 + k);
-  a.key_depths[(static_cast<size_t>(b) * a.heads_kv + h) * d + c] = depth;
-  if (a.debug.key_depths != nullptr) {
-    a.debug.key_depths[(static_cast<size_t>(b) * a.heads_kv + h) * d + c] = depth;
+  const int positive_steps = internal::CountAbove(w, 0.0, inc, spo, 0);
+  const long long positive = internal::BlockSumLL(positive_steps, scratch);
+  int k = positive_steps;
+  if (steps <= 0) {
+    k = 0;
+  } else if (positive > steps) {
+    const auto first_key = static_cast<unsigned>(c) << kKeyStepBits;
+    const internal::GreedyCut cut = internal::BlockSelect(
+        [&](auto&& f) {
+          for (int s = 0; s < positive_steps; ++s) {
+            f(internal::GainBits(__dmul_rn(w, inc[s])), ~(first_key + s));
+          }
+        },
+        63, 0, 0, steps, positive, selection);
+    k = internal::StepsTaken(w, inc, spo, first_key, cut);
   }
+  const auto depth = static_cast<uint8_t>(1 + k);
+  a.key_depths[row * d + c] = depth;
+  if (a.debug.key_depths != nullptr) a.debug.key_depths[row * d + c] = depth;
   __syncthreads();
   if (c < group) {
     float sum = 0.0f;
@@ -453,201 +462,362 @@ __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
 }
 
 // ---- 3. Select -------------------------------------------------------------------------------
+//
+// Three launches over the same grid as Logits, (chunks, H_kv, B) x 256, one block per chunk of a
+// row (sequence b, KV head h). The steps-th element of greedy's order (readkv_device.cuh) is
+// found digit by digit on the gain bits: SelectImportance counts the exponents of every positive
+// gain, SelectNarrow the next 12 bits of those in the chosen exponent; SelectDepths then knows
+// every token's depth except for the few gains that share the cut's top 23 bits, lists those,
+// and the row's last block selects the cut among them and finishes their tokens. A row's last
+// block (the last to arrive, as in CUDA's threadFenceReduction sample) does the row-wide step
+// of each launch; no grid-wide synchronisation is needed.
 
-// Block-wide exclusive scan of one int64 per thread (1024 threads); returns the thread's prefix
-// and writes the total.
-__device__ long long BlockExclusiveScan(long long v, long long* scratch, long long* total) {
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  long long inclusive = v;
-  for (int o = 1; o < kWarp; o *= 2) {
-    const long long y = __shfl_up_sync(0xffffffffu, inclusive, o);
-    if (lane >= o) inclusive += y;
-  }
+// Every thread of every non-empty block of a row calls it after its last global write of the
+// launch; true in the block that arrives last, which then sees every other block's writes
+// (read them with __ldcg: they are in L2, not in this SM's L1).
+__device__ bool ArriveLast(unsigned* arrivals, int blocks) {
+  __shared__ bool last;
+  __threadfence();
   __syncthreads();
-  if (lane == kWarp - 1) scratch[warp] = inclusive;
+  if (threadIdx.x == 0) last = atomicAdd(arrivals, 1u) + 1 == static_cast<unsigned>(blocks);
   __syncthreads();
-  long long before = 0, all = 0;
-  for (int wv = 0; wv < static_cast<int>(blockDim.x / kWarp); ++wv) {
-    if (wv < warp) before += scratch[wv];
-    all += scratch[wv];
-  }
-  __syncthreads();
-  *total = all;
-  return before + inclusive - v;
+  if (last) __threadfence();
+  return last;
 }
 
-template <int G>
-__global__ void __launch_bounds__(kSelectThreads) Select(Args a) {
-  const int h = blockIdx.x;
-  const int b = blockIdx.y;
-  const int T = a.seq_lens[b];
-  const int tid = threadIdx.x;
-  const int chunks = (T + a.chunk_tokens - 1) / a.chunk_tokens;
-  constexpr int kBins = 2048;
-  __shared__ float stat_m[G], stat_inv[G];
-  __shared__ unsigned hist[kBins];
-  __shared__ long long scratch[32];
-  constexpr int kGather = 2048;
-  __shared__ long long chosen_prefix, chosen_rank, chosen_count;
-  __shared__ double candidates[kGather];
-  __shared__ unsigned gathered;
+// Block-wide: the bin of a complete global histogram (bins a multiple of kSelectThreads) holding
+// the rank-th largest element: each thread sums its run of bins, one warp finds the run and then
+// the bin in it.
+__device__ internal::BinPick BlockFindBin(const unsigned* hist, int bins, long long rank) {
+  __shared__ long long runs[kSelectThreads];
+  __shared__ internal::BinPick result;
+  const int per = bins / kSelectThreads;
+  const unsigned* run = hist + threadIdx.x * per;
+  long long sum = 0;
+  for (int j = 0; j < per; ++j) sum += __ldcg(run + j);
+  runs[threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.x < kWarp) {
+    const internal::BinPick coarse =
+        internal::WarpFindBin([&](int j) { return runs[j]; }, kSelectThreads, rank);
+    const unsigned* chosen = hist + coarse.bin * per;
+    const internal::BinPick fine =
+        internal::WarpFindBin([&](int j) { return __ldcg(chosen + j); }, per, coarse.rank);
+    if (threadIdx.x == 0) result = {coarse.bin * per + fine.bin, fine.rank, fine.count};
+  }
+  __syncthreads();
+  return result;
+}
 
+// The Value step budget of a row of T tokens: (floor(R T) - T) / 2 packets, at most T spo.
+__device__ long long ValueSteps(const Args& a, int T) {
+  const long long budget = internal::FloorBudget(a.policy.read_bits, static_cast<double>(T));
+  long long steps = (budget - T) / 2;
+  const long long most = static_cast<long long>(T) * a.policy.value_steps;
+  if (steps > most) steps = most;
+  return steps < 0 ? 0 : steps;
+}
+
+// A token's steps against the cut's 23-bit prefix p: `above` steps certainly taken (their top
+// bits exceed p), then `open` steps sharing p (decided by the row's final selection).
+struct PrefixSplit {
+  int above, open;
+};
+__device__ __forceinline__ PrefixSplit SplitAtPrefix(double w, const double* inc, int spo,
+                                                     unsigned long long p) {
+  int k = 0;
+  while (k < spo && (internal::GainBits(__dmul_rn(w, inc[k])) >> kPrefixShift) > p) ++k;
+  int u = k;
+  while (u < spo) {
+    const double gain = __dmul_rn(w, inc[u]);
+    if (!(gain > 0.0) || (internal::GainBits(gain) >> kPrefixShift) != p) break;
+    ++u;
+  }
+  return {k, u - k};
+}
+
+__device__ __forceinline__ void WriteValueDepth(const Args& a, size_t row, int token, int steps) {
+  const auto depth = static_cast<uint8_t>(1 + 2 * steps);
+  a.value_depths[row + token] = depth;
+  if (a.debug.value_depths != nullptr) a.debug.value_depths[row + token] = depth;
+}
+
+// 3a. Softmax statistics (every block of a row computes the same), a_i = sum_q p_qi^2 in double
+// for the chunk's tokens, the row's positive steps and the histogram of their gains' exponents.
+// The row's last block picks the row's mode and the exponent of the cut.
+template <int G>
+__global__ void __launch_bounds__(kSelectThreads) SelectImportance(Args a) {
+  const int chunk = blockIdx.x;
+  const int h = blockIdx.y;
+  const int b = blockIdx.z;
+  const int T = a.seq_lens[b];
+  const int start = chunk * a.chunk_tokens;
+  if (start >= T) return;
+  const int end = min(T, start + a.chunk_tokens);
+  const int chunks = (T + a.chunk_tokens - 1) / a.chunk_tokens;
+  const int tid = threadIdx.x;
+  const int lane = tid % kWarp;
+  const int warp = tid / kWarp;
+  __shared__ float stat_m[G], stat_inv[G];
+  __shared__ unsigned hist[kExponentBins];
+
+  for (int j = tid; j < kExponentBins; j += blockDim.x) hist[j] = 0;
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
-  if (tid < G) {
-    const float* ml = a.chunk_ml + (first_q + tid) * a.max_chunks * 2;
+  if (warp < G) {
+    // Warp q: the max over the chunks, then the sum of exps in a fixed order (lane-strided, then
+    // a butterfly), so every block of the row gets the same statistics.
+    const int q = warp;
+    const float* ml = a.chunk_ml + (first_q + q) * a.max_chunks * 2;
     float mq = -INFINITY;
-    for (int k = 0; k < chunks; ++k) mq = fmaxf(mq, ml[2 * k]);
+    for (int k = lane; k < chunks; k += kWarp) mq = fmaxf(mq, ml[2 * k]);
+    mq = internal::WarpMax(mq);
     double z = 0.0;
-    for (int k = 0; k < chunks; ++k) {
+    for (int k = lane; k < chunks; k += kWarp) {
       if (ml[2 * k] != -INFINITY) z += static_cast<double>(ml[2 * k + 1]) * exp(ml[2 * k] - mq);
     }
+    for (int o = 16; o > 0; o /= 2) z += __shfl_xor_sync(0xffffffffu, z, o);
     const auto inv = static_cast<float>(1.0 / z);
-    stat_m[tid] = mq;
-    stat_inv[tid] = inv;
-    a.stats[(first_q + tid) * 2] = mq;
-    a.stats[(first_q + tid) * 2 + 1] = inv;
+    if (lane == 0) {
+      stat_m[q] = mq;
+      stat_inv[q] = inv;
+      if (chunk == 0) {
+        a.stats[(first_q + q) * 2] = mq;
+        a.stats[(first_q + q) * 2 + 1] = inv;
+      }
+    }
   }
   __syncthreads();
 
-  const size_t row = (static_cast<size_t>(b) * a.heads_kv + h) * a.max_tokens;
-  double* importance = a.importance + row;
+  const size_t head = static_cast<size_t>(b) * a.heads_kv + h;
+  const size_t row = head * a.max_tokens;
+  SelectRow& state = a.select_rows[head];
   const int spo = a.policy.value_steps;
   const double* inc = a.policy.value_increments;
-  long long positive_local = 0;
-  for (int i = tid; i < T; i += blockDim.x) {
+  unsigned positive = 0;
+  for (int i = start + tid; i < end; i += blockDim.x) {
     double w = 0.0;
 #pragma unroll
     for (int q = 0; q < G; ++q) {
       const float p = expf(a.logits[(first_q + q) * a.max_tokens + i] - stat_m[q]) * stat_inv[q];
       w = __dadd_rn(w, __dmul_rn(static_cast<double>(p), static_cast<double>(p)));
     }
-    importance[i] = w;
-    positive_local += internal::CountAbove(w, 0.0, inc, spo, 0);
-  }
-  const long long positive = internal::BlockSumLL(positive_local, scratch);
-  const long long budget = internal::FloorBudget(a.policy.read_bits, static_cast<double>(T));
-  long long steps = (budget - T) / 2;
-  if (steps > static_cast<long long>(T) * spo) steps = static_cast<long long>(T) * spo;
-  if (steps < 0) steps = 0;
-
-  double cut = 0.0;
-  const bool select = steps > 0 && positive > steps;
-  if (select) {
-    // Radix selection of the steps-th largest positive gain on the bits of the doubles (for
-    // positive doubles the bit patterns order as the values): 11-bit digits from the top.
-    unsigned long long prefix = 0, mask = 0;
-    long long rank = steps;  // 1-based rank from the top within the matching set
-    constexpr int kDigitShift[6] = {53, 42, 31, 20, 9, 0};
-    constexpr int kDigitWidth[6] = {11, 11, 11, 11, 11, 9};
-    for (int digit = 0; digit < 6; ++digit) {
-      const int digit_shift = kDigitShift[digit];
-      const unsigned digit_mask = (1u << kDigitWidth[digit]) - 1u;
-      for (int j = tid; j < kBins; j += blockDim.x) hist[j] = 0;
-      __syncthreads();
-      // Gains cluster in few bins (their exponents), so lanes of a warp that hit the same bin
-      // add once for all of them instead of contending on one shared-memory word.
-      for (int base = tid - tid % kWarp; base < T; base += blockDim.x) {
-        const int i = base + tid % kWarp;
-        const double w = i < T ? importance[i] : 0.0;
-        for (int k = 0; k < spo; ++k) {
-          const double gain = __dmul_rn(w, inc[k]);
-          const auto bits = static_cast<unsigned long long>(__double_as_longlong(gain));
-          const bool counted = gain > 0.0 && (bits & mask) == prefix;
-          const unsigned bin = counted ? static_cast<unsigned>((bits >> digit_shift) & digit_mask)
-                                       : 0xffffffffu;
-          const unsigned peers = __match_any_sync(0xffffffffu, bin);
-          if (counted && (tid % kWarp) == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
-        }
-      }
-      __syncthreads();
-      // Find the bin holding the rank-th largest: suffix sums over bins, two bins per thread.
-      const int bins = static_cast<int>(digit_mask) + 1;
-      const int hi_bin = bins - 1 - 2 * tid;  // this thread's bins, counted from the top
-      long long mine = 0;
-      if (hi_bin >= 0) mine += hist[hi_bin];
-      if (hi_bin - 1 >= 0) mine += hist[hi_bin - 1];
-      long long total = 0;
-      const long long above = BlockExclusiveScan(mine, scratch, &total);
-      if (hi_bin >= 0) {
-        long long cum = above;
-        for (int bin = hi_bin; bin >= 0 && bin >= hi_bin - 1; --bin) {
-          const long long count = hist[bin];
-          if (cum < rank && rank <= cum + count) {
-            chosen_prefix = static_cast<long long>(
-                prefix | (static_cast<unsigned long long>(bin) << digit_shift));
-            chosen_rank = rank - cum;
-            chosen_count = count;
-          }
-          cum += count;
-        }
-      }
-      __syncthreads();
-      prefix = static_cast<unsigned long long>(chosen_prefix);
-      rank = chosen_rank;
-      mask |= static_cast<unsigned long long>(digit_mask) << digit_shift;
-      if (digit == 5) break;  // every bit fixed: prefix is the cut
-      if (chosen_count <= kGather) {
-        // Few candidates left: gather them and finish with a sort in shared memory.
-        if (tid == 0) gathered = 0;
-        for (int j = tid; j < kGather; j += blockDim.x) candidates[j] = -1.0;
-        __syncthreads();
-        for (int i = tid; i < T; i += blockDim.x) {
-          const double w = importance[i];
-          for (int k = 0; k < spo; ++k) {
-            const double gain = __dmul_rn(w, inc[k]);
-            if (!(gain > 0.0)) break;
-            const auto bits = static_cast<unsigned long long>(__double_as_longlong(gain));
-            if ((bits & mask) == prefix) candidates[atomicAdd(&gathered, 1u)] = gain;
-          }
-        }
-        __syncthreads();
-        BlockSortDescending(candidates, kGather);
-        prefix = static_cast<unsigned long long>(__double_as_longlong(candidates[rank - 1]));
-        __syncthreads();
-        break;
-      }
-      __syncthreads();
-    }
-    cut = __longlong_as_double(static_cast<long long>(prefix));
-  }
-
-  // Depths: contiguous token ranges per thread so greedy's tie order (object index) is a scan.
-  const int per = (T + blockDim.x - 1) / blockDim.x;
-  const int first = min(T, tid * per), last = min(T, first + per);
-  long long counted = 0, ties = 0;
-  if (select) {
-    for (int i = first; i < last; ++i) {
-      const double w = importance[i];
-      const int k = internal::CountAbove(w, cut, inc, spo, 0);
-      counted += k;
-      int kk = k;
-      while (kk < spo && __dmul_rn(w, inc[kk]) == cut) ++kk;
-      ties += kk - k;
-    }
-  }
-  const long long counted_all = internal::BlockSumLL(counted, scratch);
-  long long ties_all = 0;
-  const long long ties_before = BlockExclusiveScan(ties, scratch, &ties_all);
-  long long tie_budget = steps - counted_all - ties_before;  // tie steps left when we start
-  uint8_t* depths = a.value_depths + row;
-  for (int i = first; i < last; ++i) {
-    const double w = importance[i];
-    int k;
-    if (steps <= 0) {
-      k = 0;
-    } else if (!select) {
-      k = internal::CountAbove(w, 0.0, inc, spo, 0);
-    } else {
-      k = internal::CountAbove(w, cut, inc, spo, 0);
-      while (k < spo && tie_budget > 0 && __dmul_rn(w, inc[k]) == cut) {
-        ++k;
-        --tie_budget;
-      }
-    }
-    const auto depth = static_cast<uint8_t>(1 + 2 * k);
-    depths[i] = depth;
-    if (a.debug.value_depths != nullptr) a.debug.value_depths[row + i] = depth;
+    a.importance[row + i] = w;
     if (a.debug.value_importance != nullptr) a.debug.value_importance[row + i] = w;
+    for (int s = 0; s < spo; ++s) {  // the positive steps: a prefix (gains fall with the step)
+      const double gain = __dmul_rn(w, inc[s]);
+      if (!(gain > 0.0)) break;
+      ++positive;
+      atomicAdd(&hist[internal::GainBits(gain) >> kExponentShift], 1u);
+    }
+  }
+  positive = __reduce_add_sync(0xffffffffu, positive);
+  if (lane == 0 && positive > 0) {
+    atomicAdd(&state.positive, static_cast<unsigned long long>(positive));
+  }
+  __syncthreads();
+  unsigned* row_hist = a.exponent_hist + head * kExponentBins;
+  for (int j = tid; j < kExponentBins; j += blockDim.x) {
+    if (hist[j] != 0) atomicAdd(&row_hist[j], hist[j]);
+  }
+  if (!ArriveLast(&state.arrivals[0], chunks)) return;
+
+  // The row's last block: the mode (exactly the CPU allocator's cases) and the cut's exponent.
+  const long long steps = ValueSteps(a, T);
+  const auto positive_all = static_cast<long long>(__ldcg(&state.positive));
+  if (steps <= 0 || positive_all <= steps) {
+    if (tid == 0) state.mode = steps <= 0 ? kNoSteps : kAllPositive;
+    return;
+  }
+  const internal::BinPick pick = BlockFindBin(row_hist, kExponentBins, steps);
+  if (tid == 0) {
+    state.mode = kSelectCut;
+    state.prefix = static_cast<unsigned long long>(pick.bin);
+    state.rank = pick.rank;
+    state.count = pick.count;
+  }
+}
+
+// 3b. Histogram of gain bits 40..51 among the gains with the cut's exponent; the row's last
+// block fixes the cut's top 23 bits.
+__global__ void __launch_bounds__(kSelectThreads) SelectNarrow(Args a) {
+  const int chunk = blockIdx.x;
+  const int h = blockIdx.y;
+  const int b = blockIdx.z;
+  const int T = a.seq_lens[b];
+  const int start = chunk * a.chunk_tokens;
+  if (start >= T) return;
+  const size_t head = static_cast<size_t>(b) * a.heads_kv + h;
+  SelectRow& state = a.select_rows[head];
+  if (state.mode != kSelectCut) return;
+  const int end = min(T, start + a.chunk_tokens);
+  const int chunks = (T + a.chunk_tokens - 1) / a.chunk_tokens;
+  const int tid = threadIdx.x;
+  const unsigned long long exponent = state.prefix;
+  const long long rank = state.rank;
+  __shared__ unsigned hist[kMantissaBins];
+
+  for (int j = tid; j < kMantissaBins; j += blockDim.x) hist[j] = 0;
+  __syncthreads();
+  const double* importance = a.importance + head * a.max_tokens;
+  const int spo = a.policy.value_steps;
+  const double* inc = a.policy.value_increments;
+  for (int i = start + tid; i < end; i += blockDim.x) {
+    const double w = importance[i];
+    for (int s = 0; s < spo; ++s) {
+      const double gain = __dmul_rn(w, inc[s]);
+      if (!(gain > 0.0)) break;
+      const unsigned long long bits = internal::GainBits(gain);
+      if ((bits >> kExponentShift) > exponent) continue;  // a token's gains fall with the step
+      if ((bits >> kExponentShift) < exponent) break;
+      atomicAdd(&hist[(bits >> kPrefixShift) & (kMantissaBins - 1)], 1u);
+    }
+  }
+  __syncthreads();
+  unsigned* row_hist = a.mantissa_hist + head * kMantissaBins;
+  for (int j = tid; j < kMantissaBins; j += blockDim.x) {
+    if (hist[j] != 0) atomicAdd(&row_hist[j], hist[j]);
+  }
+  if (!ArriveLast(&state.arrivals[1], chunks)) return;
+
+  const internal::BinPick pick = BlockFindBin(row_hist, kMantissaBins, rank);
+  if (tid == 0) {
+    state.prefix = (exponent << (kExponentShift - kPrefixShift)) | static_cast<unsigned>(pick.bin);
+    state.rank = pick.rank;
+    state.count = pick.count;
+  }
+}
+
+// 3c. Value depths. Outside kSelectCut they follow from the mode. Else a token whose gains all
+// differ from the cut's top 23 bits takes exactly its steps above them; the others' open steps
+// (usually a handful per row) go to the row's candidate list, and the row's last block selects
+// the cut among them (BlockSelect from bit 40 down, then ties by key = greedy's tie order) and
+// writes those tokens' depths. A list that would overflow is not written: the last block then
+// selects over the row's importances instead (slow, exact; only for massive exact ties).
+__global__ void __launch_bounds__(kSelectThreads) SelectDepths(Args a) {
+  const int chunk = blockIdx.x;
+  const int h = blockIdx.y;
+  const int b = blockIdx.z;
+  const int T = a.seq_lens[b];
+  const int start = chunk * a.chunk_tokens;
+  if (start >= T) return;
+  const int end = min(T, start + a.chunk_tokens);
+  const int chunks = (T + a.chunk_tokens - 1) / a.chunk_tokens;
+  const int tid = threadIdx.x;
+  const int lane = tid % kWarp;
+  const int warp = tid / kWarp;
+  const size_t head = static_cast<size_t>(b) * a.heads_kv + h;
+  const size_t row = head * a.max_tokens;
+  SelectRow& state = a.select_rows[head];
+  const double* importance = a.importance + row;
+  const int spo = a.policy.value_steps;
+  const double* inc = a.policy.value_increments;
+  const int mode = state.mode;
+  if (mode != kSelectCut) {
+    for (int i = start + tid; i < end; i += blockDim.x) {
+      const int k = mode == kNoSteps ? 0 : internal::CountAbove(importance[i], 0.0, inc, spo, 0);
+      WriteValueDepth(a, row, i, k);
+    }
+    return;
+  }
+  const unsigned long long prefix = state.prefix;
+  const long long rank = state.rank;
+  const long long count = state.count;
+  const bool listed = count <= kCandidates;
+  unsigned* list = a.candidates + head * kCandidates;
+
+  // Warp-uniform trips so the warp can append its open steps with one atomic.
+  for (int base = start + warp * kWarp; base < end; base += blockDim.x) {
+    const int i = base + lane;
+    PrefixSplit split{0, 0};
+    if (i < end) {
+      split = SplitAtPrefix(importance[i], inc, spo, prefix);
+      if (split.open == 0) WriteValueDepth(a, row, i, split.above);
+    }
+    if (listed && __any_sync(0xffffffffu, split.open > 0)) {
+      unsigned through = split.open;  // inclusive scan over lanes
+      for (int o = 1; o < kWarp; o *= 2) {
+        const unsigned y = __shfl_up_sync(0xffffffffu, through, o);
+        if (lane >= o) through += y;
+      }
+      unsigned at = 0;
+      if (lane == kWarp - 1) at = atomicAdd(&state.listed, through);
+      at = __shfl_sync(0xffffffffu, at, kWarp - 1) + through - split.open;
+      for (int s = 0; s < split.open; ++s) {
+        if (at + s < static_cast<unsigned>(kCandidates)) {
+          list[at + s] = (static_cast<unsigned>(i) << kValueStepBits) | (split.above + s);
+        }
+      }
+    }
+  }
+  if (!ArriveLast(&state.arrivals[2], chunks)) return;
+
+  __shared__ internal::SelectShared selection;
+  const unsigned long long prefix_hi = prefix << kPrefixShift;
+  const unsigned long long mask_hi = ~0ull << kPrefixShift;
+  // One block scans what the whole row produced: kScanUnroll independent loads per thread.
+  const int stride = kScanUnroll * blockDim.x;
+  if (listed) {
+    const int n = min(static_cast<int>(__ldcg(&state.listed)), kCandidates);
+    const internal::GreedyCut cut = internal::BlockSelect(
+        [&](auto&& f) {
+          for (int e0 = tid; e0 < n; e0 += stride) {
+            unsigned key[kScanUnroll];
+            double w[kScanUnroll];
+#pragma unroll
+            for (int u = 0; u < kScanUnroll; ++u) {
+              const int e = e0 + u * blockDim.x;
+              key[u] = e < n ? __ldcg(list + e) : 0u;
+            }
+#pragma unroll
+            for (int u = 0; u < kScanUnroll; ++u) {
+              w[u] = e0 + u * blockDim.x < n ? importance[key[u] >> kValueStepBits] : 0.0;
+            }
+#pragma unroll
+            for (int u = 0; u < kScanUnroll; ++u) {
+              if (e0 + u * blockDim.x >= n) continue;
+              const double gain = __dmul_rn(w[u], inc[key[u] & ((1u << kValueStepBits) - 1)]);
+              f(internal::GainBits(gain), ~key[u]);
+            }
+          }
+        },
+        kPrefixShift, prefix_hi, mask_hi, rank, count, selection);
+    // Every open step's token; a token listed twice gets the same depth twice.
+    for (int e = tid; e < n; e += blockDim.x) {
+      const unsigned token = __ldcg(list + e) >> kValueStepBits;
+      WriteValueDepth(
+          a, row, static_cast<int>(token),
+          internal::StepsTaken(importance[token], inc, spo, token << kValueStepBits, cut));
+    }
+  } else {
+    const internal::GreedyCut cut = internal::BlockSelect(
+        [&](auto&& f) {
+          for (int i0 = tid; i0 < T; i0 += stride) {
+            double w[kScanUnroll];
+#pragma unroll
+            for (int u = 0; u < kScanUnroll; ++u) {
+              const int i = i0 + u * blockDim.x;
+              w[u] = i < T ? importance[i] : 0.0;  // weight 0: no positive step
+            }
+#pragma unroll
+            for (int u = 0; u < kScanUnroll; ++u) {
+              const auto first_key = static_cast<unsigned>(i0 + u * blockDim.x) << kValueStepBits;
+              for (int s = 0; s < spo; ++s) {
+                const double gain = __dmul_rn(w[u], inc[s]);
+                if (!(gain > 0.0)) break;
+                f(internal::GainBits(gain), ~(first_key | s));
+              }
+            }
+          }
+        },
+        kPrefixShift, prefix_hi, mask_hi, rank, count, selection);
+    for (int i = tid; i < T; i += blockDim.x) {
+      const double w = importance[i];
+      if (SplitAtPrefix(w, inc, spo, prefix).open > 0) {
+        WriteValueDepth(
+            a, row, i,
+            internal::StepsTaken(w, inc, spo, static_cast<unsigned>(i) << kValueStepBits, cut));
+      }
+    }
   }
 }
 
@@ -812,7 +982,8 @@ cudaError_t ReadKvDecodeAttention(const DecodeShape& requested, const DecodeInpu
       policy.key_increments == nullptr || policy.value_increments == nullptr ||
       policy.key_steps != W - 1 || policy.value_steps != (W - 1) / 2 ||
       static_cast<long long>(s.head_dim) * policy.key_steps > 1024 || !(policy.read_bits >= 1.0) ||
-      policy.read_bits > W) {
+      policy.read_bits > W || s.max_tokens >= (1 << (32 - kValueStepBits))) {
+    // (The last: Value allocation keys token << 2 | step are 32-bit.)
     return cudaErrorInvalidValue;
   }
   const Layout layout(s);
@@ -848,6 +1019,10 @@ cudaError_t ReadKvDecodeAttention(const DecodeShape& requested, const DecodeInpu
   a.value_depths = reinterpret_cast<uint8_t*>(base + layout.value_depths);
   a.partial_out = reinterpret_cast<float*>(base + layout.partial_out);
   a.partial_mass = reinterpret_cast<float*>(base + layout.partial_mass);
+  a.select_rows = reinterpret_cast<SelectRow*>(base + layout.select_rows);
+  a.exponent_hist = reinterpret_cast<unsigned*>(base + layout.exponent_hist);
+  a.mantissa_hist = reinterpret_cast<unsigned*>(base + layout.mantissa_hist);
+  a.candidates = reinterpret_cast<unsigned*>(base + layout.candidates);
   a.debug = debug;
 
   const dim3 heads(s.heads_kv, s.batch);
@@ -869,11 +1044,13 @@ cudaError_t ReadKvDecodeAttention(const DecodeShape& requested, const DecodeInpu
     }
   }
   switch (s.group()) {
-    case 1: Select<1><<<heads, kSelectThreads, 0, stream>>>(a); break;
-    case 2: Select<2><<<heads, kSelectThreads, 0, stream>>>(a); break;
-    case 4: Select<4><<<heads, kSelectThreads, 0, stream>>>(a); break;
-    default: Select<8><<<heads, kSelectThreads, 0, stream>>>(a); break;
+    case 1: SelectImportance<1><<<chunks, kSelectThreads, 0, stream>>>(a); break;
+    case 2: SelectImportance<2><<<chunks, kSelectThreads, 0, stream>>>(a); break;
+    case 4: SelectImportance<4><<<chunks, kSelectThreads, 0, stream>>>(a); break;
+    default: SelectImportance<8><<<chunks, kSelectThreads, 0, stream>>>(a); break;
   }
+  SelectNarrow<<<chunks, kSelectThreads, 0, stream>>>(a);
+  SelectDepths<<<chunks, kSelectThreads, 0, stream>>>(a);
 #define KVGATE_VALUES_CASE(D, G)                                          if (s.head_dim == D && s.group() == G) {                                  Values<D, G><<<chunks, kValueWarps * kWarp, 0, stream>>>(a);          } else
   KVGATE_VALUES_CASE(128, 1) KVGATE_VALUES_CASE(128, 2) KVGATE_VALUES_CASE(128, 4)
   KVGATE_VALUES_CASE(128, 8) KVGATE_VALUES_CASE(64, 1) KVGATE_VALUES_CASE(64, 2)

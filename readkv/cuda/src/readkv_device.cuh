@@ -1,6 +1,7 @@
 // Device pieces shared by the ReadKV kernels: the exact Hadamard transform of the codec (same
 // butterfly order, no contraction, so codes and Key importances are bit-identical to
-// readkv::codec), block reductions and the small-object threshold allocator. Internal.
+// readkv::codec), block reductions, and the pieces of the threshold allocator: greedy's order as
+// a radix-selectable composite, bin search over histograms, block-wide selection. Internal.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,23 +12,34 @@
 
 namespace readkv::cuda::internal {
 
-// In-place FWHT of x[0..d) by a block of >= d / 2 threads, then x *= scale; the caller
-// synchronises before and after. Same butterflies as codec::Fwht; each element sees the same
-// operations in the same order, so the result is bit-identical.
-__device__ __forceinline__ void BlockFwht(float* x, int d, float scale) {
+// In-place FWHT of rows x[0..rows) (each d <= 128 long) by the whole block, then x *= scale; the
+// caller synchronises before. One barrier per butterfly stage for all rows. Same butterflies as
+// codec::Fwht; each element sees the same operations in the same order, so the result is
+// bit-identical.
+__device__ __forceinline__ void BlockFwhtRows(float (*x)[128], int rows, int d, float scale) {
+  const int half_d = d / 2;
   for (int half = 1; half < d; half *= 2) {
     __syncthreads();
-    for (int t = threadIdx.x; t < d / 2; t += blockDim.x) {
-      const int i = (t / half) * 2 * half + (t % half);
-      const float a = x[i];
-      const float b = x[i + half];
-      x[i] = __fadd_rn(a, b);
-      x[i + half] = __fsub_rn(a, b);
+    for (int t = threadIdx.x; t < rows * half_d; t += blockDim.x) {
+      float* row = x[t / half_d];
+      const int u = t % half_d;
+      const int i = (u / half) * 2 * half + (u % half);
+      const float a = row[i];
+      const float b = row[i + half];
+      row[i] = __fadd_rn(a, b);
+      row[i + half] = __fsub_rn(a, b);
     }
   }
   __syncthreads();
-  for (int t = threadIdx.x; t < d; t += blockDim.x) x[t] = __fmul_rn(x[t], scale);
+  for (int t = threadIdx.x; t < rows * d; t += blockDim.x) {
+    x[t / d][t % d] = __fmul_rn(x[t / d][t % d], scale);
+  }
   __syncthreads();
+}
+
+// BlockFwhtRows of one row x[0..d).
+__device__ __forceinline__ void BlockFwht(float* x, int d, float scale) {
+  BlockFwhtRows(reinterpret_cast<float (*)[128]>(x), 1, d, scale);
 }
 
 // Block-wide sum of an int64 (every thread gets the result). `scratch` holds >= 32 entries.
@@ -53,6 +65,181 @@ __device__ __forceinline__ int CountAbove(double w, double x, const double* inc,
 // The budget of a constrained-reader scope, exactly ReaderPlan::KeyBudget / ValueBudget.
 __device__ __forceinline__ long long FloorBudget(double bits, double count) {
   return static_cast<long long>(floor(__dadd_rn(__dmul_rn(bits, count), 1e-9)));
+}
+
+// ---- The threshold allocator's cut ------------------------------------------------------------
+//
+// Greedy (codec::DepthAllocator) takes steps in the order: gain descending, then object index,
+// then step (an object's gains never increase with the step, so its steps at one gain are
+// consecutive). Give step k of object j the key j * 2^s + k (k < 2^s): greedy's order is then
+// (gain descending, key ascending), a total order, and the Threshold allocator's depths are the
+// steps at or before the element of rank `steps` in it: every gain above the cut, then the cut's
+// ties in key order. For positive doubles the bit patterns order as the values, so the element
+// is the steps-th largest of the 96-bit composites (gain bits, ~key), all distinct, which radix
+// selection finds exactly.
+
+// The element of rank `steps` in greedy's order: its gain (the cut) and key (where ties stop).
+struct GreedyCut {
+  double gain;
+  unsigned key;
+};
+
+// Steps of an object (weight w, first key first_key) taken by the allocation that stops at cut.
+__device__ __forceinline__ int StepsTaken(double w, const double* inc, int spo, unsigned first_key,
+                                          const GreedyCut& cut) {
+  int k = 0;
+  while (k < spo) {
+    const double gain = __dmul_rn(w, inc[k]);
+    if (!(gain > cut.gain || (gain == cut.gain && first_key + k <= cut.key))) break;
+    ++k;
+  }
+  return k;
+}
+
+__device__ __forceinline__ unsigned long long GainBits(double gain) {
+  return static_cast<unsigned long long>(__double_as_longlong(gain));
+}
+
+// A bin chosen by rank: its index, the rank within it (1-based, from its top) and its count.
+struct BinPick {
+  int bin;
+  long long rank;
+  long long count;
+};
+
+// Warp-wide: the bin of counts load(0..bins) holding the rank-th largest element (1-based,
+// counted from the top bin down); every lane returns it. Lane l sums a contiguous run of bins,
+// a suffix scan over lanes finds the run, and its lane walks the run down.
+template <typename Load>
+__device__ BinPick WarpFindBin(const Load& load, int bins, long long rank) {
+  const int lane = threadIdx.x % kWarp;
+  const int per = (bins + kWarp - 1) / kWarp;
+  const int first = lane * per;
+  long long mine = 0;
+  for (int j = 0; j < per; ++j) {
+    if (first + j < bins) mine += static_cast<long long>(load(first + j));
+  }
+  long long through = mine;  // this lane's bins and all bins above them
+  for (int o = 1; o < kWarp; o *= 2) {
+    const long long y = __shfl_down_sync(0xffffffffu, through, o);
+    if (lane + o < kWarp) through += y;
+  }
+  const bool holds = through - mine < rank && rank <= through;
+  BinPick pick{0, 0, 0};
+  if (holds) {
+    long long above = through - mine;
+    for (int j = per - 1; j >= 0; --j) {
+      if (first + j >= bins) continue;
+      const auto count = static_cast<long long>(load(first + j));
+      if (above < rank && rank <= above + count) {
+        pick = {first + j, rank - above, count};
+        break;
+      }
+      above += count;
+    }
+  }
+  const int src = max(0, __ffs(__ballot_sync(0xffffffffu, holds)) - 1);
+  pick.bin = __shfl_sync(0xffffffffu, pick.bin, src);
+  pick.rank = __shfl_sync(0xffffffffu, pick.rank, src);
+  pick.count = __shfl_sync(0xffffffffu, pick.count, src);
+  return pick;
+}
+
+inline constexpr int kSelectDigitBins = 256;  // 8-bit digits
+inline constexpr int kSelectFinal = 32;       // elements left when one warp ranks them pairwise
+
+// Shared memory of BlockSelect.
+struct SelectShared {
+  unsigned hist[2][kSelectDigitBins];  // this digit's histogram; the next one, being cleared
+  unsigned long long final_hi[kSelectFinal];
+  unsigned final_lo[kSelectFinal];
+  unsigned gathered;
+  BinPick pick;
+  GreedyCut cut;
+};
+
+// Block-wide selection of the element of rank `rank` (1-based, from the top) among the
+// composites (hi = gain bits, lo = ~key) that for_each yields and that match the prefix: hi's
+// bits [top, 64) equal prefix_hi (mask_hi marks them), `count` elements in all. for_each(f) calls
+// f(hi, lo) for each element a thread owns; it runs once per 8-bit digit until at most
+// kSelectFinal elements match (2 or 3 times on real data), then once more to gather those.
+// Every thread of the block calls it (blockDim.x >= 64); it synchronises the block.
+template <typename ForEach>
+__device__ GreedyCut BlockSelect(const ForEach& for_each, int top, unsigned long long prefix_hi,
+                                 unsigned long long mask_hi, long long rank, long long count,
+                                 SelectShared& sh) {
+  const int tid = threadIdx.x;
+  const int lane = tid % kWarp;
+  const int warp = tid / kWarp;
+  unsigned prefix_lo = 0, mask_lo = 0;
+  for (int j = tid; j < 2 * kSelectDigitBins; j += blockDim.x) {
+    sh.hist[j / kSelectDigitBins][j % kSelectDigitBins] = 0;
+  }
+  if (tid == 0) sh.gathered = 0;
+  __syncthreads();
+  // pos: bits of the composite still free, counted from the bottom of lo (hi sits above lo).
+  int pos = 32 + top;
+  int cur = 0;
+  while (count > kSelectFinal && pos > 0) {
+    const bool in_hi = pos > 32;
+    const int width = min(8, in_hi ? pos - 32 : pos);
+    const int shift = (in_hi ? pos - 32 : pos) - width;
+    const unsigned digit_mask = (1u << width) - 1u;
+    unsigned* hist = sh.hist[cur];
+    for_each([&](unsigned long long hi, unsigned lo) {
+      if ((hi & mask_hi) != prefix_hi || (lo & mask_lo) != prefix_lo) return;
+      const unsigned digit =
+          (in_hi ? static_cast<unsigned>(hi >> shift) : lo >> shift) & digit_mask;
+      atomicAdd(&hist[digit], 1u);
+    });
+    __syncthreads();
+    if (warp == 0) {
+      const BinPick pick = WarpFindBin([&](int j) { return hist[j]; }, digit_mask + 1, rank);
+      if (lane == 0) sh.pick = pick;
+    } else {
+      for (int j = tid - kWarp; j < kSelectDigitBins; j += blockDim.x - kWarp) {
+        sh.hist[cur ^ 1][j] = 0;
+      }
+    }
+    __syncthreads();
+    const BinPick pick = sh.pick;
+    if (in_hi) {
+      prefix_hi |= static_cast<unsigned long long>(pick.bin) << shift;
+      mask_hi |= static_cast<unsigned long long>(digit_mask) << shift;
+    } else {
+      prefix_lo |= static_cast<unsigned>(pick.bin) << shift;
+      mask_lo |= digit_mask << shift;
+    }
+    rank = pick.rank;
+    count = pick.count;
+    pos -= width;
+    cur ^= 1;
+  }
+  // At most kSelectFinal elements match (composites are distinct): gather them, and the one with
+  // rank - 1 elements above it is the cut.
+  for_each([&](unsigned long long hi, unsigned lo) {
+    if ((hi & mask_hi) != prefix_hi || (lo & mask_lo) != prefix_lo) return;
+    const unsigned at = atomicAdd(&sh.gathered, 1u);
+    if (at < kSelectFinal) {
+      sh.final_hi[at] = hi;
+      sh.final_lo[at] = lo;
+    }
+  });
+  __syncthreads();
+  if (warp == 0) {
+    const int n = min(static_cast<int>(sh.gathered), kSelectFinal);
+    const unsigned long long hi = lane < n ? sh.final_hi[lane] : 0;
+    const unsigned lo = lane < n ? sh.final_lo[lane] : 0;
+    long long above = 0;
+    for (int j = 0; j < n; ++j) {
+      above += sh.final_hi[j] > hi || (sh.final_hi[j] == hi && sh.final_lo[j] > lo);
+    }
+    if (lane < n && above == rank - 1) {
+      sh.cut = {__longlong_as_double(static_cast<long long>(hi)), ~lo};
+    }
+  }
+  __syncthreads();
+  return sh.cut;
 }
 
 }  // namespace readkv::cuda::internal

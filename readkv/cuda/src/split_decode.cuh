@@ -1,9 +1,12 @@
-// Shared pieces of the split (flash-decoding) decode kernels: chunking, page addressing, warp
-// reductions and the kernel that combines chunk partials. Internal to readkv/cuda.
+// Shared pieces of the split (flash-decoding) decode kernels: chunking, shape checks, warp
+// reductions, and the kernel that combines the dense and FP8 kernels' partials. Internal to
+// readkv/cuda.
 //
-// Partials layout (workspace), for C = max_chunks chunks:
-//   partial_out [B][H_q][C][d] float   sum_i exp(s_i - m_c) v_i over the chunk (unnormalised)
-//   partial_ml  [B][H_q][C][2] float   m_c (chunk max logit, -inf when empty), l_c (sum of exps)
+// Partials of the dense and FP8 kernels (workspace), S = SplitWork::slots, W = 4 warps:
+//   partial_out [B][H_q][S][W][d] float  sum_i exp(s_i - m) v_i over a warp's tokens of a head
+//                                        in one block (unnormalised)
+//   partial_ml  [B][H_q][S][W][2] float  m (max logit, -inf when the warp saw no token), l (sum
+//                                        of exps); slots of blocks that held no tile are unset
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,6 +16,7 @@
 #include <cstdint>
 
 #include "readkv/cuda/decode_attention.h"
+#include "split_work.h"
 
 namespace readkv::cuda::internal {
 
@@ -48,11 +52,16 @@ inline bool ValidShape(const DecodeShape& s) {
 
 inline size_t AlignUp(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+inline SplitWork WorkspaceSplit(const DecodeShape& s) {
+  return MakeSplitWork(s.batch, s.heads_kv, s.max_tokens, kMaxSplitBlocks);
+}
 inline size_t PartialOutBytes(const DecodeShape& s) {
-  return AlignUp(static_cast<size_t>(s.batch) * s.heads_q * s.max_chunks() * s.head_dim * 4);
+  return AlignUp(static_cast<size_t>(s.batch) * s.heads_q * WorkspaceSplit(s).slots *
+                 kSplitWarpsPerBlock * s.head_dim * 4);
 }
 inline size_t PartialMlBytes(const DecodeShape& s) {
-  return AlignUp(static_cast<size_t>(s.batch) * s.heads_q * s.max_chunks() * 2 * 4);
+  return AlignUp(static_cast<size_t>(s.batch) * s.heads_q * WorkspaceSplit(s).slots *
+                 kSplitWarpsPerBlock * 2 * 4);
 }
 
 __device__ __forceinline__ float WarpMax(float v) {
@@ -66,50 +75,12 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
-// Sums G values across the LPT lanes of a lane group (LPT a power of two dividing 32) with the
-// halving exchange: G - 1 + log2(LPT / G) shuffles instead of G log2(LPT). On return v[0] holds
-// the group's sum of value index HalvingIndex<G, LPT>(lane) (LPT >= G) .
-template <int G, int LPT>
-__device__ __forceinline__ void HalvingSum(float (&v)[G], int lane) {
-  static_assert(LPT >= G, "a lane group must have at least as many lanes as values");
-  int count = G;
-  int offset = LPT / 2;
-#pragma unroll
-  for (int step = 0; (G >> step) > 1; ++step) {
-    const bool upper = (lane & offset) != 0;
-    const int half = count / 2;
-#pragma unroll
-    for (int k = 0; k < G / 2; ++k) {
-      if (k < half) {
-        const float lo = v[k], hi = v[k + half];
-        const float send = upper ? lo : hi;
-        const float keep = upper ? hi : lo;
-        v[k] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
-      }
-    }
-    count = half;
-    offset /= 2;
-  }
-  for (; offset > 0; offset /= 2) v[0] += __shfl_xor_sync(0xffffffffu, v[0], offset);
-}
-
-// Which of the G values lane `lane` holds after HalvingSum.
-template <int G, int LPT>
-__device__ __forceinline__ int HalvingIndex(int lane) {
-  int index = 0;
-  int offset = LPT / 2;
-  for (int step = 0; (G >> step) > 1; ++step) {
-    index = index * 2 + ((lane & offset) != 0 ? 1 : 0);
-    offset /= 2;
-  }
-  return index;
-}
-
-// Combines chunk partials into out: one launch, grid (H_q, B), d threads per block.
-// out[b][h][c] = out_scales[h / group] * sum_k e^{m_k - M} acc_k[c] / sum_k e^{m_k - M} l_k
-// (out_scales may be null: scale 1).
-cudaError_t LaunchCombineChunks(const DecodeShape& shape, const int32_t* seq_lens,
-                                const float* partial_out, const float* partial_ml,
-                                const float* out_scales, float* out, cudaStream_t stream);
+// Combines a head's partials into out: one launch, grid (H_q, B), d threads per block.
+// out[b][h][c] = out_scales[h / group] * sum_k e^{m_k - M} acc_k[c] / sum_k e^{m_k - M} l_k over
+// the partials of the blocks that held tiles of the head (out_scales may be null: scale 1).
+cudaError_t LaunchCombineSplits(const DecodeShape& shape, const SplitWork& work,
+                                const int32_t* seq_lens, const float* partial_out,
+                                const float* partial_ml, const float* out_scales, float* out,
+                                cudaStream_t stream);
 
 }  // namespace readkv::cuda::internal

@@ -1,45 +1,55 @@
-// The dense and FP8 decode kernel: one thread block per (chunk, KV head, sequence), 4 warps.
-// Internal to readkv/cuda; dense_attention.cu and fp8_attention.cu instantiate it with their
-// row converters.
+// The dense and FP8 decode kernel on tensor cores: a persistent grid of thread blocks (as many as
+// fit on the device), 4 warps each, every block taking an equal contiguous range of the call's
+// 64-token tiles (split_work.h). Internal to readkv/cuda; dense_attention.cu and
+// fp8_attention.cu instantiate it with their row types.
 //
-// Memory first: a chunk's K rows, then its V rows, stream through shared memory in tiles of 64
-// tokens (one contiguous run of a page: 64 x d x element bytes) with cp.async and a 4-stage
-// pipeline, so each block keeps up to three tiles in flight while it computes on the fourth.
-// A lane group of LPT = d / 8 lanes covers one token row, 8 channels per lane. Pass 1 computes
-// the g logits of every token into shared memory (dot products summed across the lane group
-// with the halving exchange); each warp then takes the max and the sum of exps of one query
-// head; pass 2 accumulates p v in registers. The chunk's unnormalised partial output and its
-// (max, sum) go to the workspace for LaunchCombineChunks.
+// Memory first. A block's tiles stream through shared memory, each tile one contiguous run of a
+// page for K and one for V (64 x d elements each), copied with cp.async into a ring of `Stages`
+// stages, so a block keeps Stages - 1 tiles in flight while it computes on one. The ring runs on
+// across head boundaries: a block never waits for a pipeline to fill again, and no block is left
+// idle at the end of the call (no waves). Shared rows are swizzled in 16-byte pieces
+// (SwizzledPiece) so the key reads and the value reads below are free of bank conflicts.
+//
+// Compute on tensor cores (mma.sync m16n8k16, fp32 accumulate). Warp w owns tokens
+// [16 w, 16 w + 16) of every tile and keeps its own online softmax over them; at the end of a
+// head's tiles each warp writes its (max, sum, output) as one partial, and LaunchCombineSplits
+// merges a head's partials.
+//   logits  S[16 x 16] = Q[16 x d] . K^T : rows of Q are the g query heads twice, once rounded to
+//           the MMA's 16-bit type (hi) and once the rounding error (lo), so S = hi + lo carries
+//           ~16 bits of the fp32 query instead of 8 (rows 2g..15 are zero padding).
+//   output  O[16 x d] += P[16 x 16] . V : P split into hi and lo rows the same way.
+// The k dimension of each MMA may be permuted freely as long as both operands agree, so a lane
+// reads whole 16-byte key pieces and pairs of value rows (tokens 2q, 2q + 1) without transposes;
+// output channels come back in a permuted order the partial writes undo. Dense K/V are BF16
+// (bf16 MMA); FP8 e4m3 codes convert exactly to f16 (f16 MMA).
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <atomic>
+
 #include "split_decode.cuh"
+#include "split_work.h"
 
 namespace readkv::cuda::internal {
 
-inline constexpr int kSplitWarps = 4;
+inline constexpr int kSplitWarps = kSplitWarpsPerBlock;
 inline constexpr int kSplitThreads = kSplitWarps * kWarp;
-inline constexpr int kTileTokens = 64;
-inline constexpr int kStages = 4;
+inline constexpr int kTileTokens = kSplitTileTokens;  // 16 per warp: one k-step of P . V
 
-struct SplitArgs {
-  int heads_q, heads_kv, max_pages, max_chunks, chunk_tokens;
-  float scale;  // 1 / sqrt(d)
-  const float* queries;
-  const int32_t* page_table;
-  const int32_t* seq_lens;
-  float* partial_out;
-  float* partial_ml;
-};
-
-inline size_t SplitSharedBytes(int group, int chunk_tokens, int head_dim, int element_bytes) {
-  const size_t stages = static_cast<size_t>(kStages) * kTileTokens * head_dim * element_bytes;
-  const size_t reduce = static_cast<size_t>(kSplitWarps) * group * head_dim * 4;
-  return static_cast<size_t>(group) * chunk_tokens * 4 + (stages > reduce ? stages : reduce);
+// Bytes of shared memory of a block: the stage ring.
+inline size_t SplitSharedBytes(int stages, int head_dim, int element_bytes) {
+  return static_cast<size_t>(stages) * 2 * kTileTokens * head_dim * element_bytes;
 }
 
-__device__ __forceinline__ void CpAsync16(void* shared, const void* global) {
+// One 16-byte cp.async (cache-global: no L1 allocation). The L2::256B prefetch hint was
+// measured slower on the H200 (dense 522.7 vs 484.4 us at 32K x 16), so it is not used.
+__device__ __forceinline__ void CpAsync16(void* shared, const void* global, bool fill) {
   const auto address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global));
+  const int bytes = fill ? 16 : 0;  // 0: write zeros (rows past the sequence's end)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global),
+               "r"(bytes));
 }
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -47,177 +57,427 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// Rows must provide: kElementBytes, k and v (byte pointers to [pages][H_kv][256][d] elements),
-// QueryScale(h) (a factor folded into the queries, e.g. an FP8 k_scale), and
-// Convert(shared pointer to 8 elements, float[8]).
-template <class Rows, int D, int G>
-__global__ void __launch_bounds__(kSplitThreads) SplitDecodeKernel(SplitArgs a, Rows rows) {
+// Where 16-byte piece `piece` of shared row `row` lives (rows of `kPieces` pieces). The XOR
+// pattern puts rows 2q (q = 0..3) on four different piece pairs and rows r, r + 1 on different
+// halves, which is what the value reads (4 rows x 2 pieces per phase) and the key reads (2 rows
+// x 4 pieces per phase) need to hit 32 different banks.
+template <int kPieces>
+__device__ __forceinline__ int SwizzledPiece(int row, int piece) {
+  const int pattern = ((row & 1) << 2) ^ (((row >> 1) & 3) << 1);
+  return piece ^ (pattern & (kPieces - 1));
+}
+
+template <bool kF16>
+__device__ __forceinline__ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  if constexpr (kF16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// x split into the MMA's 16-bit type: hi = round(x), lo = round(x - hi).
+template <bool kF16>
+__device__ __forceinline__ void SplitHiLo(float x, uint16_t& hi, uint16_t& lo) {
+  if constexpr (kF16) {
+    const __half h = __float2half_rn(x);
+    hi = __half_as_ushort(h);
+    lo = __half_as_ushort(__float2half_rn(x - __half2float(h)));
+  } else {
+    const __nv_bfloat16 h = __float2bfloat16_rn(x);
+    hi = __bfloat16_as_ushort(h);
+    lo = __bfloat16_as_ushort(__float2bfloat16_rn(x - __bfloat162float(h)));
+  }
+}
+
+// 2^x by the SFU (ex2.approx.ftz: relative error ~2^-22, 2^-inf = 0), one instruction.
+__device__ __forceinline__ float FastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t Pack(uint16_t low, uint16_t high) {
+  return static_cast<uint32_t>(low) | (static_cast<uint32_t>(high) << 16);
+}
+
+struct SplitArgs {
+  int heads_q, heads_kv, max_pages;
+  SplitWork work;
+  float scale;  // 1 / sqrt(d)
+  const float* queries;
+  const int32_t* page_table;
+  const int32_t* seq_lens;
+  float* partial_out;  // [B][H_q][slots][warps][d]
+  float* partial_ml;   // [B][H_q][slots][warps][2]
+};
+
+// Walks the real tiles of one block's range in order: head, tile within the head, and the end
+// (exclusive) of this head's real tiles inside the range. Every thread of the block walks alike.
+struct TileCursor {
+  int head = 0, tile = 0, end = 0;
+  int b = 0, h = 0, seq_len = 0;  // head = b * H_kv + h; the sequence's length
+  bool done = false;
+  int64_t range_end = 0;
+
+  __device__ void Seek(int64_t v, const SplitArgs& a) {
+    const int per_head = a.work.per_head;
+    while (v < range_end) {
+      head = static_cast<int>(v / per_head);
+      tile = static_cast<int>(v % per_head);
+      b = head / a.heads_kv;
+      h = head - b * a.heads_kv;
+      seq_len = a.seq_lens[b];
+      const int real = (seq_len + kTileTokens - 1) / kTileTokens;
+      const int64_t in_range = range_end - static_cast<int64_t>(head) * per_head;
+      int64_t last = in_range < per_head ? in_range : per_head;
+      if (real < last) last = real;
+      end = static_cast<int>(last);
+      if (tile < end) return;
+      v = static_cast<int64_t>(head + 1) * per_head;
+    }
+    done = true;
+  }
+  __device__ void Next(const SplitArgs& a) {
+    if (++tile < end) return;
+    Seek(static_cast<int64_t>(head + 1) * a.work.per_head, a);
+  }
+};
+
+// Rows must provide: kElementBytes; kF16 (f16 MMA, else bf16); kMinBlocks (blocks per SM the
+// registers must allow); k and v (byte pointers to [pages][H_kv][256][d] elements);
+// QueryScale(h), a factor on the logits (e.g. an FP8 k_scale);
+// KeyFragments(uint4 piece, uint32_t (&b)[kPieceSteps][2]): the B operands of the k-steps a
+// 16-byte key piece covers (step e holds the piece's channels 4e..4e+3: b[e][0] channels 4e, 4e+1,
+// b[e][1] channels 4e+2, 4e+3); ValueFragments(row_a, row_b, uint32_t (&b)[4]): from 4
+// consecutive channels of two value rows, b[j] = (row_a[j], row_b[j]) in the MMA's type.
+template <class Rows, int D, int G, int Stages>
+__global__ void __launch_bounds__(kSplitThreads, Rows::kMinBlocks)
+    SplitDecodeKernel(SplitArgs a, Rows rows) {
+  constexpr bool kF16 = Rows::kF16;
   constexpr int EB = Rows::kElementBytes;
   constexpr int kRowBytes = D * EB;
+  constexpr int kRowPieces = kRowBytes / 16;
   constexpr int kTileBytes = kTileTokens * kRowBytes;
-  constexpr int kPieces = kTileBytes / 16;  // 16-byte copies per tile
-  constexpr int LPT = D / 8;         // lanes per token row
-  constexpr int TPW = kWarp / LPT;   // rows per warp step
-  constexpr int kStride = kSplitWarps * TPW;
-  static_assert(kPieces % kSplitThreads == 0, "tile copies must split evenly over the block");
-  extern __shared__ __align__(16) unsigned char shared_bytes[];
-  const int C = a.chunk_tokens;
-  float* scores = reinterpret_cast<float*>(shared_bytes);  // [G][C]
-  unsigned char* stages = shared_bytes + static_cast<size_t>(G) * C * 4;
-  float* reduce = reinterpret_cast<float*>(stages);  // [warps][G][D], after the last tile
+  constexpr int kStageBytes = 2 * kTileBytes;          // K tile, then V tile
+  constexpr int kPieceChannels = 16 / EB;              // channels in a 16-byte piece
+  constexpr int kPieceSteps = kPieceChannels / 4;      // MMA k-steps per piece
+  constexpr int kKeyPieces = D / (4 * kPieceChannels); // pieces a lane reads per key row
+  constexpr int kKSteps = D / 16;
+  constexpr int kNTiles = D / 8;                       // output n-tiles of 8 channels
+  static_assert(kKeyPieces * kPieceSteps == kKSteps, "key pieces must cover d");
+  static_assert((kTileBytes / 16) % kSplitThreads == 0, "tile copies must split evenly");
+  extern __shared__ __align__(128) unsigned char shared_bytes[];
 
-  const int chunk = blockIdx.x;
-  const int h = blockIdx.y;
-  const int b = blockIdx.z;
-  const int T = a.seq_lens[b];
-  const int start = chunk * C;
-  if (start >= T) return;  // the combine kernel never reads chunks past the sequence
-  const int n = min(C, T - start);
-  const int tiles = (n + kTileTokens - 1) / kTileTokens;
   const int lane = threadIdx.x % kWarp;
   const int warp = threadIdx.x / kWarp;
-  const int sub = lane / LPT;
-  const int lig = lane % LPT;
-  const int ch0 = lig * 8;
-  const int32_t* pages = a.page_table + static_cast<size_t>(b) * a.max_pages;
-  const size_t head_row = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
+  const int row = lane / 4;  // MMA row (A, C) and B column of this lane
+  const int quad = lane % 4;
+  const int first = warp * 16;  // this warp's tokens in every tile
 
-  float q[G][8];
-  const float qscale = a.scale * rows.QueryScale(h);
+  // Tile `tile` of head `head`: tokens 64 tile ... of one page (consecutive slots, contiguous
+  // bytes), into stage `stage`; rows past the sequence's end are written as zeros. Thread t copies
+  // pieces t + 128 i; their rows step by a multiple of 8, so the swizzle (which depends on
+  // row % 8) and hence the shared offset's piece part are the same for every i.
+  constexpr int kCopies = kTileBytes / 16 / kSplitThreads;
+  constexpr int kCopyRowStep = kSplitThreads / kRowPieces;
+  static_assert(kCopyRowStep % 8 == 0, "copy rows must step by a multiple of 8");
+  const int copy_row = threadIdx.x / kRowPieces;
+  const int copy_dst =
+      copy_row * kRowBytes + SwizzledPiece<kRowPieces>(copy_row, threadIdx.x % kRowPieces) * 16;
+  const auto issue = [&](const TileCursor& at, int stage) {
+    if (!at.done) {
+      const int token = at.tile * kTileTokens;
+      const int32_t page =
+          a.page_table[static_cast<size_t>(at.b) * a.max_pages + token / kPageTokens];
+      const size_t offset = ((static_cast<size_t>(page) * a.heads_kv + at.h) * kPageTokens +
+                             token % kPageTokens) * kRowBytes + threadIdx.x * 16;
+      const int valid_rows = at.seq_len - token;
+      unsigned char* dst = shared_bytes + static_cast<size_t>(stage) * kStageBytes + copy_dst;
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
-    const float4* src = reinterpret_cast<const float4*>(a.queries + (head_row + g) * D + ch0);
-    const float4 x = src[0], y = src[1];
-    q[g][0] = x.x * qscale; q[g][1] = x.y * qscale; q[g][2] = x.z * qscale;
-    q[g][3] = x.w * qscale; q[g][4] = y.x * qscale; q[g][5] = y.y * qscale;
-    q[g][6] = y.z * qscale; q[g][7] = y.w * qscale;
-  }
-
-  // Tile t of the chunk: rows start + 64 t ... (one page, consecutive slots, contiguous bytes).
-  const auto issue = [&](const unsigned char* base, int tile) {
-    if (tile < tiles) {
-      const int token = start + tile * kTileTokens;
-      const unsigned char* src =
-          base + ((static_cast<size_t>(pages[token / kPageTokens]) * a.heads_kv + h) *
-                      kPageTokens + token % kPageTokens) * kRowBytes;
-      unsigned char* dst = stages + static_cast<size_t>(tile % kStages) * kTileBytes;
-      // Rows past the sequence's end are copied too (inside the page, never read as data).
-#pragma unroll
-      for (int k = threadIdx.x; k < kPieces; k += kSplitThreads) CpAsync16(dst + k * 16, src + k * 16);
+      for (int i = 0; i < kCopies; ++i) {
+        const bool live = copy_row + i * kCopyRowStep < valid_rows;
+        CpAsync16(dst + i * kCopyRowStep * kRowBytes, rows.k + offset + i * kSplitThreads * 16,
+                  live);
+        CpAsync16(dst + kTileBytes + i * kCopyRowStep * kRowBytes,
+                  rows.v + offset + i * kSplitThreads * 16, live);
+      }
     }
     CpAsyncCommit();
   };
 
-  // Pass 1: logits.
+  // Let the combine kernel be scheduled now: its blocks wait (griddepcontrol.wait) for this whole
+  // grid to finish and flush before reading, so they are resident when the last block ends.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  TileCursor load, compute;
+  load.range_end = a.work.Begin(blockIdx.x + 1);
+  load.Seek(a.work.Begin(blockIdx.x), a);
+  compute = load;
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) issue(rows.k, s);
-  for (int tile = 0; tile < tiles; ++tile) {
-    CpAsyncWait<kStages - 2>();
-    __syncthreads();
-    issue(rows.k, tile + kStages - 1);
-    const unsigned char* tile_bytes = stages + static_cast<size_t>(tile % kStages) * kTileBytes;
-#pragma unroll
-    for (int tt0 = 0; tt0 < kTileTokens; tt0 += kStride) {
-      const int tt = tt0 + warp * TPW + sub;
-      const int i = tile * kTileTokens + tt;
-      float k[8];
-      rows.Convert(tile_bytes + tt * kRowBytes + ch0 * EB, k);
-      float s[G];
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        float acc = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc = fmaf(q[g][j], k[j], acc);
-        s[g] = acc;
-      }
-      HalvingSum<G, LPT>(s, lig);
-      if (i < n && lig % (LPT / G) == 0) scores[HalvingIndex<G, LPT>(lig) * C + i] = s[0];
-    }
-  }
-  CpAsyncWait<0>();
-  __syncthreads();
-  // V's first tiles stream in while the softmax statistics are taken.
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) issue(rows.v, s);
-
-  // Softmax statistics of the chunk, one warp per query head; scores become exps.
-  for (int g = warp; g < G; g += kSplitWarps) {
-    float* row = scores + static_cast<size_t>(g) * C;
-    float m = -INFINITY;
-    for (int i = lane; i < n; i += kWarp) m = fmaxf(m, row[i]);
-    m = WarpMax(m);
-    float l = 0.0f;
-    for (int i = lane; i < n; i += kWarp) {
-      const float e = expf(row[i] - m);
-      row[i] = e;
-      l += e;
-    }
-    l = WarpSum(l);
-    if (lane == 0) {
-      float* ml = a.partial_ml + ((head_row + g) * a.max_chunks + chunk) * 2;
-      ml[0] = m;
-      ml[1] = l;
-    }
+  for (int s = 0; s < Stages - 1; ++s) {
+    issue(load, s);
+    if (!load.done) load.Next(a);
   }
 
-  // Pass 2: sum_i e_i v_i.
-  float acc[G][8];
+  uint32_t qa[kKSteps][4];
+  float logit_scale = 0.0f;
+  float m_run = -INFINITY;  // running max (log2 units) of this lane's row over the warp's tokens
+  float l_run = 0.0f;       // this lane's share of the running sum of exps
+  float acc[kNTiles][4];
+  int q_head = -1;
+  for (int step = 0; !compute.done; ++step) {
+    CpAsyncWait<Stages - 2>();
+    __syncthreads();  // this step's tile landed for every thread; the previous stage is free
+    issue(load, (step + Stages - 1) % Stages);
+    if (!load.done) load.Next(a);
+    const int b = compute.b, h = compute.h;
+    const size_t head_row = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
+
+    if (compute.head != q_head) {
+      // A new head: its query operands and a fresh softmax. Row r < 2G of Q holds query head
+      // r % G, hi part (r < G) or lo part; rows 0..7 are this lane's `row`, rows 8..15 its
+      // `row + 8` (only used when G = 8).
+      q_head = compute.head;
+      const auto fill = [&](int r, int which) {
+        const bool used = r < 2 * G;
+        const float* src = a.queries + (head_row + (used ? r % G : 0)) * D;
+        const bool lo = r >= G;
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
+        for (int p = 0; p < kKeyPieces; ++p) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) acc[g][j] = 0.0f;
-  }
-  for (int tile = 0; tile < tiles; ++tile) {
-    CpAsyncWait<kStages - 2>();
-    __syncthreads();  // also publishes the exps of the statistics step (first tile)
-    issue(rows.v, tile + kStages - 1);
-    const unsigned char* tile_bytes = stages + static_cast<size_t>(tile % kStages) * kTileBytes;
+          for (int e = 0; e < kPieceSteps; ++e) {
+            const int c0 = p * 4 * kPieceChannels + quad * kPieceChannels + 4 * e;
+            uint16_t part[4];
 #pragma unroll
-    for (int tt0 = 0; tt0 < kTileTokens; tt0 += kStride) {
-      const int tt = tt0 + warp * TPW + sub;
-      const int i = tile * kTileTokens + tt;
-      if (i >= n) continue;
-      float v[8];
-      rows.Convert(tile_bytes + tt * kRowBytes + ch0 * EB, v);
+            for (int j = 0; j < 4; ++j) {
+              uint16_t hi, low;
+              SplitHiLo<kF16>(used ? src[c0 + j] : 0.0f, hi, low);
+              part[j] = lo ? low : hi;
+            }
+            qa[p * kPieceSteps + e][which] = Pack(part[0], part[1]);
+            qa[p * kPieceSteps + e][which + 2] = Pack(part[2], part[3]);
+          }
+        }
+      };
+      fill(row, 0);
+      if constexpr (G == 8) {
+        fill(row + 8, 1);
+      } else {
 #pragma unroll
-      for (int g = 0; g < G; ++g) {
-        const float p = scores[g * C + i];
+        for (int k = 0; k < kKSteps; ++k) qa[k][1] = qa[k][3] = 0u;
+      }
+      // Logits in log2 units: exp2 of differences is the softmax.
+      logit_scale = a.scale * rows.QueryScale(h) * 1.4426950408889634f;
+      m_run = -INFINITY;
+      l_run = 0.0f;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[g][j] = fmaf(p, v[j], acc[g][j]);
+      for (int t = 0; t < kNTiles; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+    }
+    const unsigned char* k_tile = shared_bytes + static_cast<size_t>(step % Stages) * kStageBytes;
+    const unsigned char* v_tile = k_tile + kTileBytes;
+
+    // Logits of tokens first + 8 j + row (B column = this lane's row), j = 0, 1. Two
+    // accumulators per n-tile (even and odd k-steps) halve the chain of dependent MMAs.
+    float s[2][4], s_odd[2][4];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[j][i] = s_odd[j][i] = 0.0f;
+      const int r = first + 8 * j + row;
+#pragma unroll
+      for (int p = 0; p < kKeyPieces; ++p) {
+        const uint4 piece = *reinterpret_cast<const uint4*>(
+            k_tile + r * kRowBytes + SwizzledPiece<kRowPieces>(r, 4 * p + quad) * 16);
+        uint32_t bk[kPieceSteps][2];
+        Rows::KeyFragments(piece, bk);
+#pragma unroll
+        for (int e = 0; e < kPieceSteps; ++e) {
+          Mma16816<kF16>(e % 2 == 0 ? s[j] : s_odd[j], qa[p * kPieceSteps + e], bk[e][0],
+                         bk[e][1]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[j][i] += s_odd[j][i];
+    }
+    // s[j][i] (i = 0, 1): row `row`, token first + 8 j + 2 quad + i; s[j][2 + i]: row + 8.
+    // Logit of the lane's query head = hi row + lo row.
+    const int valid = compute.seq_len - compute.tile * kTileTokens - first;  // warp's live tokens
+    float x[2][2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float v;
+        if constexpr (G == 8) {
+          v = s[j][i] + s[j][2 + i];
+        } else {
+          v = s[j][i] + __shfl_xor_sync(0xffffffffu, s[j][i], 4 * G);
+        }
+        x[j][i] = 8 * j + 2 * quad + i < valid ? v * logit_scale : -INFINITY;
       }
     }
+    float m_tile = fmaxf(fmaxf(x[0][0], x[0][1]), fmaxf(x[1][0], x[1][1]));
+    m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 1));
+    m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 2));
+    const float m_new = fmaxf(m_run, m_tile);
+    if (m_new != -INFINITY) {  // else no live token of this warp yet (uniform over the warp)
+      const float alpha = FastExp2(m_run - m_new);  // 0 when m_run is -inf
+      m_run = m_new;
+      float p[2][2];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) p[j][i] = FastExp2(x[j][i] - m_new);  // 0 for masked tokens
+      }
+      l_run = l_run * alpha + (p[0][0] + p[0][1]) + (p[1][0] + p[1][1]);
+      // Once the running max settles, alpha is 1 on every row: skip the d / 2 multiplications.
+      if (__any_sync(0xffffffffu, alpha != 1.0f)) {
+#pragma unroll
+        for (int t = 0; t < kNTiles; ++t) {
+          acc[t][0] *= alpha;
+          acc[t][1] *= alpha;
+          acc[t][2] *= alpha;
+          acc[t][3] *= alpha;
+        }
+      }
+
+      // P as the A operand: k = 2 quad + i <- token first + 2 quad + i (j = 0), k = 8 + ...
+      // (j = 1).
+      uint32_t pa[4];
+      {
+        uint16_t hi[2][2], lo[2][2];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+#pragma unroll
+          for (int i = 0; i < 2; ++i) SplitHiLo<kF16>(p[j][i], hi[j][i], lo[j][i]);
+        }
+        if constexpr (G == 8) {
+          pa[0] = Pack(hi[0][0], hi[0][1]);
+          pa[1] = Pack(lo[0][0], lo[0][1]);
+          pa[2] = Pack(hi[1][0], hi[1][1]);
+          pa[3] = Pack(lo[1][0], lo[1][1]);
+        } else {
+          const bool low = row >= G;  // rows G..2G-1 carry lo; rows >= 2G are never read
+          pa[0] = low ? Pack(lo[0][0], lo[0][1]) : Pack(hi[0][0], hi[0][1]);
+          pa[2] = low ? Pack(lo[1][0], lo[1][1]) : Pack(hi[1][0], hi[1][1]);
+          pa[1] = pa[3] = 0u;
+        }
+      }
+      // V: B operand rows k = 2 quad, 2 quad + 1 (b0) and 2 quad + 8, + 9 (b1); column =
+      // channel 32 group + 4 row + j of n-tile (group, j).
+#pragma unroll
+      for (int group = 0; group < D / 32; ++group) {
+        const int byte = (32 * group + 4 * row) * EB;
+        const int piece = byte / 16, within = byte % 16;
+        uint32_t b0[4], b1[4];
+        const auto at = [&](int r) {
+          return v_tile + r * kRowBytes + SwizzledPiece<kRowPieces>(r, piece) * 16 + within;
+        };
+        Rows::ValueFragments(at(first + 2 * quad), at(first + 2 * quad + 1), b0);
+        Rows::ValueFragments(at(first + 2 * quad + 8), at(first + 2 * quad + 9), b1);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) Mma16816<kF16>(acc[4 * group + j], pa, b0[j], b1[j]);
+      }
+    }
+
+    if (compute.tile + 1 == compute.end) {
+      // The head's last tile in this block: the warp's partial (max, sum, output) goes to its
+      // slot. Lane (row, quad) holds output rows row and row + 8, channels
+      // 32 group + 4 (2 quad + i) + j in acc[4 group + j][i] (and [2 + i] for row + 8).
+      float l = l_run + __shfl_xor_sync(0xffffffffu, l_run, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int slot = blockIdx.x - a.work.BlockOf(static_cast<int64_t>(compute.head) *
+                                                   a.work.per_head);
+      const size_t base =
+          ((head_row + row % G) * a.work.slots + slot) * kSplitWarps + warp;  // for row < G
+#pragma unroll
+      for (int t = 0; t < kNTiles; ++t) {
+        const int group = t / 4, j = t % 4;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          float o;
+          if constexpr (G == 8) {
+            o = acc[t][i] + acc[t][2 + i];
+          } else {
+            o = acc[t][i] + __shfl_xor_sync(0xffffffffu, acc[t][i], 4 * G);
+          }
+          if (row < G) a.partial_out[base * D + 32 * group + 4 * (2 * quad + i) + j] = o;
+        }
+      }
+      if (row < G && quad == 0) {
+        a.partial_ml[base * 2] = m_run * 0.6931471805599453f;  // natural-log units
+        a.partial_ml[base * 2 + 1] = l;
+      }
+    }
+    compute.Next(a);
   }
   CpAsyncWait<0>();
-  __syncthreads();  // every warp is done with the stages: they become the reduction buffer
-  // Sum the rows of a warp step, then the warps.
-#pragma unroll
-  for (int o = LPT; o < kWarp; o *= 2) {
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) acc[g][j] += __shfl_xor_sync(0xffffffffu, acc[g][j], o);
-    }
-  }
-  if (sub == 0) {
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) reduce[(warp * G + g) * D + ch0 + j] = acc[g][j];
-    }
-  }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < G * D; idx += kSplitThreads) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kSplitWarps; ++w) sum += reduce[w * G * D + idx];
-    const int g = idx / D;
-    const int c = idx % D;
-    a.partial_out[((head_row + g) * a.max_chunks + chunk) * D + c] = sum;
-  }
 }
 
-// Validates, sizes shared memory and launches both kernels of one call.
-template <class Rows>
+// How many blocks of SplitDecodeKernel<Rows, D, G, Stages> the current device holds at once, all
+// SMs together. Asked once per kernel and device (a static per instantiation): the occupancy
+// query and the attribute call cost tens of microseconds of host time, as much as a whole decode
+// step at batch 1.
+template <class Rows, int D, int G, int Stages>
+cudaError_t ResidentBlocks(size_t shared, int* blocks) {
+  constexpr int kDevices = 64;
+  static std::atomic<int> cached[kDevices] = {};
+  int device = 0;
+  cudaError_t status = cudaGetDevice(&device);
+  if (status != cudaSuccess) return status;
+  if (device < kDevices && (*blocks = cached[device].load(std::memory_order_relaxed)) > 0) {
+    return cudaSuccess;
+  }
+  const auto kernel = SplitDecodeKernel<Rows, D, G, Stages>;
+  int sms = 0, per_sm = 0;
+  status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(shared));
+  if (status == cudaSuccess) {
+    status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  }
+  if (status == cudaSuccess) {
+    status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSplitThreads, shared);
+  }
+  if (status != cudaSuccess) return status;
+  *blocks = sms * (per_sm > 0 ? per_sm : 1);
+  if (device < kDevices) cached[device].store(*blocks, std::memory_order_relaxed);
+  return cudaSuccess;
+}
+
+template <class Rows, int D, int G, int Stages>
+cudaError_t LaunchSplitKernel(const DecodeShape& shape, const DecodeInputs& in, const Rows& rows,
+                              void* workspace, cudaStream_t stream, SplitWork* work) {
+  const size_t shared = SplitSharedBytes(Stages, D, Rows::kElementBytes);
+  int blocks = 0;
+  cudaError_t status = ResidentBlocks<Rows, D, G, Stages>(shared, &blocks);
+  if (status != cudaSuccess) return status;
+  *work = MakeSplitWork(shape.batch, shape.heads_kv, shape.max_tokens, blocks);
+  const SplitArgs args{shape.heads_q,
+                       shape.heads_kv,
+                       shape.max_pages,
+                       *work,
+                       1.0f / sqrtf(static_cast<float>(D)),
+                       in.queries,
+                       in.page_table,
+                       in.seq_lens,
+                       static_cast<float*>(workspace),
+                       reinterpret_cast<float*>(static_cast<char*>(workspace) +
+                                                PartialOutBytes(shape))};
+  SplitDecodeKernel<Rows, D, G, Stages><<<work->grid, kSplitThreads, shared, stream>>>(args, rows);
+  return cudaGetLastError();
+}
+
+// Validates and launches both kernels of one call.
+template <class Rows, int Stages>
 cudaError_t LaunchSplitDecode(const DecodeShape& requested, const DecodeInputs& in,
                               const Rows& rows, const float* out_scales, void* workspace,
                               cudaStream_t stream) {
@@ -226,37 +486,21 @@ cudaError_t LaunchSplitDecode(const DecodeShape& requested, const DecodeInputs& 
       in.seq_lens == nullptr || in.out == nullptr || workspace == nullptr) {
     return cudaErrorInvalidValue;
   }
-  auto* partial_out = static_cast<float*>(workspace);
-  auto* partial_ml =
-      reinterpret_cast<float*>(static_cast<char*>(workspace) + PartialOutBytes(shape));
-  SplitArgs args{shape.heads_q,     shape.heads_kv,
-                 shape.max_pages,   shape.max_chunks(),
-                 shape.chunk_tokens, 1.0f / sqrtf(static_cast<float>(shape.head_dim)),
-                 in.queries,        in.page_table,
-                 in.seq_lens,       partial_out,
-                 partial_ml};
-  const dim3 grid(shape.max_chunks(), shape.heads_kv, shape.batch);
-  const size_t shared = SplitSharedBytes(shape.group(), shape.chunk_tokens, shape.head_dim,
-                                         Rows::kElementBytes);
+  SplitWork work;
   cudaError_t status = cudaSuccess;
-  const auto launch = [&](auto kernel) {
-    status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(shared));
-    if (status != cudaSuccess) return;
-    kernel<<<grid, kSplitThreads, shared, stream>>>(args, rows);
-    status = cudaGetLastError();
-  };
-#define KVGATE_SPLIT_CASE(D, G)                                   \
-  if (shape.head_dim == D && shape.group() == G) {                \
-    launch(SplitDecodeKernel<Rows, D, G>);                        \
+#define KVGATE_SPLIT_CASE(D, G)                                                             \
+  if (shape.head_dim == D && shape.group() == G) {                                          \
+    status = LaunchSplitKernel<Rows, D, G, Stages>(shape, in, rows, workspace, stream, &work); \
   } else
   KVGATE_SPLIT_CASE(128, 1) KVGATE_SPLIT_CASE(128, 2) KVGATE_SPLIT_CASE(128, 4)
   KVGATE_SPLIT_CASE(128, 8) KVGATE_SPLIT_CASE(64, 1) KVGATE_SPLIT_CASE(64, 2)
   KVGATE_SPLIT_CASE(64, 4) KVGATE_SPLIT_CASE(64, 8) { return cudaErrorInvalidValue; }
 #undef KVGATE_SPLIT_CASE
   if (status != cudaSuccess) return status;
-  return LaunchCombineChunks(shape, in.seq_lens, partial_out, partial_ml, out_scales, in.out,
-                             stream);
+  return LaunchCombineSplits(shape, work, in.seq_lens, static_cast<const float*>(workspace),
+                             reinterpret_cast<const float*>(static_cast<const char*>(workspace) +
+                                                            PartialOutBytes(shape)),
+                             out_scales, in.out, stream);
 }
 
 }  // namespace readkv::cuda::internal

@@ -1,9 +1,11 @@
 // The traffic model of decode_attention.h: bytes each kernel reads or writes in global memory,
 // counted from the kernels' own loops (an upper bound of DRAM traffic: re-reads that hit L2 are
 // counted too, and said so in the bench output). Host-only; compiled with and without CUDA.
+#include <algorithm>
 #include <cstdint>
 
 #include "readkv/cuda/decode_attention.h"
+#include "split_work.h"
 
 namespace readkv::cuda {
 namespace {
@@ -20,20 +22,36 @@ int ChunkTokens(const DecodeShape& shape) {
   return chunk;
 }
 
+// The dense and FP8 kernels' partition (split_work.h) with the grid they get on an H100/H200
+// (132 SMs, two resident blocks each): the model counts one partial per (block, head it holds
+// tiles of, warp), written once and read once by the combine.
 TrafficBytes SplitTraffic(const DecodeShape& shape, const int32_t* seq_lens, int element_bytes,
                           bool scales) {
   TrafficBytes t;
-  const int chunk = ChunkTokens(shape);
+  const internal::SplitWork work =
+      internal::MakeSplitWork(shape.batch, shape.heads_kv, shape.max_tokens, 2 * 132);
   const int64_t d = shape.head_dim;
+  const int64_t g = shape.heads_q / shape.heads_kv;
   for (int b = 0; b < shape.batch; ++b) {
     const int64_t tokens = seq_lens[b];
-    const int64_t chunks = Chunks(tokens, chunk);
+    const int64_t real = Chunks(tokens, internal::kSplitTileTokens);
     t.payload += 2 * tokens * shape.heads_kv * d * element_bytes;
-    t.metadata += Chunks(tokens, kPageTokens) * 4 * shape.heads_kv;  // page-table entries
+    t.metadata += 4 * shape.heads_kv * real;  // a page-table entry per tile
     if (scales) t.metadata += 2 * 4 * shape.heads_kv;
-    // Partials: chunk outputs and (m, l) written by the split kernel, read by the combine.
-    t.partials += 2 * shape.heads_q * chunks * (d + 2) * 4;
-    t.io += chunks * shape.heads_q * d * 4 + shape.heads_q * d * 4;  // queries per chunk, out
+    for (int h = 0; h < shape.heads_kv; ++h) {
+      const int64_t start = (static_cast<int64_t>(b) * shape.heads_kv + h) * work.per_head;
+      int64_t segments = 0;
+      for (int k = work.BlockOf(start); k < work.grid && work.Begin(k) < start + work.per_head;
+           ++k) {
+        const int64_t lo = std::max(work.Begin(k), start) - start;
+        const int64_t end = std::min(work.Begin(k + 1), start + work.per_head);
+        const int64_t hi = std::min(end - start, real);
+        if (lo < hi) ++segments;
+      }
+      // Partials: each warp's output and (m, l) per segment, written and read back.
+      t.partials += 2 * segments * internal::kSplitWarpsPerBlock * g * (d + 2) * 4;
+      t.io += segments * g * d * 4 + g * d * 4;  // queries per segment, outputs
+    }
   }
   return t;
 }
@@ -102,13 +120,19 @@ TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_le
       }
       // Calibration (mu, sigma of K and V), signs of K and V; centroids per thread block.
       t.metadata += 6 * d * 4 + (1 + 2 * chunks) * centroid_bytes + blocks * 4 * 2;
-      // Logits: written once, read by Select (softmax + a_i) and by Values; a_i written once
-      // and read by up to six radix passes and the depth pass.
-      t.scores += 3 * g * tokens * 4 + tokens * 8 * (1 + 7);
+      // Logits: written once, read by SelectImportance (softmax + a_i) and by Values; a_i
+      // written once and read by SelectNarrow and SelectDepths.
+      t.scores += 3 * g * tokens * 4 + tokens * 8 * 3;
       // Depth schedules: Key depths written and read per chunk; Value depths written and read.
-      t.schedule += d * (1 + chunks) + 2 * tokens;
-      // Chunk (m, l) for the logits, and Values' partial outputs and masses.
-      t.partials += 2 * g * chunks * 2 * 4 + 2 * g * chunks * (d + 1) * 4 + g * 2 * 4 * 2;
+      // Selection state: the exponent (2048) and mantissa (4096) histograms of the Value cut,
+      // zeroed by Prepare and read back by a row's last blocks (readkv_attention.cu). Not
+      // counted, being data-dependent and small: one atomic per non-zero histogram bin per
+      // block, and the cut's candidate list (gains sharing its top 23 bits, usually a few).
+      t.schedule += d * (1 + chunks) + 2 * tokens + 2 * (2048 + 4096) * 4;
+      // Chunk (m, l) for the logits (written once, read by every SelectImportance block of the
+      // row), and Values' partial outputs and masses.
+      t.partials += g * chunks * 2 * 4 * (1 + chunks) + 2 * g * chunks * (d + 1) * 4 +
+                    g * 2 * 4 * 2;
       // Queries; a_qc and bias written by Prepare and read per chunk; outputs.
       t.io += g * d * 4 + (1 + chunks) * g * (d + 1) * 4 + g * d * 4;
     }

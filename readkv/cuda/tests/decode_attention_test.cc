@@ -71,12 +71,14 @@ struct Case {
   int store_bits;
   double read_bits;
   int chunk_tokens;  // 0 = the launcher's choice
+  bool zero_queries = false;  // every logit equal: every Value gain ties (the allocators' worst case)
   std::string Name() const {
     std::string lens_text;
     for (int t : lens) lens_text += std::to_string(t) + "_";
     return "hq" + std::to_string(heads_q) + "_hkv" + std::to_string(heads_kv) + "_d" +
            std::to_string(head_dim) + "_T" + lens_text + "W" + std::to_string(store_bits) + "_R" +
-           std::to_string(static_cast<int>(read_bits * 10)) + "_c" + std::to_string(chunk_tokens);
+           std::to_string(static_cast<int>(read_bits * 10)) + "_c" + std::to_string(chunk_tokens) +
+           (zero_queries ? "_q0" : "");
   }
 };
 
@@ -109,7 +111,8 @@ Workload MakeWorkload(const Case& c, uint64_t seed) {
     config.tokens = c.lens[static_cast<size_t>(b)];
     config.seed = seed * 1000 + static_cast<uint64_t>(b) + 1;
     w.layers.push_back(codec::MakeSyntheticLayer(config));
-    const auto& q = w.layers.back().queries;
+    auto& q = w.layers.back().queries;
+    if (c.zero_queries) std::fill(q.begin(), q.end(), 0.0f);
     w.queries.insert(w.queries.end(), q.begin(), q.end());
     w.seq_lens.push_back(c.lens[static_cast<size_t>(b)]);
   }
@@ -344,7 +347,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{16, 2, 64, {1000, 255, 3000}, 8, 2.0, 512},
                       Case{16, 8, 64, {257, 40}, 4, 2.0, 0},
                       Case{64, 8, 128, {4096, 100}, 8, 3.0, 1024},
-                      Case{8, 4, 128, {5000}, 8, 4.0, 0}),
+                      Case{8, 4, 128, {5000}, 8, 4.0, 0},
+                      Case{32, 8, 128, {300, 20000}, 8, 4.0, 0, true}),
     [](const ::testing::TestParamInfo<Case>& param) { return param.param.Name(); });
 
 // ---- Dense and FP8 ---------------------------------------------------------------------------
@@ -440,7 +444,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{8, 8, 128, {600, 256}, 8, 4.0, 0},
                       Case{16, 2, 64, {1000, 255, 3000}, 8, 4.0, 512},
                       Case{16, 16, 64, {257, 40}, 8, 4.0, 0},
-                      Case{64, 8, 128, {4096, 100}, 8, 4.0, 1024}),
+                      Case{64, 8, 128, {4096, 100}, 8, 4.0, 1024},
+                      Case{16, 8, 128, {700, 3, 64}, 8, 4.0, 0}),
     [](const ::testing::TestParamInfo<Case>& param) { return param.param.Name(); });
 
 TEST(DecodeAttentionTest, LaunchersRefuseUnsafeShapes) {

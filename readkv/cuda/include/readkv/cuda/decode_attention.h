@@ -13,10 +13,12 @@
 // seq_lens[b] >= 1 tokens; token i of it lives in page page_table[b * max_pages + i / 256], slot
 // i % 256. Pages are shared by nothing; a sequence's last page may be partly filled (ragged).
 //
-// Every kernel splits each sequence's tokens into chunks of `chunk_tokens` (a multiple of 256)
-// processed by separate thread blocks (flash-decoding), and combines the chunks in a second
-// launch; the workspace holds the partial results. All launches of one call go to `stream`, in
-// order, so a call can be captured in a CUDA graph.
+// Every kernel splits the tokens over thread blocks (flash-decoding) and combines the blocks'
+// partial results in a later launch; the workspace holds the partials. The dense and FP8 kernels
+// run a persistent grid (as many blocks as the device holds at once) that gives every block an
+// equal share of the call's 64-token tiles; the ReadKV kernels split each sequence into chunks
+// of `chunk_tokens` (a multiple of 256). All launches of one call go to `stream`, in order, so a
+// call can be captured in a CUDA graph.
 //
 // Thread-safety: launchers are reentrant; two calls that share a workspace must be ordered.
 #pragma once
@@ -43,7 +45,7 @@ struct DecodeShape {
   int head_dim = 128;
   int max_pages = 1;       // columns of page_table
   int max_tokens = 256;    // an upper bound of every seq_lens[b] (sizes the workspace)
-  int chunk_tokens = 1024; // tokens per thread block; a multiple of 256
+  int chunk_tokens = 1024; // ReadKV: tokens per thread block, a multiple of 256 (0: automatic)
 
   int group() const { return heads_q / heads_kv; }
   int max_chunks() const { return (max_tokens + chunk_tokens - 1) / chunk_tokens; }
@@ -74,7 +76,8 @@ struct Fp8Cache {
   const float* v_scales = nullptr;
 };
 
-// Workspace of the dense and FP8 kernels: partial outputs and softmax statistics per chunk.
+// Workspace of the dense and FP8 kernels: partial outputs and softmax statistics per (block,
+// head, warp); independent of the device.
 size_t SplitDecodeWorkspaceBytes(const DecodeShape& shape);
 
 cudaError_t DenseDecodeAttention(const DecodeShape& shape, const DecodeInputs& inputs,

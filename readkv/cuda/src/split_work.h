@@ -1,0 +1,60 @@
+// How the dense and FP8 kernels share a call's work among a fixed grid of persistent thread
+// blocks. Host and device code; no CUDA headers, so the traffic model (traffic.cc) uses it too.
+//
+// The work is a line of virtual 64-token tiles: head (b, h) = b * H_kv + h owns tiles
+// [head * per_head, (head + 1) * per_head), per_head = ceil(max_tokens / 64); tiles past a
+// sequence's own length are skipped. Block k of `grid` takes the contiguous range
+// [Begin(k), Begin(k + 1)), so every block gets the same number of tiles to within one (for
+// sequences of equal length) and streams them through one cp.async pipeline without a break at
+// head boundaries. A block writes one partial per (head it touches, warp); a head's partials sit
+// in `slots` consecutive slots, slot = block - FirstBlock(head).
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define KVGATE_HOST_DEVICE __host__ __device__
+#else
+#define KVGATE_HOST_DEVICE
+#endif
+
+namespace readkv::cuda::internal {
+
+inline constexpr int kSplitTileTokens = 64;
+inline constexpr int kSplitWarpsPerBlock = 4;
+inline constexpr int kMaxSplitBlocks = 1024;  // bounds the workspace for any device
+
+struct SplitWork {
+  int64_t tiles = 0;  // virtual tiles of the call
+  int per_head = 0;   // virtual tiles per head
+  int grid = 0;       // persistent blocks
+  int slots = 0;      // partial slots per head (the workspace stride)
+
+  KVGATE_HOST_DEVICE int64_t Begin(int k) const { return k * tiles / grid; }
+  // The block whose range holds virtual tile v.
+  KVGATE_HOST_DEVICE int BlockOf(int64_t v) const {
+    return static_cast<int>(((v + 1) * grid - 1) / tiles);
+  }
+};
+
+// Slots a head needs when blocks take ranges of at least floor(tiles / grid) tiles.
+inline int SplitSlots(int64_t tiles, int per_head, int grid) {
+  const int64_t shortest = tiles / grid;
+  return static_cast<int>((per_head + shortest - 1) / shortest + 1);
+}
+
+// The partition of a call with `blocks` resident blocks on the device (capped at the tiles and
+// at kMaxSplitBlocks); `slots` is sized for the largest grid any device may use, so the workspace
+// does not depend on the device.
+inline SplitWork MakeSplitWork(int batch, int heads_kv, int64_t max_tokens, int blocks) {
+  SplitWork w;
+  w.per_head = static_cast<int>((max_tokens + kSplitTileTokens - 1) / kSplitTileTokens);
+  w.tiles = static_cast<int64_t>(batch) * heads_kv * w.per_head;
+  const int64_t most = w.tiles < kMaxSplitBlocks ? w.tiles : kMaxSplitBlocks;
+  w.grid = static_cast<int>(blocks < most ? blocks : most);
+  if (w.grid < 1) w.grid = 1;
+  w.slots = SplitSlots(w.tiles, w.per_head, static_cast<int>(most));
+  return w;
+}
+
+}  // namespace readkv::cuda::internal
