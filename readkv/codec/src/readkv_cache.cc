@@ -118,6 +118,33 @@ void ReadKvLayerCache::Append(std::span<const float> keys, std::span<const float
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+void ReadKvLayerCache::AppendEncodedBlock(std::span<const std::vector<uint8_t>> head_blocks) {
+  const int heads = geometry().heads_kv;
+  if (static_cast<int>(head_blocks.size()) != heads) {
+    throw InvalidArgument("head_blocks", "must hold one block per KV head (" +
+                                             std::to_string(heads) + "), got " +
+                                             std::to_string(head_blocks.size()));
+  }
+  for (int h = 0; h < heads; ++h) {
+    const size_t size = head_blocks[static_cast<size_t>(h)].size();
+    const int64_t expected = stores_[static_cast<size_t>(h)].BlockByteSize();
+    if (static_cast<int64_t>(size) != expected) {
+      throw InvalidArgument("head_blocks", "block of KV head " + std::to_string(h) + " has " +
+                                               std::to_string(size) + " bytes, a block has " +
+                                               std::to_string(expected));
+    }
+  }
+  if (residual_tokens_ != 0 || encoded_tokens_ % kBlockTokens != 0) {
+    throw InvalidArgument("tokens", "an encoded block can only follow whole blocks (the cache "
+                                    "holds " + std::to_string(tokens()) + " tokens)");
+  }
+  for (int h = 0; h < heads; ++h) {
+    stores_[static_cast<size_t>(h)].AppendBlockBytes(head_blocks[static_cast<size_t>(h)],
+                                                     kBlockTokens);
+  }
+  encoded_tokens_ += kBlockTokens;
+}
+
 CapacityLedger ReadKvLayerCache::Capacity() const {
   CapacityLedger c;
   for (const auto& store : stores_) c.payload_bytes += store.PayloadBytes();

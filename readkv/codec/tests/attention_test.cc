@@ -212,6 +212,60 @@ TEST(AttentionTest, ResidualWindowEncodesWhenTheBlockFills) {
   EXPECT_EQ(cache.store(0).tokens(), 256);
 }
 
+// A cache object's blocks appended as bytes give the same stores and the same attention as
+// encoding those tokens again, and a block that cannot follow is refused whole.
+TEST(AttentionTest, EncodedBlocksAppendAsTheyWereWritten) {
+  SyntheticConfig data = SmallData(11, 600);
+  const SyntheticLayer layer = MakeSyntheticLayer(data);
+  auto calibration = std::make_shared<const Calibration>(MakeSyntheticCalibration(data, 1024));
+  auto tree = std::make_shared<const LloydTree>(8);
+  ReadKvCacheOptions options;
+  options.policy = {ReaderKind::kConstrained, 4.0, 0, 0};
+  ReadKvLayerCache written(data.geometry, calibration, 0, tree, options);
+  ReadKvLayerCache restored(data.geometry, calibration, 0, tree, options);
+  written.AppendTokens(layer.keys, layer.values);  // 2 blocks + 88 tokens in the window
+  const size_t row = 2 * 64;
+  for (int64_t block = 0; block < 2; ++block) {
+    std::vector<std::vector<uint8_t>> heads;
+    for (int h = 0; h < 2; ++h) heads.push_back(written.store(h).BlockBytes(block));
+    restored.AppendEncodedBlock(heads);
+  }
+  EXPECT_EQ(restored.encoded_tokens(), 512);
+  for (int64_t i = 512; i < 600; ++i) {
+    restored.Append(std::span<const float>(layer.keys).subspan(i * row, row),
+                    std::span<const float>(layer.values).subspan(i * row, row));
+  }
+  for (int h = 0; h < 2; ++h) {
+    for (int64_t block = 0; block < 2; ++block) {
+      EXPECT_EQ(restored.store(h).BlockBytes(block), written.store(h).BlockBytes(block));
+    }
+  }
+  std::vector<float> out_written(layer.queries.size()), out_restored(layer.queries.size());
+  written.Attend(layer.queries, out_written);
+  restored.Attend(layer.queries, out_restored);
+  EXPECT_EQ(out_written, out_restored);
+
+  // Refused whole, naming the field: a block after the window's 88 tokens, a missing head, a
+  // truncated block.
+  std::vector<std::vector<uint8_t>> heads{written.store(0).BlockBytes(0),
+                                          written.store(1).BlockBytes(0)};
+  const auto field = [&](ReadKvLayerCache& cache, std::span<const std::vector<uint8_t>> blocks) {
+    try {
+      cache.AppendEncodedBlock(blocks);
+    } catch (const InvalidArgument& e) {
+      return std::string(e.field());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(field(restored, heads), "tokens");
+  ReadKvLayerCache empty(data.geometry, calibration, 0, tree, options);
+  EXPECT_EQ(field(empty, std::span(heads).first(1)), "head_blocks");
+  heads[1].pop_back();
+  EXPECT_EQ(field(empty, heads), "head_blocks");
+  EXPECT_EQ(empty.tokens(), 0);
+  EXPECT_EQ(empty.store(0).tokens(), 0);
+}
+
 TEST(AttentionTest, Fp8ErrorIsSmallVersusDense) {
   for (Fp8ScaleGranularity scale : {Fp8ScaleGranularity::kTensor, Fp8ScaleGranularity::kHead}) {
     AttentionExperimentConfig config;

@@ -119,7 +119,6 @@ struct LlamaDecodeModel::Impl {
   // Persistent prefix cache (runtime.h); null when off.
   codec::CacheIdentity identity;
   std::unique_ptr<PrefixCacheStore> prefix_store;
-  int64_t unrestorable_objects = 0;  // accepted objects whose codes could not be re-appended
   // Sign-vector transforms of every (layer, head), index layer * Hkv + head (prefix cache only).
   std::vector<codec::HadamardTransform> key_transforms, value_transforms;
 
@@ -329,6 +328,9 @@ struct LlamaDecodeModel::Impl {
   const codec::ReadKvLayerCache& ReadKvCache(const Sequence& s, int layer) const {
     return dynamic_cast<const codec::ReadKvLayerCache&>(*s.caches[static_cast<size_t>(layer)]);
   }
+  codec::ReadKvLayerCache& ReadKvCache(Sequence& s, int layer) const {
+    return dynamic_cast<codec::ReadKvLayerCache&>(*s.caches[static_cast<size_t>(layer)]);
+  }
 
   // One object's blocks decoded at full depth W to post-RoPE K/V in the model's domain, appended
   // to decoded_past ([2l] keys, [2l + 1] values, [tokens, Hkv, hd] in the compute dtype).
@@ -368,91 +370,16 @@ struct LlamaDecodeModel::Impl {
     }
   }
 
-  // Round to nearest even, as the codec's residual window stores a transformed value.
-  static uint16_t ToBf16(float f) {
-    uint32_t bits = std::bit_cast<uint32_t>(f);
-    if (std::isnan(f)) return static_cast<uint16_t>((bits >> 16) | 0x40);
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-    return static_cast<uint16_t>(bits >> 16);
-  }
-  static float FromBf16(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
-
-  // Whether a transformed, standardised value encodes to `code` on the codec's write path
-  // (residual window: BF16 first, then (x - mu) / sigma, then the Lloyd tree).
-  bool EncodesTo(float transformed, float mean, float sd, uint8_t code) const {
-    return codebook->Encode((FromBf16(ToBf16(transformed)) - mean) / sd) == code;
-  }
-
-  // Restores one accepted object into an empty-at-this-block sequence: the codec keeps no API to
-  // append encoded bytes to a layer cache, so each token is re-appended as the model-domain value
-  // whose transform lands on a BF16 value inside the stored code's Lloyd cell (its centroid's
-  // nearest such value). Every code is checked on a replica of the write path before anything is
-  // appended (false: nothing changed, the caller recomputes the block), and the appended block's
-  // bytes are compared with the object's afterwards.
-  bool RestoreBlock(Sequence& s, const codec::CacheObject& object, int64_t block) {
-    const int w = options.kv.store_bits, d = hd(), layers = config.num_hidden_layers;
-    const int64_t n = object.tokens;
-    std::vector<std::vector<float>> keys(static_cast<size_t>(layers)), values(keys.size());
-    std::vector<float> y(static_cast<size_t>(d)), x(static_cast<size_t>(d)), f(y.size());
-    for (int l = 0; l < layers; ++l) {
-      keys[static_cast<size_t>(l)].resize(static_cast<size_t>(n * hkv() * d));
-      values[static_cast<size_t>(l)].resize(static_cast<size_t>(n * hkv() * d));
-      for (int h = 0; h < hkv(); ++h) {
-        const size_t index = static_cast<size_t>(l) * hkv() + h;
-        codec::BitPlaneStore store(d, w);
-        store.AppendBlockBytes(object.blocks[index], object.tokens);
-        for (int kind = 0; kind < 2; ++kind) {
-          const auto mean = kind == 0 ? calibration->KeyMean(l, h) : calibration->ValueMean(l, h);
-          const auto sd = kind == 0 ? calibration->KeyStd(l, h) : calibration->ValueStd(l, h);
-          const codec::HadamardTransform& t =
-              kind == 0 ? key_transforms[index] : value_transforms[index];
-          float* out = (kind == 0 ? keys : values)[static_cast<size_t>(l)].data();
-          std::vector<uint8_t> codes(static_cast<size_t>(d));
-          for (int64_t i = 0; i < n; ++i) {
-            for (int c = 0; c < d; ++c) {
-              const auto ch = static_cast<size_t>(c);
-              codes[ch] = kind == 0 ? store.KeyCode(i, c, w) : store.ValueCode(i, c, w);
-              const uint16_t nearest =
-                  ToBf16(mean[ch] + sd[ch] * codebook->Decode(codes[ch], w));
-              bool found = false;
-              for (int step = 0; step <= 16 && !found; ++step) {
-                const int delta = (step % 2 == 0 ? 1 : -1) * ((step + 1) / 2);
-                const float candidate = FromBf16(static_cast<uint16_t>(nearest + delta));
-                if (std::isfinite(candidate) && EncodesTo(candidate, mean[ch], sd[ch], codes[ch])) {
-                  y[ch] = candidate;
-                  found = true;
-                }
-              }
-              if (!found) return false;
-            }
-            t.Inverse(y, x);
-            t.Forward(x, f);
-            for (int c = 0; c < d; ++c) {
-              const auto ch = static_cast<size_t>(c);
-              if (!EncodesTo(f[ch], mean[ch], sd[ch], codes[ch])) return false;
-            }
-            std::copy(x.begin(), x.end(), out + (i * hkv() + h) * d);
-          }
-        }
-      }
+  // Restores one accepted object into a sequence that ends at this block: its bytes go straight
+  // into every layer's stores (ReadKvLayerCache::AppendEncodedBlock), nothing is decoded.
+  void RestoreBlock(Sequence& s, const codec::CacheObject& object) {
+    const auto heads = static_cast<size_t>(hkv());
+    for (int l = 0; l < config.num_hidden_layers; ++l) {
+      const auto first = object.blocks.begin() + static_cast<std::ptrdiff_t>(l * heads);
+      ReadKvCache(s, l).AppendEncodedBlock(
+          std::span<const std::vector<uint8_t>>(&*first, heads));
     }
-    for (int l = 0; l < layers; ++l) {
-      s.caches[static_cast<size_t>(l)]->AppendTokens(keys[static_cast<size_t>(l)],
-                                                      values[static_cast<size_t>(l)]);
-    }
-    s.length += n;
-    for (int l = 0; l < layers; ++l) {
-      for (int h = 0; h < hkv(); ++h) {
-        if (ReadKvCache(s, l).store(h).BlockBytes(block) !=
-            object.blocks[static_cast<size_t>(l) * hkv() + h]) {
-          throw std::runtime_error("prefix cache: restored block " + std::to_string(block) +
-                                   " of layer " + std::to_string(l) + " head " +
-                                   std::to_string(h) + " differs from its object " +
-                                   object.prefix_digest);
-        }
-      }
-    }
-    return true;
+    s.length += object.tokens;
   }
 
   // The prompt head of an empty ReadKV sequence with the prefix cache on (runtime.h).
@@ -467,17 +394,10 @@ struct LlamaDecodeModel::Impl {
           PrefixDigest(tokens.first(static_cast<size_t>(first + codec::kBlockTokens)));
       std::optional<codec::CacheObject> object =
           prefix_store->Load(digest, first, codec::kBlockTokens);
-      if (object && RestoreBlock(s, *object, b)) {
+      if (object) {
+        RestoreBlock(s, *object);
         ++hits;
       } else {
-        if (object) {
-          ++unrestorable_objects;
-          if (options.prefix_cache.warn) {
-            options.prefix_cache.warn("prefix cache: object " + digest +
-                                      " cannot be re-appended exactly; recomputing block " +
-                                      std::to_string(b));
-          }
-        }
         Prefill(s, tokens.subspan(static_cast<size_t>(first), codec::kBlockTokens),
                 &decoded_past);
         object = codec::CacheObject{identity, digest, first, codec::kBlockTokens, {}};
@@ -726,9 +646,6 @@ engine::KvLedgers LlamaDecodeModel::ledgers() const {
   if (impl_->prefix_store) {
     for (const auto& [reason, count] : impl_->prefix_store->counters().rejections) {
       out.cache_rejections[reason] += count;
-    }
-    if (impl_->unrestorable_objects > 0) {
-      out.cache_rejections["unrestorable"] += impl_->unrestorable_objects;
     }
   }
   return out;

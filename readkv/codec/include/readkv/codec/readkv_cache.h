@@ -40,6 +40,13 @@ class ReadKvLayerCache final : public LayerKvCache {
                    const ReadKvCacheOptions& options);
 
   void Append(std::span<const float> keys, std::span<const float> values) override;
+  // Appends one whole block of already-encoded tokens (a cache object's blocks, as
+  // BitPlaneStore::BlockBytes wrote them): head_blocks[h] holds KV head h's bytes. Nothing is
+  // decoded or re-encoded, so the stores hold exactly those bytes afterwards. All or nothing:
+  // throws InvalidArgument("head_blocks") unless there is one block of BlockByteSize() bytes per
+  // KV head, and InvalidArgument("tokens") unless the cache ends on a block boundary with an
+  // empty residual window.
+  void AppendEncodedBlock(std::span<const std::vector<uint8_t>> head_blocks);
   int64_t tokens() const override { return encoded_tokens_ + residual_tokens_; }
   CapacityLedger Capacity() const override;
   EncodeCost encode_cost() const override { return encode_; }

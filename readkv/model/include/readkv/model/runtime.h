@@ -25,9 +25,8 @@
 // empty DIR (not as a server without --cache-dir, whose prompt attends its exact prefix). On a
 // miss a block is computed, encoded, and stored as one object (prefix_cache_store.h) named by
 // the digest of the token ids up to its end; on a hit the object is checked against this model's
-// cache_identity(), its codes are restored into the sequence's caches (re-appending values that
-// re-encode to exactly those codes, verified before and after) and the block's forward pass is
-// skipped. A refused object (identity, damage) is counted in ledgers().cache_rejections by reason,
+// cache_identity(), its bytes are appended to the sequence's caches as they are
+// (ReadKvLayerCache::AppendEncodedBlock) and the block's forward pass is skipped. A refused object (identity, damage) is counted in ledgers().cache_rejections by reason,
 // quarantined, and recomputed; it is never decoded.
 //
 // Thread-safety: a model is driven by one thread (the engine's worker), as DecodeModel requires.
