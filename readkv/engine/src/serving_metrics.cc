@@ -207,18 +207,28 @@ std::vector<MetricFamily> ServingMetrics::CollectLedgers() const {
   depth.metric.push_back(std::move(depth_metric));
   families.push_back(std::move(depth));
 
-  MetricFamily rejected{"readkv_cache_rejections_total",
-                        "Cache objects or read policies the KV backend refused, by reason.",
-                        MetricType::Counter,
-                        {}};
-  for (const auto& [reason, count] : rejections) {
-    ClientMetric metric;
-    metric.label = common;
-    metric.label.push_back(MakeLabel("reason", reason));
-    metric.counter.value = static_cast<double>(count);
-    rejected.metric.push_back(std::move(metric));
+  // A counter per key of `counts`, labelled `label` = key.
+  auto labelled = [&](const char* name, const char* help, const char* label,
+                      const std::map<std::string, int64_t>& counts) {
+    MetricFamily family{name, help, MetricType::Counter, {}};
+    for (const auto& [key, count] : counts) {
+      ClientMetric metric;
+      metric.label = common;
+      metric.label.push_back(MakeLabel(label, key));
+      metric.counter.value = static_cast<double>(count);
+      family.metric.push_back(std::move(metric));
+    }
+    return family;
+  };
+  families.push_back(labelled("readkv_cache_rejections_total",
+                              "Cache objects or read policies the KV backend refused, by reason.",
+                              "reason", rejections));
+  if (!ledgers.prefix_cache_objects.empty()) {
+    families.push_back(labelled("readkv_prefix_cache_objects_total",
+                                "Objects of the persistent prefix cache by outcome: hit (loaded "
+                                "and accepted), miss, stored, evicted, write_failed.",
+                                "result", ledgers.prefix_cache_objects));
   }
-  families.push_back(std::move(rejected));
   return families;
 }
 

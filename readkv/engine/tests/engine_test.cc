@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "readkv/engine/serving_metrics.h"
 #include "table_decode_model.h"
 
 namespace readkv::engine {
@@ -321,6 +323,26 @@ TEST_F(EngineTest, ExportsTheVllmSeriesAndTheLedgers) {
   ASSERT_EQ(by_name["readkv_cache_rejections_total"]->metric.size(), 1u);
   EXPECT_EQ(by_name["readkv_cache_rejections_total"]->metric[0].counter.value, 0.0);
   ASSERT_FALSE(by_name["kvgate_request_errors_total"]->metric.empty());
+  // A model without a prefix cache exports no prefix-cache series.
+  EXPECT_EQ(by_name.count("readkv_prefix_cache_objects_total"), 0u);
+}
+
+TEST(ServingMetricsTest, PrefixCacheObjectsAreExportedByOutcome) {
+  ServingMetrics metrics("served", "readkv");
+  KvLedgers ledgers;
+  ledgers.prefix_cache_objects = {{"hit", 7}, {"miss", 2}, {"stored", 2}};
+  metrics.PublishLedgers(ledgers);
+  std::map<std::string, double> by_result;
+  for (const auto& family : metrics.Collect()) {
+    if (family.name != "readkv_prefix_cache_objects_total") continue;
+    EXPECT_EQ(family.type, prometheus::MetricType::Counter);
+    for (const auto& metric : family.metric) {
+      for (const auto& label : metric.label) {
+        if (label.name == "result") by_result[label.value] = metric.counter.value;
+      }
+    }
+  }
+  EXPECT_EQ(by_result, (std::map<std::string, double>{{"hit", 7}, {"miss", 2}, {"stored", 2}}));
 }
 
 TEST_F(EngineTest, LatenciesCountFromTheFrontEndsArrivalStampAndEventsCarryTheirTime) {

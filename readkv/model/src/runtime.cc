@@ -647,6 +647,12 @@ engine::KvLedgers LlamaDecodeModel::ledgers() const {
     for (const auto& [reason, count] : impl_->prefix_store->counters().rejections) {
       out.cache_rejections[reason] += count;
     }
+    const PrefixCacheCounters c = impl_->prefix_store->counters();
+    out.prefix_cache_objects = {{"hit", c.hits},
+                                {"miss", c.misses},
+                                {"stored", c.stored},
+                                {"evicted", c.evicted},
+                                {"write_failed", c.write_failures}};
   }
   return out;
 }

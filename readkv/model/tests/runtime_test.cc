@@ -375,6 +375,11 @@ TEST_F(CompressedRuntimeTest, PrefixCacheHitsAreBitIdenticalToAFreshCache) {
     EXPECT_EQ(model.prefix_cache_counters().hits, 2);
     EXPECT_EQ(model.prefix_cache_counters().stored, 0);
     EXPECT_TRUE(model.ledgers().cache_rejections.empty());
+    // The same counts reach the ledgers (readkv_prefix_cache_objects_total).
+    const auto objects = model.ledgers().prefix_cache_objects;
+    EXPECT_EQ(objects.at("hit"), 2);
+    EXPECT_EQ(objects.at("miss"), 0);
+    EXPECT_EQ(objects.at("stored"), 0);
   }
   ASSERT_EQ(miss.size(), 9u);
   for (size_t i = 0; i < miss.size(); ++i) {

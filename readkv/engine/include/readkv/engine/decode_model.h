@@ -36,6 +36,10 @@ struct KvLedgers {
   // Cache objects or policies the backend refused, by reason (e.g. "identity_mismatch"),
   // cumulative. Exported as readkv_cache_rejections_total{reason}.
   std::map<std::string, int64_t> cache_rejections;
+  // A persistent prefix cache's objects by outcome ("hit": loaded and accepted, "miss": none
+  // stored, "stored", "evicted", "write_failed"), cumulative; empty without a prefix cache.
+  // Refused objects are in cache_rejections. Exported as readkv_prefix_cache_objects_total{result}.
+  std::map<std::string, int64_t> prefix_cache_objects;
 };
 
 // One sequence's work in a Forward call: feed `tokens` (the whole prompt on its first step, one

@@ -14,7 +14,9 @@
 //   readkv_capacity_bytes, readkv_workspace_peak_bytes (gauges), readkv_logical_read_bytes_total,
 //   readkv_physical_traffic_bytes_total, readkv_encode_seconds_total (counters),
 //   readkv_read_depth (histogram over depths 0..W, from read_depth_counts),
-//   readkv_cache_rejections_total{reason} (reason="invalid_policy" is always exported, from 0).
+//   readkv_cache_rejections_total{reason} (reason="invalid_policy" is always exported, from 0),
+//   readkv_prefix_cache_objects_total{result="hit"|"miss"|"stored"|"evicted"|"write_failed"}
+//   (only when the model has a prefix cache).
 #pragma once
 
 #include <prometheus/counter.h>

@@ -26,8 +26,10 @@
 // miss a block is computed, encoded, and stored as one object (prefix_cache_store.h) named by
 // the digest of the token ids up to its end; on a hit the object is checked against this model's
 // cache_identity(), its bytes are appended to the sequence's caches as they are
-// (ReadKvLayerCache::AppendEncodedBlock) and the block's forward pass is skipped. A refused object (identity, damage) is counted in ledgers().cache_rejections by reason,
-// quarantined, and recomputed; it is never decoded.
+// (ReadKvLayerCache::AppendEncodedBlock) and the block's forward pass is skipped. Lookups and
+// writes are counted in ledgers().prefix_cache_objects. A refused object (identity, damage) is
+// counted in ledgers().cache_rejections by reason, quarantined, and recomputed; it is never
+// decoded.
 //
 // Thread-safety: a model is driven by one thread (the engine's worker), as DecodeModel requires.
 #pragma once
