@@ -23,13 +23,13 @@ int ChunkTokens(const DecodeShape& shape) {
 }
 
 // The dense and FP8 kernels' partition (split_work.h) with the grid they get on an H100/H200
-// (132 SMs, two resident blocks each): the model counts one partial per (block, head it holds
-// tiles of, warp), written once and read once by the combine.
+// (132 SMs; dense holds two blocks per SM, FP8 three): the model counts one partial per (block,
+// head it holds tiles of, warp), written once and read once by the combine.
 TrafficBytes SplitTraffic(const DecodeShape& shape, const int32_t* seq_lens, int element_bytes,
-                          bool scales) {
+                          bool scales, int blocks_per_sm) {
   TrafficBytes t;
-  const internal::SplitWork work =
-      internal::MakeSplitWork(shape.batch, shape.heads_kv, shape.max_tokens, 2 * 132);
+  const internal::SplitWork work = internal::MakeSplitWork(shape.batch, shape.heads_kv,
+                                                           shape.max_tokens, blocks_per_sm * 132);
   const int64_t d = shape.head_dim;
   const int64_t g = shape.heads_q / shape.heads_kv;
   for (int b = 0; b < shape.batch; ++b) {
@@ -88,11 +88,11 @@ int64_t ReadKvLogicalBytes(const DecodeShape& shape, const int32_t* seq_lens_hos
 }
 
 TrafficBytes DenseDecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host) {
-  return SplitTraffic(shape, seq_lens_host, 2, false);
+  return SplitTraffic(shape, seq_lens_host, 2, false, 2);
 }
 
 TrafficBytes Fp8DecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host) {
-  return SplitTraffic(shape, seq_lens_host, 1, true);
+  return SplitTraffic(shape, seq_lens_host, 1, true, 3);
 }
 
 TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host,

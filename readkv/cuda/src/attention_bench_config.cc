@@ -1,0 +1,172 @@
+// `kvgate bench attention`'s configuration: the --kv specs, positive lists and the checks that
+// name the offending flag (attention_bench.h). Host code, every build.
+#include <cctype>
+#include <cstdint>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "readkv/codec/errors.h"
+#include "readkv/cuda/attention_bench.h"
+
+namespace readkv::cuda {
+
+using codec::InvalidArgument;
+
+// ---- Configuration ---------------------------------------------------------------------------
+
+std::string KvSpec::Name() const {
+  switch (backend) {
+    case KvBackend::kDense:
+      return "dense";
+    case KvBackend::kFp8:
+      return "fp8";
+    case KvBackend::kReadKv: {
+      std::ostringstream text;
+      text << "readkv:" << store_bits << ":" << read_bits;
+      return text.str();
+    }
+  }
+  return "?";
+}
+
+namespace {
+
+// A whole-string number parse; false on trailing characters or an empty string.
+template <typename T>
+bool ParseNumber(const std::string& text, T& value) {
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text.front()))) return false;
+  try {
+    size_t used = 0;
+    if constexpr (std::is_floating_point_v<T>) {
+      value = static_cast<T>(std::stod(text, &used));
+    } else {
+      value = static_cast<T>(std::stoll(text, &used));
+    }
+    return used == text.size();
+  } catch (const std::logic_error&) {
+    return false;
+  }
+}
+
+std::vector<std::string> SplitCommas(const std::string& text) {
+  std::vector<std::string> parts;
+  size_t begin = 0;
+  while (true) {
+    const size_t comma = text.find(',', begin);
+    parts.push_back(
+        text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
+  }
+  return parts;
+}
+
+}  // namespace
+
+KvSpec ParseKvSpec(const std::string& text) {
+  if (text == "dense") return KvSpec{KvBackend::kDense, 0, 0.0};
+  if (text == "fp8") return KvSpec{KvBackend::kFp8, 0, 0.0};
+  const std::string usage =
+      "expected dense, fp8 or readkv:W:R (e.g. readkv:8:4), got '" + text + "'";
+  if (text.rfind("readkv:", 0) != 0) throw InvalidArgument("--kv", usage);
+  const std::string rest = text.substr(7);
+  const size_t colon = rest.find(':');
+  if (colon == std::string::npos) throw InvalidArgument("--kv", usage);
+  KvSpec spec{KvBackend::kReadKv, 0, 0.0};
+  int64_t store_bits = 0;
+  if (!ParseNumber(rest.substr(0, colon), store_bits) ||
+      !ParseNumber(rest.substr(colon + 1), spec.read_bits)) {
+    throw InvalidArgument("--kv", usage);
+  }
+  if (store_bits < 2 || store_bits > kMaxStoreBits) {
+    throw InvalidArgument("--kv", "W must be in [2, 8] in '" + text + "'");
+  }
+  spec.store_bits = static_cast<int>(store_bits);
+  if (!(spec.read_bits >= 1.0 && spec.read_bits <= spec.store_bits)) {
+    throw InvalidArgument("--kv",
+                          "R must be in [1, W] (the constrained reader reads at least "
+                          "one plane) in '" +
+                              text + "'");
+  }
+  return spec;
+}
+
+std::vector<KvSpec> ParseKvSpecs(const std::string& text) {
+  std::vector<KvSpec> specs;
+  std::set<std::string> seen;
+  for (const std::string& part : SplitCommas(text)) {
+    KvSpec spec = ParseKvSpec(part);
+    if (!seen.insert(spec.Name()).second) {
+      throw InvalidArgument("--kv", "'" + part + "' is listed twice");
+    }
+    specs.push_back(spec);
+  }
+  return specs;
+}
+
+std::vector<int64_t> ParsePositiveList(const std::string& flag, const std::string& text) {
+  std::vector<int64_t> values;
+  for (const std::string& part : SplitCommas(text)) {
+    int64_t value = 0;
+    if (!ParseNumber(part, value) || value < 1) {
+      throw InvalidArgument(flag, "expected comma-separated positive integers, got '" + text + "'");
+    }
+    values.push_back(value);
+  }
+  return values;
+}
+
+void BenchConfig::Validate() const {
+  if (tokens.empty()) throw InvalidArgument("--tokens", "needs at least one value");
+  for (int64_t t : tokens) {
+    if (t < 1 || t > (int64_t{1} << 30)) {
+      throw InvalidArgument("--tokens", "must be in [1, 2^30], got " + std::to_string(t));
+    }
+  }
+  if (batches.empty()) throw InvalidArgument("--batch", "needs at least one value");
+  for (int64_t b : batches) {
+    if (b < 1 || b > 65535) {
+      throw InvalidArgument("--batch", "must be in [1, 65535], got " + std::to_string(b));
+    }
+  }
+  if (heads_kv < 1) throw InvalidArgument("--heads-kv", "must be >= 1");
+  if (heads_q < 1) throw InvalidArgument("--heads-q", "must be >= 1");
+  if (heads_q % heads_kv != 0) {
+    throw InvalidArgument("--heads-kv", "must divide --heads-q (" + std::to_string(heads_q) +
+                                            " % " + std::to_string(heads_kv) + " != 0)");
+  }
+  const int group = heads_q / heads_kv;
+  if (group != 1 && group != 2 && group != 4 && group != 8) {
+    throw InvalidArgument("--heads-kv",
+                          "the GQA group --heads-q / --heads-kv must be 1, 2, 4 or "
+                          "8, got " +
+                              std::to_string(group));
+  }
+  if (head_dim != 64 && head_dim != 128) {
+    throw InvalidArgument("--head-dim", "must be 64 or 128, got " + std::to_string(head_dim));
+  }
+  if (kv.empty()) throw InvalidArgument("--kv", "needs at least one backend");
+  const bool any_readkv = std::any_of(
+      kv.begin(), kv.end(), [](const KvSpec& s) { return s.backend == KvBackend::kReadKv; });
+  if (any_readkv) {
+    // The calibration needs two tokens of the shortest sequence (ragged: T/2).
+    for (int64_t t : tokens) {
+      if (t < 4) throw InvalidArgument("--tokens", "must be >= 4 with a readkv backend");
+    }
+  }
+  if (iters < 20 || iters > 100000) {
+    throw InvalidArgument("--iters", "must be in [20, 100000], got " + std::to_string(iters));
+  }
+  if (chunk_tokens < 0 || chunk_tokens % kPageTokens != 0 || chunk_tokens > (1 << 20)) {
+    throw InvalidArgument("--chunk-tokens",
+                          "must be a multiple of 256 (0: the kernels' choice), "
+                          "got " +
+                              std::to_string(chunk_tokens));
+  }
+}
+
+}  // namespace readkv::cuda

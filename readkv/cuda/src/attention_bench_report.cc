@@ -1,0 +1,161 @@
+// `kvgate bench attention`'s report: timing statistics of the launches, the JSON record and the
+// table (attention_bench.h). Host code, every build.
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "readkv/cuda/attention_bench.h"
+
+namespace readkv::cuda {
+
+TimingStats SummariseTimes(std::vector<double> times_us) {
+  TimingStats stats;
+  stats.launches = static_cast<int>(times_us.size());
+  if (times_us.empty()) return stats;
+  std::sort(times_us.begin(), times_us.end());
+  const auto quantile = [&](double q) {
+    const double pos = q * static_cast<double>(times_us.size() - 1);
+    const auto lo = static_cast<size_t>(std::floor(pos));
+    const size_t hi = std::min(lo + 1, times_us.size() - 1);
+    return times_us[lo] + (pos - static_cast<double>(lo)) * (times_us[hi] - times_us[lo]);
+  };
+  stats.median_us = quantile(0.5);
+  stats.p10_us = quantile(0.1);
+  stats.p90_us = quantile(0.9);
+  double sum = 0;
+  for (double t : times_us) sum += t;
+  stats.mean_us = sum / static_cast<double>(times_us.size());
+  return stats;
+}
+
+// ---- Output ----------------------------------------------------------------------------------
+
+namespace {
+
+nlohmann::json TimingJson(const TimingStats& t) {
+  return {{"launches", t.launches},
+          {"median_us", t.median_us},
+          {"p10_us", t.p10_us},
+          {"p90_us", t.p90_us},
+          {"mean_us", t.mean_us}};
+}
+
+// NaN/absent ratios become null rather than a number a script could misread.
+nlohmann::json PositiveOrNull(double value) {
+  return value > 0 && std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
+}
+
+}  // namespace
+
+std::string BenchReportJson(const BenchConfig& config, const BenchReport& report,
+                            const BenchRunInfo& info) {
+  nlohmann::json kv = nlohmann::json::array();
+  for (const KvSpec& spec : config.kv) kv.push_back(spec.Name());
+  nlohmann::json rows = nlohmann::json::array();
+  for (const BenchRow& r : report.rows) {
+    rows.push_back({{"tokens", r.tokens},
+                    {"batch", r.batch},
+                    {"kv", r.kv},
+                    {"anchor", r.anchor},
+                    {"context_tokens", r.context_tokens},
+                    {"time", TimingJson(r.time)},
+                    {"capacity_bytes", r.capacity_bytes},
+                    {"logical_bytes", r.logical_bytes},
+                    {"traffic_bytes",
+                     {{"payload", r.traffic.payload},
+                      {"metadata", r.traffic.metadata},
+                      {"scores", r.traffic.scores},
+                      {"schedule", r.traffic.schedule},
+                      {"partials", r.traffic.partials},
+                      {"io", r.traffic.io},
+                      {"total", r.traffic.Total()}}},
+                    {"workspace_bytes", r.workspace_bytes},
+                    {"achieved_gbps", r.achieved_gbps},
+                    {"stream_fraction", r.stream_fraction},
+                    {"time_vs_fp8", PositiveOrNull(r.time_vs_fp8)},
+                    {"time_vs_dense", PositiveOrNull(r.time_vs_dense)},
+                    {"finite", r.finite},
+                    {"rel_l2_vs_dense", r.rel_l2_vs_dense >= 0 ? nlohmann::json(r.rel_l2_vs_dense)
+                                                               : nlohmann::json(nullptr)},
+                    {"copies", r.copies},
+                    {"copy_bytes", r.copy_bytes}});
+  }
+  const nlohmann::json out = {{"bench", "attention"},
+                              {"version", info.version},
+                              {"git_commit", info.git_commit},
+                              {"date_utc", info.date_utc},
+                              {"command_line", info.command_line},
+                              {"device",
+                               {{"name", report.device},
+                                {"driver_version", report.driver_version},
+                                {"runtime_version", report.runtime_version},
+                                {"l2_bytes", report.l2_bytes}}},
+                              {"config",
+                               {{"tokens", config.tokens},
+                                {"batch", config.batches},
+                                {"heads_q", config.heads_q},
+                                {"heads_kv", config.heads_kv},
+                                {"head_dim", config.head_dim},
+                                {"kv", kv},
+                                {"iters", config.iters},
+                                {"min_total_ms", config.min_total_ms},
+                                {"chunk_tokens", config.chunk_tokens},
+                                {"ragged", config.ragged},
+                                {"seed", config.seed}}},
+                              {"stream",
+                               {{"bytes", report.stream_bytes},
+                                {"time", TimingJson(report.stream_time)},
+                                {"gbps", report.stream_gbps}}},
+                              {"cold_l2_method", report.cold_l2_method},
+                              {"anchor_note", report.anchor_note},
+                              {"rows", rows}};
+  return out.dump(2);
+}
+
+void PrintBenchTable(const BenchReport& report, std::ostream& out) {
+  out << "device: " << report.device << " (driver " << report.driver_version << ", runtime "
+      << report.runtime_version << ", L2 " << report.l2_bytes / (1024 * 1024) << " MiB)\n";
+  out << "streaming read: " << std::fixed << std::setprecision(1) << report.stream_gbps
+      << " GB/s (median of " << report.stream_time.launches << " reads of "
+      << report.stream_bytes / (1024 * 1024) << " MiB)\n";
+  out << "cold L2: " << report.cold_l2_method << "\n";
+  if (!report.anchor_note.empty()) out << "anchor: " << report.anchor_note << "\n";
+  out << std::setw(8) << "tokens" << std::setw(6) << "batch" << std::setw(22) << "kv"
+      << std::setw(11) << "median_us" << std::setw(11) << "p10_us" << std::setw(11) << "p90_us"
+      << std::setw(12) << "logical_MB" << std::setw(12) << "traffic_MB" << std::setw(9) << "GB/s"
+      << std::setw(8) << "%strm" << std::setw(8) << "vs_fp8" << std::setw(9) << "vs_dense"
+      << std::setw(11) << "relL2_dns" << std::setw(7) << "copies"
+      << "\n";
+  const auto ratio = [](double v) {
+    std::ostringstream s;
+    if (v > 0 && std::isfinite(v)) {
+      s << std::fixed << std::setprecision(3) << v;
+    } else {
+      s << "-";
+    }
+    return s.str();
+  };
+  for (const BenchRow& r : report.rows) {
+    std::ostringstream rel;
+    if (r.rel_l2_vs_dense >= 0) {
+      rel << std::scientific << std::setprecision(2) << r.rel_l2_vs_dense;
+    } else {
+      rel << "-";
+    }
+    out << std::setw(8) << r.tokens << std::setw(6) << r.batch << std::setw(22)
+        << (r.kv + (r.finite ? "" : "!NaN")) << std::fixed << std::setprecision(1) << std::setw(11)
+        << r.time.median_us << std::setw(11) << r.time.p10_us << std::setw(11) << r.time.p90_us
+        << std::setprecision(2) << std::setw(12) << static_cast<double>(r.logical_bytes) / 1e6
+        << std::setw(12) << static_cast<double>(r.traffic.Total()) / 1e6 << std::setprecision(1)
+        << std::setw(9) << r.achieved_gbps << std::setw(8) << 100.0 * r.stream_fraction
+        << std::setw(8) << ratio(r.time_vs_fp8) << std::setw(9) << ratio(r.time_vs_dense)
+        << std::setw(11) << rel.str() << std::setw(7) << r.copies << "\n";
+  }
+}
+
+}  // namespace readkv::cuda
