@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 
@@ -57,6 +58,26 @@ TEST(PolicyTest, LongContextDiffersFromTheDefaultOnlyInTheQualityLengths) {
   EXPECT_EQ(l.candidate.serve_args, d.candidate.serve_args);
   EXPECT_EQ(l.baseline.serve_args, d.baseline.serve_args);
   EXPECT_EQ(l.load.requests, d.load.requests);
+}
+
+TEST(PolicyTest, H200LongKeepsTheDefaultGatesOnTheGpuAt16K) {
+  Policy d = LoadPolicyFile(DefaultPolicyPath());
+  Policy h = LoadPolicyFile(std::string(KVGATE_SOURCE_DIR) + "/policies/h200-long.toml");
+  EXPECT_EQ(h.gates.passkey_required, d.gates.passkey_required);
+  EXPECT_DOUBLE_EQ(h.gates.qa_max_f1_drop, d.gates.qa_max_f1_drop);
+  EXPECT_DOUBLE_EQ(h.gates.p99_max_ratio, d.gates.p99_max_ratio);
+  EXPECT_DOUBLE_EQ(h.gates.goodput_min_ratio, d.gates.goodput_min_ratio);
+  EXPECT_DOUBLE_EQ(h.gates.confidence, d.gates.confidence);
+  EXPECT_EQ(h.passkey.items, 200);
+  EXPECT_GE(h.passkey.lengths.front(), 16000);
+  EXPECT_GE(h.qa.lengths.front(), 16000);
+  EXPECT_GE(h.load.pairs, 5);
+  for (const ServerSpec* s : {&h.baseline, &h.candidate}) {
+    const auto& a = s->serve_args;
+    const auto device = std::find(a.begin(), a.end(), "--device");
+    ASSERT_NE(device, a.end());
+    EXPECT_EQ(*(device + 1), "cuda");
+  }
 }
 
 TEST(PolicyTest, MinimalPolicyTakesEveryDefault) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "readkv/codec/errors.h"
+#include "readkv/cuda/codec_tables.h"
 #include "readkv/cuda/device.h"
 
 #if defined(KVGATE_HAVE_CUDA)
@@ -384,11 +385,10 @@ void BuildReadKv(ReadKvSet& rk, const PointGeometry& g, const DenseSet& dense, i
   const DecodeShape& s = g.shape;
   const int w = rk.store_bits;
   const size_t hd = static_cast<size_t>(s.heads_kv) * s.head_dim;
-  const codec::LloydTree tree(w);
-  const codec::DepthAllocator key_alloc(tree.distortions(), 1, 1);
-  const codec::DepthAllocator value_alloc(tree.distortions(), 1, 2);
-  rk.key_steps = key_alloc.steps_per_object();
-  rk.value_steps = value_alloc.steps_per_object();
+  const ReadKvHostTables tables =
+      MakeReadKvHostTables(codec::TransformSeeds{}, 1, s.heads_kv, s.head_dim, w);
+  rk.key_steps = tables.key_steps;
+  rk.value_steps = tables.value_steps;
 
   rk.common.Reserve(rk.set, g);
   rk.key_planes = rk.set.Add(static_cast<size_t>(g.num_pages) * hd * w * 32);
@@ -402,53 +402,24 @@ void BuildReadKv(ReadKvSet& rk, const PointGeometry& g, const DenseSet& dense, i
   rk.value_signs = rk.set.Add(hd * sizeof(float));
   rk.centroids = rk.set.Add(((size_t{2} << w) - 1) * sizeof(float));
   rk.boundaries = rk.set.Add(((size_t{1} << w) - 1) * sizeof(float));
-  rk.key_increments = rk.set.Add(static_cast<size_t>(rk.key_steps) * sizeof(double));
-  rk.value_increments =
-      rk.set.Add(static_cast<size_t>(std::max(rk.value_steps, 1)) * sizeof(double));
+  rk.key_increments = rk.set.Add(tables.key_increments.size() * sizeof(double));
+  rk.value_increments = rk.set.Add(tables.value_increments.size() * sizeof(double));
   rk.capacity_bytes = static_cast<int64_t>(rk.set.copy_bytes() - rk.key_planes);
   rk.set.Allocate(l2_bytes, "readkv:" + std::to_string(w) + " set");
   Check(cudaMemset(rk.set.At<char>(0, 0), 0, rk.set.copy_bytes()), "zero readkv planes");
 
   // Codec tables.
   const codec::Calibration cal = Calibrate(g, dense);
-  std::vector<float> key_signs(hd), value_signs(hd);
-  const codec::TransformSeeds seeds;
-  for (int h = 0; h < s.heads_kv; ++h) {
-    const codec::HadamardTransform kt(s.head_dim, seeds.KeySeed(0, h));
-    const codec::HadamardTransform vt(s.head_dim, seeds.ValueSeed(0, h));
-    for (int c = 0; c < s.head_dim; ++c) {
-      key_signs[static_cast<size_t>(h) * s.head_dim + c] = kt.signs()[static_cast<size_t>(c)];
-      value_signs[static_cast<size_t>(h) * s.head_dim + c] = vt.signs()[static_cast<size_t>(c)];
-    }
-  }
-  std::vector<float> centroids, boundaries;
-  for (int t = 0; t <= w; ++t) {
-    const auto c = tree.centroids(t);
-    centroids.insert(centroids.end(), c.begin(), c.end());
-  }
-  for (int t = 1; t <= w; ++t) {
-    const auto th = tree.thresholds(t);
-    boundaries.insert(boundaries.end(), th.begin(), th.end());
-  }
-  std::sort(boundaries.begin(), boundaries.end());
-  std::vector<double> key_inc(static_cast<size_t>(rk.key_steps)),
-      value_inc(static_cast<size_t>(rk.value_steps));
-  for (int k = 0; k < rk.key_steps; ++k) key_inc[static_cast<size_t>(k)] = key_alloc.increment(k);
-  for (int k = 0; k < rk.value_steps; ++k) {
-    value_inc[static_cast<size_t>(k)] = value_alloc.increment(k);
-  }
   UploadTo(rk.set.At<float>(0, rk.key_mean), cal.key_mean, "key_mean");
   UploadTo(rk.set.At<float>(0, rk.key_std), cal.key_std, "key_std");
   UploadTo(rk.set.At<float>(0, rk.value_mean), cal.value_mean, "value_mean");
   UploadTo(rk.set.At<float>(0, rk.value_std), cal.value_std, "value_std");
-  UploadTo(rk.set.At<float>(0, rk.key_signs), key_signs, "key_signs");
-  UploadTo(rk.set.At<float>(0, rk.value_signs), value_signs, "value_signs");
-  UploadTo(rk.set.At<float>(0, rk.centroids), centroids, "centroids");
-  UploadTo(rk.set.At<float>(0, rk.boundaries), boundaries, "boundaries");
-  if (!key_inc.empty()) UploadTo(rk.set.At<double>(0, rk.key_increments), key_inc, "increments");
-  if (!value_inc.empty()) {
-    UploadTo(rk.set.At<double>(0, rk.value_increments), value_inc, "increments");
-  }
+  UploadTo(rk.set.At<float>(0, rk.key_signs), tables.key_signs, "key_signs");
+  UploadTo(rk.set.At<float>(0, rk.value_signs), tables.value_signs, "value_signs");
+  UploadTo(rk.set.At<float>(0, rk.centroids), tables.centroids, "centroids");
+  UploadTo(rk.set.At<float>(0, rk.boundaries), tables.boundaries, "boundaries");
+  UploadTo(rk.set.At<double>(0, rk.key_increments), tables.key_increments, "increments");
+  UploadTo(rk.set.At<double>(0, rk.value_increments), tables.value_increments, "increments");
   rk.common.Fill(rk.set, g, dense.set.At<float>(0, dense.common.queries));
 
   // Encode every token through the kernel's own append, in chunks of float rows gathered from

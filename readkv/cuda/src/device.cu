@@ -29,4 +29,10 @@ DeviceReport QueryDevices() {
   return report;
 }
 
+std::string ErrorString(int status) {
+  return cudaGetErrorString(static_cast<cudaError_t>(status));
+}
+
+int SetDevice(int index) { return static_cast<int>(cudaSetDevice(index)); }
+
 }  // namespace readkv::cuda

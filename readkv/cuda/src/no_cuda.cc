@@ -1,5 +1,7 @@
 // The readkv::cuda API in a build without nvcc: no devices, and every launcher answers
 // cudaErrorNoDevice (100), so callers link and report instead of needing #ifdefs.
+#include <string>
+
 #include "readkv/cuda/decode_attention.h"
 #include "readkv/cuda/device.h"
 
@@ -13,6 +15,12 @@ DeviceReport QueryDevices() {
   report.reason = "built without CUDA (nvcc was not found at configure time)";
   return report;
 }
+
+std::string ErrorString(int status) {
+  return status == kNoDevice ? "built without CUDA" : "CUDA error " + std::to_string(status);
+}
+
+int SetDevice(int) { return kNoDevice; }
 
 size_t SplitDecodeWorkspaceBytes(const DecodeShape&) { return 0; }
 size_t ReadKvDecodeWorkspaceBytes(const DecodeShape&) { return 0; }
@@ -32,6 +40,15 @@ cudaError_t ReadKvDecodeAttention(const DecodeShape&, const DecodeInputs&, const
 cudaError_t ReadKvAppend(const DecodeShape&, int, const float*, const float*, const int32_t*,
                          const int32_t*, const int32_t*, const ReadKvCodec&, const ReadKvCache&,
                          cudaStream_t) {
+  return kNoDevice;
+}
+
+cudaError_t Fp8Append(const DecodeShape&, int, const float*, const float*, const int32_t*,
+                      const int32_t*, const int32_t*, const Fp8CacheWrite&, cudaStream_t) {
+  return kNoDevice;
+}
+cudaError_t ReadKvAccount(const DecodeShape&, const int32_t*, const uint8_t*, const uint8_t*,
+                          unsigned long long*, cudaStream_t) {
   return kNoDevice;
 }
 

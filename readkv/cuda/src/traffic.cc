@@ -110,13 +110,15 @@ TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_le
     const int64_t blocks = Chunks(tokens, kPageTokens);
     for (int h = 0; h < shape.heads_kv; ++h) {
       const size_t head = static_cast<size_t>(b) * shape.heads_kv + h;
-      // Key planes: t_c whole 32-byte planes per (block, channel).
-      for (int c = 0; c < d; ++c) t.payload += key_depths_host[head * d + c] * blocks * 32;
-      // Value planes: a token's first t planes are t * d / 8 contiguous bytes of its row,
-      // touched in 32-byte sectors.
-      for (int64_t i = 0; i < tokens; ++i) {
-        const int64_t bytes = value_depths_host[head * shape.max_tokens + i] * plane_bytes;
-        t.payload += (bytes + 31) / 32 * 32;
+      if (key_depths_host != nullptr && value_depths_host != nullptr) {
+        // Key planes: t_c whole 32-byte planes per (block, channel).
+        for (int c = 0; c < d; ++c) t.payload += key_depths_host[head * d + c] * blocks * 32;
+        // Value planes: a token's first t planes are t * d / 8 contiguous bytes of its row,
+        // touched in 32-byte sectors.
+        for (int64_t i = 0; i < tokens; ++i) {
+          const int64_t bytes = value_depths_host[head * shape.max_tokens + i] * plane_bytes;
+          t.payload += (bytes + 31) / 32 * 32;
+        }
       }
       // Calibration (mu, sigma of K and V), signs of K and V; centroids per thread block.
       t.metadata += 6 * d * 4 + (1 + 2 * chunks) * centroid_bytes + blocks * 4 * 2;

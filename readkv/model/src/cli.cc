@@ -127,6 +127,9 @@ void AddTrainCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--storage-dtype", o->storage_dtype, "float32 | bfloat16 | float16")
       ->capture_default_str();
   cmd->add_option("--layers", o->model.num_hidden_layers, "layers")->capture_default_str();
+  cmd->add_option("--max-positions", o->model.max_position_embeddings,
+                  "context the model is trained for (config's max_position_embeddings)")
+      ->capture_default_str();
   auto mix = std::make_shared<std::string>("35:40:25");
   auto no_curriculum = std::make_shared<bool>(false);
   cmd->add_option("--mix", *mix, "percent of passkey : multi-key : QA documents")

@@ -11,9 +11,11 @@
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 
+#include "gpu_kv_cache.h"
 #include "llama_internal.h"
 #include "readkv/codec/attention.h"
 #include "readkv/codec/bitplanes.h"
@@ -33,6 +35,11 @@ using internal::LayerWeights;
 constexpr int64_t kDenseInitialCapacity = 256;
 
 bool IsCodecBackend(const std::string& kind) { return kind == "fp8" || kind == "readkv"; }
+
+// fp8 and readkv on a CUDA device run on readkv::cuda's kernels (gpu_kv_cache.h).
+bool UsesGpuKv(const RuntimeOptions& options) {
+  return options.device != "cpu" && IsCodecBackend(options.kv.kind);
+}
 
 // The per-request ReadKV policy: request fields override the server defaults. A request that
 // changes R without giving a split gets the equal split (the server's default split was chosen
@@ -76,7 +83,13 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
   }
   if (kv.kind == "readkv") {
     // MakeReaderPlan checks store_bits, read_bits, reader and the split, naming the field.
-    codec::MakeReaderPlan(ResolvePolicy(kv, engine::ReadPolicy{}), kv.store_bits);
+    const codec::ReadPolicy policy = ResolvePolicy(kv, engine::ReadPolicy{});
+    codec::MakeReaderPlan(policy, kv.store_bits);
+    if (UsesGpuKv(options) && policy.reader != codec::ReaderKind::kConstrained) {
+      throw std::invalid_argument(
+          "reader: on a CUDA device ReadKV runs the constrained reader only (the flexible reader "
+          "has no kernel); use --reader constrained or --device cpu");
+    }
   }
   if (!options.prefix_cache.directory.empty()) {
     if (kv.kind != "readkv") {
@@ -87,6 +100,11 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
     if (kv.prefill != PrefillAttention::kDense) {
       throw std::invalid_argument("cache_dir: the persistent prefix cache needs --prefill dense");
     }
+    if (UsesGpuKv(options)) {
+      throw std::invalid_argument(
+          "cache_dir: the persistent prefix cache runs with --device cpu only (its objects are "
+          "restored into the CPU codec caches)");
+    }
   }
   if (options.prefix_cache.max_bytes < 0) {
     throw std::invalid_argument("cache_max_bytes: must be >= 0");
@@ -96,6 +114,7 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
 struct LlamaDecodeModel::Impl {
   // The KV state of one sequence: dense tensors per layer, or one codec cache per layer.
   struct Sequence {
+    uint64_t id = 0;
     int64_t length = 0;
     std::vector<torch::Tensor> keys, values;  // dense: [capacity, Hkv, hd] per layer
     std::vector<std::unique_ptr<codec::LayerKvCache>> caches;  // fp8 / readkv
@@ -119,6 +138,8 @@ struct LlamaDecodeModel::Impl {
   // Persistent prefix cache (runtime.h); null when off.
   codec::CacheIdentity identity;
   std::unique_ptr<PrefixCacheStore> prefix_store;
+  // fp8 / readkv on a CUDA device (gpu_kv_cache.h); null otherwise. Sequences then hold no caches.
+  std::unique_ptr<internal::GpuKvCache> gpu;
   // Sign-vector transforms of every (layer, head), index layer * Hkv + head (prefix cache only).
   std::vector<codec::HadamardTransform> key_transforms, value_transforms;
 
@@ -146,6 +167,7 @@ struct LlamaDecodeModel::Impl {
       }
       return s;
     }
+    if (gpu) return s;
     for (int l = 0; l < layers; ++l) {
       codec::LayerCacheConfig c;
       c.backend = options.kv.kind == "fp8" ? codec::KvBackend::kFp8 : codec::KvBackend::kReadKv;
@@ -244,12 +266,13 @@ struct LlamaDecodeModel::Impl {
     return weights.embed.index_select(0, t);  // [n, D]
   }
 
-  void Projections(const LayerWeights& lw, const torch::Tensor& h, torch::Tensor& q,
-                   torch::Tensor& k, torch::Tensor& v) {
+  // q, k (RoPE applied with cos/sin) and v of the rows of h.
+  void Projections(const LayerWeights& lw, const torch::Tensor& h, const torch::Tensor& cos,
+                   const torch::Tensor& sin, torch::Tensor& q, torch::Tensor& k, torch::Tensor& v) {
     torch::Tensor a = internal::RmsNorm(h, lw.attn_norm, config.rms_norm_eps);
     const int64_t n = h.size(0);
-    q = torch::matmul(a, lw.wq.t()).view({n, hq(), hd()});
-    k = torch::matmul(a, lw.wk.t()).view({n, hkv(), hd()});
+    q = internal::ApplyRope(torch::matmul(a, lw.wq.t()).view({n, hq(), hd()}), cos, sin);
+    k = internal::ApplyRope(torch::matmul(a, lw.wk.t()).view({n, hkv(), hd()}), cos, sin);
     v = torch::matmul(a, lw.wv.t()).view({n, hkv(), hd()});
   }
 
@@ -266,16 +289,21 @@ struct LlamaDecodeModel::Impl {
                const std::vector<torch::Tensor>* decoded_past = nullptr) {
     const int64_t n = static_cast<int64_t>(tokens.size());
     const int64_t past = s.length;
+    std::optional<internal::GpuKvCache::Step> step;
+    if (gpu) step = gpu->Begin({&s.id, 1}, {&past, 1}, {&n, 1});
     torch::Tensor h = Embed(tokens);
     torch::Tensor cos = rope.cos.narrow(0, past, n).unsqueeze(1);  // [n, 1, hd]
     torch::Tensor sin = rope.sin.narrow(0, past, n).unsqueeze(1);
     for (int l = 0; l < config.num_hidden_layers; ++l) {
       const LayerWeights& lw = weights.layers[static_cast<size_t>(l)];
       torch::Tensor q, k, v;
-      Projections(lw, h, q, k, v);
-      q = internal::ApplyRope(q, cos, sin);
-      k = internal::ApplyRope(k, cos, sin);
-      Append(s, l, k, v);
+      Projections(lw, h, cos, sin, q, k, v);
+      if (gpu) {
+        Observe(l, k, v);
+        gpu->Append(*step, l, k, v);
+      } else {
+        Append(s, l, k, v);
+      }
       torch::Tensor attn;
       if (options.kv.kind == "dense") {
         attn = internal::CausalAttention(q, s.keys[static_cast<size_t>(l)].narrow(0, 0, past + n),
@@ -304,12 +332,11 @@ struct LlamaDecodeModel::Impl {
     torch::Tensor cos = rope.cos.index_select(0, pos_t).unsqueeze(1);  // [B, 1, hd]
     torch::Tensor sin = rope.sin.index_select(0, pos_t).unsqueeze(1);
     torch::Tensor h = Embed(tokens);
+    if (gpu) return DecodeOnGpu(seqs, h, cos, sin);
     for (int l = 0; l < config.num_hidden_layers; ++l) {
       const LayerWeights& lw = weights.layers[static_cast<size_t>(l)];
       torch::Tensor q, k, v;
-      Projections(lw, h, q, k, v);
-      q = internal::ApplyRope(q, cos, sin);
-      k = internal::ApplyRope(k, cos, sin);
+      Projections(lw, h, cos, sin, q, k, v);
       std::vector<torch::Tensor> outs;
       for (int64_t i = 0; i < b; ++i) {
         Sequence& s = *seqs[static_cast<size_t>(i)];
@@ -319,8 +346,35 @@ struct LlamaDecodeModel::Impl {
       h = Finish(lw, h, torch::stack(outs, 0));
     }
     for (Sequence* s : seqs) s->length += 1;
+    return Logits(h);
+  }
+
+  torch::Tensor Logits(const torch::Tensor& h) {
     torch::Tensor x = internal::RmsNorm(h, weights.final_norm, config.rms_norm_eps);
     return torch::matmul(x, weights.lm_head.t()).to(torch::kCPU, torch::kFloat).contiguous();
+  }
+
+  // Decode on the CUDA KV backends: every layer appends the step's tokens and attends for all
+  // sequences in one batched call each.
+  torch::Tensor DecodeOnGpu(const std::vector<Sequence*>& seqs, torch::Tensor h,
+                            const torch::Tensor& cos, const torch::Tensor& sin) {
+    std::vector<uint64_t> ids;
+    std::vector<int64_t> starts, counts(seqs.size(), 1);
+    for (const Sequence* s : seqs) {
+      ids.push_back(s->id);
+      starts.push_back(s->length);
+    }
+    const internal::GpuKvCache::Step step = gpu->Begin(ids, starts, counts);
+    for (int l = 0; l < config.num_hidden_layers; ++l) {
+      const LayerWeights& lw = weights.layers[static_cast<size_t>(l)];
+      torch::Tensor q, k, v;
+      Projections(lw, h, cos, sin, q, k, v);
+      Observe(l, k, v);
+      gpu->Append(step, l, k, v);
+      h = Finish(lw, h, gpu->Attend(step, l, q).to(dtype));
+    }
+    for (Sequence* s : seqs) s->length += 1;
+    return Logits(h);
   }
 
   // ---- Persistent prefix cache (runtime.h) ----------------------------------------------------
@@ -422,6 +476,7 @@ struct LlamaDecodeModel::Impl {
   }
 
   int64_t SequenceBytes(const Sequence& s) const {
+    if (gpu) return gpu->SequenceBytes(s.id);
     if (options.kv.kind == "dense") {
       return 2 * int64_t{config.num_hidden_layers} * s.length * hkv() * hd() * ElementBytes();
     }
@@ -486,6 +541,19 @@ LlamaDecodeModel::LlamaDecodeModel(const std::string& model_dir, const RuntimeOp
     if (options.kv.kind == "readkv") {
       m.codebook = std::make_shared<const codec::LloydTree>(options.kv.store_bits);
     }
+  }
+  if (UsesGpuKv(options)) {
+    internal::GpuKvConfig g;
+    g.kind = options.kv.kind;
+    g.layers = m.config.num_hidden_layers;
+    g.heads_q = m.hq();
+    g.heads_kv = m.hkv();
+    g.head_dim = m.hd();
+    g.device = m.device;
+    g.calibration = m.calibration;
+    g.fp8_scale = options.kv.fp8_scale;
+    g.store_bits = options.kv.store_bits;
+    m.gpu = std::make_unique<internal::GpuKvCache>(g);
   }
   m.identity = cache_identity();
   if (!options.prefix_cache.directory.empty()) {
@@ -562,8 +630,15 @@ void LlamaDecodeModel::StartSequence(uint64_t sequence_id, const engine::ReadPol
   if (m.options.kv.kind == "readkv") {
     resolved = ResolvePolicy(m.options.kv, policy);
     codec::MakeReaderPlan(resolved, m.options.kv.store_bits);  // throws naming the field
+    if (m.gpu && resolved.reader != codec::ReaderKind::kConstrained) {
+      throw std::invalid_argument(
+          "reader: on a CUDA device ReadKV runs the constrained reader only");
+    }
   }
-  m.sequences.emplace(sequence_id, m.MakeSequence(resolved));
+  Impl::Sequence s = m.MakeSequence(resolved);
+  s.id = sequence_id;
+  if (m.gpu) m.gpu->AddSequence(sequence_id, resolved.read_bits);
+  m.sequences.emplace(sequence_id, std::move(s));
 }
 
 void LlamaDecodeModel::Forward(std::span<engine::SequenceStep> steps) {
@@ -627,6 +702,7 @@ void LlamaDecodeModel::EndSequence(uint64_t sequence_id) {
   auto it = m.sequences.find(sequence_id);
   if (it == m.sequences.end()) return;
   for (const auto& c : it->second.caches) m.retired_encode_seconds += c->encode_cost().seconds;
+  if (m.gpu) m.gpu->RemoveSequence(sequence_id);
   m.sequences.erase(it);
 }
 
@@ -638,6 +714,12 @@ int64_t LlamaDecodeModel::kv_bytes_in_use() const {
 
 engine::KvLedgers LlamaDecodeModel::ledgers() const {
   engine::KvLedgers out = impl_->totals;
+  if (impl_->gpu) {
+    const internal::GpuKvLedgers g = impl_->gpu->ledgers();
+    out.logical_read_bytes += g.logical_read_bytes;
+    out.physical_traffic_bytes += g.physical_traffic_bytes;
+    out.workspace_peak_bytes = std::max(out.workspace_peak_bytes, g.workspace_peak_bytes);
+  }
   out.capacity_bytes = kv_bytes_in_use();
   out.encode_seconds = impl_->retired_encode_seconds;
   for (const auto& [id, s] : impl_->sequences) {

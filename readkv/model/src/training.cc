@@ -210,7 +210,7 @@ TrainResult Train(const TrainOptions& o) {
   std::vector<RecallItem> check;
   {
     std::vector<int> lengths;
-    for (int l : {1024, 2048, 4096, 8192}) {
+    for (int l : {1024, 2048, 4096, 8192, 16384, 32768}) {
       if (l <= o.max_length - 16) lengths.push_back(l);
     }
     if (lengths.empty()) lengths.push_back(o.max_length - 16);

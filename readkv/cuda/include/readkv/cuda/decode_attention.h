@@ -76,6 +76,22 @@ struct Fp8Cache {
   const float* v_scales = nullptr;
 };
 
+// The write side of an FP8 cache (same layout and scales as Fp8Cache).
+struct Fp8CacheWrite {
+  uint8_t* k_pages = nullptr;
+  uint8_t* v_pages = nullptr;
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
+};
+
+// Encodes and appends tokens: keys and values [n][H_kv][d] float (keys post-RoPE); token k goes
+// to position positions[k] of sequence seq_ids[k] (a row of page_table). Codes are bit-identical
+// to readkv::codec::Fp8LayerCache (e4m3 of x / scale: IEEE division, round to nearest even,
+// saturating).
+cudaError_t Fp8Append(const DecodeShape& shape, int tokens, const float* keys, const float* values,
+                      const int32_t* seq_ids, const int32_t* positions, const int32_t* page_table,
+                      const Fp8CacheWrite& cache, cudaStream_t stream);
+
 // Workspace of the dense and FP8 kernels: partial outputs and softmax statistics per (block,
 // head, warp); independent of the device.
 size_t SplitDecodeWorkspaceBytes(const DecodeShape& shape);
@@ -153,6 +169,14 @@ cudaError_t ReadKvAppend(const DecodeShape& shape, int tokens, const float* keys
                          const int32_t* page_table, const ReadKvCodec& codec,
                          const ReadKvCache& cache, cudaStream_t stream);
 
+// Adds the ledgers of one ReadKvDecodeAttention call to totals (device memory, 2 counters):
+// totals[0] += logical bits read (ReadKvLogicalBytes * 8), totals[1] += bit-plane payload bytes
+// in 32-byte sectors (the payload term of ReadKvDecodeTraffic). key_depths / value_depths: what
+// the call wrote through ReadKvDebug; seq_lens as the call saw them. Ordered on `stream`.
+cudaError_t ReadKvAccount(const DecodeShape& shape, const int32_t* seq_lens,
+                          const uint8_t* key_depths, const uint8_t* value_depths,
+                          unsigned long long* totals, cudaStream_t stream);
+
 // ---- Traffic model ---------------------------------------------------------------------------
 // The bytes each call moves through device memory by the kernels' own buffers (physical-traffic
 // ledger, spec/readkv.md "Accounting"): cache payload in 32-byte sectors as the kernels touch
@@ -175,7 +199,8 @@ int64_t ReadKvLogicalBytes(const DecodeShape& shape, const int32_t* seq_lens_hos
                            const uint8_t* key_depths_host, const uint8_t* value_depths_host);
 TrafficBytes DenseDecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host);
 TrafficBytes Fp8DecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host);
-// key_depths_host [B][H_kv][d], value_depths_host [B][H_kv][max_tokens] as ReadKvDebug wrote them.
+// key_depths_host [B][H_kv][d], value_depths_host [B][H_kv][max_tokens] as ReadKvDebug wrote them;
+// both null: every term but the payload (which ReadKvAccount can sum on the device).
 TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host,
                                  int store_bits, const uint8_t* key_depths_host,
                                  const uint8_t* value_depths_host);

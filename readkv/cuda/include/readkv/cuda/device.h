@@ -15,4 +15,11 @@ struct DeviceReport {
 
 DeviceReport QueryDevices();
 
+// cudaGetErrorString of a status a launcher returned ("no CUDA in this build" without nvcc).
+std::string ErrorString(int status);
+
+// cudaSetDevice for the calling thread (launchers run on the thread's current device); returns
+// the status.
+int SetDevice(int index);
+
 }  // namespace readkv::cuda

@@ -6,6 +6,12 @@
 // - "fp8": e4m3 K/V with calibrated amax/448 scales per tensor (layer) or per KV head, attention
 //   in fp32 after dequantisation (readkv::codec).
 // - "readkv": ReadKV(W, R) bit-plane caches and the flexible/constrained readers (readkv::codec).
+// On a CUDA device ("cuda", "cuda:N") fp8 and readkv run on readkv::cuda's kernels instead: every
+// layer's cache is a paged pool on the GPU, appended and attended for all sequences of a step in
+// one batched call per layer (src/gpu_kv_cache.h), with the CPU backends' codes bit for bit. ReadKV
+// there reads with the constrained reader only (the flexible reader has no kernel: "reader" is
+// refused), encodes every token at once (no residual window of unencoded newest tokens, which the
+// CPU cache keeps) and has no prefix cache ("cache_dir" is refused). Dense stays on torch tensors.
 // Prefill (PrefillAttention::kDense, the default): the prompt's tokens except the last attend
 // exactly within the prompt (as vLLM and KIVI do: the prompt's K/V are computed at full precision,
 // then written into the cache); the last prompt token and every later token attend through the
@@ -85,9 +91,9 @@ struct RuntimeOptions {
   PrefixCacheOptions prefix_cache;
 };
 
-// Throws std::invalid_argument naming the field ("kv", "store_bits", "read_bits", "reader",
-// "kv_split", "device", "dtype", "cache_dir" (set for dense/fp8 or with kThroughCache prefill),
-// "cache_max_bytes") for an invalid combination.
+// Throws std::invalid_argument naming the field ("kv", "store_bits", "read_bits", "reader"
+// (flexible on a CUDA device too), "kv_split", "device", "dtype", "cache_dir" (set for dense/fp8,
+// with kThroughCache prefill or on a CUDA device), "cache_max_bytes") for an invalid combination.
 void ValidateRuntimeOptions(const RuntimeOptions& options);
 
 class LlamaDecodeModel final : public engine::DecodeModel {

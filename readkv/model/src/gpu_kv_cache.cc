@@ -1,0 +1,406 @@
+#include "gpu_kv_cache.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "readkv/cuda/codec_tables.h"
+#include "readkv/cuda/decode_attention.h"
+#include "readkv/cuda/device.h"
+
+namespace readkv::model::internal {
+namespace {
+
+namespace rc = readkv::cuda;
+
+void Check(int status, const std::string& what) {
+  if (status != 0) {
+    throw std::runtime_error("cuda: " + what + ": " + rc::ErrorString(status));
+  }
+}
+
+template <typename T>
+T* Ptr(const torch::Tensor& t, int64_t offset = 0) {
+  return reinterpret_cast<T*>(t.data_ptr()) + offset;
+}
+
+template <typename T>
+torch::Tensor Upload(const std::vector<T>& host, torch::Device device) {
+  return torch::from_blob(const_cast<T*>(host.data()), {static_cast<int64_t>(host.size())},
+                          c10::CppTypeToScalarType<T>::value)
+      .to(device);
+}
+
+// A call's geometry; ReadKV chunks are the kernels' automatic split.
+rc::DecodeShape Shape(const GpuKvConfig& c, int batch, int max_pages, int max_tokens) {
+  rc::DecodeShape shape;
+  shape.batch = batch;
+  shape.heads_q = c.heads_q;
+  shape.heads_kv = c.heads_kv;
+  shape.head_dim = c.head_dim;
+  shape.max_pages = max_pages;
+  shape.max_tokens = max_tokens;
+  shape.chunk_tokens = 0;
+  return shape;
+}
+
+}  // namespace
+
+// The page pools of every layer and the frozen codec tables, all in device memory.
+struct GpuKvCache::Pools {
+  // fp8: e4m3 codes [P][H_kv][256][d] of keys (k) and values (v).
+  // readkv: key planes [P][H_kv][d][W][32] (k) and value planes [P][H_kv][256][W][d / 8] (v).
+  std::vector<torch::Tensor> k, v;
+  torch::Tensor k_scales, v_scales;  // fp8: [layers][H_kv]
+  // readkv: [layers][H_kv][d] each (the calibration's own index order).
+  torch::Tensor key_mean, key_std, value_mean, value_std, key_signs, value_signs;
+  torch::Tensor centroids, boundaries;  // float, LloydTree tables (decode_attention.h)
+  torch::Tensor key_increments, value_increments;  // double
+  int key_steps = 0, value_steps = 0;
+
+  rc::ReadKvCodec Codec(int layer, int heads_kv, int head_dim, int store_bits) const {
+    const int64_t off = int64_t{layer} * heads_kv * head_dim;
+    rc::ReadKvCodec c;
+    c.store_bits = store_bits;
+    c.key_mean = Ptr<const float>(key_mean, off);
+    c.key_std = Ptr<const float>(key_std, off);
+    c.value_mean = Ptr<const float>(value_mean, off);
+    c.value_std = Ptr<const float>(value_std, off);
+    c.key_signs = Ptr<const float>(key_signs, off);
+    c.value_signs = Ptr<const float>(value_signs, off);
+    c.centroids = Ptr<const float>(centroids);
+    c.boundaries = Ptr<const float>(boundaries);
+    return c;
+  }
+};
+
+GpuKvCache::GpuKvCache(const GpuKvConfig& config)
+    : config_(config), pools_(std::make_unique<Pools>()) {
+  if (config.kind != "fp8" && config.kind != "readkv") {
+    throw std::invalid_argument("kv: the CUDA KV backends are fp8 and readkv, got \"" +
+                                config.kind + "\"");
+  }
+  if (config.head_dim != 64 && config.head_dim != 128) {
+    throw std::invalid_argument("head_dim: the CUDA KV backends need 64 or 128, got " +
+                                std::to_string(config.head_dim));
+  }
+  const int g = config.heads_kv > 0 ? config.heads_q / config.heads_kv : 0;
+  if (g < 1 || g > 8 || (g & (g - 1)) != 0 || g * config.heads_kv != config.heads_q) {
+    throw std::invalid_argument("heads: the CUDA KV backends need H_q / H_kv in {1, 2, 4, 8}, got " +
+                                std::to_string(config.heads_q) + " / " +
+                                std::to_string(config.heads_kv));
+  }
+  if (!config.calibration) throw std::invalid_argument("calibration: required");
+  Check(rc::SetDevice(config.device.has_index() ? config.device.index() : 0), "set device");
+  const codec::Calibration& cal = *config.calibration;
+  const int hkv = config.heads_kv, d = config.head_dim;
+  Pools& p = *pools_;
+  if (config.kind == "fp8") {
+    std::vector<float> ks, vs;
+    for (int l = 0; l < config.layers; ++l) {
+      float k_tensor = 0.0f, v_tensor = 0.0f;
+      for (int h = 0; h < hkv; ++h) {
+        const size_t i = static_cast<size_t>(l) * hkv + h;
+        k_tensor = std::max(k_tensor, cal.key_amax[i]);
+        v_tensor = std::max(v_tensor, cal.value_amax[i]);
+      }
+      for (int h = 0; h < hkv; ++h) {
+        const size_t i = static_cast<size_t>(l) * hkv + h;
+        const bool per_head = config.fp8_scale == codec::Fp8ScaleGranularity::kHead;
+        ks.push_back(codec::Fp8ScaleFromAmax(per_head ? cal.key_amax[i] : k_tensor));
+        vs.push_back(codec::Fp8ScaleFromAmax(per_head ? cal.value_amax[i] : v_tensor));
+      }
+    }
+    p.k_scales = Upload(ks, config.device);
+    p.v_scales = Upload(vs, config.device);
+  } else {
+    const rc::ReadKvHostTables t =
+        rc::MakeReadKvHostTables(cal.seeds, config.layers, hkv, d, config.store_bits);
+    p.key_steps = t.key_steps;
+    p.value_steps = t.value_steps;
+    p.key_mean = Upload(cal.key_mean, config.device);
+    p.key_std = Upload(cal.key_std, config.device);
+    p.value_mean = Upload(cal.value_mean, config.device);
+    p.value_std = Upload(cal.value_std, config.device);
+    p.key_signs = Upload(t.key_signs, config.device);
+    p.value_signs = Upload(t.value_signs, config.device);
+    p.centroids = Upload(t.centroids, config.device);
+    p.boundaries = Upload(t.boundaries, config.device);
+    p.key_increments = Upload(t.key_increments, config.device);
+    p.value_increments = Upload(t.value_increments, config.device);
+    device_totals_ = torch::zeros({2}, torch::TensorOptions().dtype(torch::kLong).device(config.device));
+  }
+  p.k.resize(static_cast<size_t>(config.layers));
+  p.v.resize(static_cast<size_t>(config.layers));
+}
+
+GpuKvCache::~GpuKvCache() = default;
+
+int64_t GpuKvCache::PageBytes() const {
+  const int64_t hkv = config_.heads_kv, d = config_.head_dim;
+  if (config_.kind == "fp8") return 2 * hkv * rc::kPageTokens * d;
+  return hkv * d * config_.store_bits * 32 + hkv * rc::kPageTokens * config_.store_bits * (d / 8);
+}
+
+void GpuKvCache::Grow(int64_t pages) {
+  const int64_t count = std::max({pages, 2 * pool_pages_, int64_t{16}});
+  const int64_t hkv = config_.heads_kv, d = config_.head_dim, w = config_.store_bits;
+  std::vector<int64_t> k_shape, v_shape;
+  if (config_.kind == "fp8") {
+    k_shape = v_shape = {count, hkv, rc::kPageTokens, d};
+  } else {
+    k_shape = {count, hkv, d, w, 32};
+    v_shape = {count, hkv, rc::kPageTokens, w, d / 8};
+  }
+  const auto opts = torch::TensorOptions().dtype(torch::kByte).device(config_.device);
+  Pools& p = *pools_;
+  for (size_t l = 0; l < p.k.size(); ++l) {
+    torch::Tensor k = torch::zeros(k_shape, opts);
+    torch::Tensor v = torch::zeros(v_shape, opts);
+    if (pool_pages_ > 0) {
+      k.narrow(0, 0, pool_pages_).copy_(p.k[l]);
+      v.narrow(0, 0, pool_pages_).copy_(p.v[l]);
+    }
+    p.k[l] = k;
+    p.v[l] = v;
+  }
+  // Fresh pages are handed out lowest first.
+  for (int64_t i = count - 1; i >= pool_pages_; --i) free_pages_.push_back(static_cast<int32_t>(i));
+  pool_pages_ = count;
+}
+
+void GpuKvCache::Reserve(Sequence& s, int64_t tokens) {
+  const auto need = static_cast<size_t>((tokens + rc::kPageTokens - 1) / rc::kPageTokens);
+  if (s.pages.size() >= need) return;
+  const auto more = static_cast<int64_t>(need - s.pages.size());
+  if (static_cast<int64_t>(free_pages_.size()) < more) {
+    Grow(pool_pages_ + more - static_cast<int64_t>(free_pages_.size()));
+  }
+  std::vector<int64_t> handed;
+  while (s.pages.size() < need) {
+    s.pages.push_back(free_pages_.back());
+    handed.push_back(free_pages_.back());
+    free_pages_.pop_back();
+  }
+  if (config_.kind == "readkv") {
+    // The append kernel ORs key bits into place: a reused page must start zero.
+    const torch::Tensor index = Upload(handed, config_.device);
+    for (size_t l = 0; l < pools_->k.size(); ++l) {
+      pools_->k[l].index_fill_(0, index, 0);
+      pools_->v[l].index_fill_(0, index, 0);
+    }
+  }
+}
+
+void GpuKvCache::AddSequence(uint64_t id, double read_bits) {
+  if (!sequences_.emplace(id, Sequence{read_bits, {}}).second) {
+    throw std::invalid_argument("sequence_id: " + std::to_string(id) + " is already live");
+  }
+}
+
+void GpuKvCache::RemoveSequence(uint64_t id) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return;
+  free_pages_.insert(free_pages_.end(), it->second.pages.rbegin(), it->second.pages.rend());
+  sequences_.erase(it);
+}
+
+int64_t GpuKvCache::SequenceBytes(uint64_t id) const {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return 0;
+  return static_cast<int64_t>(it->second.pages.size()) * config_.layers * PageBytes();
+}
+
+GpuKvCache::Step GpuKvCache::Begin(std::span<const uint64_t> ids, std::span<const int64_t> starts,
+                                   std::span<const int64_t> counts) {
+  if (ids.empty() || ids.size() != starts.size() || ids.size() != counts.size()) {
+    throw std::invalid_argument("step: ids, starts and counts must be non-empty and equal");
+  }
+  Check(rc::SetDevice(config_.device.has_index() ? config_.device.index() : 0), "set device");
+  Step step;
+  step.batch = static_cast<int>(ids.size());
+  std::vector<Sequence*> seqs;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto it = sequences_.find(ids[i]);
+    if (it == sequences_.end()) {
+      throw std::invalid_argument("sequence_id: " + std::to_string(ids[i]) + " is not live");
+    }
+    const int64_t length = starts[i] + counts[i];
+    if (starts[i] < 0 || counts[i] < 0 || length < 1) {
+      throw std::invalid_argument("step: sequence " + std::to_string(ids[i]) +
+                                  " would hold no tokens");
+    }
+    Reserve(it->second, length);
+    seqs.push_back(&it->second);
+    step.lengths.push_back(static_cast<int32_t>(length));
+    step.read_bits.push_back(it->second.read_bits);
+    step.tokens += static_cast<int>(counts[i]);
+    step.max_tokens = std::max(step.max_tokens, static_cast<int>(length));
+    step.max_pages = std::max(step.max_pages, static_cast<int>(it->second.pages.size()));
+  }
+  // One upload: page table, lengths, token rows, token positions.
+  const auto b = static_cast<size_t>(step.batch), mp = static_cast<size_t>(step.max_pages);
+  std::vector<int32_t> host(b * mp + b + 2 * static_cast<size_t>(step.tokens), 0);
+  for (size_t i = 0; i < b; ++i) {
+    std::copy(seqs[i]->pages.begin(), seqs[i]->pages.end(), host.begin() + static_cast<std::ptrdiff_t>(i * mp));
+    host[b * mp + i] = step.lengths[i];
+  }
+  size_t t = 0;
+  const size_t rows = b * mp + b, positions = rows + static_cast<size_t>(step.tokens);
+  for (size_t i = 0; i < b; ++i) {
+    for (int64_t j = 0; j < counts[i]; ++j, ++t) {
+      host[rows + t] = static_cast<int32_t>(i);
+      host[positions + t] = static_cast<int32_t>(starts[i] + j);
+    }
+  }
+  const torch::Tensor all = Upload(host, config_.device);
+  step.page_table = all.narrow(0, 0, static_cast<int64_t>(b * mp)).view({step.batch, step.max_pages});
+  step.seq_lens = all.narrow(0, static_cast<int64_t>(b * mp), step.batch);
+  step.token_rows = all.narrow(0, static_cast<int64_t>(rows), step.tokens);
+  step.token_positions = all.narrow(0, static_cast<int64_t>(positions), step.tokens);
+  return step;
+}
+
+void GpuKvCache::Append(const Step& step, int layer, const torch::Tensor& k,
+                        const torch::Tensor& v) {
+  if (step.tokens == 0) return;
+  const torch::Tensor kf = k.to(torch::kFloat).contiguous();
+  const torch::Tensor vf = v.to(torch::kFloat).contiguous();
+  if (kf.numel() != int64_t{step.tokens} * config_.heads_kv * config_.head_dim ||
+      vf.numel() != kf.numel()) {
+    throw std::invalid_argument("tokens: K/V rows do not match the step's appended tokens");
+  }
+  const rc::DecodeShape shape = Shape(config_, step.batch, step.max_pages, step.max_tokens);
+  const auto l = static_cast<size_t>(layer);
+  const auto* rows = Ptr<const int32_t>(step.token_rows);
+  const auto* positions = Ptr<const int32_t>(step.token_positions);
+  const auto* table = Ptr<const int32_t>(step.page_table);
+  if (config_.kind == "fp8") {
+    const int64_t off = int64_t{layer} * config_.heads_kv;
+    const rc::Fp8CacheWrite cache{Ptr<uint8_t>(pools_->k[l]), Ptr<uint8_t>(pools_->v[l]),
+                                  Ptr<const float>(pools_->k_scales, off),
+                                  Ptr<const float>(pools_->v_scales, off)};
+    Check(rc::Fp8Append(shape, step.tokens, Ptr<const float>(kf), Ptr<const float>(vf), rows,
+                        positions, table, cache, nullptr),
+          "Fp8Append");
+  } else {
+    const rc::ReadKvCache cache{Ptr<uint8_t>(pools_->k[l]), Ptr<uint8_t>(pools_->v[l])};
+    Check(rc::ReadKvAppend(shape, step.tokens, Ptr<const float>(kf), Ptr<const float>(vf), rows,
+                           positions, table,
+                           pools_->Codec(layer, config_.heads_kv, config_.head_dim,
+                                         config_.store_bits),
+                           cache, nullptr),
+          "ReadKvAppend");
+  }
+}
+
+torch::Tensor GpuKvCache::Workspace(size_t bytes) {
+  if (!workspace_.defined() || static_cast<size_t>(workspace_.numel()) < bytes) {
+    workspace_ = torch::empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))},
+                              torch::TensorOptions().dtype(torch::kByte).device(config_.device));
+  }
+  host_ledgers_.workspace_peak_bytes =
+      std::max(host_ledgers_.workspace_peak_bytes, static_cast<int64_t>(bytes));
+  return workspace_;
+}
+
+torch::Tensor GpuKvCache::Attend(const Step& step, int layer, const torch::Tensor& q) {
+  const torch::Tensor qf = q.to(torch::kFloat).contiguous();
+  if (qf.numel() != int64_t{step.batch} * config_.heads_q * config_.head_dim) {
+    throw std::invalid_argument("queries: need [B, H_q, d] for the step's sequences");
+  }
+  // Sequences that share a budget R go through one launch sequence.
+  std::map<double, std::vector<int>> groups;
+  for (int i = 0; i < step.batch; ++i) {
+    groups[config_.kind == "fp8" ? 0.0 : step.read_bits[static_cast<size_t>(i)]].push_back(i);
+  }
+  if (groups.size() == 1) {
+    return AttendGroup(step, layer, qf, groups.begin()->second, groups.begin()->first);
+  }
+  torch::Tensor out = torch::empty({step.batch, config_.heads_q, config_.head_dim},
+                                   qf.options());
+  for (const auto& [bits, rows] : groups) {
+    const torch::Tensor index =
+        Upload(std::vector<int64_t>(rows.begin(), rows.end()), config_.device);
+    out.index_copy_(0, index, AttendGroup(step, layer, qf, rows, bits));
+  }
+  return out;
+}
+
+torch::Tensor GpuKvCache::AttendGroup(const Step& step, int layer, const torch::Tensor& q,
+                                      std::span<const int> rows, double read_bits) {
+  std::vector<int32_t> lengths;
+  for (int r : rows) lengths.push_back(step.lengths[static_cast<size_t>(r)]);
+  const rc::DecodeShape shape =
+      Shape(config_, static_cast<int>(rows.size()), step.max_pages,
+            *std::max_element(lengths.begin(), lengths.end()));
+  torch::Tensor qg = q, table = step.page_table, lens = step.seq_lens;
+  if (shape.batch != step.batch) {
+    const torch::Tensor index =
+        Upload(std::vector<int64_t>(rows.begin(), rows.end()), config_.device);
+    qg = q.index_select(0, index).contiguous();
+    table = step.page_table.index_select(0, index).contiguous();
+    lens = step.seq_lens.index_select(0, index).contiguous();
+  }
+  torch::Tensor out = torch::empty({shape.batch, config_.heads_q, config_.head_dim}, q.options());
+  rc::DecodeInputs in;
+  in.queries = Ptr<const float>(qg);
+  in.page_table = Ptr<const int32_t>(table);
+  in.seq_lens = Ptr<const int32_t>(lens);
+  in.out = Ptr<float>(out);
+  const auto l = static_cast<size_t>(layer);
+  if (config_.kind == "fp8") {
+    const int64_t off = int64_t{layer} * config_.heads_kv;
+    const rc::Fp8Cache cache{Ptr<const uint8_t>(pools_->k[l]), Ptr<const uint8_t>(pools_->v[l]),
+                             Ptr<const float>(pools_->k_scales, off),
+                             Ptr<const float>(pools_->v_scales, off)};
+    torch::Tensor ws = Workspace(rc::SplitDecodeWorkspaceBytes(shape));
+    Check(rc::Fp8DecodeAttention(shape, in, cache, ws.data_ptr(), nullptr), "Fp8DecodeAttention");
+    host_ledgers_.logical_read_bytes += rc::Fp8LogicalBytes(shape, lengths.data());
+    host_ledgers_.physical_traffic_bytes += rc::Fp8DecodeTraffic(shape, lengths.data()).Total();
+    return out;
+  }
+  const Pools& p = *pools_;
+  rc::ReadKvReadPolicy policy;
+  policy.read_bits = read_bits;
+  policy.key_increments = Ptr<const double>(p.key_increments);
+  policy.key_steps = p.key_steps;
+  policy.value_increments = Ptr<const double>(p.value_increments);
+  policy.value_steps = p.value_steps;
+  const auto byte_opts = torch::TensorOptions().dtype(torch::kByte).device(config_.device);
+  const torch::Tensor key_depths =
+      torch::empty({shape.batch, config_.heads_kv, config_.head_dim}, byte_opts);
+  const torch::Tensor value_depths =
+      torch::empty({shape.batch, config_.heads_kv, shape.max_tokens}, byte_opts);
+  rc::ReadKvDebug debug;
+  debug.key_depths = Ptr<uint8_t>(key_depths);
+  debug.value_depths = Ptr<uint8_t>(value_depths);
+  torch::Tensor ws = Workspace(rc::ReadKvDecodeWorkspaceBytes(shape));
+  const rc::ReadKvCache cache{Ptr<uint8_t>(p.k[l]), Ptr<uint8_t>(p.v[l])};
+  Check(rc::ReadKvDecodeAttention(
+            shape, in, cache,
+            p.Codec(layer, config_.heads_kv, config_.head_dim, config_.store_bits), policy,
+            ws.data_ptr(), nullptr, debug),
+        "ReadKvDecodeAttention");
+  Check(rc::ReadKvAccount(shape, Ptr<const int32_t>(lens), Ptr<const uint8_t>(key_depths),
+                          Ptr<const uint8_t>(value_depths),
+                          Ptr<unsigned long long>(device_totals_), nullptr),
+        "ReadKvAccount");
+  host_ledgers_.physical_traffic_bytes +=
+      rc::ReadKvDecodeTraffic(shape, lengths.data(), config_.store_bits, nullptr, nullptr)
+          .Total();
+  return out;
+}
+
+GpuKvLedgers GpuKvCache::ledgers() const {
+  GpuKvLedgers out = host_ledgers_;
+  if (device_totals_.defined()) {
+    const torch::Tensor totals = device_totals_.to(torch::kCPU);
+    const int64_t* t = totals.data_ptr<int64_t>();
+    out.logical_read_bytes += t[0] / 8;
+    out.physical_traffic_bytes += t[1];
+  }
+  return out;
+}
+
+}  // namespace readkv::model::internal

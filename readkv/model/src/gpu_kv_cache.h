@@ -1,0 +1,126 @@
+// Internal to readkv/model (includes torch): the fp8 and readkv KV backends on a CUDA device
+// (runtime.h, `kvgate serve --device cuda`). Every layer's K/V lives in one paged pool on the GPU
+// in readkv::cuda's layouts (decode_attention.h), written by its append kernels and read by its
+// batched decode-attention kernels: one append and one attention launch sequence per layer for
+// all sequences of a step, nothing copied back to the host on the way.
+//
+// - "fp8": e4m3 codes with the calibrated amax/448 scales of codec::Fp8LayerCache (per tensor or
+//   per KV head), bit-identical codes.
+// - "readkv": W-bit planes written by ReadKvAppend (the codec's codes bit for bit) and read by the
+//   constrained reader (the only reader with a kernel); each sequence has its own R.
+//
+// Pages hold 256 tokens of every layer: a sequence owns one list of page ids, shared by all
+// layers' pools. The pools grow (doubling, old pages copied) when a step needs more pages than
+// they have; freed pages are reused (ReadKV pages are zeroed when handed out again, as the append
+// kernel requires). Ledgers are counted per call as the CPU backends count theirs: logical bytes
+// and the physical-traffic model of readkv/cuda (traffic.cc); ReadKV's depth-dependent terms are
+// summed on the device (ReadKvAccount) and read back only when asked for.
+//
+// All work goes to the current device's legacy default stream, the one torch uses unless told
+// otherwise, so it is ordered with the model's own torch ops. Not thread-safe (the runtime is
+// driven by one thread).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "readkv/codec/calibration.h"
+#include "readkv/codec/fp8.h"
+
+namespace readkv::model::internal {
+
+struct GpuKvConfig {
+  std::string kind;  // "fp8" | "readkv"
+  int layers = 0;
+  int heads_q = 0;
+  int heads_kv = 0;
+  int head_dim = 0;  // 64 or 128 (the kernels' head dims)
+  torch::Device device = torch::kCUDA;
+  std::shared_ptr<const codec::Calibration> calibration;
+  codec::Fp8ScaleGranularity fp8_scale = codec::Fp8ScaleGranularity::kTensor;
+  int store_bits = 8;  // W (readkv)
+};
+
+// The ledgers of every attention call so far, in the codec's accounting terms.
+struct GpuKvLedgers {
+  int64_t logical_read_bytes = 0;
+  int64_t physical_traffic_bytes = 0;
+  int64_t workspace_peak_bytes = 0;
+};
+
+class GpuKvCache {
+ public:
+  // Throws std::invalid_argument naming the field ("head_dim", "heads", "kv") for a geometry or
+  // kind the kernels do not run.
+  explicit GpuKvCache(const GpuKvConfig& config);
+  ~GpuKvCache();
+  GpuKvCache(const GpuKvCache&) = delete;
+  GpuKvCache& operator=(const GpuKvCache&) = delete;
+
+  // A new empty sequence; read_bits is its ReadKV budget R (ignored by fp8). Throws
+  // std::invalid_argument("sequence_id") if it is live.
+  void AddSequence(uint64_t id, double read_bits);
+  // Frees its pages; unknown ids are ignored.
+  void RemoveSequence(uint64_t id);
+
+  // One batched call over some sequences: sequence i (in this order) appends counts[i] tokens at
+  // positions [starts[i], starts[i] + counts[i]) and then holds starts[i] + counts[i] tokens.
+  // Maps the pages the appends need and uploads the page table, lengths and token positions once
+  // for every layer of the call.
+  struct Step {
+    int batch = 0;
+    int tokens = 0;           // appended tokens, sum of counts
+    int max_pages = 1;
+    int max_tokens = 1;
+    std::vector<int32_t> lengths;   // host copy of seq_lens
+    std::vector<double> read_bits;  // per sequence
+    torch::Tensor page_table;       // int32 [B][max_pages] on the device
+    torch::Tensor seq_lens;         // int32 [B]
+    torch::Tensor token_rows;       // int32 [tokens]: index of the token's sequence in the step
+    torch::Tensor token_positions;  // int32 [tokens]
+  };
+  Step Begin(std::span<const uint64_t> ids, std::span<const int64_t> starts,
+             std::span<const int64_t> counts);
+
+  // Appends the step's tokens to `layer`: k, v [tokens, H_kv, d] on the device (any float dtype),
+  // sequence by sequence in the step's order.
+  void Append(const Step& step, int layer, const torch::Tensor& k, const torch::Tensor& v);
+  // Decode attention of one query row per sequence over all of its tokens: q [B, H_q, d] on the
+  // device -> [B, H_q, d] float32.
+  torch::Tensor Attend(const Step& step, int layer, const torch::Tensor& q);
+
+  // Bytes of the pages a sequence holds, over all layers (0 if unknown).
+  int64_t SequenceBytes(uint64_t id) const;
+  // Synchronises the device to read the ReadKV counters.
+  GpuKvLedgers ledgers() const;
+
+ private:
+  struct Pools;
+  struct Sequence {
+    double read_bits = 0.0;
+    std::vector<int32_t> pages;
+  };
+  int64_t PageBytes() const;  // one page of one layer
+  void Reserve(Sequence& s, int64_t tokens);
+  void Grow(int64_t pages);
+  torch::Tensor Workspace(size_t bytes);
+  torch::Tensor AttendGroup(const Step& step, int layer, const torch::Tensor& q,
+                            std::span<const int> rows, double read_bits);
+
+  GpuKvConfig config_;
+  std::unique_ptr<Pools> pools_;
+  std::map<uint64_t, Sequence> sequences_;
+  std::vector<int32_t> free_pages_;
+  int64_t pool_pages_ = 0;
+  torch::Tensor workspace_;
+  GpuKvLedgers host_ledgers_;       // fp8 terms, and ReadKV's depth-independent terms
+  torch::Tensor device_totals_;     // int64 [2]: ReadKV logical bits, payload bytes
+};
+
+}  // namespace readkv::model::internal

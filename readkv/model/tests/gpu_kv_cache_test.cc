@@ -1,0 +1,281 @@
+// The CUDA KV backends of the runtime (src/gpu_kv_cache.h) against the CPU codec caches on the
+// same K/V and queries: paging across ragged sequences, prefill and batched decode appends, mixed
+// per-sequence budgets, page reuse after a sequence ends, and the ledgers; then the runtime on a
+// CUDA device against the runtime on the CPU with the built-in model. Needs a CUDA device; skips
+// without one (CI compiles it).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "../src/gpu_kv_cache.h"
+#include "readkv/codec/attention.h"
+#include "readkv/codec/calibration.h"
+#include "readkv/codec/random.h"
+#include "readkv/model/evaluation.h"
+#include "readkv/model/recall_data.h"
+#include "readkv/model/runtime.h"
+#include "readkv/model/tokenizer.h"
+
+namespace readkv::model {
+namespace {
+
+bool HaveCuda() { return torch::cuda::is_available(); }
+
+struct Geometry {
+  int layers = 2, heads_q = 8, heads_kv = 2, head_dim = 64;
+};
+
+// Gaussian K/V with per-channel means and a few loud channels, [n][H_kv][d].
+std::vector<float> RandomRows(codec::SplitMix64& rng, int64_t n, const Geometry& g, bool keys) {
+  std::vector<float> x(static_cast<size_t>(n * g.heads_kv * g.head_dim));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const auto c = static_cast<int>(i % static_cast<size_t>(g.head_dim));
+    const double scale = keys && c % 16 == 3 ? 6.0 : 1.0;
+    x[i] = static_cast<float>((keys ? 0.3 * (c % 5) : 0.0) + scale * rng.Normal());
+  }
+  return x;
+}
+
+std::shared_ptr<const codec::Calibration> RandomCalibration(const Geometry& g) {
+  codec::SplitMix64 rng(0xca1);
+  codec::Calibrator cal(g.layers, g.heads_kv, g.head_dim);
+  for (int l = 0; l < g.layers; ++l) {
+    const std::vector<float> k = RandomRows(rng, 512, g, true);
+    const std::vector<float> v = RandomRows(rng, 512, g, false);
+    for (int64_t i = 0; i < 512; ++i) {
+      for (int h = 0; h < g.heads_kv; ++h) {
+        const size_t off = static_cast<size_t>((i * g.heads_kv + h) * g.head_dim);
+        cal.Observe(l, h, {k.data() + off, static_cast<size_t>(g.head_dim)},
+                    {v.data() + off, static_cast<size_t>(g.head_dim)});
+      }
+    }
+  }
+  return std::make_shared<const codec::Calibration>(cal.Finish());
+}
+
+torch::Tensor OnGpu(const std::vector<float>& x, std::vector<int64_t> shape) {
+  return torch::from_blob(const_cast<float*>(x.data()), shape, torch::kFloat).to(torch::kCUDA);
+}
+
+// Worst relative L2 error over (sequence, query head) rows of [B][H_q][d].
+double WorstRowError(const std::vector<float>& gpu, const std::vector<float>& cpu, int d) {
+  double worst = 0.0;
+  for (size_t row = 0; row * static_cast<size_t>(d) < cpu.size(); ++row) {
+    double num = 0.0, den = 0.0;
+    for (int c = 0; c < d; ++c) {
+      const size_t i = row * static_cast<size_t>(d) + static_cast<size_t>(c);
+      num += (gpu[i] - cpu[i]) * static_cast<double>(gpu[i] - cpu[i]);
+      den += static_cast<double>(cpu[i]) * cpu[i];
+    }
+    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
+  }
+  return worst;
+}
+
+struct BackendCase {
+  std::string kind;
+  codec::Fp8ScaleGranularity scale = codec::Fp8ScaleGranularity::kTensor;
+  int head_dim = 64;
+  std::vector<double> read_bits;  // per sequence (readkv)
+};
+
+class GpuKvCacheTest : public ::testing::TestWithParam<BackendCase> {};
+
+// Three ragged sequences prefilled, two batched decode steps, then one sequence ends and a new one
+// reuses its pages; every attention output is checked against the CPU caches of the same tokens.
+TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
+  if (!HaveCuda()) GTEST_SKIP() << "no CUDA device";
+  const BackendCase bc = GetParam();
+  Geometry g;
+  g.head_dim = bc.head_dim;
+  const auto calibration = RandomCalibration(g);
+  internal::GpuKvConfig config;
+  config.kind = bc.kind;
+  config.layers = g.layers;
+  config.heads_q = g.heads_q;
+  config.heads_kv = g.heads_kv;
+  config.head_dim = g.head_dim;
+  config.calibration = calibration;
+  config.fp8_scale = bc.scale;
+  config.store_bits = 8;
+  internal::GpuKvCache gpu(config);
+
+  std::map<uint64_t, std::vector<std::unique_ptr<codec::LayerKvCache>>> cpu;
+  std::map<uint64_t, int64_t> length;
+  auto start = [&](uint64_t id, double read_bits) {
+    gpu.AddSequence(id, read_bits);
+    codec::LayerCacheConfig c;
+    c.backend = bc.kind == "fp8" ? codec::KvBackend::kFp8 : codec::KvBackend::kReadKv;
+    c.geometry = {g.heads_q, g.heads_kv, g.head_dim};
+    c.calibration = calibration;
+    c.fp8_scale = bc.scale;
+    c.store_bits = 8;
+    c.policy = codec::ReadPolicy{codec::ReaderKind::kConstrained, read_bits, 0.0, 0.0};
+    c.residual_window = false;  // the GPU backend encodes every token at once
+    for (int l = 0; l < g.layers; ++l) {
+      c.layer = l;
+      cpu[id].push_back(codec::MakeLayerKvCache(c));
+    }
+    length[id] = 0;
+  };
+  codec::SplitMix64 rng(0x6b0 + static_cast<uint64_t>(bc.head_dim));
+  int64_t cpu_logical = 0;
+  double worst = 0.0;
+  // Appends `counts` tokens to each of `ids` on both sides and compares one attention per layer.
+  auto step = [&](const std::vector<uint64_t>& ids, const std::vector<int64_t>& counts) {
+    std::vector<int64_t> starts;
+    int64_t total = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      starts.push_back(length[ids[i]]);
+      total += counts[i];
+    }
+    const auto s = gpu.Begin(ids, starts, counts);
+    const auto b = static_cast<int64_t>(ids.size());
+    for (int l = 0; l < g.layers; ++l) {
+      const std::vector<float> k = RandomRows(rng, total, g, true);
+      const std::vector<float> v = RandomRows(rng, total, g, false);
+      std::vector<float> q(static_cast<size_t>(b * g.heads_q * g.head_dim));
+      for (float& x : q) x = static_cast<float>(rng.Normal());
+      gpu.Append(s, l, OnGpu(k, {total, g.heads_kv, g.head_dim}),
+                 OnGpu(v, {total, g.heads_kv, g.head_dim}));
+      const torch::Tensor out =
+          gpu.Attend(s, l, OnGpu(q, {b, g.heads_q, g.head_dim})).to(torch::kCPU).contiguous();
+      const std::vector<float> got(out.data_ptr<float>(), out.data_ptr<float>() + out.numel());
+      std::vector<float> want(got.size());
+      size_t row = 0;
+      const size_t per_token = static_cast<size_t>(g.heads_kv * g.head_dim);
+      const size_t per_query = static_cast<size_t>(g.heads_q * g.head_dim);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const auto n = static_cast<size_t>(counts[i]);
+        auto& layer = *cpu[ids[i]][static_cast<size_t>(l)];
+        layer.AppendTokens({k.data() + row * per_token, n * per_token},
+                           {v.data() + row * per_token, n * per_token});
+        row += n;
+        const codec::AttentionLedgers led =
+            layer.Attend({q.data() + i * per_query, per_query},
+                         {want.data() + i * per_query, per_query});
+        cpu_logical += led.logical.Bytes();
+      }
+      const double e = WorstRowError(got, want, g.head_dim);
+      EXPECT_LT(e, 1e-4) << "layer " << l;
+      worst = std::max(worst, e);
+    }
+    for (size_t i = 0; i < ids.size(); ++i) length[ids[i]] += counts[i];
+  };
+
+  const std::vector<double> bits = bc.read_bits.empty() ? std::vector<double>(4, 4.0)
+                                                         : bc.read_bits;
+  start(1, bits[0]);
+  start(2, bits[1]);
+  start(3, bits[2]);
+  step({1}, {1});
+  step({2}, {300});  // a partly filled second page
+  step({3}, {777});
+  step({1, 2, 3}, {1, 1, 1});
+  step({3, 1, 2}, {1, 1, 1});
+  EXPECT_EQ(gpu.SequenceBytes(3), gpu.SequenceBytes(2) * 2);  // 4 pages against 2
+  // Sequence 3 ends; a new one reuses its (non-zero) pages.
+  gpu.RemoveSequence(3);
+  EXPECT_EQ(gpu.SequenceBytes(3), 0);
+  start(4, bits[3]);
+  step({4}, {520});
+  step({2, 4, 1}, {1, 1, 1});
+  const internal::GpuKvLedgers led = gpu.ledgers();
+  EXPECT_EQ(led.logical_read_bytes, cpu_logical);
+  EXPECT_GT(led.physical_traffic_bytes, led.logical_read_bytes);
+  EXPECT_GT(led.workspace_peak_bytes, 0);
+  std::cout << bc.kind << " d" << bc.head_dim << ": worst relative error " << worst
+            << ", logical bytes " << led.logical_read_bytes << " (CPU " << cpu_logical
+            << "), physical " << led.physical_traffic_bytes << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Backends, GpuKvCacheTest,
+    ::testing::Values(BackendCase{"fp8", codec::Fp8ScaleGranularity::kTensor, 64, {}},
+                      BackendCase{"fp8", codec::Fp8ScaleGranularity::kHead, 128, {}},
+                      BackendCase{"readkv", {}, 64, {4.0, 4.0, 4.0, 4.0}},
+                      BackendCase{"readkv", {}, 128, {4.0, 2.0, 6.0, 2.0}}),
+    [](const auto& p) {
+      return p.param.kind + "_d" + std::to_string(p.param.head_dim) +
+             (p.param.scale == codec::Fp8ScaleGranularity::kHead ? "_head" : "") +
+             std::to_string(p.index);
+    });
+
+TEST(GpuKvCacheTest, RejectsGeometriesTheKernelsDoNotRun) {
+  Geometry g;
+  internal::GpuKvConfig config;
+  config.kind = "fp8";
+  config.layers = g.layers;
+  config.heads_q = 8;
+  config.heads_kv = 2;
+  config.head_dim = 32;
+  config.calibration = RandomCalibration(g);
+  EXPECT_THROW(internal::GpuKvCache{config}, std::invalid_argument);
+  config.head_dim = 64;
+  config.heads_q = 6;
+  EXPECT_THROW(internal::GpuKvCache{config}, std::invalid_argument);
+  config.heads_q = 8;
+  config.kind = "dense";
+  EXPECT_THROW(internal::GpuKvCache{config}, std::invalid_argument);
+}
+
+TEST(GpuRuntimeTest, RejectsWhatTheCudaBackendsDoNotRun) {
+  RuntimeOptions o;
+  o.device = "cuda";
+  o.kv.kind = "readkv";
+  o.kv.reader = "flexible";
+  EXPECT_THROW(ValidateRuntimeOptions(o), std::invalid_argument);
+  o.kv.reader = "constrained";
+  ValidateRuntimeOptions(o);
+  o.prefix_cache.directory = "/tmp/unused";
+  EXPECT_THROW(ValidateRuntimeOptions(o), std::invalid_argument);
+}
+
+bool HaveBuiltinModel() {
+  return std::filesystem::exists(DefaultModelDirectory() + "/calibration.json");
+}
+
+// The built-in model served on the GPU with each CUDA KV backend completes the same prompts as on
+// the CPU with the codec's caches of the same kind (fp32 compute on both).
+TEST(GpuRuntimeTest, BuiltinModelOnCudaAnswersAsOnTheCpu) {
+  if (!HaveCuda()) GTEST_SKIP() << "no CUDA device";
+  if (!HaveBuiltinModel()) GTEST_SKIP() << "no built-in model";
+  ByteTokenizer tok;
+  const std::vector<std::string> keys = {"68351", "4172", "90210", "31337"};
+  const std::vector<std::string> prompts = {
+      PasskeyPrompt(keys[0], 700, 0.3), PasskeyPrompt(keys[1], 1900, 0.9),
+      PasskeyPrompt(keys[2], 500, 0.0), PasskeyPrompt(keys[3], 3000, 0.5)};
+  for (const std::string kind : {"fp8", "readkv"}) {
+    RuntimeOptions cpu_options;
+    cpu_options.kv.kind = kind;
+    cpu_options.kv.reader = "constrained";
+    cpu_options.kv.read_bits = 6;
+    RuntimeOptions gpu_options = cpu_options;
+    gpu_options.device = "cuda";
+    LlamaDecodeModel gpu(DefaultModelDirectory(), gpu_options);
+    const auto on_gpu = GreedyCompleteBatch(gpu, tok, prompts, 8, {}, {});
+    int correct = 0;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      correct += FirstInteger(on_gpu[i].text).value_or("none") == keys[i];
+    }
+    EXPECT_GE(correct, 3) << kind;
+    EXPECT_GT(gpu.ledgers().logical_read_bytes, 0) << kind;
+    EXPECT_EQ(gpu.kv_bytes_in_use(), 0) << kind;  // every sequence ended, pages returned
+    if (kind == std::string("fp8")) {
+      // FP8 on the CPU, the same prompts: the same text (the codes are bit-identical; only
+      // float summation order differs).
+      LlamaDecodeModel cpu(DefaultModelDirectory(), cpu_options);
+      const auto on_cpu = GreedyCompleteBatch(cpu, tok, prompts, 8, {}, {});
+      for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(on_gpu[i].text, on_cpu[i].text) << i;
+    }
+    std::cout << kind << ": " << correct << "/4 passkeys on the GPU\n";
+  }
+}
+
+}  // namespace
+}  // namespace readkv::model

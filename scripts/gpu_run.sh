@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One whole go/no-go round on the CUDA host (the `device` tool's machine: Ubuntu 24.04, CUDA 13,
+# python3 torch with CUDA): build kvgate against that libtorch, then `kvgate run` on a GPU policy
+# (default policies/h200-long.toml: FP8 vs ReadKV, both served with --device cuda at 16K). Into
+# $OUT: report.json, report.html, kvgate.db (the history), outcome.json (`kvgate run --json`),
+# run.log (its progress lines) and logs.tgz (build log, GPU KV test log, server logs). The CUDA
+# KV backends' tests (readkv_model_test *Gpu*) run first; the round stops if they fail. Run from the repository
+# root with .devdeps and gates/report/node_modules carried; COMMIT names the commit the tree is
+# (the host's copy has no .git):
+#   COMMIT=$(git rev-parse --short=12 HEAD) OUT=/tmp/run bash scripts/gpu_run.sh
+set -uo pipefail
+OUT=${OUT:-/tmp/kvgate-gpu-run}
+B=${BUILD_DIR:-/tmp/kvgate-gpu-build}
+POLICY=${POLICY:-policies/h200-long.toml}
+WORK=$(mktemp -d)
+mkdir -p "$OUT"
+start=$(date +%s)
+source .devdeps/unpack-debs.sh > "$WORK/devdeps.log" 2>&1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$WORK/gpu.txt"
+cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVGATE_BUILD_BENCHMARKS=OFF \
+  -DKVGATE_WERROR=ON -DKVGATE_GIT_COMMIT="${COMMIT:-unknown}" > "$WORK/configure.log" 2>&1 \
+  || { tail -40 "$WORK/configure.log"; exit 1; }
+cmake --build "$B" -j"$(nproc)" --target kvgate readkv_model_test > "$WORK/build.log" 2>&1 \
+  || { grep -A8 "error" "$WORK/build.log" | head -80; exit 1; }
+echo "build: $(( $(date +%s) - start )) s"
+# The CUDA KV backends the servers will use, against the CPU codec first.
+"$B/readkv/model/readkv_model_test" --gtest_filter='*Gpu*' > "$WORK/gpu_kv_test.log" 2>&1 \
+  || { grep -E "Failure|FAILED|error" "$WORK/gpu_kv_test.log" | head -20; exit 1; }
+grep -E "worst relative|passkeys on the GPU|PASSED" "$WORK/gpu_kv_test.log"
+"$B/apps/kvgate" run --policy "$POLICY" --db "$OUT/kvgate.db" --out "$WORK/run" --json \
+  > "$OUT/outcome.json" 2> "$OUT/run.log"
+rc=$?
+echo "kvgate run: exit $rc after $(( $(date +%s) - start )) s"
+cp "$WORK/run/report.json" "$WORK/run/report.html" "$OUT/" 2>/dev/null
+tar czf "$OUT/logs.tgz" -C "$WORK" --exclude 'run/report.*' . 2>/dev/null
+grep -E "verdict|gate|passkey|QA|pair" "$OUT/run.log" | tail -30
+exit $rc
