@@ -59,7 +59,6 @@ PY
 done << 'LIST'
 --kv dense
 --kv fp8
---kv readkv --store-bits 8 --read-bits 4 --reader flexible --kv-split 6:2
 --kv readkv --store-bits 8 --read-bits 4 --reader constrained
 LIST
 echo "$results" > "$OUT/round.json"

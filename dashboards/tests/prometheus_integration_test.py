@@ -384,6 +384,7 @@ def main():
             wait_ready(f"http://{prom_addr}/-/ready", 60, "prometheus")
             api = PrometheusApi(f"http://{prom_addr}")
             log(f"prometheus on {prom_addr}")
+            prom_started = time.monotonic()
             # The recorded P99 is a rate over counters: Prometheus must hold a sample of every
             # server from before its load, or a load that ends before the first scrape leaves a
             # flat counter (rate 0, quantile NaN). Wait for one scrape of each (bounded).
@@ -453,12 +454,15 @@ def main():
             for job, (_, json_path) in loads.items():
                 check_p99(api, job, json_path, servers[job][1], failures)
 
-            # (c) A screenshot of the graph page for the key query.
+            # (c) A screenshot of the graph page for the key query, over the window Prometheus
+            # has data for (a fixed 2m window drew a fast run's series too short to tell apart
+            # from an empty chart).
             if args.chromium:
                 shot = out / "prometheus_graph.png"
+                window_s = max(20, int(time.monotonic() - prom_started) + 2)
                 query = urllib.parse.urlencode({
                     "g0.expr": "job:vllm_time_to_first_token_seconds:p99_5m",
-                    "g0.tab": "0", "g0.range_input": "2m"})
+                    "g0.tab": "0", "g0.range_input": f"{window_s}s"})
                 subprocess.run(
                     [args.chromium, "--headless", "--no-sandbox", "--disable-gpu",
                      "--hide-scrollbars", "--window-size=1280,800",

@@ -6,7 +6,10 @@
 # configuration: passkeys correct, QA F1.
 #
 # Usage: policies/tools/choose_kv_split.sh [BUILD_DIR]   (default: build)
-# Env: DEV_SEED (default 777001), PASSKEYS (default 60), QA (default 48), R (default 4).
+# Env: DEV_SEED (default 777001), PASSKEYS (default 60), QA (default 48), R (default 4),
+# PASSKEY_LENGTHS (default 1024,2048,4096,8192), QA_LENGTHS (default 1024,4096,8192),
+# SERVE_ARGS (more `kvgate serve` flags, e.g. "--model models/long-16k --device cuda"; on a CUDA
+# device only CONFIGS=constrained runs).
 set -euo pipefail
 BUILD=${1:-build}
 KVGATE="$BUILD/apps/kvgate"
@@ -14,6 +17,9 @@ DEV_SEED=${DEV_SEED:-777001}
 PASSKEYS=${PASSKEYS:-60}
 QA=${QA:-48}
 R=${R:-4}
+PASSKEY_LENGTHS=${PASSKEY_LENGTHS:-1024,2048,4096,8192}
+QA_LENGTHS=${QA_LENGTHS:-1024,4096,8192}
+read -r -a serve_args <<< "${SERVE_ARGS:-}"
 [[ -x "$KVGATE" ]] || { echo "missing $KVGATE (build it first)" >&2; exit 3; }
 WORK=$(mktemp -d)
 PID=""
@@ -24,19 +30,19 @@ cleanup() {
 trap cleanup EXIT
 half=$(python3 -c "print(int($R))")
 CONFIGS=${CONFIGS:-"constrained flexible:$half:$half flexible:$((half + 1)):$((half - 1)) flexible:$((half + 2)):$((half - 2)) flexible:$((half + 3)):$((half - 3))"}
-echo "== dev seed $DEV_SEED, $PASSKEYS passkeys (1K-8K), $QA QA items (1K-8K), ReadKV(8,$R), $(date -u +%FT%TZ)"
+echo "== dev seed $DEV_SEED, $PASSKEYS passkeys ($PASSKEY_LENGTHS), $QA QA items ($QA_LENGTHS), ReadKV(8,$R) ${SERVE_ARGS:-}, $(date -u +%FT%TZ)"
 printf "%-22s %10s %8s\n" "reader[:RK:RV]" "passkeys" "QA F1"
 for config in $CONFIGS; do
   IFS=: read -r reader rk rv <<< "$config"
   args=(--kv readkv --store-bits 8 --read-bits "$R" --reader "$reader")
   [[ -n "${rk:-}" ]] && args+=(--kv-split "$rk:$rv")
-  "$KVGATE" serve "${args[@]}" --log-level warn > "$WORK/serve.out" 2> "$WORK/serve.err" &
+  "$KVGATE" serve "${serve_args[@]}" "${args[@]}" --log-level warn > "$WORK/serve.out" 2> "$WORK/serve.err" &
   PID=$!
   for _ in $(seq 300); do grep -q '^listening on ' "$WORK/serve.out" && break; sleep 0.1; done
   url="http://$(awk '/^listening on /{print $3}' "$WORK/serve.out")"
   "$KVGATE" check passkey --url "$url" --items "$PASSKEYS" --seed "$DEV_SEED" \
-    --lengths 1024,2048,4096,8192 --json "$WORK/passkey.json" > /dev/null || true
-  "$KVGATE" check qa --url "$url" --items "$QA" --seed "$DEV_SEED" --lengths 1024,4096,8192 \
+    --lengths "$PASSKEY_LENGTHS" --json "$WORK/passkey.json" > /dev/null || true
+  "$KVGATE" check qa --url "$url" --items "$QA" --seed "$DEV_SEED" --lengths "$QA_LENGTHS" \
     --json "$WORK/qa.json" > /dev/null || true
   python3 - "$WORK/passkey.json" "$WORK/qa.json" "$config" << 'PY'
 import json, sys
