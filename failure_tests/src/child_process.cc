@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,7 +14,7 @@
 #include <stdexcept>
 #include <thread>
 
-extern char** environ;
+#include "kvgate/suite/spawn.h"
 
 namespace kvgate::failure_tests {
 namespace {
@@ -66,22 +65,9 @@ ChildProcess::ChildProcess(std::vector<std::string> argv, std::string stdout_pat
     close(out_fd);
     throw;
   }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, err_fd, STDERR_FILENO);
-  posix_spawnattr_t attributes;
-  posix_spawnattr_init(&attributes);
   // Its own process group: a Ctrl-C meant for the scenario runner must not reach the child
-  // half-way through a crash the scenario is staging.
-  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attributes, 0);
-  std::vector<char*> raw;
-  for (std::string& arg : argv_) raw.push_back(arg.data());
-  raw.push_back(nullptr);
-  const int error = posix_spawnp(&pid_, raw[0], &actions, &attributes, raw.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attributes);
+  // half-way through a crash the scenario is staging; SIGTERM if the runner dies first.
+  const int error = suite::SpawnChild(argv_, out_fd, err_fd, &pid_);
   close(out_fd);
   close(err_fd);
   if (error != 0) {

@@ -6,7 +6,8 @@
 //  - the completed run exports exactly as before (every row, every field);
 //  - the rows the dead run had committed are still there;
 //  - the next start of a history-opening command (`kvgate history list`) marks the dead run
-//    `interrupted`, with a reason naming its dead owner process.
+//    `interrupted`, with a reason naming its dead owner process;
+//  - the two servers the dead run had started exit by themselves (their death signal).
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -148,20 +149,39 @@ ScenarioResult RunSuiteCrash(const ScenarioContext& context) {
     run.Kill();
     return finish();
   }
-  // Its servers are not in its process group and outlive a SIGKILL of it; note them first.
+  // Its servers are in their own process groups, so the SIGKILL does not reach them; their
+  // parent's death does (a death signal armed when they were spawned, kvgate/suite/spawn.h):
+  // each must drain and exit by itself. Noted first, then given 30 s.
   const std::vector<history::ProcessIdentity> servers = Descendants(run.pid());
   const int status = run.Kill();
+  const Clock::time_point drained_by = Clock::now() + std::chrono::seconds(30);
+  auto alive = [&servers] {
+    int count = 0;
+    for (const auto& server : servers) {
+      count += history::CheckLiveness(server) == history::Liveness::kAlive ? 1 : 0;
+    }
+    return count;
+  };
+  while (alive() > 0 && Clock::now() < drained_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   int orphans = 0;
   for (const auto& server : servers) orphans += KillIfAlive(server) ? 1 : 0;
   say("killed kvgate run with " + rows_before_kill + " quality rows of run " + dead_run +
-      " committed; stopped " + std::to_string(orphans) + " servers it left behind");
+      " committed; " + std::to_string(servers.size() - static_cast<size_t>(orphans)) + " of its " +
+      std::to_string(servers.size()) + " servers exited by themselves");
   result.evidence = {{"completed_run", completed},
                      {"dead_run", dead_run},
                      {"run_status", DescribeWaitStatus(status)},
                      {"quality_rows_when_killed", rows_before_kill},
+                     {"servers_of_the_killed_run", servers.size()},
                      {"servers_left_running_by_the_killed_run", orphans}};
   expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
          "`kvgate run` was not killed by SIGKILL (" + DescribeWaitStatus(status) + ")");
+  expect(servers.size() == 2, "found " + std::to_string(servers.size()) +
+                                  " servers under the killed `kvgate run`, expected 2");
+  expect(orphans == 0, std::to_string(orphans) +
+                           " servers were still running 30 s after `kvgate run` was killed");
 
   // 1. The file as plain SQLite sees it, before any kvgate opens it again.
   {

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,7 +16,8 @@
 #include <regex>
 #include <thread>
 
-extern char** environ;
+#include "kvgate/suite/spawn.h"
+
 
 namespace kvgate::suite {
 namespace {
@@ -67,22 +67,9 @@ ServerProcess::ServerProcess(std::vector<std::string> argv,
   }
   off_t log_start = lseek(log_fd, 0, SEEK_END);
   log_start_ = log_start < 0 ? 0 : log_start;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, log_fd, STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, log_fd, STDERR_FILENO);
-  posix_spawnattr_t attributes;
-  posix_spawnattr_init(&attributes);
   // Its own process group, so a Ctrl-C at the terminal reaches the suite, which then stops the
-  // servers in order instead of having them die mid-write.
-  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attributes, 0);
-  std::vector<char*> raw;
-  for (std::string& arg : argv_) raw.push_back(arg.data());
-  raw.push_back(nullptr);
-  int status = posix_spawnp(&pid_, raw[0], &actions, &attributes, raw.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attributes);
+  // servers in order instead of having them die mid-write; SIGTERM if the suite dies first.
+  int status = SpawnChild(argv_, log_fd, log_fd, &pid_);
   close(log_fd);
   if (status != 0) {
     pid_ = -1;

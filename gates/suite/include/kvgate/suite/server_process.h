@@ -2,7 +2,8 @@
 // loopback port: spawned with stdout and stderr appended to a log file (a file, not a pipe, so a
 // chatty server can never block on a full pipe), ready once it printed `listening on HOST:PORT`
 // and answered GET /health with 200. Stopped with SIGTERM (it drains), then SIGKILL after a
-// grace period. The destructor stops it, so a failing run never leaves servers behind.
+// grace period. The destructor stops it, so a failing run never leaves servers behind; and it is
+// started with a death signal (spawn.h), so neither does a suite killed with SIGKILL.
 //
 // Not thread-safe; one owner. Errors starting it throw ServerStartError with the command line and
 // the tail of what the server printed.

@@ -1,0 +1,105 @@
+#include "kvgate/suite/spawn.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace kvgate::suite {
+namespace {
+
+int Wait(pid_t pid) {
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return status;
+}
+
+TEST(SpawnChildTest, RunsAProgramFromPathWithItsOutputOnTheGivenDescriptor) {
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  pid_t pid = -1;
+  ASSERT_EQ(SpawnChild({"sh", "-c", "echo spawned; echo oops >&2"}, out[1], out[1], &pid), 0);
+  close(out[1]);
+  std::string text;
+  char buf[64];
+  for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  close(out[0]);
+  const int status = Wait(pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(text, "spawned\noops\n");
+}
+
+TEST(SpawnChildTest, StartsTheChildInItsOwnProcessGroup) {
+  pid_t pid = -1;
+  ASSERT_EQ(SpawnChild({"sleep", "5"}, STDOUT_FILENO, STDERR_FILENO, &pid), 0);
+  pid_t group = -1;
+  for (int i = 0; i < 100 && (group = getpgid(pid)) != pid; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(group, pid);
+  EXPECT_NE(group, getpgrp());
+  kill(pid, SIGKILL);
+  Wait(pid);
+}
+
+TEST(SpawnChildTest, ReportsWhatPosixSpawnpWouldAndLeavesNothingRunning) {
+  pid_t pid = -1;
+  EXPECT_EQ(SpawnChild({"kvgate-no-such-program-xyz"}, STDOUT_FILENO, STDERR_FILENO, &pid), ENOENT);
+  EXPECT_EQ(SpawnChild({"/nonexistent/dir/prog"}, STDOUT_FILENO, STDERR_FILENO, &pid), ENOENT);
+  const std::string plain = (std::filesystem::temp_directory_path() /
+                             ("kvgate_spawn_test_" + std::to_string(getpid()))).string();
+  std::ofstream(plain) << "not a program\n";  // created 0644: not executable
+  EXPECT_EQ(SpawnChild({plain}, STDOUT_FILENO, STDERR_FILENO, &pid), EACCES);
+  std::filesystem::remove(plain);
+  EXPECT_EQ(SpawnChild({}, STDOUT_FILENO, STDERR_FILENO, &pid), EINVAL);
+  EXPECT_EQ(pid, -1);
+  errno = 0;
+  EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1);  // no child left behind, not even a zombie
+  EXPECT_EQ(errno, ECHILD);
+}
+
+// A parent that starts a long child and is then SIGKILLed, as `kvgate run` may be: the child gets
+// SIGTERM. This process becomes a subreaper so the orphan is re-parented to it and can be reaped.
+TEST(SpawnChildTest, TheChildGetsSigtermWhenItsParentIsKilled) {
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  int report[2];
+  ASSERT_EQ(pipe(report), 0);
+  const pid_t parent = fork();
+  ASSERT_GE(parent, 0);
+  if (parent == 0) {
+    pid_t child = -1;
+    const int error = SpawnChild({"sleep", "30"}, STDOUT_FILENO, STDERR_FILENO, &child);
+    if (error != 0) child = -error;
+    (void)!write(report[1], &child, sizeof child);
+    pause();  // killed below
+    _exit(0);
+  }
+  close(report[1]);
+  pid_t child = 0;
+  ASSERT_EQ(read(report[0], &child, sizeof child), static_cast<ssize_t>(sizeof child));
+  close(report[0]);
+  ASSERT_GT(child, 0) << "SpawnChild failed in the parent: errno " << -child;
+  kill(parent, SIGKILL);
+  Wait(parent);
+  // The orphan is ours now; it must end by SIGTERM long before its 30 s sleep.
+  const auto start = std::chrono::steady_clock::now();
+  const int status = Wait(child);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "status " << status;
+  EXPECT_LT(seconds, 10.0);
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
+}
+
+}  // namespace
+}  // namespace kvgate::suite
