@@ -169,6 +169,8 @@ void SafetensorsFile::ParseHeader() {
       }
       continue;
     }
+    // Every later error names the tensor; a nameless one could not be named.
+    if (name.empty()) throw ModelFormatError("header", "a tensor has an empty name");
     if (!v.is_object()) throw ModelFormatError(name, "entry must be an object");
     TensorEntry e;
     e.name = name;

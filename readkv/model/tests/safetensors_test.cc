@@ -98,6 +98,12 @@ TEST(SafetensorsTest, MalformedEntriesNameTheTensor) {
             "v");  // overlaps w: the later tensor is named
   EXPECT_EQ(ErrorName(WithHeader(image, R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})")),
             "w");
+  // A nameless tensor cannot be named by its errors: the header is (found by the fuzzer, with
+  // a bad entry that used to throw an error naming "").
+  EXPECT_EQ(ErrorName(WithHeader(image, R"({"":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})")),
+            "header");
+  EXPECT_EQ(ErrorName(WithHeader(image, R"({"":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})")),
+            "header");
 }
 
 TEST(SafetensorsTest, SerializeRefusesDataOfTheWrongSize) {
