@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "readkv/codec/fp8_cache.h"
 #include "readkv/cuda/codec_tables.h"
 #include "readkv/cuda/decode_attention.h"
 #include "readkv/cuda/device.h"
@@ -96,19 +97,14 @@ GpuKvCache::GpuKvCache(const GpuKvConfig& config)
   const int hkv = config.heads_kv, d = config.head_dim;
   Pools& p = *pools_;
   if (config.kind == "fp8") {
+    // The CPU cache's own scales (amax / 448 per tensor or per KV head), so both write the same
+    // codes.
     std::vector<float> ks, vs;
     for (int l = 0; l < config.layers; ++l) {
-      float k_tensor = 0.0f, v_tensor = 0.0f;
+      const codec::Fp8LayerCache layer({config.heads_q, hkv, d}, cal, l, config.fp8_scale);
       for (int h = 0; h < hkv; ++h) {
-        const size_t i = static_cast<size_t>(l) * hkv + h;
-        k_tensor = std::max(k_tensor, cal.key_amax[i]);
-        v_tensor = std::max(v_tensor, cal.value_amax[i]);
-      }
-      for (int h = 0; h < hkv; ++h) {
-        const size_t i = static_cast<size_t>(l) * hkv + h;
-        const bool per_head = config.fp8_scale == codec::Fp8ScaleGranularity::kHead;
-        ks.push_back(codec::Fp8ScaleFromAmax(per_head ? cal.key_amax[i] : k_tensor));
-        vs.push_back(codec::Fp8ScaleFromAmax(per_head ? cal.value_amax[i] : v_tensor));
+        ks.push_back(layer.key_scale(h));
+        vs.push_back(layer.value_scale(h));
       }
     }
     p.k_scales = Upload(ks, config.device);
