@@ -5,7 +5,8 @@
 #
 # Covered (labels): readkv_codec_test (codec), readkv_engine_test (engine), kvgate_stats_test
 # (stats), kvgate_history_test (history), kvgate_policy_test, kvgate_gate_rules_test,
-# kvgate_report_test (gates), kvgate_loadgen_test (loadgen), kvgate_checks_test (checks).
+# kvgate_report_test (gates), kvgate_loadgen_test (loadgen), kvgate_checks_test (checks),
+# kvgate_filesystem_test and the RemoveTreeGuard.* checks (filesystem).
 # Not covered: readkv_model_test, readkv_server_test, readkv_server_overload_test,
 # kvgate_serve_test, openai_client_test and the KvgateCli.* tests, because they link libtorch
 # (the model runtime, or the kvgate binary that contains it): libtorch 1.13 is not built with
@@ -20,8 +21,8 @@ build=${KVGATE_SANITIZE_BUILD_DIR:-$root/build-sanitize}
 jobs=${KVGATE_JOBS:-$(nproc)}
 targets=(readkv_codec_test readkv_engine_test kvgate_stats_test kvgate_history_test
          kvgate_policy_test kvgate_gate_rules_test kvgate_report_test kvgate_loadgen_test
-         kvgate_checks_test)
-labels='^(codec|engine|stats|history|gates|loadgen|checks)$'
+         kvgate_checks_test kvgate_filesystem_test)
+labels='^(codec|engine|stats|history|gates|loadgen|checks|filesystem)$'
 
 export CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=true
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"

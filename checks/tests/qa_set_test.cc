@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "kvgate/checks/errors.h"
+#include "kvgate/filesystem/remove_tree.h"
 
 namespace kvgate::checks {
 namespace {
@@ -243,7 +244,7 @@ TEST(QaJsonlTest, LoadsFromAFileAndNamesAMissingOne) {
     EXPECT_NE(std::string(e.what()).find(file.string() + ":2: answers"), std::string::npos);
   }
   EXPECT_THROW(LoadQaJsonl(dir / "missing.jsonl"), DatasetError);
-  std::filesystem::remove_all(dir);
+  RemoveTree(dir);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "child_process.h"
+#include "kvgate/filesystem/remove_tree.h"
 
 namespace kvgate::failure_tests {
 namespace {
@@ -159,7 +160,7 @@ RunReport RunScenarios(const std::vector<ScenarioInfo>& scenarios, const RunnerO
     const Clock::time_point scenario_start = Clock::now();
     try {
       // A fresh folder even when a kept work root from an earlier run holds one of this name.
-      std::filesystem::remove_all(work_dir);
+      RemoveTree(work_dir);
       std::filesystem::create_directories(work_dir);
       ScenarioContext context;
       context.kvgate_binary = options.kvgate_binary;
@@ -190,7 +191,7 @@ RunReport RunScenarios(const std::vector<ScenarioInfo>& scenarios, const RunnerO
     say(name + ": " + (result.passed ? "PASS" : "FAIL") + " (" + seconds + ") " + result.reason);
     if (result.passed && !options.keep_work_dirs) {
       std::error_code ignored;
-      std::filesystem::remove_all(work_dir, ignored);
+      RemoveTree(work_dir, ignored);
     } else if (!result.passed) {
       say(name + ": work folder kept: " + work_dir.string());
     }
@@ -199,7 +200,7 @@ RunReport RunScenarios(const std::vector<ScenarioInfo>& scenarios, const RunnerO
   report.seconds = SecondsSince(start);
   if (options.work_root.empty() && !options.keep_work_dirs && report.all_passed()) {
     std::error_code ignored;
-    std::filesystem::remove_all(report.work_root, ignored);
+    RemoveTree(report.work_root, ignored);
   }
   return report;
 }

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <set>
 
+#include "kvgate/filesystem/remove_tree.h"
+
 namespace kvgate::failure_tests::prefix_cache {
 namespace {
 
@@ -20,7 +22,7 @@ class ScratchDir {
                                          "_" + std::to_string(counter++));
     fs::create_directories(path_);
   }
-  ~ScratchDir() { fs::remove_all(path_); }
+  ~ScratchDir() { RemoveTree(path_); }
   const fs::path& path() const { return path_; }
 
  private:

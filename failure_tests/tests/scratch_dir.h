@@ -9,6 +9,8 @@
 #include <string>
 #include <system_error>
 
+#include "kvgate/filesystem/remove_tree.h"
+
 namespace kvgate::failure_tests::testing {
 
 class ScratchDir {
@@ -18,12 +20,12 @@ class ScratchDir {
     path_ = std::filesystem::temp_directory_path() /
             ("kvgate_failure_tests_test_" + std::to_string(getpid()) + "_" +
              std::to_string(counter.fetch_add(1)));
-    std::filesystem::remove_all(path_);
+    RemoveTree(path_);
     std::filesystem::create_directories(path_);
   }
   ~ScratchDir() {
     std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
+    RemoveTree(path_, ignored);
   }
   ScratchDir(const ScratchDir&) = delete;
   ScratchDir& operator=(const ScratchDir&) = delete;

@@ -9,6 +9,8 @@
 #include <string>
 #include <system_error>
 
+#include "kvgate/filesystem/remove_tree.h"
+
 namespace kvgate::history::testing {
 
 class TempDir {
@@ -18,12 +20,12 @@ class TempDir {
     path_ = std::filesystem::temp_directory_path() /
             ("kvgate_history_test_" + std::to_string(getpid()) + "_" +
              std::to_string(counter.fetch_add(1)));
-    std::filesystem::remove_all(path_);
+    RemoveTree(path_);
     std::filesystem::create_directories(path_);
   }
   ~TempDir() {
     std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
+    RemoveTree(path_, ec);
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;

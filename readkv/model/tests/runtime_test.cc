@@ -138,7 +138,11 @@ TEST_F(RuntimeTest, ABatchOfSequencesEqualsEachSequenceAlone) {
     worst = std::max(worst, MaxAbsDiff(batched[i], alone[i]));
   }
   std::cout << "[ measure  ] batch-of-3 vs alone max |logit diff| = " << worst << "\n";
-  EXPECT_LT(worst, 1e-5);
+  // Bit-identical with libtorch 1.13 here; 2.0e-5 with torch 2.11 on the GPU host's CPU, whose
+  // float32 GEMMs take other kernels for 3 rows than for 1 (the incremental-vs-full test above
+  // sees the same 1e-5 level). A batching bug (rows or positions mixed, padding read) moves
+  // logits by O(0.1) or more.
+  EXPECT_LT(worst, 1e-4);
 }
 
 TEST_F(RuntimeTest, BadStepsAreRefusedBeforeAnyStateChanges) {

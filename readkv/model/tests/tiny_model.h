@@ -13,6 +13,7 @@
 
 #include <unistd.h>
 
+#include "kvgate/filesystem/remove_tree.h"
 #include "readkv/codec/random.h"
 #include "readkv/model/config.h"
 #include "readkv/model/safetensors.h"
@@ -198,7 +199,7 @@ class TempDir {
                 .string();
     std::filesystem::create_directories(path_);
   }
-  ~TempDir() { std::filesystem::remove_all(path_); }
+  ~TempDir() { kvgate::RemoveTree(path_); }
   const std::string& path() const { return path_; }
 
  private:
