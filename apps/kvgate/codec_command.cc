@@ -241,7 +241,7 @@ void AddAttention(CLI::App& codec, CommandContext& context) {
       cmd->add_option("--read-bits", args->read_bits, "ReadKV R (<= W)")->capture_default_str();
   cmd->add_option("--reader", args->reader, "ReadKV reader: flexible | constrained | full")
       ->capture_default_str();
-  cmd->add_option("--kv-split", args->kv_split, "Flexible reader's R_K:R_V (mean must be R)");
+  cmd->add_option("--kv-split", args->kv_split, "The reader's R_K:R_V (mean must be R)");
   cmd->add_option("--fp8-scale", args->fp8_scale, "FP8 scale granularity: tensor | head")
       ->capture_default_str();
   cmd->add_option("--dense-storage", args->dense_storage, "Dense storage: fp32 | bf16")

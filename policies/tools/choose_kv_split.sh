@@ -9,7 +9,9 @@
 # Env: DEV_SEED (default 777001), PASSKEYS (default 60), QA (default 48), R (default 4),
 # PASSKEY_LENGTHS (default 1024,2048,4096,8192), QA_LENGTHS (default 1024,4096,8192),
 # SERVE_ARGS (more `kvgate serve` flags, e.g. "--model models/long-16k --device cuda"; on a CUDA
-# device only CONFIGS=constrained runs).
+# device only the constrained reader runs), CONFIGS (space-separated: "reader" reads R with the
+# equal split, "reader:RK:RV" reads R = (RK + RV) / 2 with that split, "fp8" serves the FP8 cache
+# as the reference row).
 set -euo pipefail
 BUILD=${1:-build}
 KVGATE="$BUILD/apps/kvgate"
@@ -34,8 +36,14 @@ echo "== dev seed $DEV_SEED, $PASSKEYS passkeys ($PASSKEY_LENGTHS), $QA QA items
 printf "%-22s %10s %8s\n" "reader[:RK:RV]" "passkeys" "QA F1"
 for config in $CONFIGS; do
   IFS=: read -r reader rk rv <<< "$config"
-  args=(--kv readkv --store-bits 8 --read-bits "$R" --reader "$reader")
-  [[ -n "${rk:-}" ]] && args+=(--kv-split "$rk:$rv")
+  if [[ "$reader" == fp8 ]]; then
+    args=(--kv fp8)
+  elif [[ -n "${rk:-}" ]]; then
+    args=(--kv readkv --store-bits 8 --read-bits "$(python3 -c "print(($rk + $rv) / 2)")"
+          --reader "$reader" --kv-split "$rk:$rv")
+  else
+    args=(--kv readkv --store-bits 8 --read-bits "$R" --reader "$reader")
+  fi
   "$KVGATE" serve "${serve_args[@]}" "${args[@]}" --log-level warn > "$WORK/serve.out" 2> "$WORK/serve.err" &
   PID=$!
   for _ in $(seq 300); do grep -q '^listening on ' "$WORK/serve.out" && break; sleep 0.1; done

@@ -72,6 +72,22 @@ TEST(PolicyTest, H200LongKeepsTheDefaultGatesOnTheGpuAt16K) {
   EXPECT_GE(h.passkey.lengths.front(), 16000);
   EXPECT_GE(h.qa.lengths.front(), 16000);
   EXPECT_GE(h.load.pairs, 5);
+  // The candidate's recorded read policy is the one its server is started with.
+  const auto& rp = h.candidate_read_policy;
+  ASSERT_TRUE(rp.read_bits && rp.key_bits && rp.value_bits && rp.reader);
+  EXPECT_EQ(*rp.reader, "constrained");
+  EXPECT_DOUBLE_EQ(0.5 * (*rp.key_bits + *rp.value_bits), *rp.read_bits);
+  const auto& ca = h.candidate.serve_args;
+  const auto arg = [&](const std::string& flag) {
+    const auto it = std::find(ca.begin(), ca.end(), flag);
+    return it == ca.end() || it + 1 == ca.end() ? std::string() : *(it + 1);
+  };
+  EXPECT_EQ(std::stod(arg("--read-bits")), *rp.read_bits);
+  EXPECT_EQ(arg("--reader"), *rp.reader);
+  const std::string split = arg("--kv-split");
+  ASSERT_NE(split.find(':'), std::string::npos);
+  EXPECT_EQ(std::stod(split.substr(0, split.find(':'))), *rp.key_bits);
+  EXPECT_EQ(std::stod(split.substr(split.find(':') + 1)), *rp.value_bits);
   for (const ServerSpec* s : {&h.baseline, &h.candidate}) {
     const auto& a = s->serve_args;
     const auto device = std::find(a.begin(), a.end(), "--device");

@@ -70,10 +70,9 @@ ReaderPlan MakeReaderPlan(const ReadPolicy& policy, int store_bits) {
   plan.key_bits = split_given ? policy.key_bits : r;
   plan.value_bits = split_given ? policy.value_bits : r;
   if (split_given && std::abs(plan.key_bits - r) + std::abs(plan.value_bits - r) > 1e-9 &&
-      policy.reader != ReaderKind::kFlexible) {
-    throw InvalidArgument("kv_split", std::string("the ") + std::string(ReaderName(policy.reader)) +
-                                          " reader reads R_K = R_V = R; got " + Num(plan.key_bits) +
-                                          ":" + Num(plan.value_bits));
+      policy.reader == ReaderKind::kFull) {
+    throw InvalidArgument("kv_split", "the full reader reads every plane of K and V; got " +
+                                          Num(plan.key_bits) + ":" + Num(plan.value_bits));
   }
   switch (policy.reader) {
     case ReaderKind::kFlexible:

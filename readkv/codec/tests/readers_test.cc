@@ -54,11 +54,27 @@ TEST(ReadersTest, BudgetsAreRTimesDimOrTokensAndPoolAcrossHeads) {
   EXPECT_EQ(frac.ValueBudget(1000, 1), 2300);  // not 2299
 }
 
+TEST(ReadersTest, ConstrainedReaderTakesASplitWithItsPerHeadShape) {
+  const ReaderPlan c = MakeReaderPlan({ReaderKind::kConstrained, 4.0, 6.0, 2.0}, 8);
+  EXPECT_EQ(c.key_bits, 6.0);
+  EXPECT_EQ(c.value_bits, 2.0);
+  EXPECT_EQ(c.min_depth, 1);
+  EXPECT_EQ(c.value_step, 2);
+  EXPECT_FALSE(c.pooled);
+  EXPECT_EQ(c.KeyBudget(64, 1), 384);
+  EXPECT_EQ(c.ValueBudget(1000, 1), 2000);
+  const ReaderPlan equal = MakeReaderPlan({ReaderKind::kConstrained, 4.0, 0.0, 0.0}, 8);
+  EXPECT_EQ(equal.key_bits, 4.0);
+  EXPECT_EQ(equal.value_bits, 4.0);
+}
+
 TEST(ReadersTest, BadPoliciesNameTheField) {
   EXPECT_EQ(FieldOf({ReaderKind::kConstrained, 9.0, 0, 0}, 8), "read_bits");
   EXPECT_EQ(FieldOf({ReaderKind::kConstrained, 0.0, 0, 0}, 8), "read_bits");
   EXPECT_EQ(FieldOf({ReaderKind::kConstrained, 0.5, 0, 0}, 8), "read_bits");  // below t_min
-  EXPECT_EQ(FieldOf({ReaderKind::kConstrained, 2.0, 3.0, 1.0}, 8), "kv_split");
+  EXPECT_EQ(FieldOf({ReaderKind::kConstrained, 2.0, 3.0, 1.0}, 8), "");  // a per-head split
+  EXPECT_EQ(FieldOf({ReaderKind::kConstrained, 2.0, 3.5, 0.5}, 8), "kv_split");  // R_V < t_min
+  EXPECT_EQ(FieldOf({ReaderKind::kConstrained, 2.0, 3.0, 2.0}, 8), "kv_split");  // mean != R
   EXPECT_EQ(FieldOf({ReaderKind::kFlexible, 2.0, 3.0, 2.0}, 8), "kv_split");
   EXPECT_EQ(FieldOf({ReaderKind::kFlexible, 2.0, 4.5, -0.5}, 8), "kv_split");
   EXPECT_EQ(FieldOf({ReaderKind::kFull, 4.0, 0, 0}, 8), "read_bits");  // full needs R = W

@@ -315,9 +315,10 @@ struct ReadKvSet {
     c.boundaries = set.At<const float>(copy, boundaries);
     return c;
   }
-  ReadKvReadPolicy Policy(int copy, double read_bits) const {
+  ReadKvReadPolicy Policy(int copy, const KvSpec& spec) const {
     ReadKvReadPolicy p;
-    p.read_bits = read_bits;
+    p.key_bits = spec.key_bits;
+    p.value_bits = spec.value_bits;
     p.key_increments = set.At<const double>(copy, key_increments);
     p.key_steps = key_steps;
     p.value_increments = set.At<const double>(copy, value_increments);
@@ -743,10 +744,9 @@ void RunPoint(const BenchConfig& config, int64_t tokens, int64_t batch, const An
       for (const auto& candidate : readkv) {
         if (candidate->store_bits == spec.store_bits) rk = candidate.get();
       }
-      const double read_bits = spec.read_bits;
-      launch = [&, rk, read_bits](int k) {
+      launch = [&, rk, spec](int k) {
         Check(ReadKvDecodeAttention(s, rk->common.Inputs(rk->set, k, out_ptr), rk->Cache(k),
-                                    rk->Codec(k), rk->Policy(k, read_bits), ws, 0),
+                                    rk->Codec(k), rk->Policy(k, spec), ws, 0),
               "ReadKvDecodeAttention");
       };
       // The depths this call chooses, for the ledgers, from one extra untimed launch.
@@ -759,7 +759,7 @@ void RunPoint(const BenchConfig& config, int64_t tokens, int64_t batch, const An
       debug.value_depths = value_depths.as<uint8_t>();
       poison();
       Check(ReadKvDecodeAttention(s, rk->common.Inputs(rk->set, 0, out_ptr), rk->Cache(0),
-                                  rk->Codec(0), rk->Policy(0, read_bits), ws, 0, debug),
+                                  rk->Codec(0), rk->Policy(0, spec), ws, 0, debug),
             "ReadKvDecodeAttention (depths)");
       Check(cudaDeviceSynchronize(), "ReadKvDecodeAttention (depths)");
       output = Download(out_ptr, out_elems, "download readkv output");

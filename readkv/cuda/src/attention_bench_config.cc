@@ -1,6 +1,7 @@
 // `kvgate bench attention`'s configuration: the --kv specs, positive lists and the checks that
 // name the offending flag (attention_bench.h). Host code, every build.
 #include <cctype>
+#include <cmath>
 #include <cstdint>
 #include <set>
 #include <sstream>
@@ -27,6 +28,9 @@ std::string KvSpec::Name() const {
     case KvBackend::kReadKv: {
       std::ostringstream text;
       text << "readkv:" << store_bits << ":" << read_bits;
+      if (key_bits != read_bits || value_bits != read_bits) {
+        text << ":" << key_bits << ":" << value_bits;
+      }
       return text.str();
     }
   }
@@ -68,18 +72,23 @@ std::vector<std::string> SplitCommas(const std::string& text) {
 }  // namespace
 
 KvSpec ParseKvSpec(const std::string& text) {
-  if (text == "dense") return KvSpec{KvBackend::kDense, 0, 0.0};
-  if (text == "fp8") return KvSpec{KvBackend::kFp8, 0, 0.0};
-  const std::string usage =
-      "expected dense, fp8 or readkv:W:R (e.g. readkv:8:4), got '" + text + "'";
+  if (text == "dense") return KvSpec{KvBackend::kDense, 0, 0.0, 0.0, 0.0};
+  if (text == "fp8") return KvSpec{KvBackend::kFp8, 0, 0.0, 0.0, 0.0};
+  const std::string usage = "expected dense, fp8, readkv:W:R or readkv:W:R:RK:RV (e.g. "
+                            "readkv:8:4 or readkv:8:4:6:2), got '" + text + "'";
   if (text.rfind("readkv:", 0) != 0) throw InvalidArgument("--kv", usage);
-  const std::string rest = text.substr(7);
-  const size_t colon = rest.find(':');
-  if (colon == std::string::npos) throw InvalidArgument("--kv", usage);
-  KvSpec spec{KvBackend::kReadKv, 0, 0.0};
+  std::vector<std::string> parts;
+  for (size_t begin = 7;;) {
+    const size_t colon = text.find(':', begin);
+    parts.push_back(text.substr(begin, colon == std::string::npos ? std::string::npos
+                                                                   : colon - begin));
+    if (colon == std::string::npos) break;
+    begin = colon + 1;
+  }
+  if (parts.size() != 2 && parts.size() != 4) throw InvalidArgument("--kv", usage);
+  KvSpec spec{KvBackend::kReadKv, 0, 0.0, 0.0, 0.0};
   int64_t store_bits = 0;
-  if (!ParseNumber(rest.substr(0, colon), store_bits) ||
-      !ParseNumber(rest.substr(colon + 1), spec.read_bits)) {
+  if (!ParseNumber(parts[0], store_bits) || !ParseNumber(parts[1], spec.read_bits)) {
     throw InvalidArgument("--kv", usage);
   }
   if (store_bits < 2 || store_bits > kMaxStoreBits) {
@@ -91,6 +100,21 @@ KvSpec ParseKvSpec(const std::string& text) {
                           "R must be in [1, W] (the constrained reader reads at least "
                           "one plane) in '" +
                               text + "'");
+  }
+  spec.key_bits = spec.read_bits;
+  spec.value_bits = spec.read_bits;
+  if (parts.size() == 4) {
+    if (!ParseNumber(parts[2], spec.key_bits) || !ParseNumber(parts[3], spec.value_bits)) {
+      throw InvalidArgument("--kv", usage);
+    }
+    for (double part : {spec.key_bits, spec.value_bits}) {
+      if (!(part >= 1.0 && part <= spec.store_bits)) {
+        throw InvalidArgument("--kv", "RK and RV must be in [1, W] in '" + text + "'");
+      }
+    }
+    if (std::abs(0.5 * (spec.key_bits + spec.value_bits) - spec.read_bits) > 1e-9) {
+      throw InvalidArgument("--kv", "(RK + RV) / 2 must equal R in '" + text + "'");
+    }
   }
   return spec;
 }

@@ -189,13 +189,13 @@ __global__ void __launch_bounds__(128) Prepare(Args a) {
     if (c % kWarp == 0) bias_part[q][c / kWarp] = part;
   }
 
-  // Key depths: t_min 1, step 1, budget floor(R d); thread c owns channel c and its <= 7 steps.
+  // Key depths: t_min 1, step 1, budget floor(R_K d); thread c owns channel c and its <= 7 steps.
   // The threshold allocator (codec::DepthAllocator::Threshold): steps above the cut, then the
   // cut's ties by channel, i.e. the steps at or before the steps-th element of greedy's order,
   // found by BlockSelect over the channels' positive gains (2-3 histogram passes, no sort).
   const int spo = a.policy.key_steps;
   const double* inc = a.policy.key_increments;
-  const long long budget = internal::FloorBudget(a.policy.read_bits, static_cast<double>(d));
+  const long long budget = internal::FloorBudget(a.policy.key_bits, static_cast<double>(d));
   long long steps = budget - d;
   if (steps > static_cast<long long>(d) * spo) steps = static_cast<long long>(d) * spo;
   const int positive_steps = internal::CountAbove(w, 0.0, inc, spo, 0);
@@ -509,9 +509,9 @@ __device__ internal::BinPick BlockFindBin(const unsigned* hist, int bins, long l
   return result;
 }
 
-// The Value step budget of a row of T tokens: (floor(R T) - T) / 2 packets, at most T spo.
+// The Value step budget of a row of T tokens: (floor(R_V T) - T) / 2 packets, at most T spo.
 __device__ long long ValueSteps(const Args& a, int T) {
-  const long long budget = internal::FloorBudget(a.policy.read_bits, static_cast<double>(T));
+  const long long budget = internal::FloorBudget(a.policy.value_bits, static_cast<double>(T));
   long long steps = (budget - T) / 2;
   const long long most = static_cast<long long>(T) * a.policy.value_steps;
   if (steps > most) steps = most;
@@ -981,8 +981,10 @@ cudaError_t ReadKvDecodeAttention(const DecodeShape& requested, const DecodeInpu
       codec.value_signs == nullptr || codec.centroids == nullptr ||
       policy.key_increments == nullptr || policy.value_increments == nullptr ||
       policy.key_steps != W - 1 || policy.value_steps != (W - 1) / 2 ||
-      static_cast<long long>(s.head_dim) * policy.key_steps > 1024 || !(policy.read_bits >= 1.0) ||
-      policy.read_bits > W || s.max_tokens >= (1 << (32 - kValueStepBits))) {
+      static_cast<long long>(s.head_dim) * policy.key_steps > 1024 ||
+      !(policy.key_bits >= 1.0 && policy.key_bits <= W) ||
+      !(policy.value_bits >= 1.0 && policy.value_bits <= W) ||
+      s.max_tokens >= (1 << (32 - kValueStepBits))) {
     // (The last: Value allocation keys token << 2 | step are 32-bit.)
     return cudaErrorInvalidValue;
   }

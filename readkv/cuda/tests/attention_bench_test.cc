@@ -43,12 +43,21 @@ TEST(KvSpecTest, ParsesTheThreeFormsAndNamesThemCanonically) {
   EXPECT_EQ(r.Name(), "readkv:8:4");
   EXPECT_EQ(ParseKvSpec("readkv:8:2.5").Name(), "readkv:8:2.5");
   EXPECT_EQ(ParseKvSpec("readkv:4:4").Name(), "readkv:4:4");
+  EXPECT_DOUBLE_EQ(r.key_bits, 4.0);
+  EXPECT_DOUBLE_EQ(r.value_bits, 4.0);
+  const KvSpec split = ParseKvSpec("readkv:8:4:6:2");
+  EXPECT_DOUBLE_EQ(split.key_bits, 6.0);
+  EXPECT_DOUBLE_EQ(split.value_bits, 2.0);
+  EXPECT_EQ(split.Name(), "readkv:8:4:6:2");
+  EXPECT_EQ(ParseKvSpec("readkv:8:4:4:4").Name(), "readkv:8:4");  // an equal split is no split
 }
 
 TEST(KvSpecTest, RejectsIncompleteOrOutOfRangeSpecsNamingTheFlag) {
   for (const char* bad : {"readkv:8", "readkv", "readkv:8:", "readkv::4", "readkv:x:4",
                           "readkv:8:4:1", "readkv:9:4", "readkv:1:1", "readkv:8:0.5", "readkv:8:9",
-                          "readkv:4294967304:4", "fp16", "", "Dense", " dense"}) {
+                          "readkv:4294967304:4", "fp16", "", "Dense", " dense", "readkv:8:4:6",
+                          "readkv:8:4:6:3", "readkv:8:4:7.5:0.5", "readkv:8:4:6:2:1",
+                          "readkv:8:4:x:2"}) {
     EXPECT_EQ(ThrownField([&] { ParseKvSpec(bad); }), "--kv") << bad;
   }
 }

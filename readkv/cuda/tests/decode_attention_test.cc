@@ -72,13 +72,20 @@ struct Case {
   double read_bits;
   int chunk_tokens;  // 0 = the launcher's choice
   bool zero_queries = false;  // every logit equal: every Value gain ties (the allocators' worst case)
+  double key_bits = 0.0;      // R_K:R_V of a K/V split; both 0 = R_K = R_V = R
+  double value_bits = 0.0;
+  double KeyBits() const { return key_bits != 0.0 ? key_bits : read_bits; }
+  double ValueBits() const { return value_bits != 0.0 ? value_bits : read_bits; }
   std::string Name() const {
     std::string lens_text;
     for (int t : lens) lens_text += std::to_string(t) + "_";
     return "hq" + std::to_string(heads_q) + "_hkv" + std::to_string(heads_kv) + "_d" +
            std::to_string(head_dim) + "_T" + lens_text + "W" + std::to_string(store_bits) + "_R" +
            std::to_string(static_cast<int>(read_bits * 10)) + "_c" + std::to_string(chunk_tokens) +
-           (zero_queries ? "_q0" : "");
+           (zero_queries ? "_q0" : "") +
+           (key_bits != 0.0 ? "_K" + std::to_string(static_cast<int>(key_bits * 10)) + "V" +
+                                  std::to_string(static_cast<int>(value_bits * 10))
+                            : "");
   }
 };
 
@@ -177,7 +184,8 @@ TEST_P(ReadKvKernelTest, AppendMatchesCodecPlanesAndDecodeMatchesCpuReader) {
   config.geometry = w.geometry;
   config.calibration = w.calibration;
   config.store_bits = W;
-  config.policy = codec::ReadPolicy{codec::ReaderKind::kConstrained, c.read_bits, 0.0, 0.0};
+  config.policy =
+      codec::ReadPolicy{codec::ReaderKind::kConstrained, c.read_bits, c.key_bits, c.value_bits};
   config.residual_window = false;
   std::vector<std::unique_ptr<codec::LayerKvCache>> cpu;
   for (const auto& layer : w.layers) {
@@ -272,8 +280,9 @@ TEST_P(ReadKvKernelTest, AppendMatchesCodecPlanesAndDecodeMatchesCpuReader) {
     SCOPED_TRACE(variant);
     setenv("KVGATE_READKV_LOGITS", variant, 1);
     // One decode step on the GPU with poisoned outputs, and on the CPU per sequence.
-    const ReadKvReadPolicy policy{c.read_bits, d_kinc.get(), static_cast<int>(key_inc.size()),
-                                  d_vinc.get(), static_cast<int>(value_inc.size())};
+    const ReadKvReadPolicy policy{c.KeyBits(), c.ValueBits(), d_kinc.get(),
+                                  static_cast<int>(key_inc.size()), d_vinc.get(),
+                                  static_cast<int>(value_inc.size())};
     DeviceBuffer<float> d_queries(w.queries);
     const size_t out_size = static_cast<size_t>(s.batch) * c.heads_q * d;
     DeviceBuffer<float> d_out(std::vector<float>(out_size, kNaNs[0]));
@@ -348,7 +357,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{16, 8, 64, {257, 40}, 4, 2.0, 0},
                       Case{64, 8, 128, {4096, 100}, 8, 3.0, 1024},
                       Case{8, 4, 128, {5000}, 8, 4.0, 0},
-                      Case{32, 8, 128, {300, 20000}, 8, 4.0, 0, true}),
+                      Case{32, 8, 128, {300, 20000}, 8, 4.0, 0, true},
+                      // K/V splits of the same per-head reader (readkv/codec/readers.h).
+                      Case{32, 8, 128, {300, 1, 1024, 777}, 8, 4.0, 0, false, 6.0, 2.0},
+                      Case{16, 2, 64, {1000, 255, 3000}, 8, 5.0, 512, false, 8.0, 2.0},
+                      Case{8, 4, 128, {5000, 64}, 8, 4.0, 0, false, 7.0, 1.0},
+                      Case{32, 8, 128, {2048, 513}, 8, 3.0, 256, false, 1.5, 4.5}),
     [](const ::testing::TestParamInfo<Case>& param) { return param.param.Name(); });
 
 // ---- Dense and FP8 ---------------------------------------------------------------------------

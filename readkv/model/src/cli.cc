@@ -23,7 +23,8 @@ RuntimeFlags::RuntimeFlags(CLI::App& cmd) {
       ->capture_default_str();
   cmd.add_option("--reader", options_.kv.reader, "ReadKV reader: flexible | constrained")
       ->capture_default_str();
-  cmd.add_option("--kv-split", kv_split_, "ReadKV K/V split RK:RV (flexible reader)");
+  cmd.add_option("--kv-split", kv_split_,
+                 "ReadKV K/V split RK:RV (mean R; flexible or constrained reader)");
   cmd.add_option("--fp8-scale", fp8_scale_, "FP8 scales: tensor (per layer) | head")
       ->capture_default_str();
   cmd.add_option("--prefill", prefill_,

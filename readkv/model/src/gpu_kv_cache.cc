@@ -188,8 +188,8 @@ void GpuKvCache::Reserve(Sequence& s, int64_t tokens) {
   }
 }
 
-void GpuKvCache::AddSequence(uint64_t id, double read_bits) {
-  if (!sequences_.emplace(id, Sequence{read_bits, {}}).second) {
+void GpuKvCache::AddSequence(uint64_t id, GpuReadBits bits) {
+  if (!sequences_.emplace(id, Sequence{bits, {}}).second) {
     throw std::invalid_argument("sequence_id: " + std::to_string(id) + " is already live");
   }
 }
@@ -305,10 +305,11 @@ torch::Tensor GpuKvCache::Attend(const Step& step, int layer, const torch::Tenso
   if (qf.numel() != int64_t{step.batch} * config_.heads_q * config_.head_dim) {
     throw std::invalid_argument("queries: need [B, H_q, d] for the step's sequences");
   }
-  // Sequences that share a budget R go through one launch sequence.
-  std::map<double, std::vector<int>> groups;
+  // Sequences that share budgets R_K, R_V go through one launch sequence.
+  std::map<GpuReadBits, std::vector<int>> groups;
   for (int i = 0; i < step.batch; ++i) {
-    groups[config_.kind == "fp8" ? 0.0 : step.read_bits[static_cast<size_t>(i)]].push_back(i);
+    groups[config_.kind == "fp8" ? GpuReadBits{} : step.read_bits[static_cast<size_t>(i)]]
+        .push_back(i);
   }
   if (groups.size() == 1) {
     return AttendGroup(step, layer, qf, groups.begin()->second, groups.begin()->first);
@@ -324,7 +325,7 @@ torch::Tensor GpuKvCache::Attend(const Step& step, int layer, const torch::Tenso
 }
 
 torch::Tensor GpuKvCache::AttendGroup(const Step& step, int layer, const torch::Tensor& q,
-                                      std::span<const int> rows, double read_bits) {
+                                      std::span<const int> rows, GpuReadBits bits) {
   std::vector<int32_t> lengths;
   for (int r : rows) lengths.push_back(step.lengths[static_cast<size_t>(r)]);
   const rc::DecodeShape shape =
@@ -358,7 +359,8 @@ torch::Tensor GpuKvCache::AttendGroup(const Step& step, int layer, const torch::
   }
   const Pools& p = *pools_;
   rc::ReadKvReadPolicy policy;
-  policy.read_bits = read_bits;
+  policy.key_bits = bits.key;
+  policy.value_bits = bits.value;
   policy.key_increments = Ptr<const double>(p.key_increments);
   policy.key_steps = p.key_steps;
   policy.value_increments = Ptr<const double>(p.value_increments);

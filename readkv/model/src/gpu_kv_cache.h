@@ -23,6 +23,7 @@
 
 #include <torch/torch.h>
 
+#include <compare>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -54,6 +55,14 @@ struct GpuKvLedgers {
   int64_t workspace_peak_bytes = 0;
 };
 
+// A sequence's ReadKV budgets: R_K and R_V of the constrained reader (equal unless the policy
+// splits R). Sequences with equal budgets share one launch sequence.
+struct GpuReadBits {
+  double key = 4.0;
+  double value = 4.0;
+  auto operator<=>(const GpuReadBits&) const = default;
+};
+
 class GpuKvCache {
  public:
   // Throws std::invalid_argument naming the field ("head_dim", "heads", "kv") for a geometry or
@@ -63,9 +72,9 @@ class GpuKvCache {
   GpuKvCache(const GpuKvCache&) = delete;
   GpuKvCache& operator=(const GpuKvCache&) = delete;
 
-  // A new empty sequence; read_bits is its ReadKV budget R (ignored by fp8). Throws
+  // A new empty sequence; bits are its ReadKV budgets (ignored by fp8). Throws
   // std::invalid_argument("sequence_id") if it is live.
-  void AddSequence(uint64_t id, double read_bits);
+  void AddSequence(uint64_t id, GpuReadBits bits);
   // Frees its pages; unknown ids are ignored.
   void RemoveSequence(uint64_t id);
 
@@ -79,7 +88,7 @@ class GpuKvCache {
     int max_pages = 1;
     int max_tokens = 1;
     std::vector<int32_t> lengths;   // host copy of seq_lens
-    std::vector<double> read_bits;  // per sequence
+    std::vector<GpuReadBits> read_bits;  // per sequence
     torch::Tensor page_table;       // int32 [B][max_pages] on the device
     torch::Tensor seq_lens;         // int32 [B]
     torch::Tensor token_rows;       // int32 [tokens]: index of the token's sequence in the step
@@ -103,7 +112,7 @@ class GpuKvCache {
  private:
   struct Pools;
   struct Sequence {
-    double read_bits = 0.0;
+    GpuReadBits read_bits;
     std::vector<int32_t> pages;
   };
   int64_t PageBytes() const;  // one page of one layer
@@ -111,7 +120,7 @@ class GpuKvCache {
   void Grow(int64_t pages);
   torch::Tensor Workspace(size_t bytes);
   torch::Tensor AttendGroup(const Step& step, int layer, const torch::Tensor& q,
-                            std::span<const int> rows, double read_bits);
+                            std::span<const int> rows, GpuReadBits bits);
 
   GpuKvConfig config_;
   std::unique_ptr<Pools> pools_;

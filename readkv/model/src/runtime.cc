@@ -627,9 +627,12 @@ void LlamaDecodeModel::StartSequence(uint64_t sequence_id, const engine::ReadPol
                                 " is already live");
   }
   codec::ReadPolicy resolved;
+  internal::GpuReadBits gpu_bits;
   if (m.options.kv.kind == "readkv") {
     resolved = ResolvePolicy(m.options.kv, policy);
-    codec::MakeReaderPlan(resolved, m.options.kv.store_bits);  // throws naming the field
+    // Throws naming the field.
+    const codec::ReaderPlan plan = codec::MakeReaderPlan(resolved, m.options.kv.store_bits);
+    gpu_bits = {plan.key_bits, plan.value_bits};
     if (m.gpu && resolved.reader != codec::ReaderKind::kConstrained) {
       throw std::invalid_argument(
           "reader: on a CUDA device ReadKV runs the constrained reader only");
@@ -637,7 +640,7 @@ void LlamaDecodeModel::StartSequence(uint64_t sequence_id, const engine::ReadPol
   }
   Impl::Sequence s = m.MakeSequence(resolved);
   s.id = sequence_id;
-  if (m.gpu) m.gpu->AddSequence(sequence_id, resolved.read_bits);
+  if (m.gpu) m.gpu->AddSequence(sequence_id, gpu_bits);
   m.sequences.emplace(sequence_id, std::move(s));
 }
 

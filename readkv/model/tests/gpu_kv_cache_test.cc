@@ -81,7 +81,7 @@ struct BackendCase {
   std::string kind;
   codec::Fp8ScaleGranularity scale = codec::Fp8ScaleGranularity::kTensor;
   int head_dim = 64;
-  std::vector<double> read_bits;  // per sequence (readkv)
+  std::vector<internal::GpuReadBits> read_bits;  // R_K, R_V per sequence (readkv)
 };
 
 class GpuKvCacheTest : public ::testing::TestWithParam<BackendCase> {};
@@ -107,15 +107,16 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
 
   std::map<uint64_t, std::vector<std::unique_ptr<codec::LayerKvCache>>> cpu;
   std::map<uint64_t, int64_t> length;
-  auto start = [&](uint64_t id, double read_bits) {
-    gpu.AddSequence(id, read_bits);
+  auto start = [&](uint64_t id, internal::GpuReadBits bits) {
+    gpu.AddSequence(id, bits);
     codec::LayerCacheConfig c;
     c.backend = bc.kind == "fp8" ? codec::KvBackend::kFp8 : codec::KvBackend::kReadKv;
     c.geometry = {g.heads_q, g.heads_kv, g.head_dim};
     c.calibration = calibration;
     c.fp8_scale = bc.scale;
     c.store_bits = 8;
-    c.policy = codec::ReadPolicy{codec::ReaderKind::kConstrained, read_bits, 0.0, 0.0};
+    c.policy = codec::ReadPolicy{codec::ReaderKind::kConstrained, 0.5 * (bits.key + bits.value),
+                                 bits.key, bits.value};
     c.residual_window = false;  // the GPU backend encodes every token at once
     for (int l = 0; l < g.layers; ++l) {
       c.layer = l;
@@ -168,8 +169,8 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
     for (size_t i = 0; i < ids.size(); ++i) length[ids[i]] += counts[i];
   };
 
-  const std::vector<double> bits = bc.read_bits.empty() ? std::vector<double>(4, 4.0)
-                                                         : bc.read_bits;
+  const std::vector<internal::GpuReadBits> bits =
+      bc.read_bits.empty() ? std::vector<internal::GpuReadBits>(4) : bc.read_bits;
   start(1, bits[0]);
   start(2, bits[1]);
   start(3, bits[2]);
@@ -198,8 +199,10 @@ INSTANTIATE_TEST_SUITE_P(
     Backends, GpuKvCacheTest,
     ::testing::Values(BackendCase{"fp8", codec::Fp8ScaleGranularity::kTensor, 64, {}},
                       BackendCase{"fp8", codec::Fp8ScaleGranularity::kHead, 128, {}},
-                      BackendCase{"readkv", {}, 64, {4.0, 4.0, 4.0, 4.0}},
-                      BackendCase{"readkv", {}, 128, {4.0, 2.0, 6.0, 2.0}}),
+                      BackendCase{"readkv", {}, 64, {{4, 4}, {4, 4}, {4, 4}, {4, 4}}},
+                      BackendCase{"readkv", {}, 128, {{4, 4}, {2, 2}, {6, 6}, {2, 2}}},
+                      // K/V splits: two R = 4 sequences with different splits are two groups.
+                      BackendCase{"readkv", {}, 64, {{4, 4}, {6, 2}, {8, 2}, {6, 2}}}),
     [](const auto& p) {
       return p.param.kind + "_d" + std::to_string(p.param.head_dim) +
              (p.param.scale == codec::Fp8ScaleGranularity::kHead ? "_head" : "") +

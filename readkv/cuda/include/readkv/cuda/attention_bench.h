@@ -27,15 +27,20 @@ namespace readkv::cuda {
 
 enum class KvBackend { kDense, kFp8, kReadKv };
 
-// One value of --kv: "dense", "fp8" (per-tensor scales) or "readkv:W:R" (constrained reader).
+// One value of --kv: "dense", "fp8" (per-tensor scales), "readkv:W:R" (constrained reader,
+// R_K = R_V = R) or "readkv:W:R:RK:RV" (the same reader with a K/V split, mean R).
 struct KvSpec {
   KvBackend backend = KvBackend::kDense;
   int store_bits = 0;        // W, ReadKV only, in [2, 8]
   double read_bits = 0;      // R, ReadKV only, in [1, W]
-  std::string Name() const;  // canonical text: "dense", "fp8", "readkv:8:4", "readkv:8:2.5"
+  double key_bits = 0;       // R_K, ReadKV only, in [1, W]; R when no split is given
+  double value_bits = 0;     // R_V, likewise
+  // Canonical text: "dense", "fp8", "readkv:8:4", "readkv:8:2.5", "readkv:8:4:6:2" (the split
+  // only when unequal).
+  std::string Name() const;
 };
 
-// Throws InvalidArgument("--kv") for anything but the three forms above (e.g. "readkv:8").
+// Throws InvalidArgument("--kv") for anything but the forms above (e.g. "readkv:8").
 KvSpec ParseKvSpec(const std::string& text);
 // A comma-separated list of specs; throws InvalidArgument("--kv") on an empty list or duplicate.
 std::vector<KvSpec> ParseKvSpecs(const std::string& text);

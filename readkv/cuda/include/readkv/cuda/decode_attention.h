@@ -127,13 +127,16 @@ struct ReadKvCodec {
   const float* boundaries = nullptr;   // [2^W - 1] sorted leaf boundaries (for encoding)
 };
 
-// The constrained reader's policy (spec/readkv.md, "Two readers"): R_K = R_V = R, per-head
-// budgets B_K = floor(R d), B_V = floor(R T), t_min = 1, Value packets of 2 planes.
+// The constrained reader's policy (spec/readkv.md, "Two readers"): per-head budgets
+// B_K = floor(R_K d), B_V = floor(R_V T), t_min = 1, Value packets of 2 planes. The spec's reader
+// has R_K = R_V = R; a policy may split R unequally (readkv/codec/readers.h), the same two budgets
+// moved, nothing else.
 // key_increments / value_increments, in device memory: the allocators' step increments
 // D(t) - D(t + s) in double, exactly readkv::codec::DepthAllocator::increment(k) (W - 1 key
 // steps, (W - 1) / 2 value steps). Every pointer of ReadKvCodec is device memory too.
 struct ReadKvReadPolicy {
-  double read_bits = 4.0;
+  double key_bits = 4.0;    // R_K, in [1, W]
+  double value_bits = 4.0;  // R_V, in [1, W]
   const double* key_increments = nullptr;
   int key_steps = 7;
   const double* value_increments = nullptr;

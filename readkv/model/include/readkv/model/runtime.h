@@ -67,7 +67,7 @@ struct KvCacheOptions {
   int store_bits = 8;               // W
   double read_bits = 4.0;           // R, average over K and V
   std::string reader = "flexible";  // "flexible" | "constrained"
-  std::optional<double> key_bits;   // R_K of the K/V split (flexible); unset = R
+  std::optional<double> key_bits;   // R_K of the K/V split; unset = R
   std::optional<double> value_bits; // R_V; unset = 2R - R_K
 };
 
