@@ -3,7 +3,8 @@
 # machine): build the kernels' consistency tests (and `kvgate` for the bench unless
 # KERNELS_ONLY=1), run the GPU-vs-CPU tests, compute-sanitizer memcheck and racecheck on a subset,
 # then `kvgate bench attention` on the issue's grid. Everything lands in $OUT: tests.json,
-# sanitizer logs, bench.json and bench.txt (and, with PROFILE=1, per-kernel times from ncu). Run from the repository root with .devdeps carried:
+# sanitizer logs, bench.json and bench.txt, bench_VARIANT.* for LOGITS_VARIANTS (and, with
+# PROFILE=1, per-kernel times from ncu). Run from the repository root with .devdeps carried:
 #   OUT=/tmp/kernels bash scripts/gpu_kernels.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/kvgate-gpu-kernels}
@@ -42,13 +43,16 @@ if [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
     --batch 1,16 --heads-q 32 --heads-kv 8 --head-dim 128 --kv dense,fp8,readkv:8:4,readkv:8:2} \
     --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt" | tail -40
   echo "bench: $(( $(date +%s) - start )) s"
-  if [[ -n "${BENCH_PLAIN_ARGS:-}" ]]; then
-    # The per-bit logits reader on the same points, for the ratio against the transposed one.
+  # Other logits readers on the same points (KVGATE_READKV_LOGITS: plain, wide1, wide2, wide4),
+  # each against the default in the same round: LOGITS_VARIANTS="plain wide4", their points in
+  # VARIANT_ARGS (default: BENCH_ARGS).
+  for variant in ${LOGITS_VARIANTS:-}; do
     # shellcheck disable=SC2086
-    KVGATE_READKV_LOGITS=plain "$B/apps/kvgate" bench attention --device cuda $BENCH_PLAIN_ARGS \
-      --json "$OUT/bench_plain.json" 2>&1 | tee "$OUT/bench_plain.txt" | tail -12
-    echo "bench (plain logits): $(( $(date +%s) - start )) s"
-  fi
+    KVGATE_READKV_LOGITS=$variant "$B/apps/kvgate" bench attention --device cuda \
+      ${VARIANT_ARGS:-${BENCH_ARGS:?VARIANT_ARGS or BENCH_ARGS}} --json "$OUT/bench_$variant.json" \
+      2>&1 | tee "$OUT/bench_$variant.txt" | tail -12
+    echo "bench ($variant logits): $(( $(date +%s) - start )) s"
+  done
 fi
 if [[ "${PROFILE:-0}" == 1 ]]; then
   # Per-kernel GPU time of one ReadKV call at two points (ncu replays each kernel: slow, so few).

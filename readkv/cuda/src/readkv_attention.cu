@@ -5,9 +5,10 @@
 //                                     allocator over d channels: cut by block radix selection),
 //                                     a_qc = q~_qc sigma_c / sqrt(d), bias_q = sum_c q~_qc mu_c /
 //                                     sqrt(d); zeroes the row's Select state
-//   2. Logits    (chunks, H_kv, B) x 256   one thread per token slot of a page: reads t_c planes
-//                                     of each channel, logit = bias + sum_c a_qc centroid; writes
-//                                     logits and the chunk's (max, sum of exps)
+//   2. Logits    (chunks, H_kv, B) x 256   one thread per token slot of a page (of up to 4 pages
+//                                     per pass): reads t_c planes of each channel, logit = bias +
+//                                     sum_c a_qc centroid; writes logits and the chunk's (max, sum
+//                                     of exps)
 //   3. Select    (chunks, H_kv, B) x 256, three launches: the Value cut by radix selection over
 //                                     the bits of the positive doubles a_i inc_k, a row's last
 //                                     block finishing each step (section 3)
@@ -371,7 +372,19 @@ __device__ __forceinline__ unsigned Transpose32(unsigned x, int lane) {
   return x;
 }
 
-template <int G>
+// A channel of the entry list, packed for one shared load: bits 0-7 the shift of its code in
+// the 64-bit window, 8-15 the code mask 2^t - 1, 16-23 the first centroid of depth t (also
+// 2^t - 1, kept apart for clarity), 24-31 the channel index.
+__device__ __forceinline__ unsigned PackChannel(int shift, int t, int c) {
+  const unsigned ones = (1u << t) - 1u;
+  return static_cast<unsigned>(shift) | (ones << 8) | (ones << 16) |
+         (static_cast<unsigned>(c) << 24);
+}
+
+// K pages per pass: lane j of warp w holds token 32 w + j of each of K consecutive pages, so
+// the per-channel work that does not depend on the token (the descriptor, a_qc, the loop) is
+// shared by K tokens. K = 1 is the one-page reader.
+template <int G, int K>
 __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
   const int chunk = blockIdx.x;
   const int h = blockIdx.y;
@@ -387,10 +400,10 @@ __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
   constexpr int kMaxEntries = 128 * kMaxStoreBits;
   __shared__ LogitsShared<G> sh;
   __shared__ uint16_t entry_word[kMaxEntries];  // (c W + p) 8: the plane's first word
-  // Channels in list order: channel index, window shift, depth; and per group the first one.
-  __shared__ uint8_t chan_index[128], chan_shift[128], chan_depth[128];
+  // Channels in list order (PackChannel); and per group the first one.
+  __shared__ unsigned chan_desc[128];
   __shared__ int group_first[kMaxEntries / kWarp + 1];
-  __shared__ int entries, channels;
+  __shared__ int entries;
 
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
   LoadLogitsInputs(a, first_q, sh);
@@ -398,24 +411,23 @@ __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
     // The entry list and channel descriptors (d <= 128 channels: one thread is enough).
     const uint8_t* depth = a.key_depths + (static_cast<size_t>(b) * a.heads_kv + h) * d;
     int off = 0, n = 0;
+    int group_of_last[128];  // the group holding each listed channel's last entry
     for (int c = 0; c < d; ++c) {
       const int t = depth[c];
       if (t == 0) continue;
       for (int r = 0; r < t; ++r) entry_word[off + r] = static_cast<uint16_t>((c * W + t - 1 - r) * 8);
       const int end_group = (off + t - 1) / kWarp;
-      chan_index[n] = static_cast<uint8_t>(c);
-      chan_shift[n] = static_cast<uint8_t>(off - kWarp * (end_group - 1));
-      chan_depth[n] = static_cast<uint8_t>(t);
+      chan_desc[n] = PackChannel(off - kWarp * (end_group - 1), t, c);
+      group_of_last[n] = end_group;
       ++n;
       off += t;
     }
     entries = off;
-    channels = n;
     // group_first[g]: the first channel (in list order) whose last entry lies in group g.
     const int groups = (off + kWarp - 1) / kWarp;
-    int c = 0, cursor = 0;
+    int c = 0;
     for (int g = 0; g <= groups; ++g) {
-      while (c < n && (cursor + chan_depth[c] - 1) / kWarp < g) cursor += chan_depth[c++];
+      while (c < n && group_of_last[c] < g) ++c;
       group_first[g] = c;
     }
   }
@@ -431,32 +443,57 @@ __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
   }
   const int end = min(T, start + a.chunk_tokens);
   const int32_t* pages = a.page_table + static_cast<size_t>(b) * a.max_pages;
-  for (int page_start = start; page_start < end; page_start += kPageTokens) {
-    const int token = page_start + tid;
-    const int page = pages[page_start / kPageTokens];
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(a.key_planes) +
-                            ((static_cast<size_t>(page) * a.heads_kv + h) * d) * W * 8 + warp;
-    float s[G];
+  for (int pass_start = start; pass_start < end; pass_start += K * kPageTokens) {
+    const uint32_t* words[K];
+    bool live[K];  // uniform over the block: page j of the pass holds tokens of the chunk
 #pragma unroll
-    for (int q = 0; q < G; ++q) s[q] = 0.0f;
-    unsigned prev = 0;
+    for (int j = 0; j < K; ++j) {
+      const int page_start = pass_start + j * kPageTokens;
+      live[j] = page_start < end;
+      const int page = pages[(live[j] ? page_start : pass_start) / kPageTokens];
+      words[j] = reinterpret_cast<const uint32_t*>(a.key_planes) +
+                 ((static_cast<size_t>(page) * a.heads_kv + h) * d) * W * 8 + warp;
+    }
+    float s[K][G];
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+#pragma unroll
+      for (int q = 0; q < G; ++q) s[j][q] = 0.0f;
+    }
+    unsigned prev[K];
+#pragma unroll
+    for (int j = 0; j < K; ++j) prev[j] = 0;
     for (int grp = 0; grp < groups; ++grp) {
       const int e = grp * kWarp + lane;
-      const unsigned x = Transpose32(e < P ? __ldg(words + entry_word[e]) : 0u, lane);
-      const unsigned long long window =
-          (static_cast<unsigned long long>(x) << 32) | static_cast<unsigned long long>(prev);
-      for (int k = group_first[grp]; k < group_first[grp + 1]; ++k) {
-        const int t = chan_depth[k];
-        const unsigned code =
-            static_cast<unsigned>(window >> chan_shift[k]) & ((1u << t) - 1u);
-        const float centroid = sh.centroids[(1 << t) - 1 + code];
-        const int c = chan_index[k];
+      unsigned long long window[K];
+      unsigned x[K];
 #pragma unroll
-        for (int q = 0; q < G; ++q) s[q] = fmaf(sh.qa[c][q], centroid, s[q]);
+      for (int j = 0; j < K; ++j) {
+        x[j] = Transpose32(e < P && live[j] ? __ldg(words[j] + entry_word[e]) : 0u, lane);
+        window[j] =
+            (static_cast<unsigned long long>(x[j]) << 32) | static_cast<unsigned long long>(prev[j]);
       }
-      prev = x;
+      for (int k = group_first[grp]; k < group_first[grp + 1]; ++k) {
+        const unsigned desc = chan_desc[k];
+        const int shift = static_cast<int>(desc & 0xffu);
+        const unsigned mask = (desc >> 8) & 0xffu;
+        const float* table = sh.centroids + ((desc >> 16) & 0xffu);
+        const float* qa = sh.qa[desc >> 24];
+#pragma unroll
+        for (int j = 0; j < K; ++j) {
+          const float centroid = table[static_cast<unsigned>(window[j] >> shift) & mask];
+#pragma unroll
+          for (int q = 0; q < G; ++q) s[j][q] = fmaf(qa[q], centroid, s[j][q]);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < K; ++j) prev[j] = x[j];
     }
-    if (token < end) EmitLogits(a, first_q, token, s, sh, m, l);
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      const int token = pass_start + j * kPageTokens + tid;
+      if (token < end) EmitLogits(a, first_q, token, s[j], sh, m, l);
+    }
   }
   WriteChunkStats(a, first_q, chunk, m, l, sh);
 }
@@ -954,11 +991,17 @@ __global__ void __launch_bounds__(128) Finish(Args a) {
   a.out[row * d + c] = a.codec.value_signs[channel] < 0.0f ? -v : v;
 }
 
-// Which logits kernel runs: KVGATE_READKV_LOGITS=plain selects the per-bit reader, anything
-// else the transposed one (read per call, so a bench can compare both in one process).
+// Which logits kernel runs, read per call so a bench can compare them in one process:
+// KVGATE_READKV_LOGITS=plain is the per-bit reader (0), wide1 / wide2 / wide4 the transposed
+// reader with 1, 2 or 4 pages per pass; unset or anything else: wide4, the fastest on the H200
+// (BENCHMARKS.md, issue 8's third round: 1.07x wide1 at 32K x 16, 1.14x at 8K x 1).
 int LogitsVariant() {
   const char* v = std::getenv("KVGATE_READKV_LOGITS");
-  return v != nullptr && std::strcmp(v, "plain") == 0 ? 0 : 1;
+  if (v == nullptr) return 4;
+  if (std::strcmp(v, "plain") == 0) return 0;
+  if (std::strcmp(v, "wide1") == 0) return 1;
+  if (std::strcmp(v, "wide2") == 0) return 2;
+  return 4;
 }
 
 }  // namespace
@@ -1030,21 +1073,29 @@ cudaError_t ReadKvDecodeAttention(const DecodeShape& requested, const DecodeInpu
   const dim3 heads(s.heads_kv, s.batch);
   const dim3 chunks(s.max_chunks(), s.heads_kv, s.batch);
   Prepare<<<heads, s.head_dim, 0, stream>>>(a);
-  if (LogitsVariant() == 0) {
-    switch (s.group()) {
-      case 1: Logits<1><<<chunks, kPageTokens, 0, stream>>>(a); break;
-      case 2: Logits<2><<<chunks, kPageTokens, 0, stream>>>(a); break;
-      case 4: Logits<4><<<chunks, kPageTokens, 0, stream>>>(a); break;
-      default: Logits<8><<<chunks, kPageTokens, 0, stream>>>(a); break;
-    }
-  } else {
-    switch (s.group()) {
-      case 1: LogitsTransposed<1><<<chunks, kPageTokens, 0, stream>>>(a); break;
-      case 2: LogitsTransposed<2><<<chunks, kPageTokens, 0, stream>>>(a); break;
-      case 4: LogitsTransposed<4><<<chunks, kPageTokens, 0, stream>>>(a); break;
-      default: LogitsTransposed<8><<<chunks, kPageTokens, 0, stream>>>(a); break;
-    }
+  // Logits readers (KVGATE_READKV_LOGITS, for same-run comparisons): plain (per bit), wide1 (the
+  // transposed reader, one page per pass), wide2, wide4 (2 or 4 pages per pass).
+  const int variant = LogitsVariant();
+#define KVGATE_LOGITS_CASE(G)                                                          \
+  case G:                                                                              \
+    if (variant == 0) {                                                                \
+      Logits<G><<<chunks, kPageTokens, 0, stream>>>(a);                                \
+    } else if (variant == 1) {                                                         \
+      LogitsTransposed<G, 1><<<chunks, kPageTokens, 0, stream>>>(a);                   \
+    } else if (variant == 2) {                                                         \
+      LogitsTransposed<G, 2><<<chunks, kPageTokens, 0, stream>>>(a);                   \
+    } else {                                                                           \
+      LogitsTransposed<G, 4><<<chunks, kPageTokens, 0, stream>>>(a);                   \
+    }                                                                                  \
+    break;
+  switch (s.group()) {
+    KVGATE_LOGITS_CASE(1)
+    KVGATE_LOGITS_CASE(2)
+    KVGATE_LOGITS_CASE(4)
+    default:
+    KVGATE_LOGITS_CASE(8)
   }
+#undef KVGATE_LOGITS_CASE
   switch (s.group()) {
     case 1: SelectImportance<1><<<chunks, kSelectThreads, 0, stream>>>(a); break;
     case 2: SelectImportance<2><<<chunks, kSelectThreads, 0, stream>>>(a); break;

@@ -275,8 +275,9 @@ TEST_P(ReadKvKernelTest, AppendMatchesCodecPlanesAndDecodeMatchesCpuReader) {
   }
   EXPECT_EQ(plane_mismatches, 0) << "bit planes differ from readkv::codec";
 
-  // Both logits kernels (KVGATE_READKV_LOGITS): the per-bit reader and the transposed one.
-  for (const char* variant : {"plain", "transposed"}) {
+  // Every logits kernel (KVGATE_READKV_LOGITS): the per-bit reader and the transposed one with 1,
+  // 2 and 4 pages per pass.
+  for (const char* variant : {"plain", "wide1", "wide2", "wide4"}) {
     SCOPED_TRACE(variant);
     setenv("KVGATE_READKV_LOGITS", variant, 1);
     // One decode step on the GPU with poisoned outputs, and on the CPU per sequence.
