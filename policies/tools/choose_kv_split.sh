@@ -10,8 +10,9 @@
 # PASSKEY_LENGTHS (default 1024,2048,4096,8192), QA_LENGTHS (default 1024,4096,8192),
 # SERVE_ARGS (more `kvgate serve` flags, e.g. "--model models/long-16k --device cuda"; on a CUDA
 # device only the constrained reader runs), CONFIGS (space-separated: "reader" reads R with the
-# equal split, "reader:RK:RV" reads R = (RK + RV) / 2 with that split, "fp8" serves the FP8 cache
-# as the reference row).
+# equal split, "reader:RK:RV" reads R = (RK + RV) / 2 with that split, "fp8" and "dense" serve
+# those caches as reference rows), KEEP_DIR (keep each configuration's check JSON there as
+# CONFIG.passkey.json / CONFIG.qa.json, ':' written as '_', to compare items across rows).
 set -euo pipefail
 BUILD=${1:-build}
 KVGATE="$BUILD/apps/kvgate"
@@ -36,8 +37,8 @@ echo "== dev seed $DEV_SEED, $PASSKEYS passkeys ($PASSKEY_LENGTHS), $QA QA items
 printf "%-22s %10s %8s\n" "reader[:RK:RV]" "passkeys" "QA F1"
 for config in $CONFIGS; do
   IFS=: read -r reader rk rv <<< "$config"
-  if [[ "$reader" == fp8 ]]; then
-    args=(--kv fp8)
+  if [[ "$reader" == fp8 || "$reader" == dense ]]; then
+    args=(--kv "$reader")
   elif [[ -n "${rk:-}" ]]; then
     args=(--kv readkv --store-bits 8 --read-bits "$(python3 -c "print(($rk + $rv) / 2)")"
           --reader "$reader" --kv-split "$rk:$rv")
@@ -60,5 +61,10 @@ def overall(doc):  # the "all" row of the check's per-subset summary
 po, qo = overall(p), overall(q)
 print("%-22s %10s %8.1f" % (sys.argv[3], "%d/%d" % (po["correct"], po["count"]), qo["mean_score"]))
 PY
+  if [[ -n "${KEEP_DIR:-}" ]]; then
+    mkdir -p "$KEEP_DIR"
+    cp "$WORK/passkey.json" "$KEEP_DIR/${config//:/_}.passkey.json"
+    cp "$WORK/qa.json" "$KEEP_DIR/${config//:/_}.qa.json"
+  fi
   kill -TERM "$PID"; wait "$PID" || true; PID=""
 done
