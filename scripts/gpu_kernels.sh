@@ -33,7 +33,7 @@ if [[ -x "$SAN" && "${SANITIZE:-1}" == 1 ]]; then
   for tool in memcheck racecheck; do
     "$SAN" --tool "$tool" --error-exitcode 9 "$T" --gtest_filter="$filter" \
       > "$OUT/sanitizer_$tool.txt" 2>&1
-    echo "compute-sanitizer $tool: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' \
+    echo "compute-sanitizer $tool: exit $? ($(grep -cE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' \
       "$OUT/sanitizer_$tool.txt") clean summaries)"
   done
   echo "sanitizers: $(( $(date +%s) - start )) s"

@@ -1,0 +1,133 @@
+// ReadKV decode attention, internal: the constants, workspace layout and kernel arguments that
+// the launches of readkv_attention.cu share (its header comment describes the launches).
+// Included only by readkv_attention.cu and the other readkv_*.cuh kernel headers.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "readkv/cuda/decode_attention.h"
+#include "readkv_device.cuh"
+
+namespace readkv::cuda::readkv_kernels {
+
+using internal::AlignUp;
+using internal::kWarp;
+
+constexpr int kCentroids = (2 << kMaxStoreBits) - 1;  // 511 floats, depth-major
+constexpr int kValueWarps = 4;
+constexpr size_t kKeyPlaneWords32 = 8;  // a 32-byte key plane as 32-bit words
+
+// The Value cut's radix selection (section 3): digit 1 = gain bits 52..62 (the exponent; gains
+// are positive), digit 2 = bits 40..51; then at most kCandidates gains share the cut's top 23
+// bits and are listed for the final selection of the row (else the row's gains are re-read).
+constexpr int kSelectThreads = 256;
+constexpr int kExponentBins = 2048;
+constexpr int kMantissaBins = 4096;
+constexpr int kExponentShift = 52;
+constexpr int kPrefixShift = 40;
+constexpr int kCandidates = 16384;
+constexpr int kScanUnroll = 4;  // loads in flight per thread in a last block's scans
+// Allocation keys (section 1 and 3): object * 2^s + step, steps < 2^s.
+constexpr int kKeyStepBits = 3;    // Key channels: key_steps <= 7
+constexpr int kValueStepBits = 2;  // Value tokens: value_steps <= 3
+
+// How a row's Value depths are chosen, once its positive steps are counted.
+enum ValueMode : int {
+  kNoSteps = 0,  // the budget leaves no step: every token at depth 1
+  kAllPositive,  // the budget covers every positive step
+  kSelectCut,    // the cut is selected
+};
+
+// One (sequence, KV head) row's Value selection state, in the workspace; Prepare zeroes it.
+struct SelectRow {
+  unsigned long long positive;  // positive steps of the row's tokens
+  unsigned arrivals[3];         // blocks done with SelectImportance, SelectNarrow, SelectDepths
+  unsigned listed;              // entries of the row's candidate list
+  int mode;                     // ValueMode (SelectImportance's last block)
+  long long rank;               // the cut's rank (1-based, from the top) among gains with...
+  unsigned long long prefix;    // ...these top bits: bits >> 52, then bits >> 40
+  long long count;              // how many gains have them
+};
+
+// Workspace layout of one call (every part 256-byte aligned).
+struct Layout {
+  size_t qa, bias, key_depths, logits, chunk_ml, stats, importance, value_depths, partial_out,
+      partial_mass, select_rows, exponent_hist, mantissa_hist, candidates, total;
+  explicit Layout(const DecodeShape& s) {
+    const size_t bq = static_cast<size_t>(s.batch) * s.heads_q;
+    const size_t bk = static_cast<size_t>(s.batch) * s.heads_kv;
+    const size_t chunks = s.max_chunks();
+    size_t at = 0;
+    const auto take = [&](size_t bytes) {
+      const size_t here = at;
+      at += AlignUp(bytes);
+      return here;
+    };
+    qa = take(bq * s.head_dim * 4);
+    bias = take(bq * 4);
+    key_depths = take(bk * s.head_dim);
+    logits = take(bq * s.max_tokens * 4);
+    chunk_ml = take(bq * chunks * 2 * 4);
+    stats = take(bq * 2 * 4);
+    importance = take(bk * s.max_tokens * 8);
+    value_depths = take(bk * s.max_tokens);
+    partial_out = take(bq * chunks * s.head_dim * 4);
+    partial_mass = take(bq * chunks * 4);
+    select_rows = take(bk * sizeof(SelectRow));
+    exponent_hist = take(bk * kExponentBins * 4);
+    mantissa_hist = take(bk * kMantissaBins * 4);
+    candidates = take(bk * kCandidates * 4);
+    total = at;
+  }
+};
+
+struct Args {
+  int batch, heads_q, heads_kv, head_dim, group, max_pages, max_tokens, chunk_tokens, max_chunks;
+  int store_bits;
+  float attention_scale;  // 1 / sqrtf(d), as the CPU reader's
+  float transform_scale;  // (float)(1 / sqrt((double)d)), as HadamardTransform's
+  const float* queries;
+  const int32_t* page_table;
+  const int32_t* seq_lens;
+  float* out;
+  const uint8_t* key_planes;
+  const uint8_t* value_planes;
+  ReadKvCodec codec;
+  ReadKvReadPolicy policy;
+  // Workspace parts.
+  float* qa;
+  float* bias;
+  uint8_t* key_depths;
+  float* logits;
+  float* chunk_ml;
+  float* stats;
+  double* importance;
+  uint8_t* value_depths;
+  float* partial_out;
+  float* partial_mass;
+  SelectRow* select_rows;   // [B][H_kv]
+  unsigned* exponent_hist;  // [B][H_kv][kExponentBins]
+  unsigned* mantissa_hist;  // [B][H_kv][kMantissaBins]
+  unsigned* candidates;     // [B][H_kv][kCandidates] keys token << 2 | step
+  ReadKvDebug debug;
+};
+
+// The block of a chunked launch, grid (chunks, H_kv, B): chunk `chunk` of KV head h of sequence
+// b, whose T tokens it covers from `start`; empty when the chunk starts past the sequence's end
+// (sequences are ragged, the grid is sized for the longest), and the block then returns.
+struct ChunkBlock {
+  int chunk, h, b, T, start;
+  __device__ explicit ChunkBlock(const Args& a)
+      : chunk(static_cast<int>(blockIdx.x)),
+        h(static_cast<int>(blockIdx.y)),
+        b(static_cast<int>(blockIdx.z)),
+        T(a.seq_lens[blockIdx.z]),
+        start(static_cast<int>(blockIdx.x) * a.chunk_tokens) {}
+  __device__ bool empty() const { return start >= T; }
+};
+
+
+}  // namespace readkv::cuda::readkv_kernels

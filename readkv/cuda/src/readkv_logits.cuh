@@ -1,0 +1,281 @@
+// ReadKV decode attention, launch 2 (Logits): Key codes read at the chosen channel depths, the
+// approximate logits and each chunk's softmax statistics. Two readers: per bit, and bit planes
+// transposed in registers over 1, 2 or 4 pages per pass. Included only by readkv_attention.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "readkv_attention_state.cuh"
+
+namespace readkv::cuda::readkv_kernels {
+
+// ---- 2. Logits -------------------------------------------------------------------------------
+
+// What both logits kernels share: the inputs every thread reads (centroids, a_qc, bias), the
+// running softmax statistics of a thread's tokens, and the chunk's (max, sum of exps).
+template <int G>
+struct LogitsShared {
+  float centroids[kCentroids];
+  float qa[128][G];
+  float bias[G];
+  float red_m[G][kPageTokens / kWarp], red_l[G][kPageTokens / kWarp];
+};
+
+template <int G>
+__device__ void LoadLogitsInputs(const Args& a, size_t first_q, LogitsShared<G>& sh) {
+  const int d = a.head_dim;
+  for (int j = threadIdx.x; j < (2 << a.store_bits) - 1; j += blockDim.x) {
+    sh.centroids[j] = a.codec.centroids[j];
+  }
+  for (int j = threadIdx.x; j < d * G; j += blockDim.x) {
+    const int q = j / d, c = j % d;
+    sh.qa[c][q] = a.qa[(first_q + q) * d + c];
+  }
+  if (threadIdx.x < G) sh.bias[threadIdx.x] = a.bias[first_q + threadIdx.x];
+}
+
+// Writes a token's logits and folds them into the thread's running (max, sum of exps).
+template <int G>
+__device__ __forceinline__ void EmitLogits(const Args& a, size_t first_q, int token,
+                                           const float (&s)[G], const LogitsShared<G>& sh,
+                                           float (&m)[G], float (&l)[G]) {
+#pragma unroll
+  for (int q = 0; q < G; ++q) {
+    const float logit = sh.bias[q] + s[q];
+    a.logits[(first_q + q) * a.max_tokens + token] = logit;
+    const float mn = fmaxf(m[q], logit);
+    l[q] = l[q] * expf(m[q] - mn) + expf(logit - mn);
+    m[q] = mn;
+  }
+}
+
+// Combines the threads' (max, sum of exps) over the block into the chunk's.
+template <int G>
+__device__ void WriteChunkStats(const Args& a, size_t first_q, int chunk, const float (&m)[G],
+                                const float (&l)[G], LogitsShared<G>& sh) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+#pragma unroll
+  for (int q = 0; q < G; ++q) {
+    const float mq = internal::WarpMax(m[q]);
+    float lq = (m[q] == -INFINITY) ? 0.0f : l[q] * expf(m[q] - mq);
+    lq = internal::WarpSum(lq);
+    if (lane == 0) {
+      sh.red_m[q][warp] = mq;
+      sh.red_l[q][warp] = lq;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < G) {
+    const int q = threadIdx.x;
+    float mq = -INFINITY;
+    for (int wv = 0; wv < kPageTokens / kWarp; ++wv) mq = fmaxf(mq, sh.red_m[q][wv]);
+    float lq = 0.0f;
+    for (int wv = 0; wv < kPageTokens / kWarp; ++wv) {
+      if (sh.red_m[q][wv] != -INFINITY) lq += sh.red_l[q][wv] * expf(sh.red_m[q][wv] - mq);
+    }
+    float* ml = a.chunk_ml + ((first_q + q) * a.max_chunks + chunk) * 2;
+    ml[0] = mq;
+    ml[1] = lq;
+  }
+}
+
+template <int G>
+__global__ void __launch_bounds__(kPageTokens) Logits(Args a) {
+  const ChunkBlock blk(a);
+  if (blk.empty()) return;
+  const int chunk = blk.chunk, h = blk.h, b = blk.b, T = blk.T, start = blk.start;
+  const int d = a.head_dim;
+  const int W = a.store_bits;
+  const int tid = threadIdx.x;
+  const int lane = tid % kWarp;
+  __shared__ LogitsShared<G> sh;
+  __shared__ uint8_t depth[128];
+
+  const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
+  LoadLogitsInputs(a, first_q, sh);
+  for (int j = tid; j < d; j += blockDim.x) {
+    depth[j] = a.key_depths[(static_cast<size_t>(b) * a.heads_kv + h) * d + j];
+  }
+  __syncthreads();
+
+  float m[G], l[G];
+#pragma unroll
+  for (int q = 0; q < G; ++q) {
+    m[q] = -INFINITY;
+    l[q] = 0.0f;
+  }
+  const int end = min(T, start + a.chunk_tokens);
+  const int32_t* pages = a.page_table + static_cast<size_t>(b) * a.max_pages;
+  const size_t plane_words = kKeyPlaneWords32;
+  for (int page_start = start; page_start < end; page_start += kPageTokens) {
+    const int token = page_start + tid;
+    const int page = pages[page_start / kPageTokens];
+    // Word (tid / 32) of every plane of this (page, head): 8 words of 32 bits per plane.
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(a.key_planes) +
+                            ((static_cast<size_t>(page) * a.heads_kv + h) * d) * W * plane_words +
+                            tid / kWarp;
+    float s[G];
+#pragma unroll
+    for (int q = 0; q < G; ++q) s[q] = 0.0f;
+    for (int c = 0; c < d; ++c) {
+      const int t = depth[c];
+      if (t == 0) continue;
+      const uint32_t* plane = words + static_cast<size_t>(c) * W * plane_words;
+      uint32_t code = 0;
+      for (int p = 0; p < t; ++p) {
+        code = (code << 1) | ((__ldg(plane + p * plane_words) >> lane) & 1u);
+      }
+      const float centroid = sh.centroids[(1 << t) - 1 + code];
+#pragma unroll
+      for (int q = 0; q < G; ++q) s[q] = fmaf(sh.qa[c][q], centroid, s[q]);
+    }
+    if (token < end) EmitLogits(a, first_q, token, s, sh, m, l);
+  }
+  WriteChunkStats(a, first_q, chunk, m, l, sh);
+}
+
+// The same logits with the bit planes transposed in registers: a warp owns 32 tokens of a
+// page; the planes to read form one list of P = sum_c t_c entries (channel by channel, least
+// significant plane first), loaded 32 at a time (lane e loads entry e's 32-bit word of the
+// warp's tokens) and transposed by five shuffle butterflies, after which lane j holds bit e of
+// entry e for its token. A channel's code is then one shift of a 64-bit window over two
+// consecutive groups: ~1 instruction per plane bit instead of ~4.
+__device__ __forceinline__ unsigned Transpose32(unsigned x, int lane) {
+  const unsigned masks[5] = {0x0000FFFFu, 0x00FF00FFu, 0x0F0F0F0Fu, 0x33333333u, 0x55555555u};
+#pragma unroll
+  for (int k = 0; k < 5; ++k) {
+    const int s = 16 >> k;
+    const unsigned m = masks[k];
+    const unsigned y = __shfl_xor_sync(0xffffffffu, x, s);
+    x = (lane & s) == 0 ? ((x & m) | ((y & m) << s)) : ((x & ~m) | ((y & ~m) >> s));
+  }
+  return x;
+}
+
+// A channel of the entry list, packed for one shared load: bits 0-7 the shift of its code in
+// the 64-bit window, 8-15 the code mask 2^t - 1, 16-23 the first centroid of depth t (also
+// 2^t - 1, kept apart for clarity), 24-31 the channel index.
+__device__ __forceinline__ unsigned PackChannel(int shift, int t, int c) {
+  const unsigned ones = (1u << t) - 1u;
+  return static_cast<unsigned>(shift) | (ones << 8) | (ones << 16) |
+         (static_cast<unsigned>(c) << 24);
+}
+
+// K pages per pass: lane j of warp w holds token 32 w + j of each of K consecutive pages, so
+// the per-channel work that does not depend on the token (the descriptor, a_qc, the loop) is
+// shared by K tokens. K = 1 is the one-page reader.
+template <int G, int K>
+__global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
+  const ChunkBlock blk(a);
+  if (blk.empty()) return;
+  const int chunk = blk.chunk, h = blk.h, b = blk.b, T = blk.T, start = blk.start;
+  const int d = a.head_dim;
+  const int W = a.store_bits;
+  const int tid = threadIdx.x;
+  const int lane = tid % kWarp;
+  const int warp = tid / kWarp;
+  constexpr int kMaxEntries = 128 * kMaxStoreBits;
+  __shared__ LogitsShared<G> sh;
+  __shared__ uint16_t entry_word[kMaxEntries];  // (c W + p) 8: the plane's first word
+  // Channels in list order (PackChannel); and per group the first one.
+  __shared__ unsigned chan_desc[128];
+  __shared__ int group_first[kMaxEntries / kWarp + 1];
+  __shared__ int entries;
+
+  const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
+  LoadLogitsInputs(a, first_q, sh);
+  if (tid == 0) {
+    // The entry list and channel descriptors (d <= 128 channels: one thread is enough).
+    const uint8_t* depth = a.key_depths + (static_cast<size_t>(b) * a.heads_kv + h) * d;
+    int off = 0, n = 0;
+    int group_of_last[128];  // the group holding each listed channel's last entry
+    for (int c = 0; c < d; ++c) {
+      const int t = depth[c];
+      if (t == 0) continue;
+      for (int r = 0; r < t; ++r) entry_word[off + r] = static_cast<uint16_t>((c * W + t - 1 - r) * 8);
+      const int end_group = (off + t - 1) / kWarp;
+      chan_desc[n] = PackChannel(off - kWarp * (end_group - 1), t, c);
+      group_of_last[n] = end_group;
+      ++n;
+      off += t;
+    }
+    entries = off;
+    // group_first[g]: the first channel (in list order) whose last entry lies in group g.
+    const int groups = (off + kWarp - 1) / kWarp;
+    int c = 0;
+    for (int g = 0; g <= groups; ++g) {
+      while (c < n && group_of_last[c] < g) ++c;
+      group_first[g] = c;
+    }
+  }
+  __syncthreads();
+  const int P = entries;
+  const int groups = (P + kWarp - 1) / kWarp;
+
+  float m[G], l[G];
+#pragma unroll
+  for (int q = 0; q < G; ++q) {
+    m[q] = -INFINITY;
+    l[q] = 0.0f;
+  }
+  const int end = min(T, start + a.chunk_tokens);
+  const int32_t* pages = a.page_table + static_cast<size_t>(b) * a.max_pages;
+  for (int pass_start = start; pass_start < end; pass_start += K * kPageTokens) {
+    const uint32_t* words[K];
+    bool live[K];  // uniform over the block: page j of the pass holds tokens of the chunk
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      const int page_start = pass_start + j * kPageTokens;
+      live[j] = page_start < end;
+      const int page = pages[(live[j] ? page_start : pass_start) / kPageTokens];
+      words[j] = reinterpret_cast<const uint32_t*>(a.key_planes) +
+                 ((static_cast<size_t>(page) * a.heads_kv + h) * d) * W * 8 + warp;
+    }
+    float s[K][G];
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+#pragma unroll
+      for (int q = 0; q < G; ++q) s[j][q] = 0.0f;
+    }
+    unsigned prev[K];
+#pragma unroll
+    for (int j = 0; j < K; ++j) prev[j] = 0;
+    for (int grp = 0; grp < groups; ++grp) {
+      const int e = grp * kWarp + lane;
+      unsigned long long window[K];
+      unsigned x[K];
+#pragma unroll
+      for (int j = 0; j < K; ++j) {
+        x[j] = Transpose32(e < P && live[j] ? __ldg(words[j] + entry_word[e]) : 0u, lane);
+        window[j] =
+            (static_cast<unsigned long long>(x[j]) << 32) | static_cast<unsigned long long>(prev[j]);
+      }
+      for (int k = group_first[grp]; k < group_first[grp + 1]; ++k) {
+        const unsigned desc = chan_desc[k];
+        const int shift = static_cast<int>(desc & 0xffu);
+        const unsigned mask = (desc >> 8) & 0xffu;
+        const float* table = sh.centroids + ((desc >> 16) & 0xffu);
+        const float* qa = sh.qa[desc >> 24];
+#pragma unroll
+        for (int j = 0; j < K; ++j) {
+          const float centroid = table[static_cast<unsigned>(window[j] >> shift) & mask];
+#pragma unroll
+          for (int q = 0; q < G; ++q) s[j][q] = fmaf(qa[q], centroid, s[j][q]);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < K; ++j) prev[j] = x[j];
+    }
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      const int token = pass_start + j * kPageTokens + tid;
+      if (token < end) EmitLogits(a, first_q, token, s[j], sh, m, l);
+    }
+  }
+  WriteChunkStats(a, first_q, chunk, m, l, sh);
+}
+
+}  // namespace readkv::cuda::readkv_kernels
