@@ -9,6 +9,9 @@
 //                                                     rows and its stored policy; exit code of
 //                                                     that verdict (0/1/2), and say whether it
 //                                                     matches what was recorded
+//   kvgate history report RUN --out DIR [--db FILE]   write the run's report.json and report.html
+//                                                     again, with this kvgate's report (e.g. for
+//                                                     runs recorded before a section existed)
 // RUN is a run id or `latest`. Before reading, runs whose owner process is gone are marked
 // `interrupted`, so a crashed run never shows as `running`.
 #include <algorithm>
@@ -43,6 +46,7 @@ struct HistoryOptions {
   bool json = false;
   std::string run_a;
   std::string run_b;
+  std::string out_dir;
 };
 
 HistoryDb OpenExisting(const std::string& path) {
@@ -619,6 +623,19 @@ void AddHistoryCommand(CLI::App& app, CommandContext& context) {
   add_common(regate);
   regate->add_option("RUN", options->run_a, "Run id or 'latest'")->required();
   regate->callback([options, &context] { context.exit_code = Regate(*options); });
+
+  auto* report = history_cmd->add_subcommand(
+      "report", "Write a recorded run's report.json and report.html again (this kvgate's report)");
+  add_common(report);
+  report->add_option("RUN", options->run_a, "Run id or 'latest'")->required();
+  report->add_option("--out", options->out_dir, "Folder to write them into (created)")->required();
+  report->callback([options, &context] {
+    HistoryDb db = OpenExisting(options->db);
+    const int64_t id = ResolveRun(db, options->run_a);
+    const auto [json_path, html_path] = suite::WriteReports(db, id, options->out_dir);
+    std::cout << "run " << id << ": " << json_path.string() << ", " << html_path.string() << "\n";
+    context.exit_code = 0;
+  });
 }
 
 KVGATE_REGISTER_COMMAND(600, AddHistoryCommand);

@@ -144,6 +144,25 @@ def main():
         check(again["verdict"] == verdict and regate.returncode == run.returncode,
               f"regate verdict {again['verdict']} (exit {regate.returncode}) equals the run's")
 
+        # The item-by-item quality evidence, and the report written again from the history.
+        with open(outcome["report_json"]) as f:
+            dis = json.load(f)["quality"]["disagreements"]
+        for check_name, items in (("passkey", PASSKEYS), ("qa", QA_ITEMS)):
+            got = dis["checks"].get(check_name, {})
+            check(got.get("paired_items") == items,
+                  f"{check_name}: every item paired baseline/candidate ({got.get('paired_items')})")
+        listed = sum(c["differ"] for c in dis["checks"].values())
+        check(len(dis["items"]) == listed, f"every differing item listed ({len(dis['items'])})")
+        again_dir = f"{work}/again"
+        rerun = kvgate("history", "report", "latest", "--db", db, "--out", again_dir)
+        check(rerun.returncode == 0, f"history report exits 0 ({rerun.returncode})")
+        with open(f"{again_dir}/report.json") as f:
+            rewritten = json.load(f)
+        with open(outcome["report_json"]) as f:
+            first = json.load(f)
+        check(rewritten["verdict"] == verdict and rewritten["quality"] == first["quality"],
+              "history report rewrites the same verdict and quality")
+
         drawn, expected = charts_drawn(outcome["report_html"], work)
         check(expected is not None and drawn == expected and expected > 0,
               f"report.html draws its charts in Chromium ({drawn} of {expected})")

@@ -1,0 +1,80 @@
+// BuildReportJson on a real SQLite history: the quality evidence item by item (which items the
+// baseline and the candidate scored differently, and who scored higher), and report.html drawing
+// it (the table is filled by the page's script; here: the data reaches the page intact).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "../../history/tests/temp_dir.h"
+#include "kvgate/history/history_db.h"
+#include "kvgate/report/report.h"
+#include "kvgate/suite/run_suite.h"
+
+namespace kvgate::suite {
+namespace {
+
+history::QualityItem Item(const std::string& check, const std::string& label,
+                          const std::string& id, const std::string& prediction, double score,
+                          const std::string& gold) {
+  history::QualityItem item;
+  item.check = check;
+  item.label = label;
+  item.item_id = id;
+  item.prediction = prediction;
+  item.reference = nlohmann::json::array({gold});
+  item.score = score;
+  if (check == "passkey") item.correct = score > 0.0;
+  item.extra = {{"subsets", nlohmann::json::array({"length=16000"})}};
+  return item;
+}
+
+TEST(ReportJsonTest, ListsTheItemsTheTwoSystemsScoredDifferently) {
+  history::testing::TempDir dir;
+  history::HistoryDb db = history::HistoryDb::Open(dir.File("kvgate.db"));
+  history::RunInfo info;
+  info.policy_text = "name = \"t\"\n";
+  const int64_t run = db.BeginRun(info);
+  const std::vector<history::QualityItem> items = {
+      Item("qa", "baseline", "qa-1", "butcher", 100.0, "butcher"),
+      Item("qa", "candidate", "qa-1", "butmer", 0.0, "butcher"),
+      Item("qa", "baseline", "qa-2", "gray", 100.0, "gray"),
+      Item("qa", "candidate", "qa-2", "gray", 100.0, "gray"),
+      Item("qa", "baseline", "qa-3", "bromou", 0.0, "brown"),
+      Item("qa", "candidate", "qa-3", "brown", 100.0, "brown"),
+      Item("qa", "baseline", "qa-4", "x", 0.0, "y"),  // the candidate never answered it
+      Item("passkey", "baseline", "passkey-1", "45754", 1.0, "45754"),
+      Item("passkey", "candidate", "passkey-1", "45754", 1.0, "45754"),
+  };
+  db.AddQualityItems(run, items);
+  db.FinishRun(run, history::RunStatus::kComplete, "NO-GO", 1);
+
+  const nlohmann::json report = BuildReportJson(db, run);
+  const nlohmann::json& dis = report["quality"]["disagreements"];
+  EXPECT_EQ(dis["checks"]["qa"]["paired_items"], 3);
+  EXPECT_EQ(dis["checks"]["qa"]["differ"], 2);
+  EXPECT_EQ(dis["checks"]["qa"]["candidate_better"], 1);
+  EXPECT_EQ(dis["checks"]["qa"]["baseline_better"], 1);
+  EXPECT_EQ(dis["checks"]["passkey"]["paired_items"], 1);
+  EXPECT_EQ(dis["checks"]["passkey"]["differ"], 0);
+  ASSERT_EQ(dis["items"].size(), 2u);
+  const nlohmann::json& first = dis["items"][0];
+  EXPECT_EQ(first["item_id"], "qa-1");
+  EXPECT_EQ(first["check"], "qa");
+  EXPECT_EQ(first["reference"], nlohmann::json::array({"butcher"}));
+  EXPECT_EQ(first["baseline"]["prediction"], "butcher");
+  EXPECT_EQ(first["candidate"]["prediction"], "butmer");
+  EXPECT_EQ(first["candidate"]["score"], 0.0);
+  EXPECT_EQ(first["better"], "baseline");
+  EXPECT_EQ(first["subsets"], nlohmann::json::array({"length=16000"}));
+  EXPECT_EQ(dis["items"][1]["item_id"], "qa-3");
+  EXPECT_EQ(dis["items"][1]["better"], "candidate");
+
+  // The page carries the evidence and the table it is drawn into.
+  const std::string html = report::RenderHtml(report);
+  EXPECT_NE(html.find("id=\"disagreements\""), std::string::npos);
+  EXPECT_NE(html.find("butmer"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvgate::suite
