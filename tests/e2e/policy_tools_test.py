@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""The policy tools against real servers: policies/tools/choose_kv_split.sh serves the built-in
+model (CPU, loopback) for a dense row, an FP8 row and a ReadKV split row, scores a tiny
+development set and keeps each row's check JSON; policies/tools/compare_items.py then compares
+them item by item, and refuses files that do not hold the same items.
+
+Usage: policy_tools_test.py BUILD_DIR   (the build holding apps/kvgate)
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def main(build):
+    with tempfile.TemporaryDirectory(prefix="kvgate_policy_tools_") as work:
+        keep = os.path.join(work, "items")
+        env = dict(os.environ, KEEP_DIR=keep, PASSKEYS="3", QA="3", PASSKEY_LENGTHS="512",
+                   QA_LENGTHS="512", CONFIGS="dense fp8 constrained:6:2")
+        scan = subprocess.run([os.path.join(ROOT, "policies/tools/choose_kv_split.sh"), build],
+                              env=env, capture_output=True, text=True, timeout=600)
+        check(scan.returncode == 0, f"choose_kv_split.sh exits 0 ({scan.returncode}: {scan.stderr[-300:]})")
+        rows = {m.group(1): (int(m.group(2)), int(m.group(3)))
+                for m in re.finditer(r"^(\S+)\s+(\d+)/(\d+)\s+[\d.]+$", scan.stdout, re.M)}
+        check(set(rows) == {"dense", "fp8", "constrained:6:2"}, f"one row per configuration ({sorted(rows)})")
+        check(all(total == 3 for _, total in rows.values()), f"3 passkeys scored per row ({rows})")
+        for name in ("dense", "fp8", "constrained_6_2"):
+            for c in ("passkey", "qa"):
+                path = os.path.join(keep, f"{name}.{c}.json")
+                check(os.path.exists(path), f"kept {name}.{c}.json")
+
+        def compare(a, b, *extra):
+            return subprocess.run([sys.executable, os.path.join(ROOT, "policies/tools/compare_items.py"),
+                                   os.path.join(keep, a), os.path.join(keep, b), *extra],
+                                  capture_output=True, text=True, timeout=60)
+
+        same = compare("dense.qa.json", "dense.qa.json")
+        check(same.returncode == 0 and same.stdout.startswith("qa: 3 items, 0 flips"),
+              f"a file against itself: no flips ({same.stdout.strip()})")
+        other = compare("fp8.qa.json", "constrained_6_2.qa.json", "--limit", "2")
+        m = re.match(r"qa: 3 items, (\d+) flips \((\d+) won, (\d+) lost by B\)", other.stdout)
+        check(other.returncode == 0 and m is not None and int(m.group(1)) == int(m.group(2)) + int(m.group(3)),
+              f"flips are wins plus losses ({other.stdout.strip()})")
+        mixed = compare("fp8.qa.json", "fp8.passkey.json")
+        check(mixed.returncode != 0 and "different checks" in mixed.stderr,
+              f"a QA file against a passkey file is refused ({mixed.stderr.strip()})")
+        with open(os.path.join(keep, "fp8.qa.json")) as f:
+            doc = json.load(f)
+        doc["items"] = doc["items"][:2]
+        short = os.path.join(keep, "short.qa.json")
+        with open(short, "w") as f:
+            json.dump(doc, f)
+        # Known flips: B wins item 0 and loses item 1 by 100 points each, and item 2 is equal.
+        with open(os.path.join(keep, "fp8.qa.json")) as f:
+            base = json.load(f)
+        a_doc, b_doc = json.loads(json.dumps(base)), json.loads(json.dumps(base))
+        for item, (sa, sb) in zip(a_doc["items"], [(0.0, 100.0), (100.0, 0.0), (50.0, 50.0)]):
+            item["score"] = sa
+        for item, (sa, sb) in zip(b_doc["items"], [(0.0, 100.0), (100.0, 0.0), (50.0, 50.0)]):
+            item["score"] = sb
+        for name, d in (("a.qa.json", a_doc), ("b.qa.json", b_doc)):
+            with open(os.path.join(keep, name), "w") as f:
+                json.dump(d, f)
+        known = compare("a.qa.json", "b.qa.json")
+        check(known.stdout.startswith("qa: 3 items, 2 flips (1 won, 1 lost by B), B - A = +0.00 points, "
+                                      "95% half-width 113.16"),
+              f"two known flips counted, sd 100 -> half-width 1.96*100/sqrt(3) ({known.stdout.strip()})")
+        fewer = compare("fp8.qa.json", "short.qa.json")
+        check(fewer.returncode != 0 and "same items" in fewer.stderr,
+              f"files with different items are refused ({fewer.stderr.strip()})")
+    if failures:
+        print(f"{len(failures)} check(s) failed", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
