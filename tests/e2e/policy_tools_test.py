@@ -30,10 +30,12 @@ def main(build):
                    QA_LENGTHS="512", CONFIGS="dense fp8 constrained:6:2")
         scan = subprocess.run([os.path.join(ROOT, "policies/tools/choose_kv_split.sh"), build],
                               env=env, capture_output=True, text=True, timeout=600)
-        check(scan.returncode == 0, f"choose_kv_split.sh exits 0 ({scan.returncode}: {scan.stderr[-300:]})")
+        check(scan.returncode == 0,
+              f"choose_kv_split.sh exits 0 ({scan.returncode}: {scan.stderr[-300:]})")
         rows = {m.group(1): (int(m.group(2)), int(m.group(3)))
                 for m in re.finditer(r"^(\S+)\s+(\d+)/(\d+)\s+[\d.]+$", scan.stdout, re.M)}
-        check(set(rows) == {"dense", "fp8", "constrained:6:2"}, f"one row per configuration ({sorted(rows)})")
+        check(set(rows) == {"dense", "fp8", "constrained:6:2"},
+              f"one row per configuration ({sorted(rows)})")
         check(all(total == 3 for _, total in rows.values()), f"3 passkeys scored per row ({rows})")
         for name in ("dense", "fp8", "constrained_6_2"):
             for c in ("passkey", "qa"):
@@ -41,8 +43,9 @@ def main(build):
                 check(os.path.exists(path), f"kept {name}.{c}.json")
 
         def compare(a, b, *extra):
-            return subprocess.run([sys.executable, os.path.join(ROOT, "policies/tools/compare_items.py"),
-                                   os.path.join(keep, a), os.path.join(keep, b), *extra],
+            tool = os.path.join(ROOT, "policies/tools/compare_items.py")
+            return subprocess.run([sys.executable, tool, os.path.join(keep, a),
+                                   os.path.join(keep, b), *extra],
                                   capture_output=True, text=True, timeout=60)
 
         same = compare("dense.qa.json", "dense.qa.json")
@@ -50,7 +53,8 @@ def main(build):
               f"a file against itself: no flips ({same.stdout.strip()})")
         other = compare("fp8.qa.json", "constrained_6_2.qa.json", "--limit", "2")
         m = re.match(r"qa: 3 items, (\d+) flips \((\d+) won, (\d+) lost by B\)", other.stdout)
-        check(other.returncode == 0 and m is not None and int(m.group(1)) == int(m.group(2)) + int(m.group(3)),
+        check(other.returncode == 0 and m is not None
+              and int(m.group(1)) == int(m.group(2)) + int(m.group(3)),
               f"flips are wins plus losses ({other.stdout.strip()})")
         mixed = compare("fp8.qa.json", "fp8.passkey.json")
         check(mixed.returncode != 0 and "different checks" in mixed.stderr,
@@ -73,9 +77,10 @@ def main(build):
             with open(os.path.join(keep, name), "w") as f:
                 json.dump(d, f)
         known = compare("a.qa.json", "b.qa.json")
-        check(known.stdout.startswith("qa: 3 items, 2 flips (1 won, 1 lost by B), B - A = +0.00 points, "
-                                      "95% half-width 113.16"),
-              f"two known flips counted, sd 100 -> half-width 1.96*100/sqrt(3) ({known.stdout.strip()})")
+        check(known.stdout.startswith("qa: 3 items, 2 flips (1 won, 1 lost by B), "
+                                      "B - A = +0.00 points, 95% half-width 113.16"),
+              "two known flips counted, sd 100 -> half-width 1.96*100/sqrt(3) "
+              f"({known.stdout.strip()})")
         fewer = compare("fp8.qa.json", "short.qa.json")
         check(fewer.returncode != 0 and "same items" in fewer.stderr,
               f"files with different items are refused ({fewer.stderr.strip()})")

@@ -195,7 +195,9 @@ __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
     for (int c = 0; c < d; ++c) {
       const int t = depth[c];
       if (t == 0) continue;
-      for (int r = 0; r < t; ++r) entry_word[off + r] = static_cast<uint16_t>((c * W + t - 1 - r) * 8);
+      for (int r = 0; r < t; ++r) {
+        entry_word[off + r] = static_cast<uint16_t>((c * W + t - 1 - r) * 8);
+      }
       const int end_group = (off + t - 1) / kWarp;
       chan_desc[n] = PackChannel(off - kWarp * (end_group - 1), t, c);
       group_of_last[n] = end_group;
@@ -250,8 +252,8 @@ __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
 #pragma unroll
       for (int j = 0; j < K; ++j) {
         x[j] = Transpose32(e < P && live[j] ? __ldg(words[j] + entry_word[e]) : 0u, lane);
-        window[j] =
-            (static_cast<unsigned long long>(x[j]) << 32) | static_cast<unsigned long long>(prev[j]);
+        window[j] = (static_cast<unsigned long long>(x[j]) << 32) |
+                    static_cast<unsigned long long>(prev[j]);
       }
       for (int k = group_first[grp]; k < group_first[grp + 1]; ++k) {
         const unsigned desc = chan_desc[k];

@@ -87,12 +87,12 @@ class GpuKvCache {
     int tokens = 0;           // appended tokens, sum of counts
     int max_pages = 1;
     int max_tokens = 1;
-    std::vector<int32_t> lengths;   // host copy of seq_lens
+    std::vector<int32_t> lengths;        // host copy of seq_lens
     std::vector<GpuReadBits> read_bits;  // per sequence
-    torch::Tensor page_table;       // int32 [B][max_pages] on the device
-    torch::Tensor seq_lens;         // int32 [B]
-    torch::Tensor token_rows;       // int32 [tokens]: index of the token's sequence in the step
-    torch::Tensor token_positions;  // int32 [tokens]
+    torch::Tensor page_table;            // int32 [B][max_pages] on the device
+    torch::Tensor seq_lens;              // int32 [B]
+    torch::Tensor token_rows;            // int32 [tokens]: the token's sequence, as a step index
+    torch::Tensor token_positions;       // int32 [tokens]
   };
   Step Begin(std::span<const uint64_t> ids, std::span<const int64_t> starts,
              std::span<const int64_t> counts);
