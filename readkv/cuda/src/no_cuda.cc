@@ -22,6 +22,13 @@ std::string ErrorString(int status) {
 
 int SetDevice(int) { return kNoDevice; }
 
+struct StreamTimer::State {};
+StreamTimer::StreamTimer() : state_(std::make_unique<State>()) {}
+StreamTimer::~StreamTimer() = default;
+void StreamTimer::Begin() {}
+void StreamTimer::End() {}
+double StreamTimer::Seconds() { return 0.0; }
+
 size_t SplitDecodeWorkspaceBytes(const DecodeShape&) { return 0; }
 size_t ReadKvDecodeWorkspaceBytes(const DecodeShape&) { return 0; }
 cudaError_t DenseDecodeAttention(const DecodeShape&, const DecodeInputs&, const DenseCache&, void*,

@@ -476,3 +476,37 @@ TEST(DecodeAttentionTest, LaunchersRefuseUnsafeShapes) {
 
 }  // namespace
 }  // namespace readkv::cuda
+
+namespace readkv::cuda {
+namespace {
+
+// StreamTimer (device.h): every Begin/End pair adds its GPU time; Seconds() is idempotent; an
+// unfinished pair (Begin without End) adds nothing.
+TEST(StreamTimerTest, SumsTheGpuTimeOfItsRunsAndNothingElse) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: " << QueryDevices().reason;
+  constexpr size_t kBytes = size_t{256} << 20;
+  DeviceBuffer<char> buffer(kBytes);
+  StreamTimer timer;
+  EXPECT_EQ(timer.Seconds(), 0.0);
+  timer.Begin();
+  CUDA_OK(cudaMemsetAsync(buffer.get(), 1, kBytes, nullptr));
+  timer.End();
+  const double one = timer.Seconds();
+  EXPECT_GT(one, 0.0);
+  EXPECT_EQ(timer.Seconds(), one);
+  for (int i = 0; i < 3; ++i) {
+    timer.Begin();
+    CUDA_OK(cudaMemsetAsync(buffer.get(), i, kBytes, nullptr));
+    timer.End();
+  }
+  const double four = timer.Seconds();
+  EXPECT_GT(four, one);
+  CUDA_OK(cudaMemsetAsync(buffer.get(), 0, kBytes, nullptr));  // not timed
+  timer.Begin();  // never ended
+  CUDA_OK(cudaMemsetAsync(buffer.get(), 0, kBytes, nullptr));
+  EXPECT_EQ(timer.Seconds(), four);
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
+}  // namespace
+}  // namespace readkv::cuda

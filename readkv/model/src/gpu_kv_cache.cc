@@ -76,7 +76,9 @@ struct GpuKvCache::Pools {
 };
 
 GpuKvCache::GpuKvCache(const GpuKvConfig& config)
-    : config_(config), pools_(std::make_unique<Pools>()) {
+    : config_(config),
+      pools_(std::make_unique<Pools>()),
+      encode_timer_(std::make_unique<rc::StreamTimer>()) {
   if (config.kind != "fp8" && config.kind != "readkv") {
     throw std::invalid_argument("kv: the CUDA KV backends are fp8 and readkv, got \"" +
                                 config.kind + "\"");
@@ -271,6 +273,7 @@ void GpuKvCache::Append(const Step& step, int layer, const torch::Tensor& k,
   const auto* rows = Ptr<const int32_t>(step.token_rows);
   const auto* positions = Ptr<const int32_t>(step.token_positions);
   const auto* table = Ptr<const int32_t>(step.page_table);
+  encode_timer_->Begin();
   if (config_.kind == "fp8") {
     const int64_t off = int64_t{layer} * config_.heads_kv;
     const rc::Fp8CacheWrite cache{Ptr<uint8_t>(pools_->k[l]), Ptr<uint8_t>(pools_->v[l]),
@@ -288,6 +291,7 @@ void GpuKvCache::Append(const Step& step, int layer, const torch::Tensor& k,
                            cache, nullptr),
           "ReadKvAppend");
   }
+  encode_timer_->End();
 }
 
 torch::Tensor GpuKvCache::Workspace(size_t bytes) {
@@ -398,6 +402,7 @@ GpuKvLedgers GpuKvCache::ledgers() const {
     out.logical_read_bytes += t[0] / 8;
     out.physical_traffic_bytes += t[1];
   }
+  out.encode_seconds = encode_timer_->Seconds();
   return out;
 }
 

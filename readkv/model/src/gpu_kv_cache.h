@@ -34,6 +34,10 @@
 #include "readkv/codec/calibration.h"
 #include "readkv/codec/fp8.h"
 
+namespace readkv::cuda {
+class StreamTimer;  // readkv/cuda/device.h
+}  // namespace readkv::cuda
+
 namespace readkv::model::internal {
 
 struct GpuKvConfig {
@@ -49,10 +53,12 @@ struct GpuKvConfig {
 };
 
 // The ledgers of every attention call so far, in the codec's accounting terms.
+// encode_seconds: GPU time of the append (encode) launches, by CUDA events.
 struct GpuKvLedgers {
   int64_t logical_read_bytes = 0;
   int64_t physical_traffic_bytes = 0;
   int64_t workspace_peak_bytes = 0;
+  double encode_seconds = 0.0;
 };
 
 // A sequence's ReadKV budgets: R_K and R_V of the constrained reader (equal unless the policy
@@ -106,7 +112,7 @@ class GpuKvCache {
 
   // Bytes of the pages a sequence holds, over all layers (0 if unknown).
   int64_t SequenceBytes(uint64_t id) const;
-  // Synchronises the device to read the ReadKV counters.
+  // Synchronises the device to read the ReadKV counters and the encode time.
   GpuKvLedgers ledgers() const;
 
  private:
@@ -130,6 +136,7 @@ class GpuKvCache {
   torch::Tensor workspace_;
   GpuKvLedgers host_ledgers_;       // fp8 terms, and ReadKV's depth-independent terms
   torch::Tensor device_totals_;     // int64 [2]: ReadKV logical bits, payload bytes
+  std::unique_ptr<readkv::cuda::StreamTimer> encode_timer_;  // around every append launch
 };
 
 }  // namespace readkv::model::internal

@@ -717,8 +717,9 @@ int64_t LlamaDecodeModel::kv_bytes_in_use() const {
 
 engine::KvLedgers LlamaDecodeModel::ledgers() const {
   engine::KvLedgers out = impl_->totals;
+  internal::GpuKvLedgers g;
   if (impl_->gpu) {
-    const internal::GpuKvLedgers g = impl_->gpu->ledgers();
+    g = impl_->gpu->ledgers();
     out.logical_read_bytes += g.logical_read_bytes;
     out.physical_traffic_bytes += g.physical_traffic_bytes;
     out.workspace_peak_bytes = std::max(out.workspace_peak_bytes, g.workspace_peak_bytes);
@@ -728,6 +729,9 @@ engine::KvLedgers LlamaDecodeModel::ledgers() const {
   for (const auto& [id, s] : impl_->sequences) {
     for (const auto& c : s.caches) out.encode_seconds += c->encode_cost().seconds;
   }
+  // On a CUDA device the caches above are empty: the encode time is the append launches' GPU
+  // time (CUDA events around them; 0 without a GPU).
+  out.encode_seconds += g.encode_seconds;
   if (impl_->prefix_store) {
     for (const auto& [reason, count] : impl_->prefix_store->counters().rejections) {
       out.cache_rejections[reason] += count;

@@ -190,6 +190,8 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
   EXPECT_EQ(led.logical_read_bytes, cpu_logical);
   EXPECT_GT(led.physical_traffic_bytes, led.logical_read_bytes);
   EXPECT_GT(led.workspace_peak_bytes, 0);
+  EXPECT_GT(led.encode_seconds, 0.0);  // the appends' GPU time, by events
+  EXPECT_LT(led.encode_seconds, 60.0);
   std::cout << bc.kind << " d" << bc.head_dim << ": worst relative error " << worst
             << ", logical bytes " << led.logical_read_bytes << " (CPU " << cpu_logical
             << "), physical " << led.physical_traffic_bytes << "\n";

@@ -2,6 +2,7 @@
 // CUDA build: it then reports zero devices and why, so GPU tests and benches can skip cleanly.
 #pragma once
 
+#include <memory>
 #include <string>
 
 namespace readkv::cuda {
@@ -21,5 +22,26 @@ std::string ErrorString(int status);
 // cudaSetDevice for the calling thread (launchers run on the thread's current device); returns
 // the status.
 int SetDevice(int index);
+
+// GPU time of runs of launches on the legacy default stream, by CUDA events, summed without
+// blocking the caller: Begin() before the launches, End() after them; Seconds() waits for what is
+// still running and returns the total. Completed pairs are folded in (and their events reused) at
+// each Begin, so the pending list stays short. One thread at a time. Without CUDA (or without a
+// device) every call is a no-op and Seconds() is 0.
+class StreamTimer {
+ public:
+  StreamTimer();
+  ~StreamTimer();
+  StreamTimer(const StreamTimer&) = delete;
+  StreamTimer& operator=(const StreamTimer&) = delete;
+
+  void Begin();
+  void End();
+  double Seconds();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace readkv::cuda
