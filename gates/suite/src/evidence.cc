@@ -2,6 +2,7 @@
 
 #include <map>
 #include <set>
+#include <utility>
 
 #include "kvgate/loadgen/metrics.h"
 
@@ -14,12 +15,47 @@ std::string Join(const std::vector<std::string>& parts) {
   return out;
 }
 
+}  // namespace
+
 std::vector<std::string> SubsetsOf(const history::QualityItem& item) {
   if (item.extra.contains("subsets")) return item.extra["subsets"].get<std::vector<std::string>>();
   return {};
 }
 
-}  // namespace
+nlohmann::json QualityDisagreements(const std::vector<history::QualityItem>& items) {
+  // check -> item_id -> (baseline, candidate)
+  using Pair = std::pair<const history::QualityItem*, const history::QualityItem*>;
+  std::map<std::string, std::map<std::string, Pair>> paired;
+  for (const auto& item : items) {
+    Pair& slot = paired[item.check][item.item_id];
+    if (item.label == kBaseline) slot.first = &item;
+    if (item.label == kCandidate) slot.second = &item;
+  }
+  nlohmann::json out = {{"checks", nlohmann::json::object()}, {"items", nlohmann::json::array()}};
+  for (const auto& [check, by_id] : paired) {
+    int both = 0, differ = 0, candidate_better = 0;
+    for (const auto& [id, pair] : by_id) {
+      const auto& [b, c] = pair;
+      if (b == nullptr || c == nullptr) continue;
+      ++both;
+      if (b->score == c->score) continue;
+      ++differ;
+      candidate_better += c->score > b->score;
+      out["items"].push_back({{"check", check},
+                              {"item_id", id},
+                              {"subsets", SubsetsOf(*b)},
+                              {"reference", b->reference},
+                              {"baseline", {{"prediction", b->prediction}, {"score", b->score}}},
+                              {"candidate", {{"prediction", c->prediction}, {"score", c->score}}},
+                              {"better", c->score > b->score ? kCandidate : kBaseline}});
+    }
+    out["checks"][check] = {{"paired_items", both},
+                            {"differ", differ},
+                            {"candidate_better", candidate_better},
+                            {"baseline_better", differ - candidate_better}};
+  }
+  return out;
+}
 
 history::QualityItem ToHistoryItem(const checks::QualityRecord& record, const std::string& label) {
   history::QualityItem item;

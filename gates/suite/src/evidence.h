@@ -2,6 +2,8 @@
 // items and load runs are labelled in the history, shared by a live run and by regate.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <vector>
 
@@ -21,6 +23,15 @@ history::GateResult ToHistoryGate(const gates::GateResult& result);
 gates::GateResult FromHistoryGate(const history::GateResult& row);
 
 loadgen::Slo ToLoadSlo(const policy::SloSpec& slo);
+
+// The key subsets a stored quality item names (extra["subsets"]; none when absent).
+std::vector<std::string> SubsetsOf(const history::QualityItem& item);
+
+// The quality evidence item by item, for the report: per check, how many items both systems
+// answered, on how many their scores differ and who scored higher; and every such item
+// (subsets, reference, both predictions and scores), so a reader sees what a drop or an
+// INCONCLUSIVE is made of.
+nlohmann::json QualityDisagreements(const std::vector<history::QualityItem>& items);
 
 // The gates of a run, decided from its stored rows under `policy`.
 std::vector<gates::GateResult> DecideFromRows(history::HistoryDb& db, int64_t run_id,

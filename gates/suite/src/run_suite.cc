@@ -124,47 +124,6 @@ std::string NowIso() {
   return buffer;
 }
 
-// The evidence behind the quality gates, item by item: for each check, how many items both
-// systems answered and on how many their scores differ, and every such item (reference, both
-// predictions and scores), so a reader sees what a drop or an INCONCLUSIVE is made of.
-nlohmann::json QualityDisagreements(const std::vector<history::QualityItem>& items) {
-  // check -> item_id -> (baseline, candidate)
-  std::map<std::string, std::map<std::string, std::pair<const history::QualityItem*,
-                                                        const history::QualityItem*>>>
-      paired;
-  for (const auto& item : items) {
-    auto& slot = paired[item.check][item.item_id];
-    if (item.label == "baseline") slot.first = &item;
-    if (item.label == "candidate") slot.second = &item;
-  }
-  nlohmann::json out = {{"checks", nlohmann::json::object()}, {"items", nlohmann::json::array()}};
-  for (const auto& [check, by_id] : paired) {
-    int both = 0, differ = 0, candidate_better = 0;
-    for (const auto& [id, pair] : by_id) {
-      const auto* b = pair.first;
-      const auto* c = pair.second;
-      if (b == nullptr || c == nullptr) continue;
-      ++both;
-      if (b->score == c->score) continue;
-      ++differ;
-      candidate_better += c->score > b->score;
-      out["items"].push_back(
-          {{"check", check},
-           {"item_id", id},
-           {"subsets", b->extra.value("subsets", nlohmann::json::array())},
-           {"reference", b->reference},
-           {"baseline", {{"prediction", b->prediction}, {"score", b->score}}},
-           {"candidate", {{"prediction", c->prediction}, {"score", c->score}}},
-           {"better", c->score > b->score ? "candidate" : "baseline"}});
-    }
-    out["checks"][check] = {{"paired_items", both},
-                            {"differ", differ},
-                            {"candidate_better", candidate_better},
-                            {"baseline_better", differ - candidate_better}};
-  }
-  return out;
-}
-
 }  // namespace
 
 std::vector<gates::GateResult> RegateRun(history::HistoryDb& db, int64_t run_id) {
@@ -484,10 +443,8 @@ nlohmann::json BuildReportJson(history::HistoryDb& db, int64_t run_id) {
       tally.first += item.correct.value_or(false);
       tally.second += 1;
     } else if (item.check == "qa") {
-      std::vector<std::string> names = {"all"};
-      if (item.extra.contains("subsets")) {
-        for (const auto& s : item.extra["subsets"]) names.push_back(s.get<std::string>());
-      }
+      std::vector<std::string> names = SubsetsOf(item);
+      names.insert(names.begin(), "all");
       for (const auto& name : names) {
         auto& cell = f1[name][item.label];
         cell.first += item.score;
