@@ -56,15 +56,15 @@ bool ParseNumber(const std::string& text, T& value) {
   }
 }
 
-std::vector<std::string> SplitCommas(const std::string& text) {
+// Every field between separators, empty ones included ("a,,b" -> a, "", b).
+std::vector<std::string> Split(const std::string& text, char separator) {
   std::vector<std::string> parts;
   size_t begin = 0;
   while (true) {
-    const size_t comma = text.find(',', begin);
-    parts.push_back(
-        text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
-    if (comma == std::string::npos) break;
-    begin = comma + 1;
+    const size_t at = text.find(separator, begin);
+    parts.push_back(text.substr(begin, at == std::string::npos ? std::string::npos : at - begin));
+    if (at == std::string::npos) break;
+    begin = at + 1;
   }
   return parts;
 }
@@ -77,14 +77,7 @@ KvSpec ParseKvSpec(const std::string& text) {
   const std::string usage = "expected dense, fp8, readkv:W:R or readkv:W:R:RK:RV (e.g. "
                             "readkv:8:4 or readkv:8:4:6:2), got '" + text + "'";
   if (text.rfind("readkv:", 0) != 0) throw InvalidArgument("--kv", usage);
-  std::vector<std::string> parts;
-  for (size_t begin = 7;;) {
-    const size_t colon = text.find(':', begin);
-    parts.push_back(text.substr(begin, colon == std::string::npos ? std::string::npos
-                                                                   : colon - begin));
-    if (colon == std::string::npos) break;
-    begin = colon + 1;
-  }
+  const std::vector<std::string> parts = Split(text.substr(7), ':');
   if (parts.size() != 2 && parts.size() != 4) throw InvalidArgument("--kv", usage);
   KvSpec spec{KvBackend::kReadKv, 0, 0.0, 0.0, 0.0};
   int64_t store_bits = 0;
@@ -122,7 +115,7 @@ KvSpec ParseKvSpec(const std::string& text) {
 std::vector<KvSpec> ParseKvSpecs(const std::string& text) {
   std::vector<KvSpec> specs;
   std::set<std::string> seen;
-  for (const std::string& part : SplitCommas(text)) {
+  for (const std::string& part : Split(text, ',')) {
     KvSpec spec = ParseKvSpec(part);
     if (!seen.insert(spec.Name()).second) {
       throw InvalidArgument("--kv", "'" + part + "' is listed twice");
@@ -134,7 +127,7 @@ std::vector<KvSpec> ParseKvSpecs(const std::string& text) {
 
 std::vector<int64_t> ParsePositiveList(const std::string& flag, const std::string& text) {
   std::vector<int64_t> values;
-  for (const std::string& part : SplitCommas(text)) {
+  for (const std::string& part : Split(text, ',')) {
     int64_t value = 0;
     if (!ParseNumber(part, value) || value < 1) {
       throw InvalidArgument(flag, "expected comma-separated positive integers, got '" + text + "'");
