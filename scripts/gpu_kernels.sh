@@ -3,9 +3,13 @@
 # machine): build the kernels' consistency tests (and `kvgate` for the bench unless
 # KERNELS_ONLY=1), run the GPU-vs-CPU tests, compute-sanitizer memcheck and racecheck on a subset,
 # then `kvgate bench attention` on the issue's grid. Everything lands in $OUT: tests.json,
-# sanitizer logs, bench.json and bench.txt, bench_VARIANT.* for LOGITS_VARIANTS (and, with
-# PROFILE=1, per-kernel times from ncu). Run from the repository root with .devdeps carried:
+# sanitizer logs, bench.json and bench.txt, bench_VARIANT.* for LOGITS_VARIANTS and
+# values_VARIANT.* for VALUES_VARIANTS, bench_baseline.* for BASELINE (and, with PROFILE=1,
+# per-kernel times from ncu). Run from the repository root with .devdeps carried:
 #   OUT=/tmp/kernels bash scripts/gpu_kernels.sh
+# BASELINE=.baseline/base.tar.gz (made by `git archive --format=tar.gz -o .baseline/base.tar.gz
+# COMMIT` and carried) builds that tree beside this one and benches it on the same points in the
+# same round, so before/after ratios come from one run on one machine.
 set -uo pipefail
 OUT=${OUT:-/tmp/kvgate-gpu-kernels}
 B=${BUILD_DIR:-/tmp/kvgate-gpu-build}
@@ -53,6 +57,30 @@ if [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
       2>&1 | tee "$OUT/bench_$variant.txt" | tail -12
     echo "bench ($variant logits): $(( $(date +%s) - start )) s"
   done
+  # Values readers the same way (KVGATE_READKV_VALUES: lanes, mma).
+  for variant in ${VALUES_VARIANTS:-}; do
+    # shellcheck disable=SC2086
+    KVGATE_READKV_VALUES=$variant "$B/apps/kvgate" bench attention --device cuda \
+      ${VARIANT_ARGS:-${BENCH_ARGS:?VARIANT_ARGS or BENCH_ARGS}} \
+      --json "$OUT/values_$variant.json" \
+      2>&1 | tee "$OUT/values_$variant.txt" | tail -12
+    echo "bench ($variant values): $(( $(date +%s) - start )) s"
+  done
+  if [[ -n "${BASELINE:-}" ]]; then
+    BB="$B-baseline"
+    mkdir -p "$BB-src"
+    tar xzf "$BASELINE" -C "$BB-src"
+    [[ -d gates/report/node_modules ]] && cp -r gates/report/node_modules "$BB-src/gates/report/"
+    cmake -S "$BB-src" -B "$BB" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DKVGATE_BUILD_BENCHMARKS=OFF > "$LOGS/configure-baseline.log" 2>&1 &&
+      cmake --build "$BB" -j"$(nproc)" --target kvgate > "$LOGS/build-baseline.log" 2>&1 ||
+      { tail -40 "$LOGS/configure-baseline.log" "$LOGS/build-baseline.log"; exit 1; }
+    echo "baseline build: $(( $(date +%s) - start )) s"
+    # shellcheck disable=SC2086
+    "$BB/apps/kvgate" bench attention --device cuda ${VARIANT_ARGS:-${BENCH_ARGS:?}} \
+      --json "$OUT/bench_baseline.json" 2>&1 | tee "$OUT/bench_baseline.txt" | tail -12
+    echo "bench (baseline): $(( $(date +%s) - start )) s"
+  fi
 fi
 if [[ "${PROFILE:-0}" == 1 ]]; then
   # Per-kernel GPU time of one ReadKV call at two points (ncu replays each kernel: slow, so few).

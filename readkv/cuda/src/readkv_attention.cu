@@ -5,8 +5,9 @@
 //
 //   1. Prepare   (H_kv, B) x d        transformed queries, Key importance, Key depths (threshold
 //                                     allocator over d channels: cut by block radix selection),
-//                                     a_qc = q~_qc sigma_c / sqrt(d), bias_q = sum_c q~_qc mu_c /
-//                                     sqrt(d); zeroes the row's Select state
+//                                     the row's Key entry list (KeyList), a_qc = q~_qc sigma_c /
+//                                     sqrt(d), bias_q = sum_c q~_qc mu_c / sqrt(d); zeroes the
+//                                     row's Select state
 //   2. Logits    (chunks, H_kv, B) x 256   one thread per token slot of a page (of up to 4 pages
 //                                     per pass): reads t_c planes of each channel, logit = bias +
 //                                     sum_c a_qc centroid; writes logits and the chunk's (max, sum
@@ -20,8 +21,12 @@
 //      c. SelectDepths                Value depths of every token not decided by those bits; the
 //                                     row's last block selects the cut among the rest (usually a
 //                                     handful) with greedy's tie order and writes their depths
-//   4. Values    (chunks, H_kv, B) x 128   lane groups of d / 8 lanes per token: t_i value planes
-//                                     decoded 8 channels at a time, sum_i p_i centroid per chunk
+//   4. Values    (chunks, H_kv, B) x 256   sum_i p_i centroid per chunk: tokens sorted by depth
+//                                     into 16-token tiles; a warp copies its next tile's planes
+//                                     and logits (cp.async) while it decodes the current one and
+//                                     multiplies P . Vhat on tensor cores (ValuesMma). Kept for
+//                                     comparison: the CUDA-core reader (Values, x 128: lane groups
+//                                     of d / 8 lanes per token, 8 channels at a time)
 //   5. Finish    (H_q, B) x d         mu mass + sigma acc, inverse V transform
 //
 // Depth choices are those of readkv::codec's Threshold allocator for the same weights: the same
@@ -45,6 +50,36 @@
 namespace readkv::cuda::readkv_kernels {
 
 // ---- 1. Prepare ------------------------------------------------------------------------------
+
+// The row's Key entry list (KeyList) from its depths: thread c of the block (c < d <= 128,
+// every channel read, t >= 1) lists channel c's t planes after the planes of channels 0..c-1.
+__device__ void WriteKeyList(KeyList& list, int t, int c, int d, int W) {
+  __shared__ int warp_total[128 / kWarp];
+  const int lane = c % kWarp, warp = c / kWarp;
+  int through = t;  // t_0 + ... + t_c
+  for (int o = 1; o < kWarp; o *= 2) {
+    const int y = __shfl_up_sync(0xffffffffu, through, o);
+    if (lane >= o) through += y;
+  }
+  if (lane == kWarp - 1) warp_total[warp] = through;
+  __syncthreads();
+  for (int w = 0; w < warp; ++w) through += warp_total[w];
+  const int off = through - t;
+  for (int r = 0; r < t; ++r) {
+    list.entry_word[off + r] = static_cast<uint16_t>((c * W + t - 1 - r) * 8);
+  }
+  // The code sits in the 64-bit window (group end_group, group end_group - 1) at `shift`.
+  const int end_group = (off + t - 1) / kWarp;
+  list.chan_desc[c] = PackChannel(off - kWarp * (end_group - 1), t, c);
+  // group_first[g] = c for the groups whose first channel is c: those after the previous
+  // channel's last group, up to this channel's.
+  const int prev_end = c == 0 ? -1 : (off - 1) / kWarp;
+  for (int g = prev_end + 1; g <= end_group; ++g) list.group_first[g] = c;
+  if (c == d - 1) {
+    list.group_first[end_group + 1] = d;
+    list.entries = through;
+  }
+}
 
 __global__ void __launch_bounds__(128) Prepare(Args a) {
   const int h = blockIdx.x;
@@ -121,6 +156,7 @@ __global__ void __launch_bounds__(128) Prepare(Args a) {
   const auto depth = static_cast<uint8_t>(1 + k);
   a.key_depths[row * d + c] = depth;
   if (a.debug.key_depths != nullptr) a.debug.key_depths[row * d + c] = depth;
+  WriteKeyList(a.key_lists[row], depth, c, d, a.store_bits);
   __syncthreads();
   if (c < group) {
     float sum = 0.0f;
@@ -171,6 +207,15 @@ int LogitsVariant() {
   if (std::strcmp(v, "wide1") == 0) return 1;
   if (std::strcmp(v, "wide2") == 0) return 2;
   return 4;
+}
+
+// Which Values kernel runs, read per call like LogitsVariant: KVGATE_READKV_VALUES=lanes is the
+// CUDA-core reader (0); unset or anything else: mma, the tensor-core reader (1), 1.39x faster
+// for the whole ReadKV(8,4) call at 32K x 16 and 2.2x at 8K x 1 (BENCHMARKS.md, issue 8's
+// fourth round).
+int ValuesVariant() {
+  const char* v = std::getenv("KVGATE_READKV_VALUES");
+  return v != nullptr && std::strcmp(v, "lanes") == 0 ? 0 : 1;
 }
 
 }  // namespace
@@ -226,6 +271,7 @@ cudaError_t ReadKvDecodeAttention(const DecodeShape& requested, const DecodeInpu
   a.qa = reinterpret_cast<float*>(base + layout.qa);
   a.bias = reinterpret_cast<float*>(base + layout.bias);
   a.key_depths = reinterpret_cast<uint8_t*>(base + layout.key_depths);
+  a.key_lists = reinterpret_cast<KeyList*>(base + layout.key_lists);
   a.logits = reinterpret_cast<float*>(base + layout.logits);
   a.chunk_ml = reinterpret_cast<float*>(base + layout.chunk_ml);
   a.stats = reinterpret_cast<float*>(base + layout.stats);
@@ -273,7 +319,17 @@ cudaError_t ReadKvDecodeAttention(const DecodeShape& requested, const DecodeInpu
   }
   SelectNarrow<<<chunks, kSelectThreads, 0, stream>>>(a);
   SelectDepths<<<chunks, kSelectThreads, 0, stream>>>(a);
-#define KVGATE_VALUES_CASE(D, G)                                          if (s.head_dim == D && s.group() == G) {                                  Values<D, G><<<chunks, kValueWarps * kWarp, 0, stream>>>(a);          } else
+  // Values readers (KVGATE_READKV_VALUES, for same-run comparisons): lanes (CUDA cores, lane
+  // groups per token) or mma (tensor cores on depth-sorted tiles, the default).
+  const bool values_mma = ValuesVariant() == 1;
+#define KVGATE_VALUES_CASE(D, G)                                                  \
+  if (s.head_dim == D && s.group() == G) {                                        \
+    if (values_mma) {                                                             \
+      ValuesMma<D, G><<<chunks, kMmaValueWarps * kWarp, 0, stream>>>(a);          \
+    } else {                                                                      \
+      Values<D, G><<<chunks, kValueWarps * kWarp, 0, stream>>>(a);                \
+    }                                                                             \
+  } else
   KVGATE_VALUES_CASE(128, 1) KVGATE_VALUES_CASE(128, 2) KVGATE_VALUES_CASE(128, 4)
   KVGATE_VALUES_CASE(128, 8) KVGATE_VALUES_CASE(64, 1) KVGATE_VALUES_CASE(64, 2)
   KVGATE_VALUES_CASE(64, 4) KVGATE_VALUES_CASE(64, 8) {}

@@ -19,6 +19,32 @@ using internal::kWarp;
 constexpr int kCentroids = (2 << kMaxStoreBits) - 1;  // 511 floats, depth-major
 constexpr int kValueWarps = 4;
 constexpr size_t kKeyPlaneWords32 = 8;  // a 32-byte key plane as 32-bit words
+constexpr int kMaxKeyEntries = 128 * kMaxStoreBits;  // Key planes one row reads, at most
+
+// The Key planes one (sequence, KV head) row reads, as the transposed Logits reader walks them:
+// one list of P = sum_c t_c entries (channel by channel, least significant plane first), read
+// 32 at a time. Prepare writes it once per row (the addresses are fixed before any key bit is
+// read); every Logits block of the row copies it. `entry_word[e]`: (c W + p) 8, the first 32-bit
+// word of entry e's plane in a page; `chan_desc[c]`: channel c packed for one shared load
+// (PackChannel); `group_first[g]`: the first channel whose last entry lies in group g (g up to
+// and including the group count, where it is d).
+struct KeyList {
+  uint16_t entry_word[kMaxKeyEntries];
+  unsigned chan_desc[128];
+  int group_first[kMaxKeyEntries / kWarp + 1];
+  int entries;
+};
+constexpr int kKeyListWords = sizeof(KeyList) / 4;
+static_assert(sizeof(KeyList) % 4 == 0, "KeyList is copied in 32-bit words");
+
+// A channel of the entry list, packed for one shared load: bits 0-7 the shift of its code in
+// the 64-bit window of two consecutive groups, 8-15 the code mask 2^t - 1, 16-23 the first
+// centroid of depth t (also 2^t - 1, kept apart for clarity), 24-31 the channel index.
+__device__ __forceinline__ unsigned PackChannel(int shift, int t, int c) {
+  const unsigned ones = (1u << t) - 1u;
+  return static_cast<unsigned>(shift) | (ones << 8) | (ones << 16) |
+         (static_cast<unsigned>(c) << 24);
+}
 
 // The Value cut's radix selection (section 3): digit 1 = gain bits 52..62 (the exponent; gains
 // are positive), digit 2 = bits 40..51; then at most kCandidates gains share the cut's top 23
@@ -54,8 +80,8 @@ struct SelectRow {
 
 // Workspace layout of one call (every part 256-byte aligned).
 struct Layout {
-  size_t qa, bias, key_depths, logits, chunk_ml, stats, importance, value_depths, partial_out,
-      partial_mass, select_rows, exponent_hist, mantissa_hist, candidates, total;
+  size_t qa, bias, key_depths, key_lists, logits, chunk_ml, stats, importance, value_depths,
+      partial_out, partial_mass, select_rows, exponent_hist, mantissa_hist, candidates, total;
   explicit Layout(const DecodeShape& s) {
     const size_t bq = static_cast<size_t>(s.batch) * s.heads_q;
     const size_t bk = static_cast<size_t>(s.batch) * s.heads_kv;
@@ -69,6 +95,7 @@ struct Layout {
     qa = take(bq * s.head_dim * 4);
     bias = take(bq * 4);
     key_depths = take(bk * s.head_dim);
+    key_lists = take(bk * sizeof(KeyList));
     logits = take(bq * s.max_tokens * 4);
     chunk_ml = take(bq * chunks * 2 * 4);
     stats = take(bq * 2 * 4);
@@ -101,6 +128,7 @@ struct Args {
   float* qa;
   float* bias;
   uint8_t* key_depths;
+  KeyList* key_lists;  // [B][H_kv]
   float* logits;
   float* chunk_ml;
   float* stats;

@@ -143,25 +143,23 @@ __global__ void __launch_bounds__(kPageTokens) Logits(Args a) {
 // warp's tokens) and transposed by five shuffle butterflies, after which lane j holds bit e of
 // entry e for its token. A channel's code is then one shift of a 64-bit window over two
 // consecutive groups: ~1 instruction per plane bit instead of ~4.
+// Each butterfly is one shuffle, one rotate and one select: a lane whose bit s is clear keeps
+// its bits under m and takes its partner's bits under m moved up by s; a lane whose bit s is set
+// keeps the bits under ~m and takes the partner's bits under ~m moved down by s. A rotation by s
+// (right when set, left when clear) moves both, and the bits it wraps around land outside the
+// mask that takes them.
 __device__ __forceinline__ unsigned Transpose32(unsigned x, int lane) {
   const unsigned masks[5] = {0x0000FFFFu, 0x00FF00FFu, 0x0F0F0F0Fu, 0x33333333u, 0x55555555u};
 #pragma unroll
   for (int k = 0; k < 5; ++k) {
     const int s = 16 >> k;
-    const unsigned m = masks[k];
+    const bool set = (lane & s) != 0;
+    const unsigned keep = set ? ~masks[k] : masks[k];  // the bits this lane keeps
+    const unsigned right = set ? s : kWarp - s;         // rotate right by s, or left by s
     const unsigned y = __shfl_xor_sync(0xffffffffu, x, s);
-    x = (lane & s) == 0 ? ((x & m) | ((y & m) << s)) : ((x & ~m) | ((y & ~m) >> s));
+    x = (x & keep) | (__funnelshift_r(y, y, right) & ~keep);
   }
   return x;
-}
-
-// A channel of the entry list, packed for one shared load: bits 0-7 the shift of its code in
-// the 64-bit window, 8-15 the code mask 2^t - 1, 16-23 the first centroid of depth t (also
-// 2^t - 1, kept apart for clarity), 24-31 the channel index.
-__device__ __forceinline__ unsigned PackChannel(int shift, int t, int c) {
-  const unsigned ones = (1u << t) - 1u;
-  return static_cast<unsigned>(shift) | (ones << 8) | (ones << 16) |
-         (static_cast<unsigned>(c) << 24);
 }
 
 // K pages per pass: lane j of warp w holds token 32 w + j of each of K consecutive pages, so
@@ -177,44 +175,22 @@ __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
   const int tid = threadIdx.x;
   const int lane = tid % kWarp;
   const int warp = tid / kWarp;
-  constexpr int kMaxEntries = 128 * kMaxStoreBits;
   __shared__ LogitsShared<G> sh;
-  __shared__ uint16_t entry_word[kMaxEntries];  // (c W + p) 8: the plane's first word
-  // Channels in list order (PackChannel); and per group the first one.
-  __shared__ unsigned chan_desc[128];
-  __shared__ int group_first[kMaxEntries / kWarp + 1];
-  __shared__ int entries;
+  __shared__ KeyList list;  // the row's entry list, written by Prepare
 
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
   LoadLogitsInputs(a, first_q, sh);
-  if (tid == 0) {
-    // The entry list and channel descriptors (d <= 128 channels: one thread is enough).
-    const uint8_t* depth = a.key_depths + (static_cast<size_t>(b) * a.heads_kv + h) * d;
-    int off = 0, n = 0;
-    int group_of_last[128];  // the group holding each listed channel's last entry
-    for (int c = 0; c < d; ++c) {
-      const int t = depth[c];
-      if (t == 0) continue;
-      for (int r = 0; r < t; ++r) {
-        entry_word[off + r] = static_cast<uint16_t>((c * W + t - 1 - r) * 8);
-      }
-      const int end_group = (off + t - 1) / kWarp;
-      chan_desc[n] = PackChannel(off - kWarp * (end_group - 1), t, c);
-      group_of_last[n] = end_group;
-      ++n;
-      off += t;
-    }
-    entries = off;
-    // group_first[g]: the first channel (in list order) whose last entry lies in group g.
-    const int groups = (off + kWarp - 1) / kWarp;
-    int c = 0;
-    for (int g = 0; g <= groups; ++g) {
-      while (c < n && group_of_last[c] < g) ++c;
-      group_first[g] = c;
-    }
+  {
+    const auto* from = reinterpret_cast<const unsigned*>(
+        a.key_lists + static_cast<size_t>(b) * a.heads_kv + h);
+    auto* to = reinterpret_cast<unsigned*>(&list);
+    for (int j = tid; j < kKeyListWords; j += blockDim.x) to[j] = from[j];
   }
   __syncthreads();
-  const int P = entries;
+  const uint16_t* entry_word = list.entry_word;
+  const unsigned* chan_desc = list.chan_desc;
+  const int* group_first = list.group_first;
+  const int P = list.entries;
   const int groups = (P + kWarp - 1) / kWarp;
 
   float m[G], l[G];

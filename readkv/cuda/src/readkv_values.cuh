@@ -1,5 +1,7 @@
 // ReadKV decode attention, launch 4 (Values): Value codes read at the chosen token depths,
-// sum_i p_i centroid per chunk. Included only by readkv_attention.cu.
+// sum_i p_i centroid per chunk. Two readers: lane groups on CUDA cores (Values), and tokens
+// sorted by depth into 16-token tiles multiplied on tensor cores (ValuesMma, the default).
+// Included only by readkv_attention.cu.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,6 +10,7 @@
 #include <cstdint>
 
 #include "readkv_attention_state.cuh"
+#include "split_decode_kernel.cuh"
 
 namespace readkv::cuda::readkv_kernels {
 
@@ -114,6 +117,311 @@ __global__ void __launch_bounds__(kValueWarps * kWarp) Values(Args a) {
     float sum = 0.0f;
     for (int wv = 0; wv < kValueWarps; ++wv) sum += mass_part[wv][threadIdx.x];
     a.partial_mass[(first_q + threadIdx.x) * a.max_chunks + chunk] = sum;
+  }
+}
+
+// ---- 4b. Values on tensor cores ----------------------------------------------------------
+//
+// The chunk's tokens, in rounds of kSub, are sorted by depth (a stable counting sort: ballots
+// per 32-token segment) and each depth's run is padded to a multiple of 16 with empty slots. Each
+// warp then takes 16-token tiles of one depth and multiplies on tensor cores (mma.sync m16n8k16,
+// f16 in, fp32 accumulate):
+//   O^T[D x cols] += Vhat^T[D x 16 tokens] . P[16 tokens x cols]
+// with cols = p of each query head rounded to f16 (hi) and its rounding error (lo), as the split
+// kernels do for dense attention; centroids are rounded to f16 (relative error <= 2^-11).
+// Memory: a warp copies the planes and logits of its next tile into shared memory with cp.async
+// while it computes the current one (two stages per warp), so DRAM latency hides behind the
+// decode instead of stalling it.
+// Lane (g = lane / 4, r = lane % 4) holds A rows g and g + 8 (channel 16 m + row of m-tile m)
+// and k-slots 2r, 2r + 1, 2r + 8, 2r + 9: the tile's tokens 4r .. 4r + 3 (the k order of an MMA
+// is free as long as A and B agree). Channels 16 m + g and 16 m + 8 + g are bit g of bytes 2m
+// and 2m + 1 of a value plane, so a lane gathers its codes from whole plane words: bit g of every
+// byte, rotated to the code's bit and masked, 2 instructions per 4 codes per plane.
+constexpr int kMmaValueWarps = 8;
+constexpr int kValueTile = 16;
+// A slot of the depth order: the round's token (< 4096) | its depth << 12; or empty.
+constexpr uint16_t kEmptySlot = 0xffff;
+constexpr int kSlotDepthShift = 12;
+
+template <int D, int G>
+struct ValuesMmaShared {
+  static constexpr int kSub = 1024;                  // tokens per round
+  static constexpr int kCols = G <= 4 ? 8 : 16;      // hi and lo columns of p, zero-padded
+  static constexpr int kPlaneBytes = D / 8;
+  static constexpr int kSlots = kSub + (kValueTile - 1) * kMaxStoreBits;
+  static constexpr int kSegments = kSub / kWarp;
+  struct Stage {  // one tile in shared memory: its value planes and logits
+    uint8_t planes[kValueTile][kMaxStoreBits][kPlaneBytes];
+    float logits[G][kValueTile];
+  };
+  union {
+    Stage stage[kMmaValueWarps][2];  // per warp: the tile being read, the next one arriving
+    float out[D * kCols];            // at the end: the warps' O^T, added in turn
+  };
+  float centroids[kCentroids];
+  uint16_t order[kSlots];
+  int seg_count[kSegments][kMaxStoreBits + 1];  // tokens of depth t in a segment, then its offset
+  int bucket_start[kMaxStoreBits + 2];          // first slot of depth t; [W + 1]: slots in all
+  int pages[kSub / kPageTokens];
+  float warp_mass[kMmaValueWarps][G];
+};
+
+// f16x2 of (low, high).
+__device__ __forceinline__ uint32_t HalfPair(float low, float high) {
+  const __half2 h = __floats2half2_rn(low, high);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// cp.async of 4, 8 or 16 bytes; zeros instead when !fill.
+template <int Bytes>
+__device__ __forceinline__ void CpAsyncBytes(void* shared, const void* global, bool fill) {
+  const auto address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  const int bytes = fill ? Bytes : 0;
+  if constexpr (Bytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global),
+                 "r"(bytes));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(address), "l"(global),
+                 "n"(Bytes), "r"(bytes));
+  }
+}
+
+// Registers: capped for 3 blocks per SM (2 when G = 8, whose 64 accumulators would spill): at
+// 32K x 16 the whole ReadKV(8,4) call took 1178.6 us this way against 1465.9 us uncapped (128
+// registers, 2 blocks per SM), and 112.3 vs 110.8 us at 8K x 1 (same run on the H200).
+template <int D, int G>
+__global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesMma(Args a) {
+  using Shared = ValuesMmaShared<D, G>;
+  using Stage = typename Shared::Stage;
+  constexpr int kSub = Shared::kSub;
+  constexpr int kCols = Shared::kCols;
+  constexpr int kPlaneBytes = Shared::kPlaneBytes;
+  constexpr int NT = kCols / 8;   // n-tiles
+  constexpr int MT = D / 16;      // m-tiles
+  constexpr int kWords = D / 32;  // 32-bit words of a value plane
+  constexpr int kThreads = kMmaValueWarps * kWarp;
+  const ChunkBlock blk(a);
+  if (blk.empty()) return;
+  const int chunk = blk.chunk, h = blk.h, b = blk.b, T = blk.T, start = blk.start;
+  const int end = min(T, start + a.chunk_tokens);
+  const int W = a.store_bits;
+  const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
+  const int g = lane / 4, r = lane % 4;
+  __shared__ Shared sh;
+
+  const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
+  for (int j = tid; j < (2 << W) - 1; j += kThreads) sh.centroids[j] = a.codec.centroids[j];
+  const int32_t* page_row = a.page_table + static_cast<size_t>(b) * a.max_pages;
+  const uint8_t* depths = a.value_depths + (static_cast<size_t>(b) * a.heads_kv + h) * a.max_tokens;
+  // The B column this lane holds in n-tile nt: its head, softmax statistics, and part
+  // (0 hi, 1 lo, 2 zero padding).
+  int col_head[NT], col_part[NT];
+  float col_m[NT], col_inv[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int n = nt * 8 + g;
+    col_part[nt] = n < G ? 0 : (n < 2 * G ? 1 : 2);
+    col_head[nt] = n < G ? n : (n < 2 * G ? n - G : 0);
+    col_m[nt] = a.stats[(first_q + col_head[nt]) * 2];
+    col_inv[nt] = a.stats[(first_q + col_head[nt]) * 2 + 1];
+  }
+
+  float acc[MT][NT][4];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) acc[m][nt][k] = 0.0f;
+    }
+  }
+  float mass = 0.0f;  // p of head col_head[0] over this lane's tokens (hi lanes only)
+
+  // Copies tile `tile` of the round into `st`: lane's slot is lane % 16; it copies that token's
+  // planes lane / 16, lane / 16 + 2, ... below the tile's depth, and its logits of heads
+  // lane / 16, lane / 16 + 2, ... Empty slots get zeros.
+  const auto issue = [&](int round, int tile, Stage& st) {
+    const int slot = lane % kValueTile;
+    const int first = lane / kValueTile;
+    const uint16_t entry = sh.order[tile * kValueTile + slot];
+    const int t = sh.order[tile * kValueTile] >> kSlotDepthShift;
+    const bool live = entry != kEmptySlot;
+    const int i = live ? (entry & ((1 << kSlotDepthShift) - 1)) : 0;
+    const int token = round + i;
+    const uint8_t* planes =
+        a.value_planes +
+        ((static_cast<size_t>(sh.pages[i / kPageTokens]) * a.heads_kv + h) * kPageTokens +
+         token % kPageTokens) * W * kPlaneBytes;
+    for (int p = first; p < t; p += 2) {
+      CpAsyncBytes<kPlaneBytes>(st.planes[slot][p], planes + p * kPlaneBytes, live);
+    }
+    for (int q = first; q < G; q += 2) {
+      CpAsyncBytes<4>(&st.logits[q][slot], a.logits + (first_q + q) * a.max_tokens + token, live);
+    }
+  };
+
+  for (int round = start; round < end; round += kSub) {
+    const int n = min(kSub, end - round);
+    const int segments = (n + kWarp - 1) / kWarp;
+    __syncthreads();  // the previous round's tiles are done with sh
+    for (int j = tid; j < (n + kPageTokens - 1) / kPageTokens; j += kThreads) {
+      sh.pages[j] = page_row[round / kPageTokens + j];
+    }
+    for (int j = tid; j < Shared::kSlots; j += kThreads) sh.order[j] = kEmptySlot;
+    for (int seg = warp; seg < segments; seg += kMmaValueWarps) {
+      const int i = seg * kWarp + lane;
+      const int t = i < n ? depths[round + i] : 0;
+      for (int dt = 1; dt <= W; ++dt) {
+        const unsigned same = __ballot_sync(0xffffffffu, t == dt);
+        if (lane == 0) sh.seg_count[seg][dt] = __popc(same);
+      }
+    }
+    __syncthreads();
+    // Warp 0, lane = segment: each depth's segment offsets and padded starts.
+    if (warp == 0) {
+      int slots = 0;
+      for (int dt = 1; dt <= W; ++dt) {
+        const int count = lane < segments ? sh.seg_count[lane][dt] : 0;
+        int through = count;
+        for (int o = 1; o < kWarp; o *= 2) {
+          const int y = __shfl_up_sync(0xffffffffu, through, o);
+          if (lane >= o) through += y;
+        }
+        if (lane < segments) sh.seg_count[lane][dt] = through - count;
+        const int total = __shfl_sync(0xffffffffu, through, kWarp - 1);
+        if (lane == 0) sh.bucket_start[dt] = slots;
+        slots += (total + kValueTile - 1) / kValueTile * kValueTile;
+      }
+      if (lane == 0) sh.bucket_start[W + 1] = slots;
+    }
+    __syncthreads();
+    for (int seg = warp; seg < segments; seg += kMmaValueWarps) {
+      const int i = seg * kWarp + lane;
+      const int t = i < n ? depths[round + i] : 0;
+      const unsigned same = __match_any_sync(0xffffffffu, t);
+      if (t > 0) {
+        const int rank = __popc(same & ((1u << lane) - 1u));
+        sh.order[sh.bucket_start[t] + sh.seg_count[seg][t] + rank] =
+            static_cast<uint16_t>(i | (t << kSlotDepthShift));
+      }
+    }
+    __syncthreads();
+
+    // Every tile starts a depth's run or continues it, so its first slot is a token.
+    const int tiles = sh.bucket_start[W + 1] / kValueTile;
+    if (warp < tiles) issue(round, warp, sh.stage[warp][0]);
+    internal::CpAsyncCommit();
+    for (int tile = warp, k = 0; tile < tiles; tile += kMmaValueWarps, ++k) {
+      if (tile + kMmaValueWarps < tiles) {
+        issue(round, tile + kMmaValueWarps, sh.stage[warp][(k + 1) % 2]);
+      }
+      internal::CpAsyncCommit();
+      internal::CpAsyncWait<1>();
+      __syncwarp();
+      const Stage& st = sh.stage[warp][k % 2];
+      const int t = sh.order[tile * kValueTile] >> kSlotDepthShift;
+      bool live[4];
+      uint32_t codes[4][kWords];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        live[u] = sh.order[tile * kValueTile + 4 * r + u] != kEmptySlot;
+#pragma unroll
+        for (int w = 0; w < kWords; ++w) codes[u][w] = 0;
+      }
+      for (int p = 0; p < t; ++p) {
+        // Bit g of every byte to bit s (the code's bit of plane p) of the same byte.
+        const int s = t - 1 - p;
+        const unsigned keep = 0x01010101u << s;
+        const unsigned rot = static_cast<unsigned>(g - s) & 31u;
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          uint32_t x[kWords];
+          if constexpr (kWords == 4) {
+            const uint4 v = *reinterpret_cast<const uint4*>(st.planes[4 * r + u][p]);
+            x[0] = v.x;
+            x[1] = v.y;
+            x[2] = v.z;
+            x[3] = v.w;
+          } else {
+            const uint2 v = *reinterpret_cast<const uint2*>(st.planes[4 * r + u][p]);
+            x[0] = v.x;
+            x[1] = v.y;
+          }
+#pragma unroll
+          for (int w = 0; w < kWords; ++w) codes[u][w] |= __funnelshift_r(x[w], x[w], rot) & keep;
+        }
+      }
+      // P's columns for this lane: p of its 4 tokens, hi, lo or zero.
+      uint32_t bfrag[NT][2];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        float v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const float logit = st.logits[col_head[nt]][4 * r + u];
+          const float p = live[u] ? expf(logit - col_m[nt]) * col_inv[nt] : 0.0f;
+          if (nt == 0 && col_part[0] == 0) mass += p;
+          const float hi = __half2float(__float2half_rn(p));
+          v[u] = col_part[nt] == 0 ? hi : (col_part[nt] == 1 ? p - hi : 0.0f);
+        }
+        bfrag[nt][0] = HalfPair(v[0], v[1]);
+        bfrag[nt][1] = HalfPair(v[2], v[3]);
+      }
+      const float* table = sh.centroids + (1 << t) - 1;
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        const int w = m / 2, shift = 16 * (m % 2);  // bytes 2m and 2m + 1 of the plane
+        float c0[4], c1[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          c0[u] = table[(codes[u][w] >> shift) & 0xffu];
+          c1[u] = table[(codes[u][w] >> (shift + 8)) & 0xffu];
+        }
+        const uint32_t afrag[4] = {HalfPair(c0[0], c0[1]), HalfPair(c1[0], c1[1]),
+                                   HalfPair(c0[2], c0[3]), HalfPair(c1[2], c1[3])};
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          internal::Mma16816<true>(acc[m][nt], afrag, bfrag[nt][0], bfrag[nt][1]);
+        }
+      }
+      __syncwarp();  // every lane is done with this stage before it is refilled
+    }
+    internal::CpAsyncWait<0>();
+  }
+
+  // Mass per head: the hi lanes of head g are lanes 4 g .. 4 g + 3; then warps.
+  mass += __shfl_xor_sync(0xffffffffu, mass, 1);
+  mass += __shfl_xor_sync(0xffffffffu, mass, 2);
+  if (r == 0 && g < G) sh.warp_mass[warp][g] = mass;
+  // The warps' O^T added in turn (a fixed order: the result does not depend on timing); the
+  // stages are free once every warp has passed the first barrier.
+  for (int wv = 0; wv < kMmaValueWarps; ++wv) {
+    __syncthreads();
+    if (warp != wv) continue;
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int row = 16 * m + g + 8 * (k / 2);
+          const int col = nt * 8 + 2 * r + k % 2;
+          float& o = sh.out[row * kCols + col];
+          o = (wv == 0 ? 0.0f : o) + acc[m][nt][k];
+        }
+      }
+    }
+  }
+  __syncthreads();
+  for (int idx = tid; idx < G * D; idx += kThreads) {
+    const int q = idx / D, c = idx % D;
+    a.partial_out[((first_q + q) * a.max_chunks + chunk) * D + c] =
+        sh.out[c * kCols + q] + sh.out[c * kCols + G + q];
+  }
+  if (tid < G) {
+    float sum = 0.0f;
+    for (int wv = 0; wv < kMmaValueWarps; ++wv) sum += sh.warp_mass[wv][tid];
+    a.partial_mass[(first_q + tid) * a.max_chunks + chunk] = sum;
   }
 }
 

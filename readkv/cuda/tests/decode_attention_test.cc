@@ -17,6 +17,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "readkv/codec/allocator.h"
@@ -276,10 +277,14 @@ TEST_P(ReadKvKernelTest, AppendMatchesCodecPlanesAndDecodeMatchesCpuReader) {
   EXPECT_EQ(plane_mismatches, 0) << "bit planes differ from readkv::codec";
 
   // Every logits kernel (KVGATE_READKV_LOGITS): the per-bit reader and the transposed one with 1,
-  // 2 and 4 pages per pass.
-  for (const char* variant : {"plain", "wide1", "wide2", "wide4"}) {
-    SCOPED_TRACE(variant);
-    setenv("KVGATE_READKV_LOGITS", variant, 1);
+  // 2 and 4 pages per pass, each with the tensor-core Values reader; and the CUDA-core Values
+  // reader (KVGATE_READKV_VALUES=lanes).
+  const std::pair<const char*, const char*> variants[] = {
+      {"plain", "mma"}, {"wide1", "mma"}, {"wide2", "mma"}, {"wide4", "mma"}, {"wide4", "lanes"}};
+  for (const auto& [logits_variant, values_variant] : variants) {
+    SCOPED_TRACE(std::string("logits ") + logits_variant + ", values " + values_variant);
+    setenv("KVGATE_READKV_LOGITS", logits_variant, 1);
+    setenv("KVGATE_READKV_VALUES", values_variant, 1);
     // One decode step on the GPU with poisoned outputs, and on the CPU per sequence.
     const ReadKvReadPolicy policy{c.KeyBits(), c.ValueBits(), d_kinc.get(),
                                   static_cast<int>(key_inc.size()), d_vinc.get(),
@@ -347,6 +352,7 @@ TEST_P(ReadKvKernelTest, AppendMatchesCodecPlanesAndDecodeMatchesCpuReader) {
     }
   }
   unsetenv("KVGATE_READKV_LOGITS");
+  unsetenv("KVGATE_READKV_VALUES");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -359,6 +365,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{64, 8, 128, {4096, 100}, 8, 3.0, 1024},
                       Case{8, 4, 128, {5000}, 8, 4.0, 0},
                       Case{32, 8, 128, {300, 20000}, 8, 4.0, 0, true},
+                      // Chunks longer than one round of the tensor-core Values reader (1024
+                      // tokens, 512 when 8 query heads share a KV head).
+                      Case{32, 8, 128, {3000, 700}, 8, 4.0, 2048},
+                      Case{16, 2, 64, {2500, 1}, 8, 3.0, 1024},
                       // K/V splits of the same per-head reader (readkv/codec/readers.h).
                       Case{32, 8, 128, {300, 1, 1024, 777}, 8, 4.0, 0, false, 6.0, 2.0},
                       Case{16, 2, 64, {1000, 255, 3000}, 8, 5.0, 512, false, 8.0, 2.0},
