@@ -8,8 +8,9 @@
 # per-kernel times from ncu). Run from the repository root with .devdeps carried:
 #   OUT=/tmp/kernels bash scripts/gpu_kernels.sh
 # BASELINE=.baseline/base.tar.gz (made by `git archive --format=tar.gz -o .baseline/base.tar.gz
-# COMMIT` and carried) builds that tree beside this one and benches it on the same points in the
-# same round, so before/after ratios come from one run on one machine.
+# COMMIT` and carried; BASELINE_COMMIT names it in the JSON) builds that tree beside this one and
+# benches it on the same points in the same round, so before/after ratios come from one run on
+# one machine.
 set -uo pipefail
 OUT=${OUT:-/tmp/kvgate-gpu-kernels}
 B=${BUILD_DIR:-/tmp/kvgate-gpu-build}
@@ -19,8 +20,10 @@ LOGS="$B-logs"; mkdir -p "$LOGS"
 source .devdeps/unpack-debs.sh > "$LOGS/devdeps.log" 2>&1
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem \
   --format=csv,noheader | tee "$OUT/gpu.txt"
+# The bench JSON's git_commit: COMMIT if given, else git's answer at this configure (an empty
+# value makes CMake ask again instead of keeping a build directory's older cached one).
 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVGATE_BUILD_BENCHMARKS=OFF \
-  -DKVGATE_WERROR=ON > "$LOGS/configure.log" 2>&1 || { tail -40 "$LOGS/configure.log"; exit 1; }
+  -DKVGATE_WERROR=ON -DKVGATE_GIT_COMMIT="${COMMIT:-}" > "$LOGS/configure.log" 2>&1 || { tail -40 "$LOGS/configure.log"; exit 1; }
 targets=(readkv_cuda_test)
 [[ "${KERNELS_ONLY:-0}" == 1 ]] || targets+=(kvgate)
 cmake --build "$B" -j"$(nproc)" --target "${targets[@]}" > "$LOGS/build.log" 2>&1 ||
@@ -72,7 +75,8 @@ if [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
     tar xzf "$BASELINE" -C "$BB-src"
     [[ -d gates/report/node_modules ]] && cp -r gates/report/node_modules "$BB-src/gates/report/"
     cmake -S "$BB-src" -B "$BB" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DKVGATE_BUILD_BENCHMARKS=OFF > "$LOGS/configure-baseline.log" 2>&1 &&
+      -DKVGATE_BUILD_BENCHMARKS=OFF -DKVGATE_GIT_COMMIT="${BASELINE_COMMIT:-baseline}" \
+      > "$LOGS/configure-baseline.log" 2>&1 &&
       cmake --build "$BB" -j"$(nproc)" --target kvgate > "$LOGS/build-baseline.log" 2>&1 ||
       { tail -40 "$LOGS/configure-baseline.log" "$LOGS/build-baseline.log"; exit 1; }
     echo "baseline build: $(( $(date +%s) - start )) s"
