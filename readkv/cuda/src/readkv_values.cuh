@@ -128,7 +128,9 @@ __global__ void __launch_bounds__(kValueWarps * kWarp) Values(Args a) {
 // f16 in, fp32 accumulate):
 //   O^T[D x cols] += Vhat^T[D x 16 tokens] . P[16 tokens x cols]
 // with cols = p of each query head rounded to f16 (hi) and its rounding error (lo), as the split
-// kernels do for dense attention; centroids are rounded to f16 (relative error <= 2^-11).
+// kernels do for dense attention; centroids likewise (a table of f16 pairs: value, rounding
+// error), and both halves are multiplied, so the sums keep ~22 bits like the CPU reader's fp32
+// (f16 values alone left relative errors of 2.7e-4 against it, e.g. in the GPU KV backend's test).
 // Memory: a warp copies the planes and logits of its next tile into shared memory with cp.async
 // while it computes the current one (two stages per warp), so DRAM latency hides behind the
 // decode instead of stalling it.
@@ -158,7 +160,7 @@ struct ValuesMmaShared {
     Stage stage[kMmaValueWarps][2];  // per warp: the tile being read, the next one arriving
     float out[D * kCols];            // at the end: the warps' O^T, added in turn
   };
-  float centroids[kCentroids];
+  unsigned pairs[kCentroids];  // centroid as f16 (low half) and its rounding error (high half)
   uint16_t order[kSlots];
   int seg_count[kSegments][kMaxStoreBits + 1];  // tokens of depth t in a segment, then its offset
   int bucket_start[kMaxStoreBits + 2];          // first slot of depth t; [W + 1]: slots in all
@@ -210,7 +212,12 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
   __shared__ Shared sh;
 
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
-  for (int j = tid; j < (2 << W) - 1; j += kThreads) sh.centroids[j] = a.codec.centroids[j];
+  for (int j = tid; j < (2 << W) - 1; j += kThreads) {
+    const float c = a.codec.centroids[j];
+    const __half hi = __float2half_rn(c);
+    const __half lo = __float2half_rn(c - __half2float(hi));
+    sh.pairs[j] = internal::Pack(__half_as_ushort(hi), __half_as_ushort(lo));
+  }
   const int32_t* page_row = a.page_table + static_cast<size_t>(b) * a.max_pages;
   const uint8_t* depths = a.value_depths + (static_cast<size_t>(b) * a.heads_kv + h) * a.max_tokens;
   // The B column this lane holds in n-tile nt: its head, softmax statistics, and part
@@ -367,21 +374,29 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
         bfrag[nt][0] = HalfPair(v[0], v[1]);
         bfrag[nt][1] = HalfPair(v[2], v[3]);
       }
-      const float* table = sh.centroids + (1 << t) - 1;
+      const unsigned* table = sh.pairs + (1 << t) - 1;
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
         const int w = m / 2, shift = 16 * (m % 2);  // bytes 2m and 2m + 1 of the plane
-        float c0[4], c1[4];
+        unsigned c0[4], c1[4];  // (f16 value, f16 rounding error) of channels 2m and 2m + 1
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
           c0[u] = table[(codes[u][w] >> shift) & 0xffu];
           c1[u] = table[(codes[u][w] >> (shift + 8)) & 0xffu];
         }
-        const uint32_t afrag[4] = {HalfPair(c0[0], c0[1]), HalfPair(c1[0], c1[1]),
-                                   HalfPair(c0[2], c0[3]), HalfPair(c1[2], c1[3])};
+        // Rows g (channel 2m's byte) and g + 8 (2m + 1), k-slots of tokens u = 0, 1 and 2, 3:
+        // the values (low halves), then their rounding errors (high halves).
+        constexpr unsigned kLows = 0x5410, kHighs = 0x7632;  // __byte_perm selectors
+        const uint32_t a_hi[4] = {
+            __byte_perm(c0[0], c0[1], kLows), __byte_perm(c1[0], c1[1], kLows),
+            __byte_perm(c0[2], c0[3], kLows), __byte_perm(c1[2], c1[3], kLows)};
+        const uint32_t a_lo[4] = {
+            __byte_perm(c0[0], c0[1], kHighs), __byte_perm(c1[0], c1[1], kHighs),
+            __byte_perm(c0[2], c0[3], kHighs), __byte_perm(c1[2], c1[3], kHighs)};
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          internal::Mma16816<true>(acc[m][nt], afrag, bfrag[nt][0], bfrag[nt][1]);
+          internal::Mma16816<true>(acc[m][nt], a_hi, bfrag[nt][0], bfrag[nt][1]);
+          internal::Mma16816<true>(acc[m][nt], a_lo, bfrag[nt][0], bfrag[nt][1]);
         }
       }
       __syncwarp();  // every lane is done with this stage before it is refilled
