@@ -36,6 +36,7 @@ struct KeyList {
 };
 constexpr int kKeyListWords = sizeof(KeyList) / 4;
 static_assert(sizeof(KeyList) % 4 == 0, "KeyList is copied in 32-bit words");
+static_assert(sizeof(KeyList) == 2696, "traffic.cc counts a KeyList as 2696 bytes: change both");
 
 // A channel of the entry list, packed for one shared load: bits 0-7 the shift of its code in
 // the 64-bit window of two consecutive groups, 8-15 the code mask 2^t - 1, 16-23 the first

@@ -166,6 +166,8 @@ struct ValuesMmaShared {
   int bucket_start[kMaxStoreBits + 2];          // first slot of depth t; [W + 1]: slots in all
   int pages[kSub / kPageTokens];
   float warp_mass[kMmaValueWarps][G];
+  static_assert(kSub <= (1 << kSlotDepthShift), "a slot holds a round's token in 12 bits");
+  static_assert(kMaxStoreBits < (1 << (16 - kSlotDepthShift)), "and its depth in 4");
 };
 
 // f16x2 of (low, high).

@@ -12,6 +12,10 @@ namespace {
 
 int64_t Chunks(int64_t tokens, int chunk) { return (tokens + chunk - 1) / chunk; }
 
+// A row's Key entry list (readkv_attention_state.cuh's KeyList, which asserts this size): written
+// by Prepare, copied by every Logits block of the row.
+constexpr int64_t kKeyListBytes = 2696;
+
 // The chunk length the kernels use (split_decode.cuh EffectiveChunkTokens, repeated here so this
 // file needs no CUDA headers).
 int ChunkTokens(const DecodeShape& shape) {
@@ -125,12 +129,13 @@ TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_le
       // Logits: written once, read by SelectImportance (softmax + a_i) and by Values; a_i
       // written once and read by SelectNarrow and SelectDepths.
       t.scores += 3 * g * tokens * 4 + tokens * 8 * 3;
-      // Depth schedules: Key depths written and read per chunk; Value depths written and read.
+      // Depth schedules: Key depths written; the Key entry list written and read per chunk;
+      // Value depths written and read twice by Values (counted, then placed in depth order).
       // Selection state: the exponent (2048) and mantissa (4096) histograms of the Value cut,
       // zeroed by Prepare and read back by a row's last blocks (readkv_attention.cu). Not
       // counted, being data-dependent and small: one atomic per non-zero histogram bin per
       // block, and the cut's candidate list (gains sharing its top 23 bits, usually a few).
-      t.schedule += d * (1 + chunks) + 2 * tokens + 2 * (2048 + 4096) * 4;
+      t.schedule += d + kKeyListBytes * (1 + chunks) + 3 * tokens + 2 * (2048 + 4096) * 4;
       // Chunk (m, l) for the logits (written once, read by every SelectImportance block of the
       // row), and Values' partial outputs and masses.
       t.partials += g * chunks * 2 * 4 * (1 + chunks) + 2 * g * chunks * (d + 1) * 4 +
