@@ -121,6 +121,12 @@ def main():
         gate_names = {g["gate"] for g in outcome["gates"]}
         check({"passkey", "qa_f1", "p99", "goodput"} <= {n.split("/")[0] for n in gate_names},
               f"all four gates decided ({sorted(gate_names)})")
+        p99 = next(g for g in outcome["gates"] if g["gate"] == "p99")
+        noise = p99["details"].get("sampling_noise", {})
+        check(noise.get("requests_per_run") == [(REQUESTS - WARMUP) * k for k in (1, 2, 4, 8)]
+              and all(w >= 0 for w in noise["ttft_half_width"] + noise["tpot_half_width"]),
+              f"the P99 gate reports its sampling noise per requests per run ({noise}; "
+              f"{p99['reason']})")
 
         show = json.loads(kvgate("history", "show", "latest", "--db", db, "--json").stdout)
         run_row = show.get("run", show)

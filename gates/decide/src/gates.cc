@@ -200,10 +200,40 @@ std::optional<std::string> LoadEvidenceProblem(std::span<const LoadPair> pairs, 
   return std::nullopt;
 }
 
+namespace {
+
+// "; sampling noise alone: ±13.1% at 64 requests per run, ±3.3% at 256 (raise load.requests)".
+std::string NoiseAdvice(const P99SamplingNoise& noise, const std::vector<double>& half_width,
+                        double max_ratio) {
+  if (noise.requests.empty() || half_width.size() != noise.requests.size()) return "";
+  const auto percent = [](double f) { return "±" + Fixed(100 * f, 1) + "%"; };
+  std::string advice = "; sampling noise alone: " + percent(half_width[0]) + " at " +
+                       std::to_string(noise.requests[0]) + " requests per run";
+  const double target = (max_ratio - 1) / 2;
+  if (half_width[0] <= target) return advice;
+  for (size_t k = 1; k < half_width.size(); ++k) {
+    if (half_width[k] <= target) {
+      return advice + ", " + percent(half_width[k]) + " at " + std::to_string(noise.requests[k]) +
+             " (raise load.requests)";
+    }
+  }
+  return advice + ", still " + percent(half_width.back()) + " at " +
+         std::to_string(noise.requests.back()) + " (the tail itself is unstable)";
+}
+
+}  // namespace
+
 GateResult P99Gate(std::span<const LoadPair> pairs, double max_ratio, double confidence,
-                   int min_pairs, double max_error_rate) {
+                   int min_pairs, double max_error_rate, const P99SamplingNoise* noise) {
+  const auto noise_json = [&]() -> nlohmann::json {
+    return {{"requests_per_run", noise->requests},
+            {"ttft_half_width", noise->ttft_half_width},
+            {"tpot_half_width", noise->tpot_half_width}};
+  };
   if (auto problem = LoadEvidenceProblem(pairs, min_pairs, max_error_rate)) {
-    return Inconclusive("p99", max_ratio, *problem);
+    GateResult open = Inconclusive("p99", max_ratio, *problem);
+    if (noise != nullptr) open.details["sampling_noise"] = noise_json();
+    return open;
   }
   GateResult result;
   result.gate = "p99";
@@ -213,10 +243,12 @@ GateResult P99Gate(std::span<const LoadPair> pairs, double max_ratio, double con
     const char* name;
     double LoadPair::*baseline;
     double LoadPair::*candidate;
+    std::vector<double> P99SamplingNoise::*noise;
   };
-  const Metric metrics[] = {
-      {"ttft", &LoadPair::baseline_p99_ttft_s, &LoadPair::candidate_p99_ttft_s},
-      {"tpot", &LoadPair::baseline_p99_tpot_s, &LoadPair::candidate_p99_tpot_s}};
+  const Metric metrics[] = {{"ttft", &LoadPair::baseline_p99_ttft_s,
+                             &LoadPair::candidate_p99_ttft_s, &P99SamplingNoise::ttft_half_width},
+                            {"tpot", &LoadPair::baseline_p99_tpot_s,
+                             &LoadPair::candidate_p99_tpot_s, &P99SamplingNoise::tpot_half_width}};
   std::string fail_reason, open_reason, pass_reason;
   double worst = -1e300;
   for (const Metric& metric : metrics) {
@@ -241,6 +273,7 @@ GateResult P99Gate(std::span<const LoadPair> pairs, double max_ratio, double con
     }
     if (status == GateStatus::kInconclusive && open_reason.empty()) {
       open_reason = line + " straddles " + Fixed(max_ratio, 2) + ": add pairs or requests per run";
+      if (noise != nullptr) open_reason += NoiseAdvice(*noise, (*noise).*metric.noise, max_ratio);
     }
     pass_reason += (pass_reason.empty() ? "" : "; ") + line;
     result.status = Worst(result.status, status);
@@ -250,6 +283,7 @@ GateResult P99Gate(std::span<const LoadPair> pairs, double max_ratio, double con
       result.interval = analysis.ratio;
     }
   }
+  if (noise != nullptr) result.details["sampling_noise"] = noise_json();
   result.reason = result.status == GateStatus::kFail           ? fail_reason
                   : result.status == GateStatus::kInconclusive ? open_reason
                                                                : pass_reason;

@@ -111,6 +111,41 @@ TEST(P99GateTest, TooFewPairsInvalidRunsAndErrorsAreInconclusive) {
   EXPECT_EQ(GoodputGate(errors, 1.1, 0.95, 5, 0.01).status, GateStatus::kInconclusive);
 }
 
+TEST(P99GateTest, SaysHowWideSamplingAloneMakesTheIntervalAndWhatWouldNarrowIt) {
+  P99SamplingNoise noise;
+  noise.requests = {64, 128, 256, 512};
+  noise.ttft_half_width = {0.131, 0.067, 0.021, 0.017};
+  noise.tpot_half_width = {0.001, 0.001, 0.0005, 0.0002};
+  // Inconclusive (ratio 1.05), TTFT first: the reason names TTFT's noise and the first size
+  // under half the 5% margin.
+  GateResult open = P99Gate(Pairs(5, 1.05, 1.0), 1.05, 0.95, 5, 0.01, &noise);
+  ASSERT_EQ(open.status, GateStatus::kInconclusive);
+  EXPECT_NE(open.reason.find("add pairs or requests per run; sampling noise alone: ±13.1% at 64 "
+                             "requests per run, ±2.1% at 256 (raise load.requests)"),
+            std::string::npos)
+      << open.reason;
+  EXPECT_EQ(open.details["sampling_noise"]["requests_per_run"],
+            nlohmann::json::array({64, 128, 256, 512}));
+  EXPECT_EQ(open.details["sampling_noise"]["ttft_half_width"][0], 0.131);
+  // No listed size is enough: said so, with the largest.
+  noise.ttft_half_width = {0.2, 0.15, 0.1, 0.08};
+  GateResult stuck = P99Gate(Pairs(5, 1.05, 1.0), 1.05, 0.95, 5, 0.01, &noise);
+  EXPECT_NE(stuck.reason.find("still ±8.0% at 512 (the tail itself is unstable)"),
+            std::string::npos)
+      << stuck.reason;
+  // Noise under half the margin already: the reason says so and recommends nothing.
+  noise.ttft_half_width = {0.01, 0.008, 0.005, 0.003};
+  GateResult quiet = P99Gate(Pairs(5, 1.05, 1.0), 1.05, 0.95, 5, 0.01, &noise);
+  EXPECT_NE(quiet.reason.find("sampling noise alone: ±1.0% at 64 requests per run"),
+            std::string::npos);
+  EXPECT_EQ(quiet.reason.find("raise"), std::string::npos) << quiet.reason;
+  // The noise never changes a decision, and a PASS reason stays the ratios alone.
+  GateResult pass = P99Gate(Pairs(5, 1.00, 1.0), 1.05, 0.95, 5, 0.01, &noise);
+  EXPECT_EQ(pass.status, GateStatus::kPass);
+  EXPECT_EQ(pass.reason, P99Gate(Pairs(5, 1.00, 1.0), 1.05, 0.95, 5, 0.01).reason);
+  EXPECT_TRUE(pass.details.contains("sampling_noise"));
+}
+
 TEST(GoodputGateTest, NeedsTheRatioAndAPositiveDifference) {
   EXPECT_EQ(GoodputGate(Pairs(5, 1.0, 1.30), 1.10, 0.95, 5, 0.01).status, GateStatus::kPass);
   EXPECT_EQ(GoodputGate(Pairs(5, 1.0, 1.00), 1.10, 0.95, 5, 0.01).status, GateStatus::kFail);

@@ -1,10 +1,13 @@
 #include "evidence.h"
 
+#include <cmath>
 #include <map>
 #include <set>
 #include <utility>
 
 #include "kvgate/loadgen/metrics.h"
+#include "kvgate/stats/percentile.h"
+#include "kvgate/stats/student_t.h"
 
 namespace kvgate::suite {
 namespace {
@@ -13,6 +16,39 @@ std::string Join(const std::vector<std::string>& parts) {
   std::string out;
   for (const std::string& part : parts) out += (out.empty() ? "" : ",") + part;
   return out;
+}
+
+// One side's measured latencies (ms), pooled over its load runs, as the summaries count them.
+struct PooledLatencies {
+  std::vector<double> ttft, tpot;
+};
+
+// The P99 gate's interval from sampling alone (gates::P99SamplingNoise): each side's pool
+// resampled into runs of 1, 2, 4 and 8 times `requests`, the spread of their P99 combined over
+// both sides and `pairs` pairs as the gate's t-interval of the mean log-ratio would combine it.
+std::optional<gates::P99SamplingNoise> P99Noise(const PooledLatencies& baseline,
+                                                const PooledLatencies& candidate, int requests,
+                                                int pairs, double confidence, uint64_t seed) {
+  if (requests < 1 || pairs < 2 || baseline.tpot.empty() || candidate.tpot.empty() ||
+      baseline.ttft.empty() || candidate.ttft.empty()) {
+    return std::nullopt;
+  }
+  constexpr int kResamples = 200;
+  const double t = stats::StudentTQuantile(0.5 + confidence / 2, pairs - 1);
+  stats::SeededRng rng(seed);
+  const auto half_width = [&](const std::vector<double>& b, const std::vector<double>& c, int n) {
+    const double cv_b = stats::PercentileSpread(b, static_cast<size_t>(n), 0.99, kResamples, rng);
+    const double cv_c = stats::PercentileSpread(c, static_cast<size_t>(n), 0.99, kResamples, rng);
+    return std::exp(t * std::sqrt(cv_b * cv_b + cv_c * cv_c) / std::sqrt(pairs)) - 1;
+  };
+  gates::P99SamplingNoise noise;
+  for (int factor : {1, 2, 4, 8}) {
+    const int n = requests * factor;
+    noise.requests.push_back(n);
+    noise.ttft_half_width.push_back(half_width(baseline.ttft, candidate.ttft, n));
+    noise.tpot_half_width.push_back(half_width(baseline.tpot, candidate.tpot, n));
+  }
+  return noise;
 }
 
 }  // namespace
@@ -143,6 +179,8 @@ std::vector<gates::GateResult> DecideFromRows(history::HistoryDb& db, int64_t ru
 
   // Load pairs: the summary of each stored run is recomputed from its records.
   std::map<int, gates::LoadPair> pairs;
+  PooledLatencies pooled_baseline, pooled_candidate;
+  int64_t measured = 0, measured_runs = 0;
   loadgen::Slo slo = ToLoadSlo(policy.slo);
   for (const history::LoadRunRow& run : db.LoadRuns(run_id)) {
     if (!run.meta.pair_index) continue;
@@ -151,6 +189,18 @@ std::vector<gates::GateResult> DecideFromRows(history::HistoryDb& db, int64_t ru
         loadgen::Summarize(records, slo, loadgen::MeasuredDurationSeconds(records));
     gates::LoadPair& pair = pairs[*run.meta.pair_index];
     pair.pair_index = *run.meta.pair_index;
+    PooledLatencies* pool = run.meta.label == kBaseline    ? &pooled_baseline
+                            : run.meta.label == kCandidate ? &pooled_candidate
+                                                           : nullptr;
+    if (pool != nullptr) {
+      for (const loadgen::RequestRecord& r : records) {
+        if (r.warmup || !r.ok()) continue;
+        if (auto v = r.TtftSeconds()) pool->ttft.push_back(*v * 1e3);
+        if (auto v = r.TpotSeconds()) pool->tpot.push_back(*v * 1e3);
+      }
+      measured += summary.requests;
+      ++measured_runs;
+    }
     double error_rate =
         summary.requests > 0 ? static_cast<double>(summary.errored) / summary.requests : 1.0;
     if (run.meta.label == kBaseline) {
@@ -171,8 +221,15 @@ std::vector<gates::GateResult> DecideFromRows(history::HistoryDb& db, int64_t ru
   }
   std::vector<gates::LoadPair> evidence;
   for (auto& [index, pair] : pairs) evidence.push_back(pair);
+  const std::optional<gates::P99SamplingNoise> noise =
+      measured_runs == 0
+          ? std::nullopt
+          : P99Noise(pooled_baseline, pooled_candidate,
+                     static_cast<int>(measured / measured_runs),
+                     static_cast<int>(evidence.size()), spec.confidence, policy.seed);
   results.push_back(gates::P99Gate(evidence, spec.p99_max_ratio, spec.confidence,
-                                   policy::kMinPairs, spec.max_error_rate));
+                                   policy::kMinPairs, spec.max_error_rate,
+                                   noise ? &*noise : nullptr));
   results.push_back(gates::GoodputGate(evidence, spec.goodput_min_ratio, spec.confidence,
                                        policy::kMinPairs, spec.max_error_rate));
   return results;

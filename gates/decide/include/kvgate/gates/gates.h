@@ -73,10 +73,24 @@ struct LoadPair {
 std::optional<std::string> LoadEvidenceProblem(std::span<const LoadPair> pairs, int min_pairs,
                                                double max_error_rate);
 
+// What sampling alone adds to the P99 gate's interval (suite/evidence.cc computes it from each
+// side's pooled measured requests with stats::PercentileSpread): for runs of requests[k]
+// requests (requests[0]: the runs' own size), the half-width of the ratio interval over the
+// pairs from that noise alone, as a fraction (0.13 = ±13%), for TTFT and TPOT. A lower bound.
+struct P99SamplingNoise {
+  std::vector<int> requests;
+  std::vector<double> ttft_half_width;
+  std::vector<double> tpot_half_width;
+};
+
 // P99 for TTFT and TPOT each: the per-pair log-ratio candidate/baseline with its t-interval;
-// PASS needs both ratio intervals ≤ max_ratio. observed = the larger estimated ratio.
+// PASS needs both ratio intervals ≤ max_ratio. observed = the larger estimated ratio. With
+// `noise`, details carry it and an INCONCLUSIVE reason says how wide sampling alone makes the
+// interval at the runs' size and the smallest listed size that brings it under half the margin
+// (max_ratio − 1), or that none does.
 GateResult P99Gate(std::span<const LoadPair> pairs, double max_ratio, double confidence,
-                   int min_pairs, double max_error_rate);
+                   int min_pairs, double max_error_rate,
+                   const P99SamplingNoise* noise = nullptr);
 
 // Goodput at the SLO: PASS needs the ratio interval ≥ min_ratio and the interval of the
 // per-pair difference (candidate − baseline) entirely above 0. FAIL when the ratio interval is
