@@ -1,7 +1,9 @@
 #include "kvgate/gates/gates.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 
 #include "kvgate/stats/bootstrap.h"
@@ -147,10 +149,22 @@ GateResult QaF1Gate(std::span<const SubsetScores> subsets, double max_drop, doub
     // drop = baseline − candidate, so its interval is the mirror of the gain's.
     stats::Interval drop{-gain.estimate, -gain.hi, -gain.lo, gain.confidence};
     GateStatus status = AtMost(drop, max_drop);
-    result.details["subsets"].push_back({{"subset", subset.subset},
-                                         {"items", subset.baseline.size()},
-                                         {"drop", IntervalJson(drop)},
-                                         {"status", ToString(status)}});
+    nlohmann::json subset_json = {{"subset", subset.subset},
+                                  {"items", subset.baseline.size()},
+                                  {"drop", IntervalJson(drop)},
+                                  {"status", ToString(status)}};
+    // Items that would separate this estimate from the limit at the same per-item spread (an
+    // interval's half-width shrinks as 1 / sqrt(items)); none when the estimate is the limit.
+    const double half_width = (drop.hi - drop.lo) / 2;
+    const double distance = std::abs(drop.estimate - max_drop);
+    std::optional<int64_t> items_to_decide;
+    if (status == GateStatus::kInconclusive && distance > 0) {
+      const double items = static_cast<double>(subset.baseline.size()) *
+                           (half_width / distance) * (half_width / distance);
+      if (items < 1e9) items_to_decide = static_cast<int64_t>(std::ceil(items));
+    }
+    if (items_to_decide) subset_json["items_to_decide"] = *items_to_decide;
+    result.details["subsets"].push_back(subset_json);
     std::string line = "subset '" + subset.subset + "' F1 drop " + Fixed(drop.estimate, 2) +
                        " points, interval " + Range(drop, 2);
     if (status == GateStatus::kFail && fail_reason.empty()) {
@@ -159,6 +173,11 @@ GateResult QaF1Gate(std::span<const SubsetScores> subsets, double max_drop, doub
     if (status == GateStatus::kInconclusive && open_reason.empty()) {
       open_reason = line + " straddles the " + Fixed(max_drop, 2) +
                     "-point limit: add items to quality.qa";
+      open_reason += items_to_decide
+                         ? " (at this spread ~" + std::to_string(*items_to_decide) +
+                               " items would separate the estimate from the limit)"
+                         : " (the estimate sits on the limit: more items narrow the interval "
+                           "but cannot say which side it is on)";
     }
     result.status = Worst(result.status, status);
     if (drop.estimate > worst_drop) {

@@ -88,6 +88,42 @@ TEST(QaF1GateTest, DecidesEachSubsetByItsDropInterval) {
   EXPECT_EQ(QaF1Gate(unpaired, 1.0, 0.95, 1000, 7).status, GateStatus::kInconclusive);
 }
 
+// An INCONCLUSIVE F1 gate says how many items would decide it at the same spread: about the
+// same answer from 100 items or from the same items four times over (a quarter of the interval's
+// width squared, four times the items), and none when the estimate is on the limit.
+TEST(QaF1GateTest, SaysHowManyItemsWouldSeparateTheEstimateFromTheLimit) {
+  std::vector<double> base(100, 100.0), lost2(100, 100.0), lost1(100, 100.0);
+  lost2[1] = lost2[51] = 0.0;  // a drop of 2 points, interval about [0, 5]
+  lost1[7] = 0.0;              // a drop of exactly 1 point: on the limit
+  const std::vector<SubsetScores> small = {{"all", base, lost2}};
+  GateResult open = QaF1Gate(small, 1.0, 0.95, 2000, 7);
+  ASSERT_EQ(open.status, GateStatus::kInconclusive) << open.reason;
+  const auto& detail = open.details["subsets"][0];
+  ASSERT_TRUE(detail.contains("items_to_decide")) << detail.dump();
+  const int64_t needed = detail["items_to_decide"];
+  EXPECT_GT(needed, 100);
+  EXPECT_NE(open.reason.find("~" + std::to_string(needed) + " items would separate"),
+            std::string::npos)
+      << open.reason;
+  std::vector<double> base4, lost4;
+  for (int k = 0; k < 4; ++k) {
+    base4.insert(base4.end(), base.begin(), base.end());
+    lost4.insert(lost4.end(), lost2.begin(), lost2.end());
+  }
+  const std::vector<SubsetScores> large = {{"all", base4, lost4}};
+  GateResult open4 = QaF1Gate(large, 1.0, 0.95, 2000, 7);
+  ASSERT_EQ(open4.status, GateStatus::kInconclusive) << open4.reason;
+  const int64_t needed4 = open4.details["subsets"][0]["items_to_decide"];
+  EXPECT_NEAR(static_cast<double>(needed4), static_cast<double>(needed), 0.35 * needed);
+
+  const std::vector<SubsetScores> edge = {{"all", base, lost1}};
+  GateResult on_limit = QaF1Gate(edge, 1.0, 0.95, 2000, 7);
+  ASSERT_EQ(on_limit.status, GateStatus::kInconclusive) << on_limit.reason;
+  EXPECT_NE(on_limit.reason.find("the estimate sits on the limit"), std::string::npos)
+      << on_limit.reason;
+  EXPECT_FALSE(on_limit.details["subsets"][0].contains("items_to_decide"));
+}
+
 TEST(P99GateTest, PassesFailsOrWaitsAtTheThreshold) {
   EXPECT_EQ(P99Gate(Pairs(5, 1.00, 1.0), 1.05, 0.95, 5, 0.01).status, GateStatus::kPass);
   GateResult fail = P99Gate(Pairs(5, 1.20, 1.0), 1.05, 0.95, 5, 0.01);
