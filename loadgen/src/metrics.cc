@@ -66,10 +66,21 @@ double MeasuredDurationSeconds(std::span<const RequestRecord> records) {
   return static_cast<double>(last - first) * 1e-9;
 }
 
+LatencySamples MeasuredLatencies(std::span<const RequestRecord> records) {
+  LatencySamples samples;
+  for (const RequestRecord& r : records) {
+    if (r.warmup || !r.ok()) continue;
+    if (auto v = r.TtftSeconds()) samples.ttft.push_back(*v * 1e3);
+    if (auto v = r.TpotSeconds()) samples.tpot.push_back(*v * 1e3);
+    if (auto v = r.E2eSeconds()) samples.e2e.push_back(*v * 1e3);
+    for (double gap : r.ItlSeconds()) samples.itl.push_back(gap * 1e3);
+  }
+  return samples;
+}
+
 Summary Summarize(std::span<const RequestRecord> records, const Slo& slo, double duration_s) {
   Summary s;
   s.duration_s = duration_s;
-  std::vector<double> ttft, tpot, itl, e2e;
   for (const RequestRecord& r : records) {
     if (r.warmup) continue;
     ++s.requests;
@@ -83,10 +94,6 @@ Summary Summarize(std::span<const RequestRecord> records, const Slo& slo, double
     if (r.completion_tokens < 0) ++s.missing_usage;
     if (r.prompt_tokens > 0) s.total_input_tokens += r.prompt_tokens;
     if (r.completion_tokens > 0) s.total_output_tokens += r.completion_tokens;
-    if (auto v = r.TtftSeconds()) ttft.push_back(*v * 1e3);
-    if (auto v = r.TpotSeconds()) tpot.push_back(*v * 1e3);
-    if (auto v = r.E2eSeconds()) e2e.push_back(*v * 1e3);
-    for (double gap : r.ItlSeconds()) itl.push_back(gap * 1e3);
   }
   if (duration_s > 0) {
     s.request_throughput_rps = static_cast<double>(s.completed) / duration_s;
@@ -95,10 +102,11 @@ Summary Summarize(std::span<const RequestRecord> records, const Slo& slo, double
     s.goodput_rps = static_cast<double>(s.good) / duration_s;
   }
   s.slo_attainment = s.requests > 0 ? static_cast<double>(s.good) / s.requests : 0.0;
-  s.ttft = ComputeLatencyStats(std::move(ttft));
-  s.tpot = ComputeLatencyStats(std::move(tpot));
-  s.itl = ComputeLatencyStats(std::move(itl));
-  s.e2e = ComputeLatencyStats(std::move(e2e));
+  LatencySamples samples = MeasuredLatencies(records);
+  s.ttft = ComputeLatencyStats(std::move(samples.ttft));
+  s.tpot = ComputeLatencyStats(std::move(samples.tpot));
+  s.itl = ComputeLatencyStats(std::move(samples.itl));
+  s.e2e = ComputeLatencyStats(std::move(samples.e2e));
   return s;
 }
 

@@ -111,6 +111,27 @@ TEST(MetricsTest, WarmupRequestsAreExcludedEverywhere) {
   EXPECT_NEAR(MeasuredDurationSeconds(records), 0.020, 1e-12);  // 100 ms -> 120 ms
 }
 
+// The samples behind the summary's percentiles: completed measured requests only, in record
+// order, the same values the summary's statistics are computed from.
+TEST(MetricsTest, MeasuredLatenciesAreWhatTheSummaryCounts) {
+  std::vector<RequestRecord> records = {Completed(0, 0, 900, 10, 2), Completed(1, 100, 30, 5, 3),
+                                        Errored(2, 150, "timeout"), Completed(3, 200, 20, 7, 1)};
+  records[0].warmup = true;
+  const LatencySamples samples = MeasuredLatencies(records);
+  ASSERT_EQ(samples.ttft.size(), 2u);  // warmup and errored left out
+  EXPECT_NEAR(samples.ttft[0], 30.0, 1e-9);
+  EXPECT_NEAR(samples.ttft[1], 20.0, 1e-9);
+  ASSERT_EQ(samples.tpot.size(), 1u);  // one output token: no TPOT
+  EXPECT_NEAR(samples.tpot[0], 5.0, 1e-9);
+  EXPECT_EQ(samples.itl.size(), 2u);
+  EXPECT_EQ(samples.e2e.size(), 2u);
+  const Summary s = Summarize(records, {}, 1.0);
+  EXPECT_EQ(s.ttft.count, 2);
+  EXPECT_EQ(s.ttft.max_ms, ComputeLatencyStats(samples.ttft).max_ms);
+  EXPECT_EQ(s.tpot.p99_ms, ComputeLatencyStats(samples.tpot).p99_ms);
+  EXPECT_EQ(s.itl.count, 2);
+}
+
 TEST(MetricsTest, TokenThroughputUsesUsageCounts) {
   std::vector<RequestRecord> records = {Completed(0, 0, 10, 1, 8), Completed(1, 0, 10, 1, 2)};
   Summary s = Summarize(records, {}, 2.0);

@@ -18,16 +18,14 @@ std::string Join(const std::vector<std::string>& parts) {
   return out;
 }
 
-// One side's measured latencies (ms), pooled over its load runs, as the summaries count them.
-struct PooledLatencies {
-  std::vector<double> ttft, tpot;
-};
-
 // The P99 gate's interval from sampling alone (gates::P99SamplingNoise): each side's pool
 // resampled into runs of 1, 2, 4 and 8 times `requests`, the spread of their P99 combined over
 // both sides and `pairs` pairs as the gate's t-interval of the mean log-ratio would combine it.
-std::optional<gates::P99SamplingNoise> P99Noise(const PooledLatencies& baseline,
-                                                const PooledLatencies& candidate, int requests,
+// `baseline` and `candidate`: each side's measured TTFT and TPOT (loadgen::MeasuredLatencies),
+// pooled over its load runs.
+std::optional<gates::P99SamplingNoise> P99Noise(const loadgen::LatencySamples& baseline,
+                                                const loadgen::LatencySamples& candidate,
+                                                int requests,
                                                 int pairs, double confidence, uint64_t seed) {
   if (requests < 1 || pairs < 2 || baseline.tpot.empty() || candidate.tpot.empty() ||
       baseline.ttft.empty() || candidate.ttft.empty()) {
@@ -179,7 +177,7 @@ std::vector<gates::GateResult> DecideFromRows(history::HistoryDb& db, int64_t ru
 
   // Load pairs: the summary of each stored run is recomputed from its records.
   std::map<int, gates::LoadPair> pairs;
-  PooledLatencies pooled_baseline, pooled_candidate;
+  loadgen::LatencySamples pooled_baseline, pooled_candidate;  // TTFT and TPOT only
   int64_t measured = 0, measured_runs = 0;
   loadgen::Slo slo = ToLoadSlo(policy.slo);
   for (const history::LoadRunRow& run : db.LoadRuns(run_id)) {
@@ -189,15 +187,13 @@ std::vector<gates::GateResult> DecideFromRows(history::HistoryDb& db, int64_t ru
         loadgen::Summarize(records, slo, loadgen::MeasuredDurationSeconds(records));
     gates::LoadPair& pair = pairs[*run.meta.pair_index];
     pair.pair_index = *run.meta.pair_index;
-    PooledLatencies* pool = run.meta.label == kBaseline    ? &pooled_baseline
-                            : run.meta.label == kCandidate ? &pooled_candidate
-                                                           : nullptr;
+    loadgen::LatencySamples* pool = run.meta.label == kBaseline    ? &pooled_baseline
+                                    : run.meta.label == kCandidate ? &pooled_candidate
+                                                                   : nullptr;
     if (pool != nullptr) {
-      for (const loadgen::RequestRecord& r : records) {
-        if (r.warmup || !r.ok()) continue;
-        if (auto v = r.TtftSeconds()) pool->ttft.push_back(*v * 1e3);
-        if (auto v = r.TpotSeconds()) pool->tpot.push_back(*v * 1e3);
-      }
+      const loadgen::LatencySamples samples = loadgen::MeasuredLatencies(records);
+      pool->ttft.insert(pool->ttft.end(), samples.ttft.begin(), samples.ttft.end());
+      pool->tpot.insert(pool->tpot.end(), samples.tpot.begin(), samples.tpot.end());
       measured += summary.requests;
       ++measured_runs;
     }

@@ -59,6 +59,14 @@ bool MeetsSlo(const RequestRecord& record, const Slo& slo);
 // latest scheduled time, for requests that never ended), in seconds; 0 when there are none.
 double MeasuredDurationSeconds(std::span<const RequestRecord> records);
 
+// The latency samples (milliseconds, in record order) of the completed non-warmup records: what
+// Summarize's LatencyStats are computed from, and what anything resampling a run's latencies
+// (the P99 gate's noise estimate) must pool.
+struct LatencySamples {
+  std::vector<double> ttft, tpot, itl, e2e;
+};
+LatencySamples MeasuredLatencies(std::span<const RequestRecord> records);
+
 // Summary of the non-warmup records in `records` with rates over `duration_s` (> 0; pass
 // MeasuredDurationSeconds(records) for the generator's own definition).
 Summary Summarize(std::span<const RequestRecord> records, const Slo& slo, double duration_s);
