@@ -770,7 +770,8 @@ void RunPoint(const BenchConfig& config, int64_t tokens, int64_t batch, const An
             "download value depths");
       row.logical_bytes = ReadKvLogicalBytes(s, g.seq_lens.data(), kd.data(), vd.data());
       row.traffic =
-          ReadKvDecodeTraffic(s, g.seq_lens.data(), spec.store_bits, kd.data(), vd.data());
+          ReadKvDecodeTraffic(s, g.seq_lens.data(), spec.store_bits, spec.key_bits, kd.data(),
+                              vd.data());
       row.copies = rk->set.copies();
       row.copy_bytes = static_cast<int64_t>(rk->set.copy_bytes());
       row.capacity_bytes = rk->capacity_bytes;

@@ -11,7 +11,8 @@
 //   2. Logits    (chunks, H_kv, B) x 256   one thread per token slot of a page (of up to 4 pages
 //                                     per pass): reads t_c planes of each channel, logit = bias +
 //                                     sum_c a_qc centroid; writes logits and the chunk's (max, sum
-//                                     of exps)
+//                                     of exps). When R_K <= 2: on tensor cores (LogitsMma), the
+//                                     channels of depth <= 2 as table-free sign features
 //   3. Select    (chunks, H_kv, B) x 256, three launches: the Value cut by radix selection over
 //                                     the bits of the positive doubles a_i inc_k, a row's last
 //                                     block finishing each step (section 3)
@@ -24,7 +25,8 @@
 //   4. Values    (chunks, H_kv, B) x 256   sum_i p_i centroid per chunk: tokens sorted by depth
 //                                     into 16-token tiles; a warp copies its next tile's planes
 //                                     and logits (cp.async) while it decodes the current one and
-//                                     multiplies P . Vhat on tensor cores (ValuesMma). Kept for
+//                                     multiplies P . Vhat on tensor cores (ValuesMma; depth-1
+//                                     tiles take the bits as the operand, no table). Kept for
 //                                     comparison: the CUDA-core reader (Values, x 128: lane groups
 //                                     of d / 8 lanes per token, 8 channels at a time)
 //   5. Finish    (H_q, B) x d         mu mass + sigma acc, inverse V transform
@@ -35,6 +37,7 @@
 // are summed in a different order and p uses expf.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -44,6 +47,7 @@
 #include "readkv_attention_state.cuh"
 #include "readkv_device.cuh"
 #include "readkv_logits.cuh"
+#include "readkv_logits_mma.cuh"
 #include "readkv_select.cuh"
 #include "readkv_values.cuh"
 
@@ -198,9 +202,11 @@ using namespace readkv_kernels;  // NOLINT: the kernels and their arguments, thi
 
 // Which logits kernel runs, read per call so a bench can compare them in one process:
 // KVGATE_READKV_LOGITS=plain is the per-bit reader (0), wide1 / wide2 / wide4 the transposed
-// reader with 1, 2 or 4 pages per pass; unset or anything else: wide4, the fastest on the H200
-// (BENCHMARKS.md, issue 8's third round: 1.07x wide1 at 32K x 16, 1.14x at 8K x 1).
-int LogitsVariant() {
+// reader with 1, 2 or 4 pages per pass, mma the tensor-core reader (LogitsMma, 5). Unset: mma
+// when ReadKvUsesMmaLogits says so (a Key budget of at most 2 bits per channel), else wide4, the
+// fastest transposed reader on the H200 (BENCHMARKS.md, issue 8's third round).
+int LogitsVariant(double key_bits) {
+  if (ReadKvUsesMmaLogits(key_bits)) return 5;
   const char* v = std::getenv("KVGATE_READKV_LOGITS");
   if (v == nullptr) return 4;
   if (std::strcmp(v, "plain") == 0) return 0;
@@ -289,8 +295,12 @@ cudaError_t ReadKvDecodeAttention(const DecodeShape& requested, const DecodeInpu
   const dim3 chunks(s.max_chunks(), s.heads_kv, s.batch);
   Prepare<<<heads, s.head_dim, 0, stream>>>(a);
   // Logits readers (KVGATE_READKV_LOGITS, for same-run comparisons): plain (per bit), wide1 (the
-  // transposed reader, one page per pass), wide2, wide4 (2 or 4 pages per pass).
-  const int variant = LogitsVariant();
+  // transposed reader, one page per pass), wide2, wide4 (2 or 4 pages per pass), mma (tensor
+  // cores; shallow channels as sign features).
+  const int variant = LogitsVariant(policy.key_bits);
+  // LogitsMma stages a page's planes, at most floor(R_K d) (t_min = 1), and <= 15 padding slots.
+  const int max_entries = static_cast<int>(std::min<double>(
+      static_cast<double>(s.head_dim) * W, std::floor(policy.key_bits * s.head_dim + 1e-9) + 8)) + 16;
 #define KVGATE_LOGITS_CASE(G)                                                          \
   case G:                                                                              \
     if (variant == 0) {                                                                \
@@ -299,6 +309,13 @@ cudaError_t ReadKvDecodeAttention(const DecodeShape& requested, const DecodeInpu
       LogitsTransposed<G, 1><<<chunks, kPageTokens, 0, stream>>>(a);                   \
     } else if (variant == 2) {                                                         \
       LogitsTransposed<G, 2><<<chunks, kPageTokens, 0, stream>>>(a);                   \
+    } else if (variant == 5) {                                                         \
+      static const cudaError_t opt_in = cudaFuncSetAttribute(                          \
+          LogitsMma<G>, cudaFuncAttributeMaxDynamicSharedMemorySize,                   \
+          static_cast<int>(LogitsMmaStageBytes(kMaxStagedEntries)));                      \
+      if (opt_in != cudaSuccess) return opt_in;                                        \
+      LogitsMma<G><<<chunks, kPageTokens, LogitsMmaStageBytes(max_entries), stream>>>( \
+          a, max_entries);                                                             \
     } else {                                                                           \
       LogitsTransposed<G, 4><<<chunks, kPageTokens, 0, stream>>>(a);                   \
     }                                                                                  \

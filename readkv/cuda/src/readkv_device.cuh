@@ -42,6 +42,21 @@ __device__ __forceinline__ void BlockFwht(float* x, int d, float scale) {
   BlockFwhtRows(reinterpret_cast<float (*)[128]>(x), 1, d, scale);
 }
 
+// Tensor-core A operands from bits (the sign paths of the Logits and Values readers): byte J of
+// x (low half) and of y (high half), each 0xffff when the byte's top bit is set, else 0 (prmt with
+// the sign-replicating selector nibbles 8 + J and 12 + J; J = 0..3).
+template <int J>
+__device__ __forceinline__ uint32_t SignPair(uint32_t x, uint32_t y) {
+  constexpr unsigned kSelector = (8u + J) | ((8u + J) << 4) | ((12u + J) << 8) | ((12u + J) << 12);
+  uint32_t out;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(x), "r"(y), "n"(kSelector));
+  return out;
+}
+
+// f16x2 of 1 where a half of `mask` is 0xffff and 0 where it is 0 (one lop3; +-1 would take two:
+// the sign then needs a second constant).
+__device__ __forceinline__ uint32_t ZeroOne(uint32_t mask) { return mask & 0x3C003C00u; }
+
 // Block-wide sum of an int64 (every thread gets the result). `scratch` holds >= 32 entries.
 __device__ __forceinline__ long long BlockSumLL(long long v, long long* scratch) {
   for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -37,6 +37,16 @@ __device__ void LoadLogitsInputs(const Args& a, size_t first_q, LogitsShared<G>&
   if (threadIdx.x < G) sh.bias[threadIdx.x] = a.bias[first_q + threadIdx.x];
 }
 
+// A thread's running (max, sum of exps) per query head, before its first token.
+template <int G>
+__device__ __forceinline__ void StartStats(float (&m)[G], float (&l)[G]) {
+#pragma unroll
+  for (int q = 0; q < G; ++q) {
+    m[q] = -INFINITY;
+    l[q] = 0.0f;
+  }
+}
+
 // Writes a token's logits and folds them into the thread's running (max, sum of exps).
 template <int G>
 __device__ __forceinline__ void EmitLogits(const Args& a, size_t first_q, int token,
@@ -102,11 +112,7 @@ __global__ void __launch_bounds__(kPageTokens) Logits(Args a) {
   __syncthreads();
 
   float m[G], l[G];
-#pragma unroll
-  for (int q = 0; q < G; ++q) {
-    m[q] = -INFINITY;
-    l[q] = 0.0f;
-  }
+  StartStats(m, l);
   const int end = min(T, start + a.chunk_tokens);
   const int32_t* pages = a.page_table + static_cast<size_t>(b) * a.max_pages;
   const size_t plane_words = kKeyPlaneWords32;
@@ -194,11 +200,7 @@ __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
   const int groups = (P + kWarp - 1) / kWarp;
 
   float m[G], l[G];
-#pragma unroll
-  for (int q = 0; q < G; ++q) {
-    m[q] = -INFINITY;
-    l[q] = 0.0f;
-  }
+  StartStats(m, l);
   const int end = min(T, start + a.chunk_tokens);
   const int32_t* pages = a.page_table + static_cast<size_t>(b) * a.max_pages;
   for (int pass_start = start; pass_start < end; pass_start += K * kPageTokens) {

@@ -131,6 +131,10 @@ __global__ void __launch_bounds__(kValueWarps * kWarp) Values(Args a) {
 // kernels do for dense attention; centroids likewise (a table of f16 pairs: value, rounding
 // error), and both halves are multiplied, so the sums keep ~22 bits like the CPU reader's fp32
 // (f16 values alone left relative errors of 2.7e-4 against it, e.g. in the GPU KV backend's test).
+// Depth-1 tiles ("sign tiles"): the tree is antisymmetric, so a depth-1 centroid is c1 s with
+// s = +-1 the bit, c1 s = 2 c1 b - c1: A is the bits as f16 0 / 1 (exact; one prmt and one and per
+// two tokens), B is 2 c1 p, and c1 sum p over the sign tiles is taken off at the end (the table,
+// the code and the error half are skipped).
 // Memory: a warp copies the planes and logits of its next tile into shared memory with cp.async
 // while it computes the current one (two stages per warp), so DRAM latency hides behind the
 // decode instead of stalling it.
@@ -166,6 +170,7 @@ struct ValuesMmaShared {
   int bucket_start[kMaxStoreBits + 2];          // first slot of depth t; [W + 1]: slots in all
   int pages[kSub / kPageTokens];
   float warp_mass[kMmaValueWarps][G];
+  float warp_sign_mass[kMmaValueWarps][G];  // p over the warp's tokens in sign tiles
   static_assert(kSub <= (1 << kSlotDepthShift), "a slot holds a round's token in 12 bits");
   static_assert(kMaxStoreBits < (1 << (16 - kSlotDepthShift)), "and its depth in 4");
 };
@@ -214,6 +219,10 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
   __shared__ Shared sh;
 
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
+  // Depth-1 tiles ("sign tiles") skip the table when the two depth-1 centroids are -c1 and +c1
+  // (the spec's tree is antisymmetric, codebook.cc): A is then the bits, exact in f16.
+  const float c1 = a.codec.centroids[2];
+  const bool signs = a.codec.centroids[1] == -c1;
   for (int j = tid; j < (2 << W) - 1; j += kThreads) {
     const float c = a.codec.centroids[j];
     const __half hi = __float2half_rn(c);
@@ -244,28 +253,36 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
       for (int k = 0; k < 4; ++k) acc[m][nt][k] = 0.0f;
     }
   }
-  float mass = 0.0f;  // p of head col_head[0] over this lane's tokens (hi lanes only)
+  float mass = 0.0f;       // p of head col_head[0] over this lane's tokens (hi lanes only)
+  float sign_mass = 0.0f;  // ... over its tokens in sign tiles
 
   // Copies tile `tile` of the round into `st`: lane's slot is lane % 16; it copies that token's
   // planes lane / 16, lane / 16 + 2, ... below the tile's depth, and its logits of heads
   // lane / 16, lane / 16 + 2, ... Empty slots get zeros.
+  // The lane's sources without per-tile 64-bit products: its head's pages (a page of one KV
+  // head holds 256 tokens x W planes), and its first head's logits.
+  const unsigned token_bytes = static_cast<unsigned>(W) * kPlaneBytes;  // <= 128
+  const size_t page_bytes = static_cast<size_t>(a.heads_kv) * kPageTokens * token_bytes;
+  const uint8_t* head_planes = a.value_planes + static_cast<size_t>(h) * kPageTokens * token_bytes;
+  const float* lane_logits = a.logits + (first_q + lane / kValueTile) * a.max_tokens;
+  const size_t logits_step = 2 * static_cast<size_t>(a.max_tokens);  // heads q and q + 2
   const auto issue = [&](int round, int tile, Stage& st) {
     const int slot = lane % kValueTile;
     const int first = lane / kValueTile;
-    const uint16_t entry = sh.order[tile * kValueTile + slot];
+    const unsigned entry = sh.order[tile * kValueTile + slot];
     const int t = sh.order[tile * kValueTile] >> kSlotDepthShift;
     const bool live = entry != kEmptySlot;
-    const int i = live ? (entry & ((1 << kSlotDepthShift) - 1)) : 0;
-    const int token = round + i;
-    const uint8_t* planes =
-        a.value_planes +
-        ((static_cast<size_t>(sh.pages[i / kPageTokens]) * a.heads_kv + h) * kPageTokens +
-         token % kPageTokens) * W * kPlaneBytes;
+    const unsigned i = live ? (entry & ((1u << kSlotDepthShift) - 1u)) : 0u;
+    const unsigned token = static_cast<unsigned>(round) + i;
+    const uint8_t* planes = head_planes +
+                            static_cast<size_t>(sh.pages[i / kPageTokens]) * page_bytes +
+                            (token % kPageTokens) * token_bytes;
     for (int p = first; p < t; p += 2) {
       CpAsyncBytes<kPlaneBytes>(st.planes[slot][p], planes + p * kPlaneBytes, live);
     }
-    for (int q = first; q < G; q += 2) {
-      CpAsyncBytes<4>(&st.logits[q][slot], a.logits + (first_q + q) * a.max_tokens + token, live);
+    const float* logits = lane_logits + token;
+    for (int q = first; q < G; q += 2, logits += logits_step) {
+      CpAsyncBytes<4>(&st.logits[q][slot], logits, live);
     }
   };
 
@@ -329,6 +346,7 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
       __syncwarp();
       const Stage& st = sh.stage[warp][k % 2];
       const int t = sh.order[tile * kValueTile] >> kSlotDepthShift;
+      const bool sign_tile = signs && t == 1;  // uniform over the warp
       bool live[4];
       uint32_t codes[4][kWords];
 #pragma unroll
@@ -337,7 +355,7 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
 #pragma unroll
         for (int w = 0; w < kWords; ++w) codes[u][w] = 0;
       }
-      for (int p = 0; p < t; ++p) {
+      for (int p = 0; p < (sign_tile ? 0 : t); ++p) {
         // Bit g of every byte to bit s (the code's bit of plane p) of the same byte.
         const int s = t - 1 - p;
         const unsigned keep = 0x01010101u << s;
@@ -360,21 +378,58 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
           for (int w = 0; w < kWords; ++w) codes[u][w] |= __funnelshift_r(x[w], x[w], rot) & keep;
         }
       }
-      // P's columns for this lane: p of its 4 tokens, hi, lo or zero.
+      // P's columns for this lane: p of its 4 tokens (0 in empty slots), hi, lo or zero. A sign
+      // tile's columns are 2 c1 p: its A holds the bits as 0 / 1, c1 s = 2 c1 b - c1, and the
+      // -c1 p of its tokens is taken off once at the end (sign_mass).
+      const float scale = sign_tile ? 2.0f * c1 : 1.0f;
       uint32_t bfrag[NT][2];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
+        const float4 logit4 = *reinterpret_cast<const float4*>(&st.logits[col_head[nt]][4 * r]);
+        const float logit[4] = {logit4.x, logit4.y, logit4.z, logit4.w};
         float v[4];
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
-          const float logit = st.logits[col_head[nt]][4 * r + u];
-          const float p = live[u] ? expf(logit - col_m[nt]) * col_inv[nt] : 0.0f;
-          if (nt == 0 && col_part[0] == 0) mass += p;
-          const float hi = __half2float(__float2half_rn(p));
-          v[u] = col_part[nt] == 0 ? hi : (col_part[nt] == 1 ? p - hi : 0.0f);
+          const float e = __expf(logit[u] - col_m[nt]) * col_inv[nt];
+          const float p = live[u] ? e : 0.0f;
+          if (nt == 0 && col_part[0] == 0) {
+            mass += p;
+            sign_mass += sign_tile ? p : 0.0f;
+          }
+          const float x = p * scale;
+          const float hi = __half2float(__float2half_rn(x));
+          v[u] = col_part[nt] == 0 ? hi : (col_part[nt] == 1 ? x - hi : 0.0f);
         }
         bfrag[nt][0] = HalfPair(v[0], v[1]);
         bfrag[nt][1] = HalfPair(v[2], v[3]);
+      }
+      if (sign_tile) {
+        // Plane 0 of each token, bit g of every byte moved to the byte's top bit: channel
+        // 16 m + g (+ 8) is then the sign of byte 2 m (+ 1), two tokens per prmt.
+#pragma unroll
+        for (int w = 0; w < kWords; ++w) {
+          uint32_t y[4];
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            y[u] = reinterpret_cast<const uint32_t*>(st.planes[4 * r + u][0])[w] << (7 - g);
+          }
+          // m-tile 2w: bytes 0 (row g) and 1 (row g + 8); m-tile 2w + 1: bytes 2 and 3.
+          const uint32_t a0[4] = {internal::ZeroOne(internal::SignPair<0>(y[0], y[1])),
+                                  internal::ZeroOne(internal::SignPair<1>(y[0], y[1])),
+                                  internal::ZeroOne(internal::SignPair<0>(y[2], y[3])),
+                                  internal::ZeroOne(internal::SignPair<1>(y[2], y[3]))};
+          const uint32_t a1[4] = {internal::ZeroOne(internal::SignPair<2>(y[0], y[1])),
+                                  internal::ZeroOne(internal::SignPair<3>(y[0], y[1])),
+                                  internal::ZeroOne(internal::SignPair<2>(y[2], y[3])),
+                                  internal::ZeroOne(internal::SignPair<3>(y[2], y[3]))};
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            internal::Mma16816<true>(acc[2 * w][nt], a0, bfrag[nt][0], bfrag[nt][1]);
+            internal::Mma16816<true>(acc[2 * w + 1][nt], a1, bfrag[nt][0], bfrag[nt][1]);
+          }
+        }
+        __syncwarp();
+        continue;
       }
       const unsigned* table = sh.pairs + (1 << t) - 1;
 #pragma unroll
@@ -409,7 +464,12 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
   // Mass per head: the hi lanes of head g are lanes 4 g .. 4 g + 3; then warps.
   mass += __shfl_xor_sync(0xffffffffu, mass, 1);
   mass += __shfl_xor_sync(0xffffffffu, mass, 2);
-  if (r == 0 && g < G) sh.warp_mass[warp][g] = mass;
+  sign_mass += __shfl_xor_sync(0xffffffffu, sign_mass, 1);
+  sign_mass += __shfl_xor_sync(0xffffffffu, sign_mass, 2);
+  if (r == 0 && g < G) {
+    sh.warp_mass[warp][g] = mass;
+    sh.warp_sign_mass[warp][g] = sign_mass;
+  }
   // The warps' O^T added in turn (a fixed order: the result does not depend on timing); the
   // stages are free once every warp has passed the first barrier.
   for (int wv = 0; wv < kMmaValueWarps; ++wv) {
@@ -432,8 +492,10 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
   __syncthreads();
   for (int idx = tid; idx < G * D; idx += kThreads) {
     const int q = idx / D, c = idx % D;
+    float sign_part = 0.0f;
+    for (int wv = 0; wv < kMmaValueWarps; ++wv) sign_part += sh.warp_sign_mass[wv][q];
     a.partial_out[((first_q + q) * a.max_chunks + chunk) * D + c] =
-        sh.out[c * kCols + q] + sh.out[c * kCols + G + q];
+        sh.out[c * kCols + q] + sh.out[c * kCols + G + q] - c1 * sign_part;
   }
   if (tid < G) {
     float sum = 0.0f;

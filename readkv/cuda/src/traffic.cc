@@ -3,6 +3,8 @@
 // counted too, and said so in the bench output). Host-only; compiled with and without CUDA.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "readkv/cuda/decode_attention.h"
 #include "split_work.h"
@@ -99,10 +101,25 @@ TrafficBytes Fp8DecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_
   return SplitTraffic(shape, seq_lens_host, 1, true, 3);
 }
 
+// The tensor-core Logits reader pays when most Key channels are sign features (depth <= 2): on
+// the H200 (BENCHMARKS.md, issue 8's fifth round, 32K x 16) it took 0.84x the transposed reader's
+// whole-call time at R_K = 2 and 1.05x at R_K = 4, 1.18x at R_K = 7 (table channels dominate).
+constexpr double kMmaLogitsMaxKeyBits = 2.0;
+
+bool ReadKvUsesMmaLogits(double key_bits) {
+  const char* v = std::getenv("KVGATE_READKV_LOGITS");
+  if (v == nullptr) return key_bits <= kMmaLogitsMaxKeyBits;
+  return std::strcmp(v, "mma") == 0;
+}
+
 TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host,
-                                 int store_bits, const uint8_t* key_depths_host,
+                                 int store_bits, double key_bits,
+                                 const uint8_t* key_depths_host,
                                  const uint8_t* value_depths_host) {
   TrafficBytes t;
+  // What a Logits block reads to find its planes: the row's entry list, or (LogitsMma) its
+  // Key depths, from which it builds its k-slots itself.
+  const int64_t logits_schedule = ReadKvUsesMmaLogits(key_bits) ? shape.head_dim : kKeyListBytes;
   const int chunk = ChunkTokens(shape);
   const int64_t d = shape.head_dim;
   const int64_t g = shape.heads_q / shape.heads_kv;
@@ -129,13 +146,15 @@ TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_le
       // Logits: written once, read by SelectImportance (softmax + a_i) and by Values; a_i
       // written once and read by SelectNarrow and SelectDepths.
       t.scores += 3 * g * tokens * 4 + tokens * 8 * 3;
-      // Depth schedules: Key depths written; the Key entry list written and read per chunk;
+      // Depth schedules: Key depths written; the Key entry list written, and it or the depths
+      // read per chunk;
       // Value depths written and read twice by Values (counted, then placed in depth order).
       // Selection state: the exponent (2048) and mantissa (4096) histograms of the Value cut,
       // zeroed by Prepare and read back by a row's last blocks (readkv_attention.cu). Not
       // counted, being data-dependent and small: one atomic per non-zero histogram bin per
       // block, and the cut's candidate list (gains sharing its top 23 bits, usually a few).
-      t.schedule += d + kKeyListBytes * (1 + chunks) + 3 * tokens + 2 * (2048 + 4096) * 4;
+      t.schedule += d + kKeyListBytes + logits_schedule * chunks + 3 * tokens +
+                    2 * (2048 + 4096) * 4;
       // Chunk (m, l) for the logits (written once, read by every SelectImportance block of the
       // row), and Values' partial outputs and masses.
       t.partials += g * chunks * 2 * 4 * (1 + chunks) + 2 * g * chunks * (d + 1) * 4 +

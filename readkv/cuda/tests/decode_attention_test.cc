@@ -276,11 +276,12 @@ TEST_P(ReadKvKernelTest, AppendMatchesCodecPlanesAndDecodeMatchesCpuReader) {
   }
   EXPECT_EQ(plane_mismatches, 0) << "bit planes differ from readkv::codec";
 
-  // Every logits kernel (KVGATE_READKV_LOGITS): the per-bit reader and the transposed one with 1,
-  // 2 and 4 pages per pass, each with the tensor-core Values reader; and the CUDA-core Values
-  // reader (KVGATE_READKV_VALUES=lanes).
+  // Every logits kernel (KVGATE_READKV_LOGITS): the per-bit reader, the transposed one with 1, 2
+  // and 4 pages per pass and the tensor-core one, each with the tensor-core Values reader; and the
+  // CUDA-core Values reader (KVGATE_READKV_VALUES=lanes).
   const std::pair<const char*, const char*> variants[] = {
-      {"plain", "mma"}, {"wide1", "mma"}, {"wide2", "mma"}, {"wide4", "mma"}, {"wide4", "lanes"}};
+      {"plain", "mma"}, {"wide1", "mma"}, {"wide2", "mma"}, {"wide4", "mma"}, {"wide4", "lanes"},
+      {"mma", "mma"}};
   for (const auto& [logits_variant, values_variant] : variants) {
     SCOPED_TRACE(std::string("logits ") + logits_variant + ", values " + values_variant);
     setenv("KVGATE_READKV_LOGITS", logits_variant, 1);

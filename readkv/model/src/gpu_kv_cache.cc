@@ -389,7 +389,8 @@ torch::Tensor GpuKvCache::AttendGroup(const Step& step, int layer, const torch::
                           Ptr<unsigned long long>(device_totals_), nullptr),
         "ReadKvAccount");
   host_ledgers_.physical_traffic_bytes +=
-      rc::ReadKvDecodeTraffic(shape, lengths.data(), config_.store_bits, nullptr, nullptr)
+      rc::ReadKvDecodeTraffic(shape, lengths.data(), config_.store_bits, bits.key, nullptr,
+                              nullptr)
           .Total();
   return out;
 }

@@ -203,9 +203,14 @@ int64_t ReadKvLogicalBytes(const DecodeShape& shape, const int32_t* seq_lens_hos
 TrafficBytes DenseDecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host);
 TrafficBytes Fp8DecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host);
 // key_depths_host [B][H_kv][d], value_depths_host [B][H_kv][max_tokens] as ReadKvDebug wrote them;
-// both null: every term but the payload (which ReadKvAccount can sum on the device).
+// both null: every term but the payload (which ReadKvAccount can sum on the device). key_bits:
+// the policy's R_K, which picks the Logits reader (ReadKvUsesMmaLogits) and so what it re-reads.
 TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host,
-                                 int store_bits, const uint8_t* key_depths_host,
+                                 int store_bits, double key_bits,
+                                 const uint8_t* key_depths_host,
                                  const uint8_t* value_depths_host);
+// Whether ReadKvDecodeAttention reads Keys with the tensor-core Logits reader (LogitsMma) for a
+// Key budget of key_bits per channel, unless KVGATE_READKV_LOGITS picks a reader.
+bool ReadKvUsesMmaLogits(double key_bits);
 
 }  // namespace readkv::cuda
