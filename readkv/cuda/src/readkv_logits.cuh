@@ -47,7 +47,10 @@ __device__ __forceinline__ void StartStats(float (&m)[G], float (&l)[G]) {
   }
 }
 
-// Writes a token's logits and folds them into the thread's running (max, sum of exps).
+// Writes a token's logits and folds them into the thread's running (max, sum of exps), with one
+// exponential: e = exp(-|logit - m|) is the new term when the max stays and the old sum's factor
+// when the logit becomes the max (m = -inf at first: e = 0, l = 1). __expf (ex2.approx, relative
+// error ~1e-6 here) instead of expf's ~20 instructions: the statistics only normalise p.
 template <int G>
 __device__ __forceinline__ void EmitLogits(const Args& a, size_t first_q, int token,
                                            const float (&s)[G], const LogitsShared<G>& sh,
@@ -56,9 +59,9 @@ __device__ __forceinline__ void EmitLogits(const Args& a, size_t first_q, int to
   for (int q = 0; q < G; ++q) {
     const float logit = sh.bias[q] + s[q];
     a.logits[(first_q + q) * a.max_tokens + token] = logit;
-    const float mn = fmaxf(m[q], logit);
-    l[q] = l[q] * expf(m[q] - mn) + expf(logit - mn);
-    m[q] = mn;
+    const float e = __expf(-fabsf(logit - m[q]));
+    l[q] = logit > m[q] ? fmaf(l[q], e, 1.0f) : l[q] + e;
+    m[q] = fmaxf(m[q], logit);
   }
 }
 

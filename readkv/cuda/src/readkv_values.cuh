@@ -224,10 +224,9 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
   const float c1 = a.codec.centroids[2];
   const bool signs = a.codec.centroids[1] == -c1;
   for (int j = tid; j < (2 << W) - 1; j += kThreads) {
-    const float c = a.codec.centroids[j];
-    const __half hi = __float2half_rn(c);
-    const __half lo = __float2half_rn(c - __half2float(hi));
-    sh.pairs[j] = internal::Pack(__half_as_ushort(hi), __half_as_ushort(lo));
+    uint16_t hi, lo;
+    internal::SplitHiLo<true>(a.codec.centroids[j], hi, lo);
+    sh.pairs[j] = internal::Pack(hi, lo);
   }
   const int32_t* page_row = a.page_table + static_cast<size_t>(b) * a.max_pages;
   const uint8_t* depths = a.value_depths + (static_cast<size_t>(b) * a.heads_kv + h) * a.max_tokens;
