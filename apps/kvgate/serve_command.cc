@@ -65,6 +65,7 @@ struct ServeOptions {
   std::string log_level = "info";
   int max_batch = 8;
   int max_waiting = 64;
+  int prefill_chunk = 0;
   double drain_timeout_s = 20.0;
   double idle_timeout_s = 30.0;
   readkv::server::ServerOptions server;
@@ -92,6 +93,11 @@ void AddServeCommand(CLI::App& app, CommandContext& context) {
   cmd->add_option("--max-waiting", options->max_waiting,
                   "requests queued beyond the batch before answering 429, >= 0")
       ->capture_default_str();
+  cmd->add_option("--prefill-chunk", options->prefill_chunk,
+                  "prompt tokens fed per step over all new sequences, so running ones keep "
+                  "decoding while a long prompt is read (chunked prefill; each chunk attends "
+                  "exactly to the ones before it); 0 = each prompt whole in one step")
+      ->capture_default_str();
   cmd->add_option("--max-body-bytes", options->server.max_body_bytes,
                   "largest request body; larger gets 413")
       ->capture_default_str();
@@ -117,6 +123,12 @@ void AddServeCommand(CLI::App& app, CommandContext& context) {
     readkv::model::RuntimeOptions runtime = runtime_flags->Resolve();
     if (options->max_batch < 1) throw UsageError("--max-batch must be >= 1");
     if (options->max_waiting < 0) throw UsageError("--max-waiting must be >= 0");
+    if (options->prefill_chunk < 0) throw UsageError("--prefill-chunk must be >= 0");
+    if (options->prefill_chunk > 0 && !runtime.prefix_cache.directory.empty()) {
+      throw UsageError(
+          "--prefill-chunk: a prompt in chunks cannot go through the persistent prefix cache "
+          "(--cache-dir); use one or the other");
+    }
     if (!(options->drain_timeout_s >= 0.0)) throw UsageError("--drain-timeout must be >= 0");
     if (!(options->idle_timeout_s > 0.0)) throw UsageError("--idle-timeout must be > 0");
     if (options->server.threads < 1) throw UsageError("--http-threads must be >= 1");
@@ -148,6 +160,7 @@ void AddServeCommand(CLI::App& app, CommandContext& context) {
     readkv::engine::EngineOptions engine_options;
     engine_options.max_batch = options->max_batch;
     engine_options.max_waiting = options->max_waiting;
+    engine_options.prefill_chunk = options->prefill_chunk;
     engine_options.model_name = options->served_model_name;
     readkv::engine::Engine engine(*model, tokenizer, engine_options);
 
@@ -158,9 +171,10 @@ void AddServeCommand(CLI::App& app, CommandContext& context) {
     std::cout << "listening on " << server.address() << std::endl;  // endl: scripts wait on it
     spdlog::info(
         "serving {} (kv={} store_bits={} read_bits={} reader={}) max_batch={} "
-        "max_waiting={}",
+        "max_waiting={} prefill_chunk={}",
         engine.model_name(), engine.model_info().kv_backend, runtime.kv.store_bits,
-        runtime.kv.read_bits, runtime.kv.reader, options->max_batch, options->max_waiting);
+        runtime.kv.read_bits, runtime.kv.reader, options->max_batch, options->max_waiting,
+        options->prefill_chunk);
     if (!runtime.prefix_cache.directory.empty()) {
       spdlog::info("prefix cache: {} (max {} bytes, 0 = unbounded)",
                    runtime.prefix_cache.directory, runtime.prefix_cache.max_bytes);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <limits>
 #include <random>
 #include <stdexcept>
 #include <utility>
@@ -50,7 +51,8 @@ struct Engine::Active {
   Clock::time_point last_token_time{};
   bool admitted = false;  // counted in running_count_
   bool started = false;   // StartSequence succeeded: EndSequence owed
-  bool prefilled = false;
+  bool prefilled = false;  // its whole prompt has been fed
+  size_t fed = 0;          // prompt tokens fed so far (chunked prefill)
   bool done = false;
   int32_t last_token = -1;
   int completion_tokens = 0;
@@ -60,6 +62,7 @@ Engine::Engine(DecodeModel& model, const Tokenizer& tokenizer, EngineOptions opt
     : model_(model), tokenizer_(tokenizer), options_(std::move(options)) {
   if (options_.max_batch < 1) throw std::invalid_argument("max_batch must be >= 1");
   if (options_.max_waiting < 0) throw std::invalid_argument("max_waiting must be >= 0");
+  if (options_.prefill_chunk < 0) throw std::invalid_argument("prefill_chunk must be >= 0");
   // Read before the worker starts; afterwards only the worker touches the model.
   info_.model_id = model_.model_id();
   info_.kv_backend = model_.kv_backend();
@@ -254,23 +257,42 @@ void Engine::Step(std::vector<std::unique_ptr<Active>>& admitted) {
     return;
   }
 
-  std::vector<SequenceStep> steps(running_.size());
-  for (size_t i = 0; i < running_.size(); ++i) {
-    Active& active = *running_[i];
-    steps[i].sequence_id = active.id;
-    steps[i].tokens = active.prefilled ? std::span<const int32_t>(&active.last_token, 1)
-                                       : std::span<const int32_t>(active.request.prompt);
+  // This step's members: every decoding sequence, and the prompts' next chunks while the step's
+  // prompt budget lasts (all of every prompt when prefill_chunk is 0).
+  std::vector<SequenceStep> steps;
+  std::vector<Active*> members;
+  steps.reserve(running_.size());
+  members.reserve(running_.size());
+  size_t budget = options_.prefill_chunk > 0 ? static_cast<size_t>(options_.prefill_chunk)
+                                             : std::numeric_limits<size_t>::max();
+  for (auto& owned : running_) {
+    Active& active = *owned;
+    SequenceStep step;
+    step.sequence_id = active.id;
+    if (active.prefilled) {
+      step.tokens = std::span<const int32_t>(&active.last_token, 1);
+    } else {
+      const std::span<const int32_t> prompt(active.request.prompt);
+      const size_t n = std::min(prompt.size() - active.fed, budget);
+      if (n == 0) continue;  // no prompt budget left this step
+      budget -= n;
+      step.tokens = prompt.subspan(active.fed, n);
+      step.logits_wanted = active.fed + n == prompt.size();
+    }
+    steps.push_back(std::move(step));
+    members.push_back(&active);
   }
   try {
     model_.Forward(steps);
   } catch (const std::exception& e) {
-    // One failed call fails its whole batch: the KV state of each member is now suspect.
-    for (auto& active : running_) {
+    // One failed call fails its whole batch: the KV state of each member is now suspect (a
+    // prompt that sat the step out is not).
+    for (Active* active : members) {
       Finish(*active, FinishReason::kError, ErrorKind::kInternal,
              std::string("the model failed during a decode step: ") + e.what());
     }
-    running_.clear();
-    metrics_->SetRunning(0);
+    std::erase_if(running_, [](const auto& active) { return active->done; });
+    metrics_->SetRunning(static_cast<int>(running_.size()));
     PublishModelState();
     return;
   }
@@ -282,8 +304,10 @@ void Engine::Step(std::vector<std::unique_ptr<Active>>& admitted) {
   }
 
   const Clock::time_point now = Clock::now();
-  for (size_t i = 0; i < running_.size(); ++i) {
-    Active& active = *running_[i];
+  for (size_t i = 0; i < members.size(); ++i) {
+    Active& active = *members[i];
+    if (!active.prefilled) active.fed += steps[i].tokens.size();
+    if (!steps[i].logits_wanted) continue;  // a prompt chunk before the last
     const std::vector<float>& logits = steps[i].logits;
     if (static_cast<int>(logits.size()) != info_.vocab_size) {
       Finish(active, FinishReason::kError, ErrorKind::kInternal,

@@ -71,6 +71,13 @@ EngineOptions Options(int max_batch, int max_waiting) {
   return options;
 }
 
+// Four sequences per step, prompts fed at most `chunk` tokens per step.
+EngineOptions ChunkedOptions(int chunk) {
+  EngineOptions options = Options(4, 16);
+  options.prefill_chunk = chunk;
+  return options;
+}
+
 class EngineTest : public ::testing::Test {
  protected:
   ByteTokenizer tokenizer_;
@@ -128,6 +135,98 @@ TEST_F(EngineTest, RequestsJoinARunningBatchWithoutWaitingForItToFinish) {
   EXPECT_EQ(engine.counters().running, 1);
   Outcome long_out = Await(*long_channel);
   EXPECT_EQ(long_out.finished.completion_tokens, 200);
+}
+
+TEST_F(EngineTest, ChunkedPrefillFeedsAPromptInChunksWhileARunningSequenceKeepsDecoding) {
+  TableDecodeModel::Options options;
+  options.step_delay = std::chrono::microseconds(2000);
+  TableDecodeModel model(options);
+  Engine engine(model, tokenizer_, ChunkedOptions(8));
+  // A decodes; once its first token is out, B arrives with a 51-token prompt (BOS + 50 bytes).
+  auto a = std::make_shared<RequestChannel>();
+  ASSERT_EQ(engine.Submit(Request("ab", 40), a), SubmitStatus::kAccepted);
+  auto first = a->WaitPop(milliseconds(5000));
+  ASSERT_TRUE(first.has_value());
+  ASSERT_EQ(first->kind, GenerationEvent::Kind::kToken);
+  const std::string long_prompt(50, 'y');
+  auto b = std::make_shared<RequestChannel>();
+  ASSERT_EQ(engine.Submit(Request(long_prompt, 5), b), SubmitStatus::kAccepted);
+  const Outcome out_b = Await(*b);
+  Outcome out_a = Await(*a);
+  ASSERT_TRUE(out_a.got_finished);
+  ASSERT_TRUE(out_b.got_finished);
+  EXPECT_EQ(out_a.token_events + 1, 40);
+  EXPECT_EQ(out_b.finished.prompt_tokens, 51);
+  EXPECT_EQ(out_b.token_events, 5);
+  // The table model continues its text from the sequence length: B's first token comes after
+  // all 51 prompt positions, as with the prompt fed whole.
+  const std::string text = TableDecodeModel::Options{}.text;
+  std::string expected;
+  for (int length = 51; length < 56; ++length) expected += text[length % text.size()];
+  EXPECT_EQ(out_b.text, expected);
+
+  // B's prompt went in chunks of at most 8 tokens, 7 steps, logits only with the last; A was in
+  // the calls that fed B's chunks.
+  const uint64_t id_a = 1, id_b = 2;  // sequence ids count from 1 in submission order
+  int fed = 0, chunks = 0, with_a = 0;
+  for (const auto& call : model.calls()) {
+    bool has_a = false;
+    for (const auto& step : call) has_a = has_a || step.sequence_id == id_a;
+    for (const auto& step : call) {
+      if (step.sequence_id != id_b || fed >= 51) continue;
+      EXPECT_LE(step.tokens, 8);
+      fed += step.tokens;
+      ++chunks;
+      EXPECT_EQ(step.logits_wanted, fed == 51) << "chunk " << chunks;
+      with_a += has_a ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(fed, 51);
+  EXPECT_EQ(chunks, 7);
+  EXPECT_EQ(with_a, 7);
+  engine.Shutdown(milliseconds(1000));
+  EXPECT_EQ(model.live_sequences(), 0);
+}
+
+TEST_F(EngineTest, ChunkedPrefillFeedsAtMostTheBudgetPerStepOverAllPrompts) {
+  TableDecodeModel::Options options;
+  options.step_delay = std::chrono::microseconds(2000);
+  TableDecodeModel model(options);
+  Engine engine(model, tokenizer_, ChunkedOptions(10));
+  std::vector<std::shared_ptr<RequestChannel>> channels;
+  for (int i = 0; i < 3; ++i) {
+    channels.push_back(std::make_shared<RequestChannel>());
+    ASSERT_EQ(engine.Submit(Request(std::string(14, 'z'), 3), channels.back()),
+              SubmitStatus::kAccepted);  // 15 tokens each
+  }
+  for (auto& channel : channels) ASSERT_TRUE(Await(*channel).got_finished);
+  // No call feeds more than 10 prompt tokens in all, and each prompt is whole (its 15 tokens, in
+  // chunks without logits but the last) before its first generated token.
+  for (const auto& call : model.calls()) {
+    int prompt_tokens = 0;
+    for (const auto& step : call) {
+      if (step.tokens > 1 || !step.logits_wanted) prompt_tokens += step.tokens;
+    }
+    EXPECT_LE(prompt_tokens, 10);
+  }
+  std::map<uint64_t, int> fed;
+  for (const auto& call : model.calls()) {
+    for (const auto& step : call) {
+      if (fed[step.sequence_id] < 15) {
+        fed[step.sequence_id] += step.tokens;
+        EXPECT_EQ(step.logits_wanted, fed[step.sequence_id] == 15);
+      }
+    }
+  }
+  EXPECT_EQ(fed.size(), 3u);
+  for (const auto& [id, n] : fed) EXPECT_EQ(n, 15) << "sequence " << id;
+}
+
+TEST_F(EngineTest, RefusesANegativePrefillChunk) {
+  TableDecodeModel model;
+  EngineOptions engine_options;
+  engine_options.prefill_chunk = -1;
+  EXPECT_THROW(Engine(model, tokenizer_, engine_options), std::invalid_argument);
 }
 
 TEST_F(EngineTest, RejectsBeyondTheWaitingQueue) {

@@ -67,12 +67,19 @@ class TableDecodeModel final : public DecodeModel {
     if (options_.step_delay.count() > 0) std::this_thread::sleep_for(options_.step_delay);
     std::lock_guard<std::mutex> lock(mu_);
     ++forward_calls_;
+    calls_.emplace_back();
     for (SequenceStep& step : steps) {
       auto it = lengths_.find(step.sequence_id);
       if (it == lengths_.end()) throw std::invalid_argument("sequence_id: not live");
       if (step.tokens.empty()) throw std::invalid_argument("tokens: empty");
       it->second += static_cast<int>(step.tokens.size());
       if (it->second > options_.max_context) throw std::invalid_argument("tokens: context full");
+      calls_.back().push_back({step.sequence_id, static_cast<int>(step.tokens.size()),
+                               step.logits_wanted});
+      if (!step.logits_wanted) {  // a prompt chunk before the last: no logits
+        step.logits.clear();
+        continue;
+      }
       const int length = it->second;
       const auto& text = options_.text;
       const int32_t top = length == options_.eos_at_length
@@ -126,6 +133,16 @@ class TableDecodeModel final : public DecodeModel {
     std::lock_guard<std::mutex> lock(mu_);
     return ended_;
   }
+  // Every Forward call so far: its steps as (sequence, tokens fed, logits wanted).
+  struct FedStep {
+    uint64_t sequence_id;
+    int tokens;
+    bool logits_wanted;
+  };
+  std::vector<std::vector<FedStep>> calls() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_;
+  }
   int64_t forward_calls() const {
     std::lock_guard<std::mutex> lock(mu_);
     return forward_calls_;
@@ -140,6 +157,7 @@ class TableDecodeModel final : public DecodeModel {
   int64_t started_ = 0;
   int64_t ended_ = 0;
   int64_t forward_calls_ = 0;
+  std::vector<std::vector<FedStep>> calls_;
 };
 
 }  // namespace readkv::engine::testing

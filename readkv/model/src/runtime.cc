@@ -118,6 +118,11 @@ struct LlamaDecodeModel::Impl {
     int64_t length = 0;
     std::vector<torch::Tensor> keys, values;  // dense: [capacity, Hkv, hd] per layer
     std::vector<std::unique_ptr<codec::LayerKvCache>> caches;  // fp8 / readkv
+    // A prompt fed in chunks (engine::SequenceStep::logits_wanted): true between its first chunk
+    // and its last; fp8 / readkv keep the exact K/V of its positions so far ([length, Hkv, hd],
+    // K and V per layer), which the next chunk attends to as a whole-prompt prefill would.
+    bool prompt_open = false;
+    std::vector<torch::Tensor> prompt_past;
   };
 
   ModelConfig config;
@@ -283,10 +288,11 @@ struct LlamaDecodeModel::Impl {
   }
 
   // Prompt tokens attending exactly within themselves (and over a dense past, or over
-  // `decoded_past`: the K/V of the positions before them decoded from a codec cache, [past, Hkv,
-  // hd] per layer), K/V written into the cache. Used for all but the last token of a prompt.
+  // `decoded_past`: the K/V of the positions before them, decoded from a codec cache or kept
+  // exact by a chunked prompt, [past, Hkv, hd] per layer), K/V written into the cache. Used for
+  // all but the last token of a prompt. keep_past: this call's K/V are appended to decoded_past.
   void Prefill(Sequence& s, std::span<const int32_t> tokens,
-               const std::vector<torch::Tensor>* decoded_past = nullptr) {
+               std::vector<torch::Tensor>* decoded_past = nullptr, bool keep_past = false) {
     const int64_t n = static_cast<int64_t>(tokens.size());
     const int64_t past = s.length;
     std::optional<internal::GpuKvCache::Step> step;
@@ -310,11 +316,20 @@ struct LlamaDecodeModel::Impl {
                                          s.values[static_cast<size_t>(l)].narrow(0, 0, past + n),
                                          past);
       } else if (decoded_past != nullptr && past > 0) {
-        const torch::Tensor& pk = (*decoded_past)[2 * static_cast<size_t>(l)];
-        const torch::Tensor& pv = (*decoded_past)[2 * static_cast<size_t>(l) + 1];
-        attn = internal::CausalAttention(q, torch::cat({pk, k}, 0), torch::cat({pv, v}, 0), past);
+        torch::Tensor& pk = (*decoded_past)[2 * static_cast<size_t>(l)];
+        torch::Tensor& pv = (*decoded_past)[2 * static_cast<size_t>(l) + 1];
+        torch::Tensor all_k = torch::cat({pk, k}, 0), all_v = torch::cat({pv, v}, 0);
+        attn = internal::CausalAttention(q, all_k, all_v, past);
+        if (keep_past) {
+          pk = all_k;
+          pv = all_v;
+        }
       } else {
         attn = internal::CausalAttention(q, k, v, 0);  // past == 0 here (see Forward)
+        if (keep_past && decoded_past != nullptr) {
+          (*decoded_past)[2 * static_cast<size_t>(l)] = k;
+          (*decoded_past)[2 * static_cast<size_t>(l) + 1] = v;
+        }
       }
       h = Finish(lw, h, attn);
     }
@@ -654,6 +669,14 @@ void LlamaDecodeModel::Forward(std::span<engine::SequenceStep> steps) {
                                   " appears twice in one Forward call");
     }
     if (step.tokens.empty()) throw std::invalid_argument("tokens: a step needs at least one");
+    if ((s.prompt_open || !step.logits_wanted) && m.prefix_store) {
+      throw std::invalid_argument(
+          "tokens: a prompt in chunks cannot go through the persistent prefix cache (cache_dir)");
+    }
+    if (!step.logits_wanted && s.length > 0 && !s.prompt_open) {
+      throw std::invalid_argument("tokens: sequence " + std::to_string(step.sequence_id) +
+                                  " got a prompt chunk (logits_wanted = false) after its prompt");
+    }
     for (int32_t t : step.tokens) {
       if (t < 0 || t >= m.config.vocab_size) {
         throw std::invalid_argument("tokens: id " + std::to_string(t) + " outside [0, " +
@@ -673,30 +696,46 @@ void LlamaDecodeModel::Forward(std::span<engine::SequenceStep> steps) {
   const bool through_cache = m.options.kv.prefill == PrefillAttention::kThroughCache;
   std::vector<Impl::Sequence*> seqs;
   std::vector<int32_t> last;
+  std::vector<engine::SequenceStep*> wanted;
   for (engine::SequenceStep& step : steps) {
     Impl::Sequence& s = m.Get(step.sequence_id);
-    const auto head = step.tokens.first(step.tokens.size() - 1);
+    // Prompt positions: a chunk before the prompt's last is all of them; otherwise the last
+    // token is decoded below with the batch.
+    const auto head =
+        step.logits_wanted ? step.tokens.first(step.tokens.size() - 1) : step.tokens;
+    const bool chunked = s.prompt_open || !step.logits_wanted;
     if (!head.empty()) {
       const bool has_prefix_block = head.size() >= static_cast<size_t>(codec::kBlockTokens);
       if (m.prefix_store && s.length == 0 && has_prefix_block) {
         m.PrefillThroughPrefixCache(step.sequence_id, s, head);
-      } else if (dense || (!through_cache && s.length == 0)) {
+      } else if (dense || (!through_cache && s.length == 0 && !chunked)) {
         m.Prefill(s, head);
+      } else if (!through_cache && (s.length == 0 || s.prompt_open)) {
+        // A chunk of a prompt: exact attention over the chunks before it.
+        if (s.prompt_past.empty()) {
+          s.prompt_past.resize(2 * static_cast<size_t>(m.config.num_hidden_layers));
+        }
+        m.Prefill(s, head, &s.prompt_past, /*keep_past=*/!step.logits_wanted);
       } else {
         // The tokens attend through the compressed cache one at a time: exact for what a
         // compressed cache can give, and the only way a non-empty compressed cache is read.
         for (int32_t t : head) m.Decode({&s}, std::span<const int32_t>(&t, 1));
       }
     }
+    s.prompt_open = !step.logits_wanted;
+    if (!step.logits_wanted) continue;
+    s.prompt_past.clear();
     seqs.push_back(&s);
     last.push_back(step.tokens.back());
+    wanted.push_back(&step);
   }
+  if (seqs.empty()) return;
   torch::Tensor logits = m.Decode(seqs, last);
   const float* p = logits.data_ptr<float>();
   const int64_t vocab = m.config.vocab_size;
-  for (size_t i = 0; i < steps.size(); ++i) {
-    steps[i].logits.assign(p + static_cast<int64_t>(i) * vocab,
-                           p + static_cast<int64_t>(i + 1) * vocab);
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    wanted[i]->logits.assign(p + static_cast<int64_t>(i) * vocab,
+                             p + static_cast<int64_t>(i + 1) * vocab);
   }
 }
 

@@ -292,6 +292,73 @@ TEST_F(CompressedRuntimeTest, Fp8AndReadKvStayCloseToDenseAndReadKvErrorFallsWit
   EXPECT_GT(r1, 4 * r8);
 }
 
+// Chunked prefill (engine::SequenceStep::logits_wanted): a prompt fed in chunks attends exactly
+// to the chunks before it, so the logits of its last position and of the decode steps after it
+// are those of the same prompt fed whole, up to float rounding, for every backend.
+TEST_F(CompressedRuntimeTest, APromptFedInChunksGivesTheLogitsOfTheWholePrompt) {
+  RuntimeOptions dense;
+  RuntimeOptions fp8;
+  fp8.kv.kind = "fp8";
+  RuntimeOptions readkv;
+  readkv.kv.kind = "readkv";
+  readkv.kv.read_bits = 4;
+  RuntimeOptions through = readkv;
+  through.kv.prefill = PrefillAttention::kThroughCache;
+  const std::span<const int32_t> prompt = std::span<const int32_t>(prompt_).first(552);
+  for (const RuntimeOptions& options : {dense, fp8, readkv, through}) {
+    SCOPED_TRACE(options.kv.kind + (options.kv.prefill == PrefillAttention::kThroughCache
+                                        ? " through the cache"
+                                        : ""));
+    LlamaDecodeModel whole(dir_.path(), options);
+    LlamaDecodeModel chunked(dir_.path(), options);
+    whole.StartSequence(1, {});
+    chunked.StartSequence(1, {});
+    std::vector<std::vector<float>> want = {Step(whole, 1, prompt)};
+    std::vector<std::vector<float>> got;
+    for (size_t at = 0; at < prompt.size(); at += 100) {  // 5 chunks of 100, then 52
+      engine::SequenceStep step;
+      step.sequence_id = 1;
+      step.tokens = prompt.subspan(at, std::min<size_t>(100, prompt.size() - at));
+      step.logits_wanted = at + step.tokens.size() == prompt.size();
+      chunked.Forward(std::span<engine::SequenceStep>(&step, 1));
+      EXPECT_EQ(step.logits.empty(), !step.logits_wanted);
+      if (step.logits_wanted) got.push_back(step.logits);
+    }
+    for (size_t t = 552; t < prompt_.size(); ++t) {
+      const std::span<const int32_t> token(&prompt_[t], 1);
+      want.push_back(Step(whole, 1, token));
+      got.push_back(Step(chunked, 1, token));
+    }
+    ASSERT_EQ(got.size(), want.size());
+    double scale = 0.0;
+    for (const auto& logits : want) {
+      for (float x : logits) scale = std::max(scale, static_cast<double>(std::abs(x)));
+    }
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_LT(MaxAbsDiff(got[i], want[i]) / scale, 1e-4) << "position " << 551 + i;
+    }
+    EXPECT_EQ(chunked.kv_bytes_in_use(), whole.kv_bytes_in_use());
+  }
+}
+
+TEST_F(CompressedRuntimeTest, APromptChunkAfterThePromptIsRefused) {
+  RuntimeOptions options;
+  options.kv.kind = "readkv";
+  LlamaDecodeModel model(dir_.path(), options);
+  model.StartSequence(1, {});
+  Step(model, 1, std::span<const int32_t>(prompt_).first(8));
+  engine::SequenceStep step;
+  step.sequence_id = 1;
+  step.tokens = std::span<const int32_t>(prompt_).subspan(8, 4);
+  step.logits_wanted = false;
+  try {
+    model.Forward(std::span<engine::SequenceStep>(&step, 1));
+    ADD_FAILURE() << "a prompt chunk after the prompt was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("after its prompt"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(CompressedRuntimeTest, RequestPoliciesAreValidatedNamingTheField) {
   RuntimeOptions o;
   o.kv.kind = "readkv";

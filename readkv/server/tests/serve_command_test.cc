@@ -194,6 +194,16 @@ TEST(ServeCommandTest, BadFlagsExitTwoNamingTheFlag) {
     Child child(ServeArgs({"--max-batch", "0"}));
     EXPECT_EQ(child.Wait(milliseconds(20000)), 2);
   }
+  {
+    Child child(ServeArgs({"--prefill-chunk", "-1"}));
+    EXPECT_EQ(child.Wait(milliseconds(20000)), 2);
+  }
+  {
+    // Chunked prefill and the persistent prefix cache do not mix.
+    Child child(ServeArgs({"--kv", "readkv", "--prefill-chunk", "64", "--cache-dir",
+                           "/tmp/kvgate-serve-test-never-created"}));
+    EXPECT_EQ(child.Wait(milliseconds(20000)), 2);
+  }
 }
 
 TEST(ServeCommandTest, AMissingModelDirectoryFailsWithoutListening) {

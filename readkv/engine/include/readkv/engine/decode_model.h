@@ -42,12 +42,16 @@ struct KvLedgers {
   std::map<std::string, int64_t> prefix_cache_objects;
 };
 
-// One sequence's work in a Forward call: feed `tokens` (the whole prompt on its first step, one
-// token afterwards) and receive the logits of the last position.
+// One sequence's work in a Forward call: feed `tokens` -- its prompt, whole or in consecutive
+// chunks, then one token per step -- and receive the logits of the last position. A chunk that
+// does not end the prompt has logits_wanted = false: its tokens are prompt positions like the
+// others (they attend to the prompt before them as the whole prompt would), and no logits come
+// back. The prompt's last chunk has logits_wanted = true.
 struct SequenceStep {
   uint64_t sequence_id = 0;
   std::span<const int32_t> tokens;
-  std::vector<float> logits;  // out: vocab_size() values for the last fed position
+  bool logits_wanted = true;
+  std::vector<float> logits;  // out: vocab_size() values for the last fed position, if wanted
 };
 
 class DecodeModel {

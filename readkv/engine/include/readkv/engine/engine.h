@@ -5,7 +5,10 @@
 // while the backend's KV limit allows), (2) ends cancelled sequences and frees their KV, (3) calls
 // DecodeModel::Forward once with every running sequence -- a new sequence feeds its whole prompt,
 // a running one its last token -- and (4) samples, streams and finishes. A request joins or leaves
-// the batch at any step; nobody waits for a whole batch to finish.
+// the batch at any step; nobody waits for a whole batch to finish. With prefill_chunk > 0 the
+// prompts are fed in chunks instead: at most prefill_chunk prompt tokens per step over all new
+// sequences (in admission order), so the running ones keep decoding while a long prompt is read
+// (chunked prefill); a sequence whose prompt waits for budget sits that step out.
 #pragma once
 
 #include <chrono>
@@ -28,6 +31,7 @@ namespace readkv::engine {
 struct EngineOptions {
   int max_batch = 8;       // sequences in one Forward call, >= 1
   int max_waiting = 64;    // accepted requests not yet running, >= 0; beyond -> kQueueFull
+  int prefill_chunk = 0;   // prompt tokens per step over all new sequences; 0 = whole prompts
   std::string model_name;  // the served model id (metrics label); empty = model.model_id()
 };
 

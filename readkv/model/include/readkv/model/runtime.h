@@ -18,6 +18,10 @@
 // backend's decode path over the stored cache, so every logit the engine sees reflects the
 // compression. kThroughCache feeds the prompt token by token through the backend instead (the
 // prompt attends over its own compressed K/V; exact for dense, slow for readkv on CPU).
+// Chunked prefill (engine::SequenceStep::logits_wanted = false, `kvgate serve --prefill-chunk`):
+// a prompt fed in chunks keeps the exact K/V of its positions so far beside the cache until its
+// last chunk, and each chunk attends to them exactly: the same logits as the whole prompt in one
+// step (to float rounding), for every backend; not with the persistent prefix cache below.
 //
 // Persistent prefix cache (RuntimeOptions::prefix_cache, `kvgate serve --cache-dir`; ReadKV with
 // dense prefill only): the prefix blocks of a prompt are its full 256-token blocks among all but
