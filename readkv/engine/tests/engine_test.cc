@@ -314,6 +314,33 @@ TEST_F(EngineTest, CancelledRequestEndsAtTheNextStepAndItsKvIsFreed) {
   EXPECT_EQ(engine.metrics().FinishedCount(FinishReason::kCancelled), 1.0);
 }
 
+TEST_F(EngineTest, ARequestCancelledDuringItsChunkedPrefillEndsThereAndItsKvIsFreed) {
+  TableDecodeModel::Options options;
+  options.step_delay = std::chrono::microseconds(2000);
+  TableDecodeModel model(options);
+  Engine engine(model, tokenizer_, ChunkedOptions(4));
+  auto channel = std::make_shared<RequestChannel>();
+  // 200 prompt tokens in chunks of 4: ~50 steps of 2 ms before the first token.
+  ASSERT_EQ(engine.Submit(Request(std::string(199, 'q'), 10), channel), SubmitStatus::kAccepted);
+  const auto deadline = std::chrono::steady_clock::now() + milliseconds(5000);
+  while (model.forward_calls() < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  channel->Cancel();
+  const Outcome out = Await(*channel);
+  ASSERT_TRUE(out.got_finished);
+  EXPECT_EQ(out.finished.finish_reason, FinishReason::kCancelled);
+  EXPECT_EQ(out.token_events, 0);
+  int fed = 0;
+  for (const auto& call : model.calls()) {
+    for (const auto& step : call) fed += step.tokens;
+  }
+  EXPECT_GE(fed, 12);   // at least three chunks went in...
+  EXPECT_LT(fed, 200);  // ...and the prompt was never finished
+  EXPECT_EQ(model.live_sequences(), 0);
+  EXPECT_EQ(model.started(), model.ended());
+}
+
 TEST_F(EngineTest, AnInvalidReadPolicyEndsWithAnInvalidRequestError) {
   TableDecodeModel model;
   Engine engine(model, tokenizer_, EngineOptions{});
