@@ -10,6 +10,7 @@ and that a bad policy is refused with `file:line: key: what` and exit 3 before a
 usage: kvgate_run_test.py KVGATE_BINARY
 """
 import json
+import math
 import os
 import re
 import subprocess
@@ -123,8 +124,12 @@ def main():
               f"all four gates decided ({sorted(gate_names)})")
         p99 = next(g for g in outcome["gates"] if g["gate"] == "p99")
         noise = p99["details"].get("sampling_noise", {})
-        check(noise.get("requests_per_run") == [(REQUESTS - WARMUP) * k for k in (1, 2, 4, 8)]
-              and all(w >= 0 for w in noise["ttft_half_width"] + noise["tpot_half_width"]),
+        sizes = [(REQUESTS - WARMUP) * k for k in (1, 2, 4, 8)]
+        check(noise.get("requests_per_run") == sizes
+              and all(len(noise.get(key, [])) == len(sizes)
+                      and all(isinstance(w, (int, float)) and math.isfinite(w)
+                              for w in noise[key])
+                      for key in ("ttft_half_width", "tpot_half_width")),
               f"the P99 gate reports its sampling noise per requests per run ({noise}; "
               f"{p99['reason']})")
 

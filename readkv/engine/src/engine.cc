@@ -51,8 +51,8 @@ struct Engine::Active {
   Clock::time_point last_token_time{};
   bool admitted = false;  // counted in running_count_
   bool started = false;   // StartSequence succeeded: EndSequence owed
-  bool prefilled = false;  // its whole prompt has been fed
-  size_t fed = 0;          // prompt tokens fed so far (chunked prefill)
+  size_t fed = 0;  // prompt tokens fed so far (all of them in one step unless chunked)
+  bool prefilled() const { return fed == request.prompt.size(); }
   bool done = false;
   int32_t last_token = -1;
   int completion_tokens = 0;
@@ -269,7 +269,7 @@ void Engine::Step(std::vector<std::unique_ptr<Active>>& admitted) {
     Active& active = *owned;
     SequenceStep step;
     step.sequence_id = active.id;
-    if (active.prefilled) {
+    if (active.prefilled()) {
       step.tokens = std::span<const int32_t>(&active.last_token, 1);
     } else {
       const std::span<const int32_t> prompt(active.request.prompt);
@@ -306,7 +306,7 @@ void Engine::Step(std::vector<std::unique_ptr<Active>>& admitted) {
   const Clock::time_point now = Clock::now();
   for (size_t i = 0; i < members.size(); ++i) {
     Active& active = *members[i];
-    if (!active.prefilled) active.fed += steps[i].tokens.size();
+    if (!active.prefilled()) active.fed += steps[i].tokens.size();
     if (!steps[i].logits_wanted) continue;  // a prompt chunk before the last
     const std::vector<float>& logits = steps[i].logits;
     if (static_cast<int>(logits.size()) != info_.vocab_size) {
@@ -321,7 +321,6 @@ void Engine::Step(std::vector<std::unique_ptr<Active>>& admitted) {
              "the model produced no finite logit");
       continue;
     }
-    active.prefilled = true;
     active.last_token = token;
     ++active.completion_tokens;
     // Counted before the token's event is pushed: a client that has its completion must find

@@ -708,14 +708,15 @@ void LlamaDecodeModel::Forward(std::span<engine::SequenceStep> steps) {
       const bool has_prefix_block = head.size() >= static_cast<size_t>(codec::kBlockTokens);
       if (m.prefix_store && s.length == 0 && has_prefix_block) {
         m.PrefillThroughPrefixCache(step.sequence_id, s, head);
-      } else if (dense || (!through_cache && s.length == 0 && !chunked)) {
+      } else if (dense) {
         m.Prefill(s, head);
       } else if (!through_cache && (s.length == 0 || s.prompt_open)) {
-        // A chunk of a prompt: exact attention over the chunks before it.
-        if (s.prompt_past.empty()) {
+        // The prompt's positions; a chunk attends exactly to the chunks before it (prompt_past).
+        if (chunked && s.prompt_past.empty()) {
           s.prompt_past.resize(2 * static_cast<size_t>(m.config.num_hidden_layers));
         }
-        m.Prefill(s, head, &s.prompt_past, /*keep_past=*/!step.logits_wanted);
+        m.Prefill(s, head, chunked ? &s.prompt_past : nullptr,
+                  /*keep_past=*/!step.logits_wanted);
       } else {
         // The tokens attend through the compressed cache one at a time: exact for what a
         // compressed cache can give, and the only way a non-empty compressed cache is read.
