@@ -156,10 +156,24 @@ struct ValuesMmaShared {
   static constexpr int kPlaneBytes = D / 8;
   static constexpr int kSlots = kSub + (kValueTile - 1) * kMaxStoreBits;
   static constexpr int kSegments = kSub / kWarp;
-  struct Stage {  // one tile in shared memory: its value planes and logits
-    uint8_t planes[kValueTile][kMaxStoreBits][kPlaneBytes];
+  // One tile in shared memory: its value planes and logits. Plane p of slot j sits in row
+  // 8 j + (p ^ Swizzle(j)). Unswizzled, a slot's 8 planes fill one 128-byte bank row (64 bytes at
+  // d = 64), so the slots a quarter-warp reads together (4 r + u, r = 0..3) and the 16 slots a
+  // copy writes all hit the same banks: ncu counted 16 wavefronts per 128-bit plane load (ideal
+  // 4) and 60% of the kernel's shared wavefronts as excess (ReadKV(8,2), 32K x 16). The swizzle
+  // gives slots u, u + 4, u + 8, u + 12 distinct bank groups, and slots 0..7 (and 8..15) too.
+  struct Stage {
+    uint8_t planes[kValueTile * kMaxStoreBits][kPlaneBytes];
     float logits[G][kValueTile];
+    static __device__ __forceinline__ int Row(int slot, int p) {
+      return slot * kMaxStoreBits + (p ^ (slot & 7) ^ ((slot >> 3) << 1));
+    }
+    __device__ __forceinline__ uint8_t* Plane(int slot, int p) { return planes[Row(slot, p)]; }
+    __device__ __forceinline__ const uint8_t* Plane(int slot, int p) const {
+      return planes[Row(slot, p)];
+    }
   };
+  static_assert(kMaxStoreBits == 8, "the swizzle permutes a slot's 8 plane rows");
   union {
     Stage stage[kMmaValueWarps][2];  // per warp: the tile being read, the next one arriving
     float out[D * kCols];            // at the end: the warps' O^T, added in turn
@@ -277,7 +291,7 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
                             static_cast<size_t>(sh.pages[i / kPageTokens]) * page_bytes +
                             (token % kPageTokens) * token_bytes;
     for (int p = first; p < t; p += 2) {
-      CpAsyncBytes<kPlaneBytes>(st.planes[slot][p], planes + p * kPlaneBytes, live);
+      CpAsyncBytes<kPlaneBytes>(st.Plane(slot, p), planes + p * kPlaneBytes, live);
     }
     const float* logits = lane_logits + token;
     for (int q = first; q < G; q += 2, logits += logits_step) {
@@ -363,13 +377,13 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
         for (int u = 0; u < 4; ++u) {
           uint32_t x[kWords];
           if constexpr (kWords == 4) {
-            const uint4 v = *reinterpret_cast<const uint4*>(st.planes[4 * r + u][p]);
+            const uint4 v = *reinterpret_cast<const uint4*>(st.Plane(4 * r + u, p));
             x[0] = v.x;
             x[1] = v.y;
             x[2] = v.z;
             x[3] = v.w;
           } else {
-            const uint2 v = *reinterpret_cast<const uint2*>(st.planes[4 * r + u][p]);
+            const uint2 v = *reinterpret_cast<const uint2*>(st.Plane(4 * r + u, p));
             x[0] = v.x;
             x[1] = v.y;
           }
@@ -410,7 +424,7 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
           uint32_t y[4];
 #pragma unroll
           for (int u = 0; u < 4; ++u) {
-            y[u] = reinterpret_cast<const uint32_t*>(st.planes[4 * r + u][0])[w] << (7 - g);
+            y[u] = reinterpret_cast<const uint32_t*>(st.Plane(4 * r + u, 0))[w] << (7 - g);
           }
           // m-tile 2w: bytes 0 (row g) and 1 (row g + 8); m-tile 2w + 1: bytes 2 and 3.
           const uint32_t a0[4] = {internal::ZeroOne(internal::SignPair<0>(y[0], y[1])),
