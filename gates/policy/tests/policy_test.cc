@@ -94,6 +94,14 @@ TEST(PolicyTest, H200LongKeepsTheDefaultGatesOnTheGpuAt16K) {
     ASSERT_NE(device, a.end());
     EXPECT_EQ(*(device + 1), "cuda");
   }
+  // The servers differ only in their caches: the same engine flags on both sides.
+  const auto value = [](const std::vector<std::string>& a, const std::string& flag) {
+    const auto it = std::find(a.begin(), a.end(), flag);
+    return it == a.end() || it + 1 == a.end() ? std::string("(absent)") : *(it + 1);
+  };
+  for (const std::string flag : {"--model", "--max-batch", "--prefill-chunk"}) {
+    EXPECT_EQ(value(h.baseline.serve_args, flag), value(h.candidate.serve_args, flag)) << flag;
+  }
 }
 
 TEST(PolicyTest, MinimalPolicyTakesEveryDefault) {
