@@ -35,7 +35,7 @@ struct BenchArgs {
   std::string kv = "dense,fp8,readkv:8:4,readkv:8:2";
   int iters = 50;
   double min_total_ms = 200.0;
-  int chunk_tokens = 1024;
+  int chunk_tokens = 0;
   bool ragged = false;
   bool no_anchor = false;
   uint64_t seed = 1;
@@ -166,7 +166,8 @@ void AddBenchCommand(CLI::App& app, CommandContext& context) {
                   "Keep launching until the row's kernel time reaches this")
       ->capture_default_str();
   cmd->add_option("--chunk-tokens", args->chunk_tokens,
-                  "Tokens per thread block (multiple of 256; 0: the kernels' choice)")
+                  "ReadKV tokens per thread block (multiple of 256; 0: the automatic choice kvgate "
+                  "serve uses)")
       ->capture_default_str();
   cmd->add_flag("--ragged", args->ragged, "Sequence lengths uniform in [T/2, T]");
   cmd->add_flag("--no-anchor", args->no_anchor, "Skip torch's scaled_dot_product_attention");

@@ -776,6 +776,7 @@ void RunPoint(const BenchConfig& config, int64_t tokens, int64_t batch, const An
       row.copy_bytes = static_cast<int64_t>(rk->set.copy_bytes());
       row.capacity_bytes = rk->capacity_bytes;
       row.workspace_bytes = static_cast<int64_t>(ReadKvDecodeWorkspaceBytes(s));
+      row.chunk_tokens = ReadKvChunkTokens(s);
     }
     if (progress != nullptr) *progress << "  timing " << row.kv << "\n";
     row.time = TimeLaunches(launch, row.copies, config, row.kv);

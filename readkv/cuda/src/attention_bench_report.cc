@@ -75,6 +75,7 @@ std::string BenchReportJson(const BenchConfig& config, const BenchReport& report
                       {"io", r.traffic.io},
                       {"total", r.traffic.Total()}}},
                     {"workspace_bytes", r.workspace_bytes},
+                    {"chunk_tokens", r.chunk_tokens},
                     {"achieved_gbps", r.achieved_gbps},
                     {"stream_fraction", r.stream_fraction},
                     {"time_vs_fp8", PositiveOrNull(r.time_vs_fp8)},

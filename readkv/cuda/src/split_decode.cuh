@@ -22,22 +22,9 @@ namespace readkv::cuda::internal {
 
 inline constexpr int kWarp = 32;
 
-// The chunk length a call uses: the caller's, or (chunk_tokens == 0) the largest multiple of a
-// page that still gives the GPU at least ~2 thread blocks per SM.
-inline int EffectiveChunkTokens(const DecodeShape& shape) {
-  if (shape.chunk_tokens > 0) return shape.chunk_tokens;
-  int chunk = 2048;
-  const int64_t heads = static_cast<int64_t>(shape.batch) * shape.heads_kv;
-  while (chunk > kPageTokens &&
-         heads * ((shape.max_tokens + chunk - 1) / chunk) < 2 * 132) {
-    chunk /= 2;
-  }
-  return chunk;
-}
-
 inline DecodeShape Resolved(const DecodeShape& shape) {
   DecodeShape s = shape;
-  s.chunk_tokens = EffectiveChunkTokens(shape);
+  s.chunk_tokens = ReadKvChunkTokens(shape);
   return s;
 }
 

@@ -18,16 +18,6 @@ int64_t Chunks(int64_t tokens, int chunk) { return (tokens + chunk - 1) / chunk;
 // by Prepare, copied by every Logits block of the row.
 constexpr int64_t kKeyListBytes = 2696;
 
-// The chunk length the kernels use (split_decode.cuh EffectiveChunkTokens, repeated here so this
-// file needs no CUDA headers).
-int ChunkTokens(const DecodeShape& shape) {
-  if (shape.chunk_tokens > 0) return shape.chunk_tokens;
-  int chunk = 2048;
-  const int64_t heads = static_cast<int64_t>(shape.batch) * shape.heads_kv;
-  while (chunk > kPageTokens && heads * Chunks(shape.max_tokens, chunk) < 2 * 132) chunk /= 2;
-  return chunk;
-}
-
 // The dense and FP8 kernels' partition (split_work.h) with the grid they get on an H100/H200
 // (132 SMs; dense holds two blocks per SM, FP8 three): the model counts one partial per (block,
 // head it holds tiles of, warp), written once and read once by the combine.
@@ -112,6 +102,14 @@ bool ReadKvUsesMmaLogits(double key_bits) {
   return std::strcmp(v, "mma") == 0;
 }
 
+int ReadKvChunkTokens(const DecodeShape& shape) {
+  if (shape.chunk_tokens > 0) return shape.chunk_tokens;
+  int chunk = 2048;
+  const int64_t heads = static_cast<int64_t>(shape.batch) * shape.heads_kv;
+  while (chunk > kPageTokens && heads * Chunks(shape.max_tokens, chunk) < 2 * 132) chunk /= 2;
+  return chunk;
+}
+
 TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host,
                                  int store_bits, double key_bits,
                                  const uint8_t* key_depths_host,
@@ -120,7 +118,7 @@ TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_le
   // What a Logits block reads to find its planes: the row's entry list, or (LogitsMma) its
   // Key depths, from which it builds its k-slots itself.
   const int64_t logits_schedule = ReadKvUsesMmaLogits(key_bits) ? shape.head_dim : kKeyListBytes;
-  const int chunk = ChunkTokens(shape);
+  const int chunk = ReadKvChunkTokens(shape);
   const int64_t d = shape.head_dim;
   const int64_t g = shape.heads_q / shape.heads_kv;
   const int64_t plane_bytes = d / 8;

@@ -77,5 +77,25 @@ TEST(ReadKvLogitsReaderTest, TrafficCountsWhatEachReaderReadsPerChunk) {
   EXPECT_EQ(wide.payload, 0);  // no depths given: the payload is the device's to sum
 }
 
+// The automatic chunk (what kvgate serve's calls use, and the bench's default): the largest of
+// 2048 .. 256 that leaves ~2 blocks per SM of 132. The H200 sweep of 2026-11-30 (BENCHMARKS.md,
+// sixth round) found it the fastest measured choice at 32K x 16 (32/8/128) and 16K x 16 (8/2/64).
+TEST(ReadKvChunkTokensTest, PicksTheLargestChunkThatStillFillsTheGpu) {
+  DecodeShape shape;
+  shape.chunk_tokens = 0;
+  const auto chunk = [&](int batch, int heads_kv, int tokens) {
+    shape.batch = batch;
+    shape.heads_kv = heads_kv;
+    shape.max_tokens = tokens;
+    return ReadKvChunkTokens(shape);
+  };
+  EXPECT_EQ(chunk(16, 8, 32768), 2048);  // 128 rows x 16 chunks = 2048 blocks
+  EXPECT_EQ(chunk(16, 2, 16384), 1024);  // 2048 would give 256 blocks < 264
+  EXPECT_EQ(chunk(1, 8, 8192), 256);     // the floor: one page
+  EXPECT_EQ(chunk(1, 8, 100), 256);
+  shape.chunk_tokens = 512;  // the caller's choice wins
+  EXPECT_EQ(ReadKvChunkTokens(shape), 512);
+}
+
 }  // namespace
 }  // namespace readkv::cuda

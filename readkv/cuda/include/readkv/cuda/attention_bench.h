@@ -56,7 +56,8 @@ struct BenchConfig {
   std::vector<KvSpec> kv = {KvSpec{}};
   int iters = 50;               // timed launches per row, at least 20 ...
   double min_total_ms = 200.0;  // ... and until their kernel times add up to this
-  int chunk_tokens = 1024;      // the kernels' flash-decoding chunk, a multiple of 256
+  int chunk_tokens = 0;  // ReadKV's chunk, a multiple of 256; 0: the automatic choice that
+                         // kvgate serve uses (ReadKvChunkTokens)
   bool ragged = false;          // seq_lens uniform in [T/2, T] instead of all T
   uint64_t seed = 1;
   // Throws InvalidArgument naming the flag: "--tokens", "--batch", "--heads-q", "--heads-kv"
@@ -97,6 +98,7 @@ struct BenchRow {
   int64_t context_tokens = 0;   // sum of seq_lens over the batch
   int64_t capacity_bytes = 0;   // ledger 1: cache pages (whole pages) + scales / codec tables
   int64_t workspace_bytes = 0;  // ledger 4: the launcher's workspace; -1: unknown (anchor)
+  int chunk_tokens = 0;         // ReadKV rows: the chunk the call used; 0 for the others
   int64_t logical_bytes = 0;    // ledger 2: payload the reader chose
   TrafficBytes traffic;         // ledger 3 (the anchor: the dense kernel's model of the same reads)
   double achieved_gbps = 0;     // traffic.Total() / median time, 1e9 bytes/s

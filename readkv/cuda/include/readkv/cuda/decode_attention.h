@@ -45,7 +45,8 @@ struct DecodeShape {
   int head_dim = 128;
   int max_pages = 1;       // columns of page_table
   int max_tokens = 256;    // an upper bound of every seq_lens[b] (sizes the workspace)
-  int chunk_tokens = 1024; // ReadKV: tokens per thread block, a multiple of 256 (0: automatic)
+  int chunk_tokens = 1024; // ReadKV: tokens per thread block, a multiple of 256 (0: automatic,
+                           // ReadKvChunkTokens)
 
   int group() const { return heads_q / heads_kv; }
   int max_chunks() const { return (max_tokens + chunk_tokens - 1) / chunk_tokens; }
@@ -212,5 +213,9 @@ TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_le
 // Whether ReadKvDecodeAttention reads Keys with the tensor-core Logits reader (LogitsMma) for a
 // Key budget of key_bits per channel, unless KVGATE_READKV_LOGITS picks a reader.
 bool ReadKvUsesMmaLogits(double key_bits);
+// The chunk a ReadKV call uses (tokens per thread block): shape.chunk_tokens when positive, else
+// the automatic choice, the largest of 2048, 1024, 512, 256 that still gives at least ~2 thread
+// blocks per SM of an H100/H200 (132 SMs). Host code in both builds.
+int ReadKvChunkTokens(const DecodeShape& shape);
 
 }  // namespace readkv::cuda
