@@ -205,6 +205,11 @@ std::optional<std::string> LoadEvidenceProblem(std::span<const LoadPair> pairs, 
   }
   for (const LoadPair& p : pairs) {
     std::string which = "pair " + std::to_string(p.pair_index);
+    if (!p.has_baseline || !p.has_candidate) {
+      return which + " has no " + (p.has_baseline ? "candidate" : "baseline") +
+             " load run (the run stopped before measuring it); the load gates need both sides "
+             "of every pair";
+    }
     if (!p.baseline_valid) return which + " baseline run INVALID: " + p.baseline_invalid_reason;
     if (!p.candidate_valid) return which + " candidate run INVALID: " + p.candidate_invalid_reason;
     if (p.baseline_error_rate > max_error_rate) {

@@ -145,6 +145,16 @@ TEST(P99GateTest, TooFewPairsInvalidRunsAndErrorsAreInconclusive) {
   auto errors = Pairs(5, 1.0, 1.0);
   errors[1].baseline_error_rate = 0.05;
   EXPECT_EQ(GoodputGate(errors, 1.1, 0.95, 5, 0.01).status, GateStatus::kInconclusive);
+  // An interrupted run: pair 4's candidate was never measured. Not a goodput of 0 (FAIL), not a
+  // missing P99 (the old reasons), but an incomplete pair, named.
+  auto cut = Pairs(5, 1.0, 1.0);
+  cut[4].has_candidate = false;
+  cut[4].candidate_goodput_rps = cut[4].candidate_p99_ttft_s = cut[4].candidate_p99_tpot_s = 0;
+  for (const GateResult& g :
+       {P99Gate(cut, 1.05, 0.95, 5, 0.01), GoodputGate(cut, 1.1, 0.95, 5, 0.01)}) {
+    EXPECT_EQ(g.status, GateStatus::kInconclusive) << g.gate;
+    EXPECT_NE(g.reason.find("pair 4 has no candidate load run"), std::string::npos) << g.reason;
+  }
 }
 
 TEST(P99GateTest, SaysHowWideSamplingAloneMakesTheIntervalAndWhatWouldNarrowIt) {

@@ -185,7 +185,9 @@ std::vector<gates::GateResult> DecideFromRows(history::HistoryDb& db, int64_t ru
     std::vector<loadgen::RequestRecord> records = db.LoadRecords(run.id);
     loadgen::Summary summary =
         loadgen::Summarize(records, slo, loadgen::MeasuredDurationSeconds(records));
-    gates::LoadPair& pair = pairs[*run.meta.pair_index];
+    const auto [at, fresh] = pairs.try_emplace(*run.meta.pair_index);
+    gates::LoadPair& pair = at->second;
+    if (fresh) pair.has_baseline = pair.has_candidate = false;  // until their runs are seen
     pair.pair_index = *run.meta.pair_index;
     loadgen::LatencySamples* pool = run.meta.label == kBaseline    ? &pooled_baseline
                                     : run.meta.label == kCandidate ? &pooled_candidate
@@ -200,6 +202,7 @@ std::vector<gates::GateResult> DecideFromRows(history::HistoryDb& db, int64_t ru
     double error_rate =
         summary.requests > 0 ? static_cast<double>(summary.errored) / summary.requests : 1.0;
     if (run.meta.label == kBaseline) {
+      pair.has_baseline = true;
       pair.baseline_p99_ttft_s = summary.ttft.p99_ms / 1000;
       pair.baseline_p99_tpot_s = summary.tpot.p99_ms / 1000;
       pair.baseline_goodput_rps = summary.goodput_rps;
@@ -207,6 +210,7 @@ std::vector<gates::GateResult> DecideFromRows(history::HistoryDb& db, int64_t ru
       pair.baseline_valid = run.meta.valid;
       pair.baseline_invalid_reason = run.meta.invalid_reason;
     } else if (run.meta.label == kCandidate) {
+      pair.has_candidate = true;
       pair.candidate_p99_ttft_s = summary.ttft.p99_ms / 1000;
       pair.candidate_p99_tpot_s = summary.tpot.p99_ms / 1000;
       pair.candidate_goodput_rps = summary.goodput_rps;

@@ -66,6 +66,9 @@ struct LoadPair {
   double baseline_error_rate = 0.0, candidate_error_rate = 0.0;
   bool baseline_valid = true, candidate_valid = true;
   std::string baseline_invalid_reason, candidate_invalid_reason;
+  // Whether each side's load run exists. False only for a run that stopped between the two
+  // members of a pair (`interrupted`): its missing side was never measured, it is not a zero.
+  bool has_baseline = true, has_candidate = true;
 };
 
 // Why the load evidence cannot decide anything (too few pairs, an INVALID run, errors above the
