@@ -127,13 +127,13 @@ GateResult PasskeyGate(int correct, int errored, int items, int required) {
 GateResult QaF1Gate(std::span<const SubsetScores> subsets, double max_drop, double confidence,
                     int resamples, uint64_t seed) {
   if (subsets.empty()) return Inconclusive("qa_f1", max_drop, "no QA subsets were scored");
-  GateResult result;
-  result.gate = "qa_f1";
-  result.threshold = max_drop;
-  result.status = GateStatus::kPass;
-  result.details = {{"subsets", nlohmann::json::array()}};
-  double worst_drop = -1e300;
-  std::string fail_reason, open_reason;
+  struct Decided {
+    stats::Interval drop;
+    GateStatus status;
+    std::optional<int64_t> items_to_decide;
+  };
+  std::vector<Decided> decided;
+  size_t all_items = 0;  // the largest subset ('all' when present): the run's QA items
   for (size_t s = 0; s < subsets.size(); ++s) {
     const SubsetScores& subset = subsets[s];
     if (subset.baseline.empty() || subset.baseline.size() != subset.candidate.size()) {
@@ -143,56 +143,87 @@ GateResult QaF1Gate(std::span<const SubsetScores> subsets, double max_drop, doub
                               std::to_string(subset.candidate.size()) +
                               " candidate scores; items must pair up");
     }
+    all_items = std::max(all_items, subset.baseline.size());
     stats::BootstrapOptions options{resamples, confidence, seed + s};
     stats::Interval gain =
         stats::PairedBootstrapMeanDifference(subset.baseline, subset.candidate, options);
-    // drop = baseline − candidate, so its interval is the mirror of the gain's.
-    stats::Interval drop{-gain.estimate, -gain.hi, -gain.lo, gain.confidence};
-    GateStatus status = AtMost(drop, max_drop);
-    nlohmann::json subset_json = {{"subset", subset.subset},
-                                  {"items", subset.baseline.size()},
-                                  {"drop", IntervalJson(drop)},
-                                  {"status", ToString(status)}};
+    // drop = baseline − candidate, so its interval is the mirror of the gain's (+ 0.0: a gain
+    // of exactly 0 is a drop of 0, not -0).
+    stats::Interval drop{-gain.estimate + 0.0, -gain.hi + 0.0, -gain.lo + 0.0, gain.confidence};
+    Decided d{drop, AtMost(drop, max_drop), std::nullopt};
     // Items that would separate this estimate from the limit at the same per-item spread (an
     // interval's half-width shrinks as 1 / sqrt(items)); none when the estimate is the limit.
     const double half_width = (drop.hi - drop.lo) / 2;
     const double distance = std::abs(drop.estimate - max_drop);
-    std::optional<int64_t> items_to_decide;
-    if (status == GateStatus::kInconclusive && distance > 0) {
+    if (d.status == GateStatus::kInconclusive && distance > 0) {
       const double items = static_cast<double>(subset.baseline.size()) *
                            (half_width / distance) * (half_width / distance);
-      if (items < 1e9) items_to_decide = static_cast<int64_t>(std::ceil(items));
+      if (items < 1e9) d.items_to_decide = static_cast<int64_t>(std::ceil(items));
     }
-    if (items_to_decide) subset_json["items_to_decide"] = *items_to_decide;
-    result.details["subsets"].push_back(subset_json);
-    std::string line = "subset '" + subset.subset + "' F1 drop " + Fixed(drop.estimate, 2) +
-                       " points, interval " + Range(drop, 2);
-    if (status == GateStatus::kFail && fail_reason.empty()) {
-      fail_reason = line + " is above the " + Fixed(max_drop, 2) + "-point limit";
-    }
-    if (status == GateStatus::kInconclusive && open_reason.empty()) {
-      open_reason = line + " straddles the " + Fixed(max_drop, 2) +
-                    "-point limit: add items to quality.qa";
-      open_reason += items_to_decide
-                         ? " (at this spread ~" + std::to_string(*items_to_decide) +
-                               " items would separate the estimate from the limit)"
-                         : " (the estimate sits on the limit: more items narrow the interval "
-                           "but cannot say which side it is on)";
-    }
-    result.status = Worst(result.status, status);
-    if (drop.estimate > worst_drop) {
-      worst_drop = drop.estimate;
-      result.observed = drop.estimate;
-      result.interval = drop;
-    }
+    decided.push_back(d);
   }
+
+  GateResult result;
+  result.gate = "qa_f1";
+  result.threshold = max_drop;
+  result.status = GateStatus::kPass;
+  result.details = {{"subsets", nlohmann::json::array()}};
+  for (size_t s = 0; s < subsets.size(); ++s) {
+    const Decided& d = decided[s];
+    nlohmann::json subset_json = {{"subset", subsets[s].subset},
+                                  {"items", subsets[s].baseline.size()},
+                                  {"drop", IntervalJson(d.drop)},
+                                  {"status", ToString(d.status)}};
+    if (d.items_to_decide) subset_json["items_to_decide"] = *d.items_to_decide;
+    result.details["subsets"].push_back(subset_json);
+    result.status = Worst(result.status, d.status);
+  }
+  // The headline -- observed, interval and reason -- is one subset: of those whose status is
+  // the gate's, the one with the largest drop estimate (the first on ties).
+  size_t h = subsets.size();
+  for (size_t s = 0; s < subsets.size(); ++s) {
+    if (decided[s].status != result.status) continue;
+    if (h == subsets.size() || decided[s].drop.estimate > decided[h].drop.estimate) h = s;
+  }
+  const Decided& head = decided[h];
+  result.observed = head.drop.estimate;
+  result.interval = head.drop;
+  const std::string line = "subset '" + subsets[h].subset + "' F1 drop " +
+                           Fixed(head.drop.estimate, 2) + " points, interval " +
+                           Range(head.drop, 2);
   if (result.status == GateStatus::kFail) {
-    result.reason = fail_reason;
+    result.reason = line + " is above the " + Fixed(max_drop, 2) + "-point limit";
   } else if (result.status == GateStatus::kInconclusive) {
-    result.reason = open_reason;
+    result.reason = line + " straddles the " + Fixed(max_drop, 2) +
+                    "-point limit: add items to quality.qa";
+    // Items the whole QA set needs so that every undecided subset's interval clears the limit
+    // at the same spread: each subset's need scaled by its share of the items, the largest.
+    std::optional<int64_t> needed;
+    bool on_limit = false;
+    for (size_t s = 0; s < subsets.size(); ++s) {
+      if (decided[s].status != GateStatus::kInconclusive) continue;
+      if (!decided[s].items_to_decide) {
+        on_limit = true;
+        continue;
+      }
+      const auto in_all = static_cast<int64_t>(
+          std::ceil(static_cast<double>(*decided[s].items_to_decide) *
+                    static_cast<double>(all_items) / subsets[s].baseline.size()));
+      needed = std::max(needed.value_or(0), in_all);
+    }
+    if (!head.items_to_decide) {
+      result.reason += " (the estimate sits on the limit: more items narrow the interval but "
+                       "cannot say which side it is on)";
+    } else {
+      result.reason += " (at this spread ~" + std::to_string(*needed) +
+                       " items in all would separate every undecided subset's estimate from the "
+                       "limit";
+      if (on_limit) result.reason += "; one estimate sits on the limit, which no count decides";
+      result.reason += ")";
+    }
   } else {
     result.reason = "every subset's F1 drop interval is within " + Fixed(max_drop, 2) +
-                    " points (worst estimate " + Fixed(worst_drop, 2) + ")";
+                    " points (worst estimate " + Fixed(head.drop.estimate, 2) + ")";
   }
   return result;
 }

@@ -88,6 +88,50 @@ TEST(QaF1GateTest, DecidesEachSubsetByItsDropInterval) {
   EXPECT_EQ(QaF1Gate(unpaired, 1.0, 0.95, 1000, 7).status, GateStatus::kInconclusive);
 }
 
+// The headline of the F1 gate -- observed, interval and reason -- is one subset: of those with
+// the gate's status, the largest drop. (It used to take observed/interval from the subset with
+// the largest drop of all and the reason from the first undecided subset: on the H200 run of
+// 2026-11-30 the reason said 'all' 3.00 [-3, 9] under an observed 3.03 [-0, 9.09] of another
+// subset, with a "-0".) A subset's need for items is scaled to the whole QA set in the reason.
+TEST(QaF1GateTest, ObservedIntervalAndReasonDescribeTheSameSubset) {
+  std::vector<double> base(90, 100.0), lost2(90, 100.0);
+  lost2[3] = lost2[40] = 0.0;  // 2 of 90 lost: a drop of 2.22 points, undecided
+  // Subsets: the whole set, and a third of it that holds both lost items (a larger drop).
+  std::vector<double> base_third(base.begin(), base.begin() + 30);
+  std::vector<double> lost_third(30, 100.0);
+  lost_third[3] = lost_third[20] = 0.0;
+  const std::vector<SubsetScores> subsets = {{"all", base, lost2},
+                                             {"depth=0-33%", base_third, lost_third}};
+  GateResult open = QaF1Gate(subsets, 1.0, 0.95, 2000, 7);
+  ASSERT_EQ(open.status, GateStatus::kInconclusive) << open.reason;
+  const auto& third = open.details["subsets"][1];
+  ASSERT_EQ(third["status"], "INCONCLUSIVE");
+  EXPECT_DOUBLE_EQ(open.observed, third["drop"]["estimate"].get<double>());
+  ASSERT_TRUE(open.interval.has_value());
+  EXPECT_DOUBLE_EQ(open.interval->lo, third["drop"]["lo"].get<double>());
+  EXPECT_DOUBLE_EQ(open.interval->hi, third["drop"]["hi"].get<double>());
+  EXPECT_NE(open.reason.find("subset 'depth=0-33%' F1 drop 6.67"), std::string::npos)
+      << open.reason;
+  // Items to add: every undecided subset's need, scaled to the whole set by its share (the third
+  // needs 3x its own count), the largest.
+  int64_t need = 0;
+  for (const auto& subset : open.details["subsets"]) {
+    const int64_t share = 90 / subset["items"].get<int64_t>();
+    need = std::max(need, share * subset["items_to_decide"].get<int64_t>());
+  }
+  EXPECT_GE(need, 3 * third["items_to_decide"].get<int64_t>());
+  EXPECT_NE(open.reason.find("~" + std::to_string(need) + " items in all would separate every"),
+            std::string::npos)
+      << open.reason;
+  // No "-0": a subset whose scores agree item by item has a drop interval of exactly [0, 0].
+  const std::vector<SubsetScores> same = {{"all", base, base}};
+  GateResult pass = QaF1Gate(same, 1.0, 0.95, 2000, 7);
+  ASSERT_EQ(pass.status, GateStatus::kPass);
+  EXPECT_FALSE(std::signbit(pass.interval->lo));
+  EXPECT_FALSE(std::signbit(pass.interval->hi));
+  EXPECT_FALSE(std::signbit(pass.observed));
+}
+
 // An INCONCLUSIVE F1 gate says how many items would decide it at the same spread: about the
 // same answer from 100 items or from the same items four times over (a quarter of the interval's
 // width squared, four times the items), and none when the estimate is on the limit.
@@ -102,7 +146,7 @@ TEST(QaF1GateTest, SaysHowManyItemsWouldSeparateTheEstimateFromTheLimit) {
   ASSERT_TRUE(detail.contains("items_to_decide")) << detail.dump();
   const int64_t needed = detail["items_to_decide"];
   EXPECT_GT(needed, 100);
-  EXPECT_NE(open.reason.find("~" + std::to_string(needed) + " items would separate"),
+  EXPECT_NE(open.reason.find("~" + std::to_string(needed) + " items in all would separate"),
             std::string::npos)
       << open.reason;
   std::vector<double> base4, lost4;
