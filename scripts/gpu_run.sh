@@ -6,7 +6,7 @@
 # run.log (its progress lines) and logs.tgz (build log, GPU KV test log, server logs). The CUDA
 # KV backends' tests (readkv_model_test *Gpu*) run first; the round stops if they fail. Run from the repository
 # root with .devdeps and gates/report/node_modules carried; COMMIT names the commit the tree is
-# (the host's copy has no .git):
+# (the host's copy has no .git); RUN_LIMIT_S bounds `kvgate run` (below):
 #   COMMIT=$(git rev-parse --short=12 HEAD) OUT=/tmp/run bash scripts/gpu_run.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/kvgate-gpu-run}
@@ -27,9 +27,14 @@ echo "build: $(( $(date +%s) - start )) s"
 "$B/readkv/model/readkv_model_test" --gtest_filter='*Gpu*' > "$WORK/gpu_kv_test.log" 2>&1 \
   || { grep -E "Failure|FAILED|error" "$WORK/gpu_kv_test.log" | head -20; exit 1; }
 grep -E "worst relative|passkeys on the GPU|PASSED" "$WORK/gpu_kv_test.log"
-"$B/apps/kvgate" run --policy "$POLICY" --db "$OUT/kvgate.db" --out "$WORK/run" --json \
+# The device tool ends a call at 10 minutes: past RUN_LIMIT_S (default 480 s) kvgate gets SIGTERM,
+# stops its servers and records the run `interrupted` with every row so far (a 4.5-pair chunked
+# run was cut by the call limit itself on 2026-11-30 and left no logs.tgz).
+timeout --signal=TERM --kill-after=30 "${RUN_LIMIT_S:-480}" \
+  "$B/apps/kvgate" run --policy "$POLICY" --db "$OUT/kvgate.db" --out "$WORK/run" --json \
   > "$OUT/outcome.json" 2> "$OUT/run.log"
 rc=$?
+[[ $rc == 124 ]] && echo "kvgate run: stopped at RUN_LIMIT_S=${RUN_LIMIT_S:-480} s (recorded interrupted)"
 echo "kvgate run: exit $rc after $(( $(date +%s) - start )) s"
 cp "$WORK/run/report.json" "$WORK/run/report.html" "$OUT/" 2>/dev/null
 tar czf "$OUT/logs.tgz" -C "$WORK" --exclude 'run/report.*' . 2>/dev/null
