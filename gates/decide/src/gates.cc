@@ -132,6 +132,11 @@ GateResult QaF1Gate(std::span<const SubsetScores> subsets, double max_drop, doub
     GateStatus status;
     std::optional<int64_t> items_to_decide;
   };
+  GateResult result;
+  result.gate = "qa_f1";
+  result.threshold = max_drop;
+  result.status = GateStatus::kPass;
+  result.details = {{"subsets", nlohmann::json::array()}};
   std::vector<Decided> decided;
   size_t all_items = 0;  // the largest subset ('all' when present): the run's QA items
   for (size_t s = 0; s < subsets.size(); ++s) {
@@ -160,23 +165,14 @@ GateResult QaF1Gate(std::span<const SubsetScores> subsets, double max_drop, doub
                            (half_width / distance) * (half_width / distance);
       if (items < 1e9) d.items_to_decide = static_cast<int64_t>(std::ceil(items));
     }
-    decided.push_back(d);
-  }
-
-  GateResult result;
-  result.gate = "qa_f1";
-  result.threshold = max_drop;
-  result.status = GateStatus::kPass;
-  result.details = {{"subsets", nlohmann::json::array()}};
-  for (size_t s = 0; s < subsets.size(); ++s) {
-    const Decided& d = decided[s];
-    nlohmann::json subset_json = {{"subset", subsets[s].subset},
-                                  {"items", subsets[s].baseline.size()},
-                                  {"drop", IntervalJson(d.drop)},
+    nlohmann::json subset_json = {{"subset", subset.subset},
+                                  {"items", subset.baseline.size()},
+                                  {"drop", IntervalJson(drop)},
                                   {"status", ToString(d.status)}};
     if (d.items_to_decide) subset_json["items_to_decide"] = *d.items_to_decide;
     result.details["subsets"].push_back(subset_json);
     result.status = Worst(result.status, d.status);
+    decided.push_back(d);
   }
   // The headline -- observed, interval and reason -- is one subset: of those whose status is
   // the gate's, the one with the largest drop estimate (the first on ties).

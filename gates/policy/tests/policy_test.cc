@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <string>
 
 namespace kvgate::policy {
@@ -77,10 +78,15 @@ TEST(PolicyTest, H200LongKeepsTheDefaultGatesOnTheGpuAt16K) {
   ASSERT_TRUE(rp.read_bits && rp.key_bits && rp.value_bits && rp.reader);
   EXPECT_EQ(*rp.reader, "constrained");
   EXPECT_DOUBLE_EQ(0.5 * (*rp.key_bits + *rp.value_bits), *rp.read_bits);
-  const auto& ca = h.candidate.serve_args;
+  // The value after `flag` in a server's arguments; nullopt when the flag (or its value) is absent.
+  const auto flag_value = [](const std::vector<std::string>& args,
+                             const std::string& flag) -> std::optional<std::string> {
+    const auto it = std::find(args.begin(), args.end(), flag);
+    if (it == args.end() || it + 1 == args.end()) return std::nullopt;
+    return *(it + 1);
+  };
   const auto arg = [&](const std::string& flag) {
-    const auto it = std::find(ca.begin(), ca.end(), flag);
-    return it == ca.end() || it + 1 == ca.end() ? std::string() : *(it + 1);
+    return flag_value(h.candidate.serve_args, flag).value_or("");
   };
   EXPECT_EQ(std::stod(arg("--read-bits")), *rp.read_bits);
   EXPECT_EQ(arg("--reader"), *rp.reader);
@@ -89,18 +95,12 @@ TEST(PolicyTest, H200LongKeepsTheDefaultGatesOnTheGpuAt16K) {
   EXPECT_EQ(std::stod(split.substr(0, split.find(':'))), *rp.key_bits);
   EXPECT_EQ(std::stod(split.substr(split.find(':') + 1)), *rp.value_bits);
   for (const ServerSpec* s : {&h.baseline, &h.candidate}) {
-    const auto& a = s->serve_args;
-    const auto device = std::find(a.begin(), a.end(), "--device");
-    ASSERT_NE(device, a.end());
-    EXPECT_EQ(*(device + 1), "cuda");
+    EXPECT_EQ(flag_value(s->serve_args, "--device"), std::optional<std::string>("cuda"));
   }
   // The servers differ only in their caches: the same engine flags on both sides.
-  const auto value = [](const std::vector<std::string>& a, const std::string& flag) {
-    const auto it = std::find(a.begin(), a.end(), flag);
-    return it == a.end() || it + 1 == a.end() ? std::string("(absent)") : *(it + 1);
-  };
   for (const std::string flag : {"--model", "--max-batch", "--prefill-chunk"}) {
-    EXPECT_EQ(value(h.baseline.serve_args, flag), value(h.candidate.serve_args, flag)) << flag;
+    EXPECT_EQ(flag_value(h.baseline.serve_args, flag), flag_value(h.candidate.serve_args, flag))
+        << flag;
   }
 }
 
