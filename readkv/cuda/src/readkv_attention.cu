@@ -1,5 +1,6 @@
-// ReadKV decode attention with the constrained reader (spec/readkv.md, "Read path"): seven
-// launches per call, all on one stream. This file holds Prepare, Finish and the launcher; the
+// ReadKV decode attention with the constrained reader (spec/readkv.md, "Read path"): six
+// launches per call, all on one stream (chained by programmatic dependent launch with
+// KVGATE_READKV_PDL=1; ChainEntry). This file holds Prepare and the launcher; the
 // shared state is readkv_attention_state.cuh, the other launches readkv_logits.cuh,
 // readkv_select.cuh and readkv_values.cuh (one translation unit: the headers are this file's).
 //
@@ -29,7 +30,8 @@
 //                                     tiles take the bits as the operand, no table). Kept for
 //                                     comparison: the CUDA-core reader (Values, x 128: lane groups
 //                                     of d / 8 lanes per token, 8 channels at a time)
-//   5. Finish    (H_q, B) x d         mu mass + sigma acc, inverse V transform
+//   5. Finish    (no launch)          a row's last Values block: the chunks' partials, mu mass +
+//                                     sigma acc, inverse V transform
 //
 // Depth choices are those of readkv::codec's Threshold allocator for the same weights: the same
 // doubles (no contraction), the same cut (the steps-th largest gain, found by selection), the
@@ -86,6 +88,7 @@ __device__ void WriteKeyList(KeyList& list, int t, int c, int d, int W) {
 }
 
 __global__ void __launch_bounds__(128) Prepare(Args a) {
+  ChainEntry();
   const int h = blockIdx.x;
   const int b = blockIdx.y;
   const int d = a.head_dim;
@@ -136,12 +139,20 @@ __global__ void __launch_bounds__(128) Prepare(Args a) {
   // The threshold allocator (codec::DepthAllocator::Threshold): steps above the cut, then the
   // cut's ties by channel, i.e. the steps at or before the steps-th element of greedy's order,
   // found by BlockSelect over the channels' positive gains (2-3 histogram passes, no sort).
+  // The channel's gains w inc[s] are computed once, into registers (every loop over them is
+  // unrolled): the selection's passes re-read them instead of reloading inc and multiplying.
   const int spo = a.policy.key_steps;
-  const double* inc = a.policy.key_increments;
   const long long budget = internal::FloorBudget(a.policy.key_bits, static_cast<double>(d));
   long long steps = budget - d;
   if (steps > static_cast<long long>(d) * spo) steps = static_cast<long long>(d) * spo;
-  const int positive_steps = internal::CountAbove(w, 0.0, inc, spo, 0);
+  constexpr int kMaxKeySteps = (1 << kKeyStepBits) - 1;
+  double gain[kMaxKeySteps];
+  int positive_steps = 0;  // CountAbove(w, 0): the leading steps of positive gain
+#pragma unroll
+  for (int s = 0; s < kMaxKeySteps; ++s) {
+    gain[s] = s < spo ? __dmul_rn(w, a.policy.key_increments[s]) : 0.0;
+    positive_steps += positive_steps == s && s < spo && gain[s] > 0.0;
+  }
   const long long positive = internal::BlockSumLL(positive_steps, scratch);
   int k = positive_steps;
   if (steps <= 0) {
@@ -150,12 +161,18 @@ __global__ void __launch_bounds__(128) Prepare(Args a) {
     const auto first_key = static_cast<unsigned>(c) << kKeyStepBits;
     const internal::GreedyCut cut = internal::BlockSelect(
         [&](auto&& f) {
-          for (int s = 0; s < positive_steps; ++s) {
-            f(internal::GainBits(__dmul_rn(w, inc[s])), ~(first_key + s));
+#pragma unroll
+          for (int s = 0; s < kMaxKeySteps; ++s) {
+            if (s < positive_steps) f(internal::GainBits(gain[s]), ~(first_key + s));
           }
         },
         63, 0, 0, steps, positive, selection);
-    k = internal::StepsTaken(w, inc, spo, first_key, cut);
+    k = 0;  // StepsTaken(w, inc, spo, first_key, cut): the leading steps at or above the cut
+#pragma unroll
+    for (int s = 0; s < kMaxKeySteps; ++s) {
+      k += k == s && s < spo &&
+           (gain[s] > cut.gain || (gain[s] == cut.gain && first_key + s <= cut.key));
+    }
   }
   const auto depth = static_cast<uint8_t>(1 + k);
   a.key_depths[row * d + c] = depth;
@@ -169,44 +186,22 @@ __global__ void __launch_bounds__(128) Prepare(Args a) {
   }
 }
 
-// ---- 5. Finish -------------------------------------------------------------------------------
-
-__global__ void __launch_bounds__(128) Finish(Args a) {
-  const int hq = blockIdx.x;
-  const int b = blockIdx.y;
-  const int d = a.head_dim;
-  const int c = threadIdx.x;
-  const int h = hq / a.group;
-  __shared__ float x[128];
-  const int T = a.seq_lens[b];
-  const int chunks = (T + a.chunk_tokens - 1) / a.chunk_tokens;
-  const size_t row = static_cast<size_t>(b) * a.heads_q + hq;
-  float acc = 0.0f, mass = 0.0f;
-  for (int k = 0; k < chunks; ++k) {
-    acc += a.partial_out[(row * a.max_chunks + k) * d + c];
-    mass += a.partial_mass[row * a.max_chunks + k];
-  }
-  const size_t channel = static_cast<size_t>(h) * d + c;
-  x[c] = a.codec.value_mean[channel] * mass + a.codec.value_std[channel] * acc;
-  internal::BlockFwht(x, d, a.transform_scale);
-  const float v = x[c];
-  a.out[row * d + c] = a.codec.value_signs[channel] < 0.0f ? -v : v;
-}
-
 }  // namespace readkv::cuda::readkv_kernels
 
 namespace readkv::cuda {
 namespace {
 
 using namespace readkv_kernels;  // NOLINT: the kernels and their arguments, this file's own
+using internal::Launch;
 
 // Which logits kernel runs, read per call so a bench can compare them in one process:
 // KVGATE_READKV_LOGITS=plain is the per-bit reader (0), wide1 / wide2 / wide4 the transposed
 // reader with 1, 2 or 4 pages per pass, mma the tensor-core reader (LogitsMma, 5). Unset: mma
-// when ReadKvUsesMmaLogits says so (a Key budget of at most 2 bits per channel), else wide4, the
+// when ReadKvUsesMmaLogits says so (at most 2 Key bits per channel, or one-page chunks), else
+// wide4, the
 // fastest transposed reader on the H200 (BENCHMARKS.md, issue 8's third round).
-int LogitsVariant(double key_bits) {
-  if (ReadKvUsesMmaLogits(key_bits)) return 5;
+int LogitsVariant(double key_bits, int chunk_tokens) {
+  if (ReadKvUsesMmaLogits(key_bits, chunk_tokens)) return 5;
   const char* v = std::getenv("KVGATE_READKV_LOGITS");
   if (v == nullptr) return 4;
   if (std::strcmp(v, "plain") == 0) return 0;
@@ -222,6 +217,16 @@ int LogitsVariant(double key_bits) {
 int ValuesVariant() {
   const char* v = std::getenv("KVGATE_READKV_VALUES");
   return v != nullptr && std::strcmp(v, "lanes") == 0 ? 0 : 1;
+}
+
+// Whether the launches use programmatic dependent launch (each kernel scheduled while the one
+// before it ends; ChainEntry keeps the order): only with KVGATE_READKV_PDL=1. Measured on the
+// H200 in one round (BENCHMARKS.md, issue 8's seventh round) it was mixed: 0.5-1% faster for
+// ReadKV(8,4) and 7:2, 1-5% slower for ReadKV(8,2) (8K x 1: 73.6 against 70.2 us), so it is off.
+// Read per call like LogitsVariant.
+bool ChainedLaunches() {
+  const char* v = std::getenv("KVGATE_READKV_PDL");
+  return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
 }  // namespace
@@ -293,32 +298,34 @@ cudaError_t ReadKvDecodeAttention(const DecodeShape& requested, const DecodeInpu
 
   const dim3 heads(s.heads_kv, s.batch);
   const dim3 chunks(s.max_chunks(), s.heads_kv, s.batch);
-  Prepare<<<heads, s.head_dim, 0, stream>>>(a);
+  const bool chain = ChainedLaunches();
+  cudaError_t status = Launch(Prepare, heads, s.head_dim, 0, stream, chain, a);
+  if (status != cudaSuccess) return status;
   // Logits readers (KVGATE_READKV_LOGITS, for same-run comparisons): plain (per bit), wide1 (the
   // transposed reader, one page per pass), wide2, wide4 (2 or 4 pages per pass), mma (tensor
   // cores; shallow channels as sign features).
-  const int variant = LogitsVariant(policy.key_bits);
+  const int variant = LogitsVariant(policy.key_bits, s.chunk_tokens);
   // LogitsMma stages a page's planes, at most floor(R_K d) (t_min = 1), and <= 15 padding slots.
   const int max_entries = static_cast<int>(std::min<double>(
       static_cast<double>(s.head_dim) * W, std::floor(policy.key_bits * s.head_dim + 1e-9) + 8)) + 16;
-#define KVGATE_LOGITS_CASE(G)                                                          \
-  case G:                                                                              \
-    if (variant == 0) {                                                                \
-      Logits<G><<<chunks, kPageTokens, 0, stream>>>(a);                                \
-    } else if (variant == 1) {                                                         \
-      LogitsTransposed<G, 1><<<chunks, kPageTokens, 0, stream>>>(a);                   \
-    } else if (variant == 2) {                                                         \
-      LogitsTransposed<G, 2><<<chunks, kPageTokens, 0, stream>>>(a);                   \
-    } else if (variant == 5) {                                                         \
-      static const cudaError_t opt_in = cudaFuncSetAttribute(                          \
-          LogitsMma<G>, cudaFuncAttributeMaxDynamicSharedMemorySize,                   \
-          static_cast<int>(LogitsMmaStageBytes(kMaxStagedEntries)));                      \
-      if (opt_in != cudaSuccess) return opt_in;                                        \
-      LogitsMma<G><<<chunks, kPageTokens, LogitsMmaStageBytes(max_entries), stream>>>( \
-          a, max_entries);                                                             \
-    } else {                                                                           \
-      LogitsTransposed<G, 4><<<chunks, kPageTokens, 0, stream>>>(a);                   \
-    }                                                                                  \
+#define KVGATE_LOGITS_CASE(G)                                                                 \
+  case G:                                                                                     \
+    if (variant == 0) {                                                                       \
+      status = Launch(Logits<G>, chunks, kPageTokens, 0, stream, chain, a);                   \
+    } else if (variant == 1) {                                                                \
+      status = Launch(LogitsTransposed<G, 1>, chunks, kPageTokens, 0, stream, chain, a);      \
+    } else if (variant == 2) {                                                                \
+      status = Launch(LogitsTransposed<G, 2>, chunks, kPageTokens, 0, stream, chain, a);      \
+    } else if (variant == 5) {                                                                \
+      static const cudaError_t opt_in = cudaFuncSetAttribute(                                 \
+          LogitsMma<G>, cudaFuncAttributeMaxDynamicSharedMemorySize,                          \
+          static_cast<int>(LogitsMmaStageBytes(kMaxStagedEntries)));                          \
+      if (opt_in != cudaSuccess) return opt_in;                                               \
+      status = Launch(LogitsMma<G>, chunks, kPageTokens, LogitsMmaStageBytes(max_entries),    \
+                      stream, chain, a, max_entries);                                         \
+    } else {                                                                                  \
+      status = Launch(LogitsTransposed<G, 4>, chunks, kPageTokens, 0, stream, chain, a);      \
+    }                                                                                         \
     break;
   switch (s.group()) {
     KVGATE_LOGITS_CASE(1)
@@ -328,30 +335,32 @@ cudaError_t ReadKvDecodeAttention(const DecodeShape& requested, const DecodeInpu
     KVGATE_LOGITS_CASE(8)
   }
 #undef KVGATE_LOGITS_CASE
-  switch (s.group()) {
-    case 1: SelectImportance<1><<<chunks, kSelectThreads, 0, stream>>>(a); break;
-    case 2: SelectImportance<2><<<chunks, kSelectThreads, 0, stream>>>(a); break;
-    case 4: SelectImportance<4><<<chunks, kSelectThreads, 0, stream>>>(a); break;
-    default: SelectImportance<8><<<chunks, kSelectThreads, 0, stream>>>(a); break;
-  }
-  SelectNarrow<<<chunks, kSelectThreads, 0, stream>>>(a);
-  SelectDepths<<<chunks, kSelectThreads, 0, stream>>>(a);
+  if (status != cudaSuccess) return status;
+  void (*const importance)(Args) = s.group() == 1   ? SelectImportance<1>
+                                   : s.group() == 2 ? SelectImportance<2>
+                                   : s.group() == 4 ? SelectImportance<4>
+                                                    : SelectImportance<8>;
+  status = Launch(importance, chunks, kSelectThreads, 0, stream, chain, a);
+  if (status != cudaSuccess) return status;
+  status = Launch(SelectNarrow, chunks, kSelectThreads, 0, stream, chain, a);
+  if (status != cudaSuccess) return status;
+  status = Launch(SelectDepths, chunks, kSelectThreads, 0, stream, chain, a);
+  if (status != cudaSuccess) return status;
   // Values readers (KVGATE_READKV_VALUES, for same-run comparisons): lanes (CUDA cores, lane
-  // groups per token) or mma (tensor cores on depth-sorted tiles, the default).
+  // groups per token) or mma (tensor cores on depth-sorted tiles, the default). Either finishes
+  // each row in the row's last block (FinishRow).
   const bool values_mma = ValuesVariant() == 1;
-#define KVGATE_VALUES_CASE(D, G)                                                  \
-  if (s.head_dim == D && s.group() == G) {                                        \
-    if (values_mma) {                                                             \
-      ValuesMma<D, G><<<chunks, kMmaValueWarps * kWarp, 0, stream>>>(a);          \
-    } else {                                                                      \
-      Values<D, G><<<chunks, kValueWarps * kWarp, 0, stream>>>(a);                \
-    }                                                                             \
+#define KVGATE_VALUES_CASE(D, G)                                                              \
+  if (s.head_dim == D && s.group() == G) {                                                    \
+    status = values_mma                                                                       \
+                 ? Launch(ValuesMma<D, G>, chunks, kMmaValueWarps * kWarp, 0, stream, chain, a) \
+                 : Launch(Values<D, G>, chunks, kValueWarps * kWarp, 0, stream, chain, a);    \
   } else
   KVGATE_VALUES_CASE(128, 1) KVGATE_VALUES_CASE(128, 2) KVGATE_VALUES_CASE(128, 4)
   KVGATE_VALUES_CASE(128, 8) KVGATE_VALUES_CASE(64, 1) KVGATE_VALUES_CASE(64, 2)
   KVGATE_VALUES_CASE(64, 4) KVGATE_VALUES_CASE(64, 8) {}
 #undef KVGATE_VALUES_CASE
-  Finish<<<dim3(s.heads_q, s.batch), s.head_dim, 0, stream>>>(a);
+  if (status != cudaSuccess) return status;
   return cudaGetLastError();
 }
 

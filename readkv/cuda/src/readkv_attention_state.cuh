@@ -61,6 +61,26 @@ constexpr int kScanUnroll = 4;  // loads in flight per thread in a last block's 
 constexpr int kKeyStepBits = 3;    // Key channels: key_steps <= 7
 constexpr int kValueStepBits = 2;  // Value tokens: value_steps <= 3
 
+constexpr int kMaxValueSteps = (1 << kValueStepBits) - 1;
+
+// The Value allocator's increments inc[0..value_steps) held in registers: the Select kernels
+// multiply every token's importance by them, and loading them from global memory inside those
+// loops left the multiplies waiting on each load (17% of SelectDepths' stall samples at the
+// go/no-go model's shape). operator[] selects, so a runtime index stays in registers.
+struct ValueIncrements {
+  double inc[kMaxValueSteps];
+  __device__ explicit ValueIncrements(const ReadKvReadPolicy& policy) {
+#pragma unroll
+    for (int s = 0; s < kMaxValueSteps; ++s) {
+      inc[s] = s < policy.value_steps ? policy.value_increments[s] : 0.0;
+    }
+  }
+  __device__ __forceinline__ double operator[](int s) const {
+    static_assert(kMaxValueSteps == 3, "one select per further step");
+    return s == 0 ? inc[0] : s == 1 ? inc[1] : inc[2];
+  }
+};
+
 // How a row's Value depths are chosen, once its positive steps are counted.
 enum ValueMode : int {
   kNoSteps = 0,  // the budget leaves no step: every token at depth 1
@@ -71,7 +91,8 @@ enum ValueMode : int {
 // One (sequence, KV head) row's Value selection state, in the workspace; Prepare zeroes it.
 struct SelectRow {
   unsigned long long positive;  // positive steps of the row's tokens
-  unsigned arrivals[3];         // blocks done with SelectImportance, SelectNarrow, SelectDepths
+  unsigned arrivals[4];         // blocks done with SelectImportance, SelectNarrow, SelectDepths,
+                                // Values
   unsigned listed;              // entries of the row's candidate list
   int mode;                     // ValueMode (SelectImportance's last block)
   long long rank;               // the cut's rank (1-based, from the top) among gains with...
@@ -147,6 +168,31 @@ struct Args {
 // The block of a chunked launch, grid (chunks, H_kv, B): chunk `chunk` of KV head h of sequence
 // b, whose T tokens it covers from `start`; empty when the chunk starts past the sequence's end
 // (sequences are ragged, the grid is sized for the longest), and the block then returns.
+// Every ReadKV kernel starts with this, for launches chained by programmatic dependent launch
+// (sm_90; KVGATE_READKV_PDL=1): a kernel may then be scheduled while the one before it in the
+// stream still runs, so it first waits for that grid to complete and flush its writes (each
+// kernel waits before anything else, so this also orders it after every earlier launch), then
+// lets the next kernel be scheduled: its blocks become resident as this grid's last blocks run
+// and wait here in turn, instead of being launched after a full gap. Without the launch
+// attribute (the default) both are no-ops.
+__device__ __forceinline__ void ChainEntry() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+// Every thread of every non-empty block of a row calls it after its last global write of the
+// launch; true in the block that arrives last, which then sees every other block's writes
+// (read them with __ldcg: they are in L2, not in this SM's L1).
+__device__ bool ArriveLast(unsigned* arrivals, int blocks) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(arrivals, 1u) + 1 == static_cast<unsigned>(blocks);
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
 struct ChunkBlock {
   int chunk, h, b, T, start;
   __device__ explicit ChunkBlock(const Args& a)

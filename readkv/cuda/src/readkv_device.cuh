@@ -16,14 +16,18 @@ namespace readkv::cuda::internal {
 // caller synchronises before. One barrier per butterfly stage for all rows. Same butterflies as
 // codec::Fwht; each element sees the same operations in the same order, so the result is
 // bit-identical.
+// d is a power of two: indices by shifts and masks (runtime divisions cost ~20 instructions
+// each, in a kernel whose time is this chain's latency).
 __device__ __forceinline__ void BlockFwhtRows(float (*x)[128], int rows, int d, float scale) {
+  const int log_d = __ffs(d) - 1;
   const int half_d = d / 2;
-  for (int half = 1; half < d; half *= 2) {
+  for (int log_half = 0; log_half < log_d; ++log_half) {
+    const int half = 1 << log_half;
     __syncthreads();
     for (int t = threadIdx.x; t < rows * half_d; t += blockDim.x) {
-      float* row = x[t / half_d];
-      const int u = t % half_d;
-      const int i = (u / half) * 2 * half + (u % half);
+      float* row = x[t >> (log_d - 1)];
+      const int u = t & (half_d - 1);
+      const int i = ((u >> log_half) << (log_half + 1)) | (u & (half - 1));
       const float a = row[i];
       const float b = row[i + half];
       row[i] = __fadd_rn(a, b);
@@ -32,7 +36,8 @@ __device__ __forceinline__ void BlockFwhtRows(float (*x)[128], int rows, int d, 
   }
   __syncthreads();
   for (int t = threadIdx.x; t < rows * d; t += blockDim.x) {
-    x[t / d][t % d] = __fmul_rn(x[t / d][t % d], scale);
+    float& v = x[t >> log_d][t & (d - 1)];
+    v = __fmul_rn(v, scale);
   }
   __syncthreads();
 }
@@ -70,8 +75,10 @@ __device__ __forceinline__ long long BlockSumLL(long long v, long long* scratch)
   return total;
 }
 
-// codec::DepthAllocator's count_above: steps of an object whose gain w * inc[k] exceeds x.
-__device__ __forceinline__ int CountAbove(double w, double x, const double* inc, int spo, int from) {
+// codec::DepthAllocator's count_above: steps of an object whose gain w * inc[k] exceeds x. Inc:
+// the increments, a pointer or anything with operator[] (ValueIncrements).
+template <typename Inc>
+__device__ __forceinline__ int CountAbove(double w, double x, const Inc& inc, int spo, int from) {
   int k = from;
   while (k < spo && __dmul_rn(w, inc[k]) > x) ++k;
   return k;
@@ -100,7 +107,8 @@ struct GreedyCut {
 };
 
 // Steps of an object (weight w, first key first_key) taken by the allocation that stops at cut.
-__device__ __forceinline__ int StepsTaken(double w, const double* inc, int spo, unsigned first_key,
+template <typename Inc>
+__device__ __forceinline__ int StepsTaken(double w, const Inc& inc, int spo, unsigned first_key,
                                           const GreedyCut& cut) {
   int k = 0;
   while (k < spo) {

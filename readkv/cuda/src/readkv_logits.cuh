@@ -97,6 +97,7 @@ __device__ void WriteChunkStats(const Args& a, size_t first_q, int chunk, const 
 
 template <int G>
 __global__ void __launch_bounds__(kPageTokens) Logits(Args a) {
+  ChainEntry();
   const ChunkBlock blk(a);
   if (blk.empty()) return;
   const int chunk = blk.chunk, h = blk.h, b = blk.b, T = blk.T, start = blk.start;
@@ -176,6 +177,7 @@ __device__ __forceinline__ unsigned Transpose32(unsigned x, int lane) {
 // shared by K tokens. K = 1 is the one-page reader.
 template <int G, int K>
 __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
+  ChainEntry();
   const ChunkBlock blk(a);
   if (blk.empty()) return;
   const int chunk = blk.chunk, h = blk.h, b = blk.b, T = blk.T, start = blk.start;

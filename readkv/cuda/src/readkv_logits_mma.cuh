@@ -89,6 +89,7 @@ __device__ __forceinline__ int ChannelScan(int x, int* scratch, int& total) {
 
 template <int G>
 __global__ void __launch_bounds__(kPageTokens) LogitsMma(Args a, int max_entries) {
+  ChainEntry();
   using Mm = LogitsMmaShared<G>;
   constexpr int kCols = Mm::kCols;
   constexpr int NT = Mm::NT;

@@ -23,17 +23,27 @@ namespace readkv::cuda::readkv_kernels {
 // block (the last to arrive, as in CUDA's threadFenceReduction sample) does the row-wide step
 // of each launch; no grid-wide synchronisation is needed.
 
-// Every thread of every non-empty block of a row calls it after its last global write of the
-// launch; true in the block that arrives last, which then sees every other block's writes
-// (read them with __ldcg: they are in L2, not in this SM's L1).
-__device__ bool ArriveLast(unsigned* arrivals, int blocks) {
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(arrivals, 1u) + 1 == static_cast<unsigned>(blocks);
-  __syncthreads();
-  if (last) __threadfence();
-  return last;
+// Adds a block's histogram (shared, Bins a multiple of kSelectThreads) into its row's global
+// one: each thread reads its Bins / kSelectThreads bins first, then sends the non-zero ones as
+// fire-and-forget reductions. (The plain loop of atomicAdds compiled to ATOMG, each waiting on
+// the last one's registers: 26% of SelectNarrow's stall samples at the go/no-go model's shape.)
+// The block's ArriveLast fence orders them before its arrival.
+template <int Bins>
+__device__ __forceinline__ void FlushHistogram(const unsigned* hist, unsigned* row_hist) {
+  static_assert(Bins % kSelectThreads == 0, "whole runs of bins per thread");
+  constexpr int kPer = Bins / kSelectThreads;
+  unsigned count[kPer];
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) count[u] = hist[threadIdx.x + u * kSelectThreads];
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    if (count[u] != 0) {
+      asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;\n" ::"l"(
+                       row_hist + threadIdx.x + u * kSelectThreads),
+                   "r"(count[u])
+                   : "memory");
+    }
+  }
 }
 
 // Block-wide: the bin of a complete global histogram (bins a multiple of kSelectThreads) holding
@@ -74,7 +84,7 @@ __device__ long long ValueSteps(const Args& a, int T) {
 struct PrefixSplit {
   int above, open;
 };
-__device__ __forceinline__ PrefixSplit SplitAtPrefix(double w, const double* inc, int spo,
+__device__ __forceinline__ PrefixSplit SplitAtPrefix(double w, const ValueIncrements& inc, int spo,
                                                      unsigned long long p) {
   int k = 0;
   while (k < spo && (internal::GainBits(__dmul_rn(w, inc[k])) >> kPrefixShift) > p) ++k;
@@ -98,6 +108,7 @@ __device__ __forceinline__ void WriteValueDepth(const Args& a, size_t row, int t
 // The row's last block picks the row's mode and the exponent of the cut.
 template <int G>
 __global__ void __launch_bounds__(kSelectThreads) SelectImportance(Args a) {
+  ChainEntry();
   const ChunkBlock blk(a);
   if (blk.empty()) return;
   const int chunk = blk.chunk, h = blk.h, b = blk.b, T = blk.T, start = blk.start;
@@ -140,7 +151,7 @@ __global__ void __launch_bounds__(kSelectThreads) SelectImportance(Args a) {
   const size_t row = head * a.max_tokens;
   SelectRow& state = a.select_rows[head];
   const int spo = a.policy.value_steps;
-  const double* inc = a.policy.value_increments;
+  const ValueIncrements inc(a.policy);
   unsigned positive = 0;
   // kScanUnroll tokens per thread and trip, their logits loaded before any is used: one load
   // at a time left the kernel waiting on DRAM (ncu: 44% of its stalls on those loads).
@@ -179,9 +190,7 @@ __global__ void __launch_bounds__(kSelectThreads) SelectImportance(Args a) {
   }
   __syncthreads();
   unsigned* row_hist = a.exponent_hist + head * kExponentBins;
-  for (int j = tid; j < kExponentBins; j += blockDim.x) {
-    if (hist[j] != 0) atomicAdd(&row_hist[j], hist[j]);
-  }
+  FlushHistogram<kExponentBins>(hist, row_hist);
   if (!ArriveLast(&state.arrivals[0], chunks)) return;
 
   // The row's last block: the mode (exactly the CPU allocator's cases) and the cut's exponent.
@@ -203,6 +212,7 @@ __global__ void __launch_bounds__(kSelectThreads) SelectImportance(Args a) {
 // 3b. Histogram of gain bits 40..51 among the gains with the cut's exponent; the row's last
 // block fixes the cut's top 23 bits.
 __global__ void __launch_bounds__(kSelectThreads) SelectNarrow(Args a) {
+  ChainEntry();
   const ChunkBlock blk(a);
   if (blk.empty()) return;
   const int h = blk.h, b = blk.b, T = blk.T, start = blk.start;
@@ -220,7 +230,7 @@ __global__ void __launch_bounds__(kSelectThreads) SelectNarrow(Args a) {
   __syncthreads();
   const double* importance = a.importance + head * a.max_tokens;
   const int spo = a.policy.value_steps;
-  const double* inc = a.policy.value_increments;
+  const ValueIncrements inc(a.policy);
   for (int i0 = start + tid; i0 < end; i0 += kScanUnroll * blockDim.x) {
     double w[kScanUnroll];  // loaded before any is used, as in SelectImportance
 #pragma unroll
@@ -242,9 +252,7 @@ __global__ void __launch_bounds__(kSelectThreads) SelectNarrow(Args a) {
   }
   __syncthreads();
   unsigned* row_hist = a.mantissa_hist + head * kMantissaBins;
-  for (int j = tid; j < kMantissaBins; j += blockDim.x) {
-    if (hist[j] != 0) atomicAdd(&row_hist[j], hist[j]);
-  }
+  FlushHistogram<kMantissaBins>(hist, row_hist);
   if (!ArriveLast(&state.arrivals[1], chunks)) return;
 
   const internal::BinPick pick = BlockFindBin(row_hist, kMantissaBins, rank);
@@ -262,6 +270,7 @@ __global__ void __launch_bounds__(kSelectThreads) SelectNarrow(Args a) {
 // writes those tokens' depths. A list that would overflow is not written: the last block then
 // selects over the row's importances instead (slow, exact; only for massive exact ties).
 __global__ void __launch_bounds__(kSelectThreads) SelectDepths(Args a) {
+  ChainEntry();
   const ChunkBlock blk(a);
   if (blk.empty()) return;
   const int h = blk.h, b = blk.b, T = blk.T, start = blk.start;
@@ -275,7 +284,7 @@ __global__ void __launch_bounds__(kSelectThreads) SelectDepths(Args a) {
   SelectRow& state = a.select_rows[head];
   const double* importance = a.importance + row;
   const int spo = a.policy.value_steps;
-  const double* inc = a.policy.value_increments;
+  const ValueIncrements inc(a.policy);
   const int mode = state.mode;
   if (mode != kSelectCut) {
     for (int i = start + tid; i < end; i += blockDim.x) {

@@ -23,8 +23,56 @@ __device__ __forceinline__ unsigned long long Spread(unsigned byte) {
   return out;
 }
 
+// ---- 5. Finish, by a row's last Values block ---------------------------------------------
+//
+// The block of a (sequence, KV head) row whose Values arrive last combines the row's chunks for
+// its G query heads (no launch of its own): out = inverse V transform of (mu mass + sigma acc),
+// acc and mass the chunks' partials summed in chunk order. x: G rows of 128 floats of shared
+// memory the block is done with.
+template <int D, int G>
+__device__ void FinishRow(const Args& a, int b, int h, int chunks, float (*x)[128]) {
+  __shared__ float mass[G];
+  const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
+  const int tid = threadIdx.x;
+  if (tid < G) {
+    const float* pm = a.partial_mass + (first_q + tid) * a.max_chunks;
+    float sum = 0.0f;
+#pragma unroll 8
+    for (int k = 0; k < chunks; ++k) sum += __ldcg(pm + k);
+    mass[tid] = sum;
+  }
+  __syncthreads();
+  for (int idx = tid; idx < G * D; idx += blockDim.x) {
+    const int q = idx / D, c = idx % D;
+    const float* po = a.partial_out + (first_q + q) * a.max_chunks * D + c;
+    float acc = 0.0f;
+#pragma unroll 8
+    for (int k = 0; k < chunks; ++k) acc += __ldcg(po + static_cast<size_t>(k) * D);
+    const size_t channel = static_cast<size_t>(h) * D + c;
+    x[q][c] = a.codec.value_mean[channel] * mass[q] + a.codec.value_std[channel] * acc;
+  }
+  internal::BlockFwhtRows(x, G, D, a.transform_scale);
+  for (int idx = tid; idx < G * D; idx += blockDim.x) {
+    const int q = idx / D, c = idx % D;
+    const float v = x[q][c];
+    a.out[(first_q + q) * D + c] =
+        a.codec.value_signs[static_cast<size_t>(h) * D + c] < 0.0f ? -v : v;
+  }
+}
+
+// Ends a Values block once its partials are written: the row's last block finishes the row.
+// The row is re-read from blockIdx (nothing of the block's own needs to stay live for this).
+template <int D, int G>
+__device__ __forceinline__ void FinishIfLast(const Args& a, float (*x)[128]) {
+  const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+  const int chunks = (a.seq_lens[b] + a.chunk_tokens - 1) / a.chunk_tokens;
+  const size_t row = static_cast<size_t>(b) * a.heads_kv + h;
+  if (ArriveLast(&a.select_rows[row].arrivals[3], chunks)) FinishRow<D, G>(a, b, h, chunks, x);
+}
+
 template <int D, int G>
 __global__ void __launch_bounds__(kValueWarps * kWarp) Values(Args a) {
+  ChainEntry();
   constexpr int LPT = D / 8;
   constexpr int TPW = kWarp / LPT;
   constexpr int kStride = kValueWarps * TPW;
@@ -118,6 +166,8 @@ __global__ void __launch_bounds__(kValueWarps * kWarp) Values(Args a) {
     for (int wv = 0; wv < kValueWarps; ++wv) sum += mass_part[wv][threadIdx.x];
     a.partial_mass[(first_q + threadIdx.x) * a.max_chunks + chunk] = sum;
   }
+  static_assert(sizeof(reduce) >= sizeof(float[G][128]), "Finish's rows fit in reduce");
+  FinishIfLast<D, G>(a, reinterpret_cast<float (*)[128]>(&reduce[0][0][0]));
 }
 
 // ---- 4b. Values on tensor cores ----------------------------------------------------------
@@ -177,6 +227,7 @@ struct ValuesMmaShared {
   union {
     Stage stage[kMmaValueWarps][2];  // per warp: the tile being read, the next one arriving
     float out[D * kCols];            // at the end: the warps' O^T, added in turn
+    float finish[G][128];            // a row's last block: Finish's rows (FinishRow)
   };
   unsigned pairs[kCentroids];  // centroid as f16 (low half) and its rounding error (high half)
   uint16_t order[kSlots];
@@ -214,6 +265,7 @@ __device__ __forceinline__ void CpAsyncBytes(void* shared, const void* global, b
 // registers, 2 blocks per SM), and 112.3 vs 110.8 us at 8K x 1 (same run on the H200).
 template <int D, int G>
 __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesMma(Args a) {
+  ChainEntry();
   using Shared = ValuesMmaShared<D, G>;
   using Stage = typename Shared::Stage;
   constexpr int kSub = Shared::kSub;
@@ -515,6 +567,7 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
     for (int wv = 0; wv < kMmaValueWarps; ++wv) sum += sh.warp_mass[wv][tid];
     a.partial_mass[(first_q + tid) * a.max_chunks + chunk] = sum;
   }
+  FinishIfLast<D, G>(a, sh.finish);
 }
 
 }  // namespace readkv::cuda::readkv_kernels

@@ -103,19 +103,10 @@ cudaError_t LaunchCombineSplits(const DecodeShape& shape, const SplitWork& work,
   }
   // Programmatic dependent launch: the combine is scheduled while the split kernel's last blocks
   // finish, instead of after a full launch gap (griddepcontrol.wait inside keeps it correct).
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(shape.heads_q, shape.batch);
-  config.blockDim = dim3(kCombineThreads);
-  config.dynamicSmemBytes = shared;
-  config.stream = stream;
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  const cudaError_t status =
-      cudaLaunchKernelEx(&config, CombineSplits, shape.heads_q, shape.heads_kv, shape.head_dim,
-                         work, seq_lens, partial_out, partial_ml, out_scales, out);
+  const cudaError_t status = Launch(CombineSplits, dim3(shape.heads_q, shape.batch),
+                                    dim3(kCombineThreads), shared, stream, true, shape.heads_q,
+                                    shape.heads_kv, shape.head_dim, work, seq_lens, partial_out,
+                                    partial_ml, out_scales, out);
   if (status != cudaSuccess) return status;
   return cudaGetLastError();
 }

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "readkv/cuda/decode_attention.h"
 #include "split_work.h"
@@ -60,6 +61,24 @@ __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
+}
+
+// kernel<<<grid, block, shared, stream>>>(args...), with programmatic dependent launch when
+// `chained` (the kernel then starts with griddepcontrol.wait); returns the launch's status.
+template <typename... Params, typename... Actual>
+cudaError_t Launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
+                   cudaStream_t stream, bool chained, Actual&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = chained ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Actual>(args)...);
 }
 
 // Combines a head's partials into out: one launch, grid (H_q, B), d threads per block.

@@ -94,11 +94,16 @@ TrafficBytes Fp8DecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_
 // The tensor-core Logits reader pays when most Key channels are sign features (depth <= 2): on
 // the H200 (BENCHMARKS.md, issue 8's fifth round, 32K x 16) it took 0.84x the transposed reader's
 // whole-call time at R_K = 2 and 1.05x at R_K = 4, 1.18x at R_K = 7 (table channels dominate).
+// And when a chunk is one page: the transposed reader (LogitsTransposed<G, 4>) reads 4 pages per
+// pass, so 3 of its 4 page lanes idle; at 8K x 1 (chunk 256) the tensor-core reader took 0.81x
+// its whole-call time at R_K = 4 and 0.76x at 7:2, while at chunks of 1024 or 2048 it lost at
+// every point measured (32K x 1, 8K x 16, 32K x 16, the 16K x 16 model shape: 1.04x-1.18x;
+// seventh round). Chunks of 512 were not measured with both readers.
 constexpr double kMmaLogitsMaxKeyBits = 2.0;
 
-bool ReadKvUsesMmaLogits(double key_bits) {
+bool ReadKvUsesMmaLogits(double key_bits, int chunk_tokens) {
   const char* v = std::getenv("KVGATE_READKV_LOGITS");
-  if (v == nullptr) return key_bits <= kMmaLogitsMaxKeyBits;
+  if (v == nullptr) return key_bits <= kMmaLogitsMaxKeyBits || chunk_tokens <= kPageTokens;
   return std::strcmp(v, "mma") == 0;
 }
 
@@ -107,6 +112,10 @@ int ReadKvChunkTokens(const DecodeShape& shape) {
   int chunk = 2048;
   const int64_t heads = static_cast<int64_t>(shape.batch) * shape.heads_kv;
   while (chunk > kPageTokens && heads * Chunks(shape.max_tokens, chunk) < 2 * 132) chunk /= 2;
+  // ...but no more than 32 chunks per row: every block of a row adds its histograms into the
+  // row's and reads the row's chunk statistics, so past that the Select passes lose more than
+  // the extra blocks gain (32K x 1: 1024 took 126.1 us for ReadKV(8,4) against 160.3 at 512).
+  while (chunk < 2048 && Chunks(shape.max_tokens, chunk) > 32) chunk *= 2;
   return chunk;
 }
 
@@ -117,8 +126,9 @@ TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_le
   TrafficBytes t;
   // What a Logits block reads to find its planes: the row's entry list, or (LogitsMma) its
   // Key depths, from which it builds its k-slots itself.
-  const int64_t logits_schedule = ReadKvUsesMmaLogits(key_bits) ? shape.head_dim : kKeyListBytes;
   const int chunk = ReadKvChunkTokens(shape);
+  const int64_t logits_schedule =
+      ReadKvUsesMmaLogits(key_bits, chunk) ? shape.head_dim : kKeyListBytes;
   const int64_t d = shape.head_dim;
   const int64_t g = shape.heads_q / shape.heads_kv;
   const int64_t plane_bytes = d / 8;

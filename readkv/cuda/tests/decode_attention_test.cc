@@ -278,14 +278,23 @@ TEST_P(ReadKvKernelTest, AppendMatchesCodecPlanesAndDecodeMatchesCpuReader) {
 
   // Every logits kernel (KVGATE_READKV_LOGITS): the per-bit reader, the transposed one with 1, 2
   // and 4 pages per pass and the tensor-core one, each with the tensor-core Values reader; and the
-  // CUDA-core Values reader (KVGATE_READKV_VALUES=lanes).
-  const std::pair<const char*, const char*> variants[] = {
-      {"plain", "mma"}, {"wide1", "mma"}, {"wide2", "mma"}, {"wide4", "mma"}, {"wide4", "lanes"},
-      {"mma", "mma"}};
-  for (const auto& [logits_variant, values_variant] : variants) {
-    SCOPED_TRACE(std::string("logits ") + logits_variant + ", values " + values_variant);
+  // CUDA-core Values reader (KVGATE_READKV_VALUES=lanes); both Values readers once more with the
+  // launches chained by programmatic dependent launch (KVGATE_READKV_PDL=1).
+  struct Variant {
+    const char* logits;
+    const char* values;
+    const char* pdl;
+  };
+  const Variant variants[] = {{"plain", "mma", "0"},  {"wide1", "mma", "0"},
+                              {"wide2", "mma", "0"},  {"wide4", "mma", "0"},
+                              {"wide4", "lanes", "0"}, {"mma", "mma", "0"},
+                              {"mma", "mma", "1"},    {"wide4", "lanes", "1"}};
+  for (const auto& [logits_variant, values_variant, pdl] : variants) {
+    SCOPED_TRACE(std::string("logits ") + logits_variant + ", values " + values_variant +
+                 ", pdl " + pdl);
     setenv("KVGATE_READKV_LOGITS", logits_variant, 1);
     setenv("KVGATE_READKV_VALUES", values_variant, 1);
+    setenv("KVGATE_READKV_PDL", pdl, 1);
     // One decode step on the GPU with poisoned outputs, and on the CPU per sequence.
     const ReadKvReadPolicy policy{c.KeyBits(), c.ValueBits(), d_kinc.get(),
                                   static_cast<int>(key_inc.size()), d_vinc.get(),
@@ -299,11 +308,20 @@ TEST_P(ReadKvKernelTest, AppendMatchesCodecPlanesAndDecodeMatchesCpuReader) {
     DeviceBuffer<uint8_t> d_kdepth(depth_rows * d), d_vdepth(depth_rows * s.max_tokens);
     DeviceBuffer<double> d_importance(depth_rows * s.max_tokens);
     const ReadKvDebug debug{d_kdepth.get(), d_vdepth.get(), d_importance.get()};
+    // Two calls back to back on one stream and one workspace (the second's Prepare resets the
+    // row state the first's last blocks used): same inputs, so bit-identical outputs.
+    DeviceBuffer<float> d_first(std::vector<float>(out_size, kNaNs[0]));
+    const DecodeInputs first{d_queries.get(), d_pages.get(), d_lens.get(), d_first.get()};
+    CUDA_OK(ReadKvDecodeAttention(s, first, cache, codec_tables, policy, d_work.get(), nullptr,
+                                  ReadKvDebug{}));
     const DecodeInputs inputs{d_queries.get(), d_pages.get(), d_lens.get(), d_out.get()};
     CUDA_OK(ReadKvDecodeAttention(s, inputs, cache, codec_tables, policy, d_work.get(), nullptr,
                                   debug));
     CUDA_OK(cudaDeviceSynchronize());
     const auto out = d_out.Download(out_size);
+    const auto out_first = d_first.Download(out_size);
+    EXPECT_EQ(std::memcmp(out.data(), out_first.data(), out_size * sizeof(float)), 0)
+        << "two calls on the same inputs gave different outputs";
     const auto key_depths = d_kdepth.Download(depth_rows * d);
     const auto value_depths = d_vdepth.Download(depth_rows * s.max_tokens);
     const auto importance = d_importance.Download(depth_rows * s.max_tokens);
@@ -354,6 +372,7 @@ TEST_P(ReadKvKernelTest, AppendMatchesCodecPlanesAndDecodeMatchesCpuReader) {
   }
   unsetenv("KVGATE_READKV_LOGITS");
   unsetenv("KVGATE_READKV_VALUES");
+  unsetenv("KVGATE_READKV_PDL");
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -38,21 +38,22 @@ class LogitsEnv {
   std::string old_;
 };
 
-TEST(ReadKvLogitsReaderTest, TensorCoresUpToTwoKeyBitsUnlessTheEnvironmentPicks) {
+TEST(ReadKvLogitsReaderTest, TensorCoresUpToTwoKeyBitsOrOnePageChunksUnlessTheEnvironmentPicks) {
   {
     const LogitsEnv env(nullptr);
-    EXPECT_TRUE(ReadKvUsesMmaLogits(1.0));
-    EXPECT_TRUE(ReadKvUsesMmaLogits(2.0));
-    EXPECT_FALSE(ReadKvUsesMmaLogits(2.5));
-    EXPECT_FALSE(ReadKvUsesMmaLogits(7.0));
+    EXPECT_TRUE(ReadKvUsesMmaLogits(1.0, 1024));
+    EXPECT_TRUE(ReadKvUsesMmaLogits(2.0, 2048));
+    EXPECT_FALSE(ReadKvUsesMmaLogits(2.5, 1024));
+    EXPECT_FALSE(ReadKvUsesMmaLogits(7.0, 512));
+    EXPECT_TRUE(ReadKvUsesMmaLogits(7.0, 256));  // one page: the transposed reader's lanes idle
   }
   {
     const LogitsEnv env("mma");
-    EXPECT_TRUE(ReadKvUsesMmaLogits(7.0));
+    EXPECT_TRUE(ReadKvUsesMmaLogits(7.0, 2048));
   }
   {
     const LogitsEnv env("wide4");
-    EXPECT_FALSE(ReadKvUsesMmaLogits(2.0));
+    EXPECT_FALSE(ReadKvUsesMmaLogits(2.0, 256));
   }
 }
 
@@ -78,8 +79,10 @@ TEST(ReadKvLogitsReaderTest, TrafficCountsWhatEachReaderReadsPerChunk) {
 }
 
 // The automatic chunk (what kvgate serve's calls use, and the bench's default): the largest of
-// 2048 .. 256 that leaves ~2 blocks per SM of 132. The H200 sweep of 2026-11-30 (BENCHMARKS.md,
-// sixth round) found it the fastest measured choice at 32K x 16 (32/8/128) and 16K x 16 (8/2/64).
+// 2048 .. 256 that leaves ~2 blocks per SM of 132, raised until a row has at most 32 chunks. The
+// H200 sweeps of 2026-11-30 (BENCHMARKS.md, sixth and seventh rounds) found it the fastest
+// measured choice at 32K x 16 (32/8/128), 16K x 16 (8/2/64) and 32K x 1, and within 8% of the
+// best at 8K x 1.
 TEST(ReadKvChunkTokensTest, PicksTheLargestChunkThatStillFillsTheGpu) {
   DecodeShape shape;
   shape.chunk_tokens = 0;
@@ -93,6 +96,8 @@ TEST(ReadKvChunkTokensTest, PicksTheLargestChunkThatStillFillsTheGpu) {
   EXPECT_EQ(chunk(16, 2, 16384), 1024);  // 2048 would give 256 blocks < 264
   EXPECT_EQ(chunk(1, 8, 8192), 256);     // the floor: one page
   EXPECT_EQ(chunk(1, 8, 100), 256);
+  EXPECT_EQ(chunk(1, 8, 32768), 1024);   // 512 fills the GPU better, but 64 chunks per row
+  EXPECT_EQ(chunk(1, 8, 131072), 2048);  // the ceiling, even at 64 chunks per row
   shape.chunk_tokens = 512;  // the caller's choice wins
   EXPECT_EQ(ReadKvChunkTokens(shape), 512);
 }

@@ -211,11 +211,13 @@ TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_le
                                  const uint8_t* key_depths_host,
                                  const uint8_t* value_depths_host);
 // Whether ReadKvDecodeAttention reads Keys with the tensor-core Logits reader (LogitsMma) for a
-// Key budget of key_bits per channel, unless KVGATE_READKV_LOGITS picks a reader.
-bool ReadKvUsesMmaLogits(double key_bits);
+// Key budget of key_bits per channel and a call's chunk (ReadKvChunkTokens), unless
+// KVGATE_READKV_LOGITS picks a reader: at R_K <= 2, or when a chunk is a single page.
+bool ReadKvUsesMmaLogits(double key_bits, int chunk_tokens);
 // The chunk a ReadKV call uses (tokens per thread block): shape.chunk_tokens when positive, else
 // the automatic choice, the largest of 2048, 1024, 512, 256 that still gives at least ~2 thread
-// blocks per SM of an H100/H200 (132 SMs). Host code in both builds.
+// blocks per SM of an H100/H200 (132 SMs), raised (up to 2048) until a row has at most 32 chunks.
+// Host code in both builds.
 int ReadKvChunkTokens(const DecodeShape& shape);
 
 }  // namespace readkv::cuda
