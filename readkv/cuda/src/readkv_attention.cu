@@ -159,6 +159,19 @@ __global__ void __launch_bounds__(128) Prepare(Args a) {
     k = 0;
   } else if (positive > steps) {
     const auto first_key = static_cast<unsigned>(c) << kKeyStepBits;
+    // The top bits every positive gain of the row shares: the selection's digits start below
+    // them, not at bit 63, where the sign and the exponent's top bits rarely split anything.
+    unsigned long long all = ~0ull, any = 0;
+#pragma unroll
+    for (int s = 0; s < kMaxKeySteps; ++s) {
+      if (s < positive_steps) {
+        all &= internal::GainBits(gain[s]);
+        any |= internal::GainBits(gain[s]);
+      }
+    }
+    internal::BlockAndOr(all, any, scratch);
+    const int top = 64 - __clzll(static_cast<long long>(all ^ any));  // bits [top, 64) shared
+    const unsigned long long shared_mask = top >= 64 ? 0ull : ~0ull << top;
     const internal::GreedyCut cut = internal::BlockSelect(
         [&](auto&& f) {
 #pragma unroll
@@ -166,7 +179,7 @@ __global__ void __launch_bounds__(128) Prepare(Args a) {
             if (s < positive_steps) f(internal::GainBits(gain[s]), ~(first_key + s));
           }
         },
-        63, 0, 0, steps, positive, selection);
+        top, all & shared_mask, shared_mask, steps, positive, selection);
     k = 0;  // StepsTaken(w, inc, spo, first_key, cut): the leading steps at or above the cut
 #pragma unroll
     for (int s = 0; s < kMaxKeySteps; ++s) {
@@ -197,7 +210,7 @@ using internal::Launch;
 // Which logits kernel runs, read per call so a bench can compare them in one process:
 // KVGATE_READKV_LOGITS=plain is the per-bit reader (0), wide1 / wide2 / wide4 the transposed
 // reader with 1, 2 or 4 pages per pass, mma the tensor-core reader (LogitsMma, 5). Unset: mma
-// when ReadKvUsesMmaLogits says so (at most 2 Key bits per channel, or one-page chunks), else
+// when ReadKvUsesMmaLogits says so (at most 2 Key bits per channel, or chunks of 1-2 pages), else
 // wide4, the
 // fastest transposed reader on the H200 (BENCHMARKS.md, issue 8's third round).
 int LogitsVariant(double key_bits, int chunk_tokens) {

@@ -75,6 +75,34 @@ __device__ __forceinline__ long long BlockSumLL(long long v, long long* scratch)
   return total;
 }
 
+// Block-wide AND and OR of 64-bit values (every thread gets both). `scratch` holds >= 2 entries
+// per warp.
+__device__ __forceinline__ void BlockAndOr(unsigned long long& all, unsigned long long& any,
+                                           long long* scratch) {
+  const auto lo = [](unsigned long long v) { return static_cast<unsigned>(v); };
+  const auto hi = [](unsigned long long v) { return static_cast<unsigned>(v >> 32); };
+  const unsigned long long warp_all =
+      (static_cast<unsigned long long>(__reduce_and_sync(0xffffffffu, hi(all))) << 32) |
+      __reduce_and_sync(0xffffffffu, lo(all));
+  const unsigned long long warp_any =
+      (static_cast<unsigned long long>(__reduce_or_sync(0xffffffffu, hi(any))) << 32) |
+      __reduce_or_sync(0xffffffffu, lo(any));
+  const int warps = (blockDim.x + 31) / 32;
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) {
+    scratch[2 * (threadIdx.x / 32)] = static_cast<long long>(warp_all);
+    scratch[2 * (threadIdx.x / 32) + 1] = static_cast<long long>(warp_any);
+  }
+  __syncthreads();
+  all = ~0ull;
+  any = 0;
+  for (int w = 0; w < warps; ++w) {
+    all &= static_cast<unsigned long long>(scratch[2 * w]);
+    any |= static_cast<unsigned long long>(scratch[2 * w + 1]);
+  }
+  __syncthreads();
+}
+
 // codec::DepthAllocator's count_above: steps of an object whose gain w * inc[k] exceeds x. Inc:
 // the increments, a pointer or anything with operator[] (ValueIncrements).
 template <typename Inc>

@@ -94,16 +94,17 @@ TrafficBytes Fp8DecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_
 // The tensor-core Logits reader pays when most Key channels are sign features (depth <= 2): on
 // the H200 (BENCHMARKS.md, issue 8's fifth round, 32K x 16) it took 0.84x the transposed reader's
 // whole-call time at R_K = 2 and 1.05x at R_K = 4, 1.18x at R_K = 7 (table channels dominate).
-// And when a chunk is one page: the transposed reader (LogitsTransposed<G, 4>) reads 4 pages per
-// pass, so 3 of its 4 page lanes idle; at 8K x 1 (chunk 256) the tensor-core reader took 0.81x
-// its whole-call time at R_K = 4 and 0.76x at 7:2, while at chunks of 1024 or 2048 it lost at
-// every point measured (32K x 1, 8K x 16, 32K x 16, the 16K x 16 model shape: 1.04x-1.18x;
-// seventh round). Chunks of 512 were not measured with both readers.
+// And when a chunk is one or two pages: the transposed reader (LogitsTransposed<G, 4>) reads 4
+// pages per pass, so half or more of its page lanes idle. At 8K x 1 the tensor-core reader took
+// 0.81x its whole-call time at R_K = 4 and 0.76x at 7:2 with chunks of 256, 0.92x and 0.86x with
+// chunks of 512, while at chunks of 1024 or 2048 it lost at every point measured (32K x 1,
+// 8K x 16, 32K x 16, the 16K x 16 model shape: 1.04x-1.18x; issue 8's seventh round).
 constexpr double kMmaLogitsMaxKeyBits = 2.0;
+constexpr int kMmaLogitsMaxChunk = 2 * kPageTokens;
 
 bool ReadKvUsesMmaLogits(double key_bits, int chunk_tokens) {
   const char* v = std::getenv("KVGATE_READKV_LOGITS");
-  if (v == nullptr) return key_bits <= kMmaLogitsMaxKeyBits || chunk_tokens <= kPageTokens;
+  if (v == nullptr) return key_bits <= kMmaLogitsMaxKeyBits || chunk_tokens <= kMmaLogitsMaxChunk;
   return std::strcmp(v, "mma") == 0;
 }
 

@@ -38,14 +38,15 @@ class LogitsEnv {
   std::string old_;
 };
 
-TEST(ReadKvLogitsReaderTest, TensorCoresUpToTwoKeyBitsOrOnePageChunksUnlessTheEnvironmentPicks) {
+TEST(ReadKvLogitsReaderTest, TensorCoresUpToTwoKeyBitsOrTwoPageChunksUnlessTheEnvironmentPicks) {
   {
     const LogitsEnv env(nullptr);
     EXPECT_TRUE(ReadKvUsesMmaLogits(1.0, 1024));
     EXPECT_TRUE(ReadKvUsesMmaLogits(2.0, 2048));
     EXPECT_FALSE(ReadKvUsesMmaLogits(2.5, 1024));
-    EXPECT_FALSE(ReadKvUsesMmaLogits(7.0, 512));
-    EXPECT_TRUE(ReadKvUsesMmaLogits(7.0, 256));  // one page: the transposed reader's lanes idle
+    EXPECT_FALSE(ReadKvUsesMmaLogits(7.0, 2048));
+    EXPECT_TRUE(ReadKvUsesMmaLogits(7.0, 512));  // two pages: the transposed reader's lanes idle
+    EXPECT_TRUE(ReadKvUsesMmaLogits(7.0, 256));
   }
   {
     const LogitsEnv env("mma");

@@ -212,7 +212,7 @@ TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_le
                                  const uint8_t* value_depths_host);
 // Whether ReadKvDecodeAttention reads Keys with the tensor-core Logits reader (LogitsMma) for a
 // Key budget of key_bits per channel and a call's chunk (ReadKvChunkTokens), unless
-// KVGATE_READKV_LOGITS picks a reader: at R_K <= 2, or when a chunk is a single page.
+// KVGATE_READKV_LOGITS picks a reader: at R_K <= 2, or when a chunk is one or two pages.
 bool ReadKvUsesMmaLogits(double key_bits, int chunk_tokens);
 // The chunk a ReadKV call uses (tokens per thread block): shape.chunk_tokens when positive, else
 // the automatic choice, the largest of 2048, 1024, 512, 256 that still gives at least ~2 thread
