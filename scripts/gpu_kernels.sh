@@ -10,7 +10,11 @@
 # BASELINE=.baseline/base.tar.gz (made by `git archive --format=tar.gz -o .baseline/base.tar.gz
 # COMMIT` and carried; BASELINE_COMMIT names it in the JSON) builds that tree beside this one and
 # benches it on the same points in the same round, so before/after ratios come from one run on
-# one machine.
+# one machine. POINTS="ARGS1;ARGS2;..." benches several point sets (each a `kvgate bench
+# attention` argument list, e.g. one geometry each) instead of BENCH_ARGS, this tree and the
+# baseline one after the other per set, into bench_pN.* and bench_baseline_pN.*, with every
+# median in summary.txt. PACK=1 ends by packing $OUT into round.tgz beside summary.txt (the
+# device tool returns at most 8 files).
 set -uo pipefail
 OUT=${OUT:-/tmp/kvgate-gpu-kernels}
 B=${BUILD_DIR:-/tmp/kvgate-gpu-build}
@@ -45,7 +49,38 @@ if [[ -x "$SAN" && "${SANITIZE:-1}" == 1 ]]; then
   done
   echo "sanitizers: $(( $(date +%s) - start )) s"
 fi
-if [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
+# The baseline tree's kvgate, built beside this one (BASELINE); sets BB.
+build_baseline() {
+  BB="$B-baseline"
+  mkdir -p "$BB-src"
+  tar xzf "$BASELINE" -C "$BB-src"
+  [[ -d gates/report/node_modules ]] && cp -r gates/report/node_modules "$BB-src/gates/report/"
+  cmake -S "$BB-src" -B "$BB" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DKVGATE_BUILD_BENCHMARKS=OFF -DKVGATE_GIT_COMMIT="${BASELINE_COMMIT:-baseline}" \
+    > "$LOGS/configure-baseline.log" 2>&1 &&
+    cmake --build "$BB" -j"$(nproc)" --target kvgate > "$LOGS/build-baseline.log" 2>&1 ||
+    { tail -40 "$LOGS/configure-baseline.log" "$LOGS/build-baseline.log"; exit 1; }
+  echo "baseline build: $(( $(date +%s) - start )) s"
+}
+# One point set with one build: bench_NAME.json and .txt, its medians appended to summary.txt.
+bench_points() {  # bench_points KVGATE NAME ARGS...
+  local kvgate=$1 name=$2
+  shift 2
+  "$kvgate" bench attention --device cuda "$@" --json "$OUT/bench_$name.json" \
+    > "$OUT/bench_$name.txt" 2>&1
+  { echo "== $name: $*"; grep -E "^ +[0-9]+ +[0-9]+ " "$OUT/bench_$name.txt" |
+      awk '{printf "  %s x %s %s: %s us\n", $1, $2, $3, $4}'; } | tee -a "$OUT/summary.txt"
+}
+if [[ "${KERNELS_ONLY:-0}" != 1 && -n "${POINTS:-}" ]]; then
+  [[ -n "${BASELINE:-}" ]] && build_baseline
+  IFS=';' read -r -a point_sets <<< "$POINTS"
+  for i in "${!point_sets[@]}"; do
+    read -r -a args <<< "${point_sets[$i]}"
+    bench_points "$B/apps/kvgate" "p$i" "${args[@]}"
+    [[ -n "${BASELINE:-}" ]] && bench_points "$BB/apps/kvgate" "baseline_p$i" "${args[@]}"
+    echo "bench (point set $i): $(( $(date +%s) - start )) s"
+  done
+elif [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
   "$B/apps/kvgate" bench attention --device cuda ${BENCH_ARGS:---tokens 8192,32768,131072 \
     --batch 1,16 --heads-q 32 --heads-kv 8 --head-dim 128 --kv dense,fp8,readkv:8:4,readkv:8:2} \
     --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt" | tail -40
@@ -70,16 +105,7 @@ if [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
     echo "bench ($variant values): $(( $(date +%s) - start )) s"
   done
   if [[ -n "${BASELINE:-}" ]]; then
-    BB="$B-baseline"
-    mkdir -p "$BB-src"
-    tar xzf "$BASELINE" -C "$BB-src"
-    [[ -d gates/report/node_modules ]] && cp -r gates/report/node_modules "$BB-src/gates/report/"
-    cmake -S "$BB-src" -B "$BB" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DKVGATE_BUILD_BENCHMARKS=OFF -DKVGATE_GIT_COMMIT="${BASELINE_COMMIT:-baseline}" \
-      > "$LOGS/configure-baseline.log" 2>&1 &&
-      cmake --build "$BB" -j"$(nproc)" --target kvgate > "$LOGS/build-baseline.log" 2>&1 ||
-      { tail -40 "$LOGS/configure-baseline.log" "$LOGS/build-baseline.log"; exit 1; }
-    echo "baseline build: $(( $(date +%s) - start )) s"
+    build_baseline
     # shellcheck disable=SC2086
     "$BB/apps/kvgate" bench attention --device cuda ${VARIANT_ARGS:-${BENCH_ARGS:?}} \
       --json "$OUT/bench_baseline.json" 2>&1 | tee "$OUT/bench_baseline.txt" | tail -12
@@ -99,4 +125,9 @@ if [[ "${PROFILE:-0}" == 1 ]]; then
     grep gpu__time_duration "$LOGS/ncu.csv" | awk -F'","' '{n=$5; sub(/\(.*/, "", n); v=$NF; gsub(/"/, "", v); u=$(NF-1); print "  " n, v, u}' \
       | tee -a "$OUT/profile.txt"
   done
+fi
+if [[ "${PACK:-0}" == 1 ]]; then
+  (cd "$OUT" && tar czf /tmp/kvgate-round.tgz --exclude=summary.txt . &&
+    find . -maxdepth 1 -type f ! -name summary.txt -delete && mv /tmp/kvgate-round.tgz round.tgz)
+  echo "packed: $OUT/round.tgz ($(du -h "$OUT/round.tgz" | cut -f1)) and summary.txt"
 fi
