@@ -165,9 +165,6 @@ struct Args {
   ReadKvDebug debug;
 };
 
-// The block of a chunked launch, grid (chunks, H_kv, B): chunk `chunk` of KV head h of sequence
-// b, whose T tokens it covers from `start`; empty when the chunk starts past the sequence's end
-// (sequences are ragged, the grid is sized for the longest), and the block then returns.
 // Every ReadKV kernel starts with this, for launches chained by programmatic dependent launch
 // (sm_90; KVGATE_READKV_PDL=1): a kernel may then be scheduled while the one before it in the
 // stream still runs, so it first waits for that grid to complete and flush its writes (each
@@ -193,6 +190,9 @@ __device__ bool ArriveLast(unsigned* arrivals, int blocks) {
   return last;
 }
 
+// The block of a chunked launch, grid (chunks, H_kv, B): chunk `chunk` of KV head h of sequence
+// b, whose T tokens it covers from `start`; empty when the chunk starts past the sequence's end
+// (sequences are ragged, the grid is sized for the longest), and the block then returns.
 struct ChunkBlock {
   int chunk, h, b, T, start;
   __device__ explicit ChunkBlock(const Args& a)
