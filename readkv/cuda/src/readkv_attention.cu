@@ -210,9 +210,8 @@ using internal::Launch;
 // Which logits kernel runs, read per call so a bench can compare them in one process:
 // KVGATE_READKV_LOGITS=plain is the per-bit reader (0), wide1 / wide2 / wide4 the transposed
 // reader with 1, 2 or 4 pages per pass, mma the tensor-core reader (LogitsMma, 5). Unset: mma
-// when ReadKvUsesMmaLogits says so (at most 2 Key bits per channel, or chunks of 1-2 pages), else
-// wide4, the
-// fastest transposed reader on the H200 (BENCHMARKS.md, issue 8's third round).
+// when ReadKvUsesMmaLogits says so (at most 2 Key bits per channel, or chunks of 1-2 pages),
+// else wide4, the fastest transposed reader on the H200 (BENCHMARKS.md, issue 8's third round).
 int LogitsVariant(double key_bits, int chunk_tokens) {
   if (ReadKvUsesMmaLogits(key_bits, chunk_tokens)) return 5;
   const char* v = std::getenv("KVGATE_READKV_LOGITS");
