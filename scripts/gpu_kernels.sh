@@ -13,8 +13,12 @@
 # one machine. POINTS="ARGS1;ARGS2;..." benches several point sets (each a `kvgate bench
 # attention` argument list, e.g. one geometry each) instead of BENCH_ARGS, this tree and the
 # baseline one after the other per set, into bench_pN.* and bench_baseline_pN.*, with every
-# median in summary.txt. PACK=1 ends by packing $OUT into round.tgz beside summary.txt (the
-# device tool returns at most 8 files).
+# median in summary.txt. SOURCE_PROFILE="REGEX|ARGS" samples where the warps of the kernels
+# matching REGEX wait (ncu SourceCounters + WarpStateStats) in one call of `kvgate bench attention
+# ARGS` (SOURCE_COUNT kernels from the SOURCE_SKIP-th matching launch on, default 1 and 20): the
+# SASS table as source_profile.csv.gz, its summary (readkv/cuda/bench/ncu_sass_summary.py) as
+# source_profile.txt. PACK=1 ends by packing $OUT into round.tgz beside summary.txt (the device
+# tool returns at most 8 files).
 set -uo pipefail
 OUT=${OUT:-/tmp/kvgate-gpu-kernels}
 B=${BUILD_DIR:-/tmp/kvgate-gpu-build}
@@ -126,8 +130,23 @@ if [[ "${PROFILE:-0}" == 1 ]]; then
       | tee -a "$OUT/profile.txt"
   done
 fi
+if [[ -n "${SOURCE_PROFILE:-}" ]]; then
+  NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  regex=${SOURCE_PROFILE%%|*}
+  read -r -a args <<< "${SOURCE_PROFILE#*|}"
+  "$NCU" --section SourceCounters --section WarpStateStats --import-source yes \
+    -k "regex:$regex" --launch-skip "${SOURCE_SKIP:-20}" --launch-count "${SOURCE_COUNT:-1}" \
+    -o "$LOGS/source" -f "$B/apps/kvgate" bench attention --device cuda "${args[@]}" --iters 20 \
+    --min-total-ms 1 --no-anchor > "$LOGS/ncu-source.log" 2>&1 || tail -5 "$LOGS/ncu-source.log"
+  "$NCU" -i "$LOGS/source.ncu-rep" --page source --csv --print-source sass > "$LOGS/source.csv" 2>&1
+  gzip -c "$LOGS/source.csv" > "$OUT/source_profile.csv.gz"
+  python3 readkv/cuda/bench/ncu_sass_summary.py "$LOGS/source.csv" --top 30 \
+    > "$OUT/source_profile.txt" 2>&1
+  head -60 "$OUT/source_profile.txt"
+  echo "source profile: $(( $(date +%s) - start )) s"
+fi
 if [[ "${PACK:-0}" == 1 ]]; then
   (cd "$OUT" && tar czf /tmp/kvgate-round.tgz --exclude=summary.txt . &&
     find . -maxdepth 1 -type f ! -name summary.txt -delete && mv /tmp/kvgate-round.tgz round.tgz)
-  echo "packed: $OUT/round.tgz ($(du -h "$OUT/round.tgz" | cut -f1)) and summary.txt"
+  echo "packed: $OUT/round.tgz ($(du -h "$OUT/round.tgz" | cut -f1)); left beside it: $(ls "$OUT")"
 fi

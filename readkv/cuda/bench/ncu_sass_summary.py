@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Where a kernel's warps wait, from an Nsight Compute source export.
+
+Input: the CSV that `ncu -i REPORT.ncu-rep --page source --csv --print-source sass` prints for a
+report taken with `--section SourceCounters --section WarpStateStats --import-source yes` (one
+block per kernel: a "Kernel Name" line, a header line, one line per SASS instruction; ncu may
+print a kernel twice, the first is used). Output, per kernel whose name contains FILTER (all when
+omitted): its stall samples and executed warp instructions, the largest stall reasons, and the
+TOP instructions with the most samples, in program order, each with its share and its largest
+stall reason.
+
+    python3 ncu_sass_summary.py source.csv [FILTER] [--top N]
+
+Used for the kernel rounds of BENCHMARKS.md (e.g. "SelectNarrow 26% of its stall samples on one
+branch after an ATOMG"); scripts/gpu_kernels.sh runs it for SOURCE_PROFILE.
+"""
+import argparse
+import collections
+import csv
+import signal
+import sys
+
+
+def read_kernels(path):
+    """[(kernel name, header, rows)] in file order, each kernel name once."""
+    kernels, seen, current = [], set(), None
+    with open(path, newline="") as f:
+        for row in csv.reader(f):
+            if not row:
+                continue
+            if row[0] == "Kernel Name":
+                name = row[1] if len(row) > 1 else ""
+                current = None if name in seen else {"name": name, "header": None, "rows": []}
+                if current is not None:
+                    seen.add(name)
+                    kernels.append(current)
+            elif current is None:
+                continue
+            elif row[0] == "Address":
+                current["header"] = row
+            elif current["header"] is not None:
+                current["rows"].append(row)
+    return [k for k in kernels if k["header"] is not None]
+
+
+def number(text):
+    try:
+        return float(text.replace(",", "")) if text else 0.0
+    except ValueError:
+        return 0.0
+
+
+def summarise(kernel, top, out):
+    header, rows = kernel["header"], kernel["rows"]
+    try:
+        samples_at = header.index("Warp Stall Sampling (All Samples)")
+        executed_at = header.index("Instructions Executed")
+        source_at = header.index("Source")
+    except ValueError as missing:
+        out.write(f"== {kernel['name']}: not a SourceCounters export ({missing})\n")
+        return
+    stalls = [i for i, h in enumerate(header) if h.startswith("stall_") and "Not Issued" not in h]
+    samples = [number(r[samples_at]) if samples_at < len(r) else 0.0 for r in rows]
+    total = sum(samples)
+    executed = sum(number(r[executed_at]) for r in rows if executed_at < len(r))
+    out.write(f"== {kernel['name']}\n   {total:.0f} stall samples, {executed:.0f} warp instructions\n")
+    if total == 0:
+        return
+    reasons = collections.Counter()
+    for r in rows:
+        for i in stalls:
+            if i < len(r):
+                reasons[header[i][len("stall_"):]] += number(r[i])
+    out.write("   " + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in reasons.most_common(7)) + "\n")
+    hottest = sorted(range(len(rows)), key=lambda k: -samples[k])[:top]
+    for k in sorted(hottest):
+        r = rows[k]
+        reason = max(stalls, key=lambda i: number(r[i]) if i < len(r) else 0.0)
+        out.write(f"   {k:5d} {100 * samples[k] / total:5.1f}% {header[reason][6:]:16s} "
+                  f"{r[source_at].strip()[:90]}\n")
+
+
+def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the output quietly
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("csv")
+    parser.add_argument("filter", nargs="?", default="")
+    parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args()
+    kernels = [k for k in read_kernels(args.csv) if args.filter in k["name"]]
+    if not kernels:
+        sys.exit(f"ncu_sass_summary: no kernel matching '{args.filter}' in {args.csv}")
+    for kernel in kernels:
+        summarise(kernel, args.top, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
