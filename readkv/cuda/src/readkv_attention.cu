@@ -233,8 +233,8 @@ int ValuesVariant() {
 
 // Whether the launches use programmatic dependent launch (each kernel scheduled while the one
 // before it ends; ChainEntry keeps the order): only with KVGATE_READKV_PDL=1. Measured on the
-// H200 in one round (BENCHMARKS.md, issue 8's seventh round) it was mixed: 0.5-1% faster for
-// ReadKV(8,4) and 7:2, 1-5% slower for ReadKV(8,2) (8K x 1: 73.6 against 70.2 us), so it is off.
+// H200 (BENCHMARKS.md, issue 8's seventh round) it was at most 1% faster anywhere and 1-5% slower
+// for ReadKV(8,2) (8K x 1: 73.6 against 70.2 us), so it is off.
 // Read per call like LogitsVariant.
 bool ChainedLaunches() {
   const char* v = std::getenv("KVGATE_READKV_PDL");
