@@ -119,10 +119,24 @@ TEST(QaF1GateTest, ObservedIntervalAndReasonDescribeTheSameSubset) {
     const int64_t share = 90 / subset["items"].get<int64_t>();
     need = std::max(need, share * subset["items_to_decide"].get<int64_t>());
   }
-  EXPECT_GE(need, 3 * third["items_to_decide"].get<int64_t>());
   EXPECT_NE(open.reason.find("~" + std::to_string(need) + " items in all would separate every"),
             std::string::npos)
       << open.reason;
+  // Where the scaling decides: the whole set (600 items, one lost) passes, the third that holds
+  // the loss (200 items) is undecided; adding its own count of items to the whole set would add
+  // only ~a third of them to it, so the reason asks for 3x its need.
+  std::vector<double> base600(600, 100.0), lost600(600, 100.0);
+  lost600[7] = 0.0;
+  const std::vector<double> base200(base600.begin(), base600.begin() + 200);
+  const std::vector<double> lost200(lost600.begin(), lost600.begin() + 200);
+  GateResult scaled = QaF1Gate(
+      std::vector<SubsetScores>{{"all", base600, lost600}, {"depth=0-33%", base200, lost200}}, 1.0,
+      0.95, 2000, 7);
+  ASSERT_EQ(scaled.status, GateStatus::kInconclusive) << scaled.reason;
+  ASSERT_EQ(scaled.details["subsets"][0]["status"], "PASS") << scaled.details.dump();
+  const int64_t own = scaled.details["subsets"][1]["items_to_decide"].get<int64_t>();
+  EXPECT_NE(scaled.reason.find("~" + std::to_string(3 * own) + " items in all"), std::string::npos)
+      << scaled.reason;
   // No "-0": a subset whose scores agree item by item has a drop interval of exactly [0, 0].
   const std::vector<SubsetScores> same = {{"all", base, base}};
   GateResult pass = QaF1Gate(same, 1.0, 0.95, 2000, 7);
