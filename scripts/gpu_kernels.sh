@@ -12,8 +12,8 @@
 # benches it on the same points in the same round, so before/after ratios come from one run on
 # one machine. POINTS="ARGS1;ARGS2;..." benches several point sets (each a `kvgate bench
 # attention` argument list, e.g. one geometry each) instead of BENCH_ARGS, this tree and the
-# baseline one after the other per set, into bench_pN.* and bench_baseline_pN.*, with every
-# median in summary.txt. SOURCE_PROFILE="REGEX|ARGS" samples where the warps of the kernels
+# baseline one after the other per set, into bench_pN.* and bench_baseline_pN.*. Every bench's
+# medians also go to summary.txt. SOURCE_PROFILE="REGEX|ARGS" samples where the warps of the kernels
 # matching REGEX wait (ncu SourceCounters + WarpStateStats) in one call of `kvgate bench attention
 # ARGS` (SOURCE_COUNT kernels from the SOURCE_SKIP-th matching launch on, default 1 and 20): the
 # SASS table as source_profile.csv.gz, its summary (readkv/cuda/bench/ncu_sass_summary.py) as
@@ -66,63 +66,54 @@ build_baseline() {
     { tail -40 "$LOGS/configure-baseline.log" "$LOGS/build-baseline.log"; exit 1; }
   echo "baseline build: $(( $(date +%s) - start )) s"
 }
-# One point set with one build: bench_NAME.json and .txt, its medians appended to summary.txt.
-bench_points() {  # bench_points KVGATE NAME ARGS...
-  local kvgate=$1 name=$2
+# One `kvgate bench attention` run into $OUT/STEM.json and STEM.txt, its medians appended to
+# summary.txt and shown (environment switches such as KVGATE_READKV_LOGITS go before the call).
+bench_into() {  # bench_into STEM KVGATE ARGS...
+  local stem=$1 kvgate=$2
   shift 2
-  "$kvgate" bench attention --device cuda "$@" --json "$OUT/bench_$name.json" \
-    > "$OUT/bench_$name.txt" 2>&1
-  { echo "== $name: $*"; grep -E "^ +[0-9]+ +[0-9]+ " "$OUT/bench_$name.txt" |
+  "$kvgate" bench attention --device cuda "$@" --json "$OUT/$stem.json" > "$OUT/$stem.txt" 2>&1
+  { echo "== $stem: $*"; grep -E "^ +[0-9]+ +[0-9]+ " "$OUT/$stem.txt" |
       awk '{printf "  %s x %s %s: %s us\n", $1, $2, $3, $4}'; } | tee -a "$OUT/summary.txt"
+  echo "bench ($stem): $(( $(date +%s) - start )) s"
 }
 if [[ "${KERNELS_ONLY:-0}" != 1 && -n "${POINTS:-}" ]]; then
   [[ -n "${BASELINE:-}" ]] && build_baseline
   IFS=';' read -r -a point_sets <<< "$POINTS"
   for i in "${!point_sets[@]}"; do
     read -r -a args <<< "${point_sets[$i]}"
-    bench_points "$B/apps/kvgate" "p$i" "${args[@]}"
-    [[ -n "${BASELINE:-}" ]] && bench_points "$BB/apps/kvgate" "baseline_p$i" "${args[@]}"
-    echo "bench (point set $i): $(( $(date +%s) - start )) s"
+    bench_into "bench_p$i" "$B/apps/kvgate" "${args[@]}"
+    [[ -n "${BASELINE:-}" ]] && bench_into "bench_baseline_p$i" "$BB/apps/kvgate" "${args[@]}"
   done
 elif [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
-  "$B/apps/kvgate" bench attention --device cuda ${BENCH_ARGS:---tokens 8192,32768,131072 \
-    --batch 1,16 --heads-q 32 --heads-kv 8 --head-dim 128 --kv dense,fp8,readkv:8:4,readkv:8:2} \
-    --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt" | tail -40
-  echo "bench: $(( $(date +%s) - start )) s"
-  # Other logits readers on the same points (KVGATE_READKV_LOGITS: plain, wide1, wide2, wide4),
-  # each against the default in the same round: LOGITS_VARIANTS="plain wide4", their points in
-  # VARIANT_ARGS (default: BENCH_ARGS).
+  read -r -a args <<< "${BENCH_ARGS:---tokens 8192,32768,131072 --batch 1,16 --heads-q 32 \
+    --heads-kv 8 --head-dim 128 --kv dense,fp8,readkv:8:4,readkv:8:2}"
+  bench_into bench "$B/apps/kvgate" "${args[@]}"
+  # Other readers (and the baseline) on VARIANT_ARGS (default: BENCH_ARGS), each against the
+  # default in the same round: LOGITS_VARIANTS="plain wide4" (KVGATE_READKV_LOGITS: plain, wide1,
+  # wide2, wide4, mma), VALUES_VARIANTS="lanes" (KVGATE_READKV_VALUES: lanes, mma).
+  if [[ -n "${LOGITS_VARIANTS:-}${VALUES_VARIANTS:-}${BASELINE:-}" ]]; then
+    read -r -a args <<< "${VARIANT_ARGS:-${BENCH_ARGS:?VARIANT_ARGS or BENCH_ARGS}}"
+  fi
   for variant in ${LOGITS_VARIANTS:-}; do
-    # shellcheck disable=SC2086
-    KVGATE_READKV_LOGITS=$variant "$B/apps/kvgate" bench attention --device cuda \
-      ${VARIANT_ARGS:-${BENCH_ARGS:?VARIANT_ARGS or BENCH_ARGS}} --json "$OUT/bench_$variant.json" \
-      2>&1 | tee "$OUT/bench_$variant.txt" | tail -12
-    echo "bench ($variant logits): $(( $(date +%s) - start )) s"
+    KVGATE_READKV_LOGITS=$variant bench_into "bench_$variant" "$B/apps/kvgate" "${args[@]}"
   done
-  # Values readers the same way (KVGATE_READKV_VALUES: lanes, mma).
   for variant in ${VALUES_VARIANTS:-}; do
-    # shellcheck disable=SC2086
-    KVGATE_READKV_VALUES=$variant "$B/apps/kvgate" bench attention --device cuda \
-      ${VARIANT_ARGS:-${BENCH_ARGS:?VARIANT_ARGS or BENCH_ARGS}} \
-      --json "$OUT/values_$variant.json" \
-      2>&1 | tee "$OUT/values_$variant.txt" | tail -12
-    echo "bench ($variant values): $(( $(date +%s) - start )) s"
+    KVGATE_READKV_VALUES=$variant bench_into "values_$variant" "$B/apps/kvgate" "${args[@]}"
   done
   if [[ -n "${BASELINE:-}" ]]; then
     build_baseline
-    # shellcheck disable=SC2086
-    "$BB/apps/kvgate" bench attention --device cuda ${VARIANT_ARGS:-${BENCH_ARGS:?}} \
-      --json "$OUT/bench_baseline.json" 2>&1 | tee "$OUT/bench_baseline.txt" | tail -12
-    echo "bench (baseline): $(( $(date +%s) - start )) s"
+    bench_into bench_baseline "$BB/apps/kvgate" "${args[@]}"
   fi
 fi
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 if [[ "${PROFILE:-0}" == 1 ]]; then
-  # Per-kernel GPU time of one ReadKV call at two points (ncu replays each kernel: slow, so few).
-  NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  # Per-kernel GPU time of one ReadKV call at two points (ncu replays each kernel: slow, so few):
+  # the fifth call's six launches (the FP8 kernels' names are here for PROFILE_KV=fp8, whose
+  # call is two launches: then it shows three calls).
   for point in "32768 16" "32768 1"; do
     read -r tokens batch <<< "$point"
-    "$NCU" --metrics gpu__time_duration.sum --csv --launch-skip 25 --launch-count 10 \
-      -k 'regex:Prepare|Logits|Select|Values|Finish|SplitDecode|CombineChunks' \
+    "$NCU" --metrics gpu__time_duration.sum --csv --launch-skip 24 --launch-count 6 \
+      -k 'regex:Prepare|Logits|Select|Values|SplitDecode|CombineSplits' \
       "$B/apps/kvgate" bench attention --tokens "$tokens" --batch "$batch" \
       --kv "${PROFILE_KV:-readkv:8:4}" --iters 20 --min-total-ms 1 --no-anchor > "$LOGS/ncu.csv" 2>&1
     echo "ncu T=$tokens B=$batch (kernel, time, unit):"
@@ -131,7 +122,6 @@ if [[ "${PROFILE:-0}" == 1 ]]; then
   done
 fi
 if [[ -n "${SOURCE_PROFILE:-}" ]]; then
-  NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   regex=${SOURCE_PROFILE%%|*}
   read -r -a args <<< "${SOURCE_PROFILE#*|}"
   "$NCU" --section SourceCounters --section WarpStateStats --import-source yes \
@@ -148,5 +138,5 @@ fi
 if [[ "${PACK:-0}" == 1 ]]; then
   (cd "$OUT" && tar czf /tmp/kvgate-round.tgz --exclude=summary.txt . &&
     find . -maxdepth 1 -type f ! -name summary.txt -delete && mv /tmp/kvgate-round.tgz round.tgz)
-  echo "packed: $OUT/round.tgz ($(du -h "$OUT/round.tgz" | cut -f1)); left beside it: $(ls "$OUT")"
+  echo "packed: $OUT/round.tgz ($(du -h "$OUT/round.tgz" | cut -f1)); left beside it: $(ls "$OUT" | tr "\n" " ")"
 fi
