@@ -64,8 +64,9 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos, const 
 torch::Tensor Mlp(const LayerWeights& w, const torch::Tensor& x);
 
 // Causal attention of n queries at positions [past, past + n) over keys/values of positions
-// [0, past + n). q: [n, Hq, hd]; k, v: [past + n, Hkv, hd]; returns [n, Hq, hd]. Softmax in fp32;
-// queries processed in chunks to bound the score buffer.
+// [0, past + n). q: [n, Hq, hd]; k, v: [past + n, Hkv, hd]; returns [n, Hq, hd]. Softmax in fp32.
+// On CUDA with libtorch >= 2 torch's fused SDPA; elsewhere queries in chunks, which bound the
+// score buffer.
 torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, int64_t past);
 

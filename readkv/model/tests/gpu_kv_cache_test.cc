@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <span>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "../src/gpu_kv_cache.h"
+#include "../src/llama_internal.h"
 #include "readkv/codec/attention.h"
 #include "readkv/codec/calibration.h"
 #include "readkv/codec/random.h"
@@ -242,6 +244,38 @@ TEST(GpuRuntimeTest, RejectsWhatTheCudaBackendsDoNotRun) {
   ValidateRuntimeOptions(o);
   o.prefix_cache.directory = "/tmp/unused";
   EXPECT_THROW(ValidateRuntimeOptions(o), std::invalid_argument);
+}
+
+// Prefill attention on CUDA (torch's fused SDPA) against the CPU's chunked loop, without a past
+// (SDPA's causal mask) and with one (a chunked prompt: the shifted lower-triangle mask), with a
+// query count that is not a multiple of the CPU's 128-query chunks. fp32 on both.
+TEST(GpuRuntimeTest, PrefillAttentionOnCudaMatchesTheCpuLoop) {
+  if (!HaveCuda()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(20261130);
+  for (const int64_t past : {0, 300}) {
+    const int64_t n = 200;
+    const torch::Tensor q = torch::randn({n, 4, 64});
+    const torch::Tensor k = torch::randn({past + n, 2, 64});
+    const torch::Tensor v = torch::randn({past + n, 2, 64});
+    const torch::Tensor want = internal::CausalAttention(q, k, v, past);
+    const torch::Tensor got =
+        internal::CausalAttention(q.to(torch::kCUDA), k.to(torch::kCUDA), v.to(torch::kCUDA), past)
+            .to(torch::kCPU);
+    ASSERT_EQ(got.sizes(), want.sizes());
+    const double gap = (got - want).abs().max().item<double>();
+    std::cout << "prefill attention, past " << past << ": CUDA vs CPU worst |diff| " << gap
+              << "\n";
+    EXPECT_LT(gap, 1e-4) << "past " << past;
+    // The last query sees every key; the first sees past + 1 of them: a key moved after it must
+    // not change its output (the mask, not only the agreement, is checked).
+    torch::Tensor k2 = k.clone();
+    k2[past + n - 1] += 5.0;
+    const torch::Tensor moved =
+        internal::CausalAttention(q.to(torch::kCUDA), k2.to(torch::kCUDA), v.to(torch::kCUDA), past)
+            .to(torch::kCPU);
+    EXPECT_EQ((moved[0] - got[0]).abs().max().item<double>(), 0.0) << "past " << past;
+    EXPECT_GT((moved[n - 1] - got[n - 1]).abs().max().item<double>(), 1e-3) << "past " << past;
+  }
 }
 
 bool HaveBuiltinModel() {
