@@ -3,10 +3,11 @@
 # python3 torch with CUDA): build kvgate against that libtorch, then `kvgate run` on a GPU policy
 # (default policies/h200-long.toml: FP8 vs ReadKV, both served with --device cuda at 16K). Into
 # $OUT: report.json, report.html, kvgate.db (the history), outcome.json (`kvgate run --json`),
-# run.log (its progress lines) and logs.tgz (build log, GPU KV test log, server logs). The CUDA
-# KV backends' tests (readkv_model_test *Gpu*) run first; the round stops if they fail. Run from the repository
-# root with .devdeps and gates/report/node_modules carried; COMMIT names the commit the tree is
-# (the host's copy has no .git); RUN_LIMIT_S bounds `kvgate run` (below):
+# run.log (its progress lines), decode_bench.txt and decode-{baseline,candidate}.json (`kvgate
+# bench decode` with each server's args) and logs.tgz (build log, GPU KV test log, server logs).
+# The CUDA KV backends' tests (readkv_model_test *Gpu*) run first; the round stops if they fail.
+# Run from the repository root with .devdeps and gates/report/node_modules carried; COMMIT names
+# the commit the tree is (the host's copy has no .git); RUN_LIMIT_S bounds `kvgate run` (below):
 #   COMMIT=$(git rev-parse --short=12 HEAD) OUT=/tmp/run bash scripts/gpu_run.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/kvgate-gpu-run}
@@ -27,6 +28,17 @@ echo "build: $(( $(date +%s) - start )) s"
 "$B/readkv/model/readkv_model_test" --gtest_filter='*Gpu*' > "$WORK/gpu_kv_test.log" 2>&1 \
   || { grep -E "Failure|FAILED|error" "$WORK/gpu_kv_test.log" | head -20; exit 1; }
 grep -E "worst relative|passkeys on the GPU|PASSED" "$WORK/gpu_kv_test.log"
+# The decode step of each server as the policy starts it (its args, --max-batch as the batch), at
+# 16K context: `kvgate bench decode` times what separates the two once prompts are in.
+for side in baseline candidate; do
+  args=$(python3 -c 'import sys, tomllib
+a = tomllib.load(open(sys.argv[1], "rb"))[sys.argv[2]]["args"]
+i = a.index("--max-batch"); b = a[i + 1]; del a[i:i + 2]
+print(" ".join(a + ["--batch", b]))' "$POLICY" "$side") || exit 1
+  # shellcheck disable=SC2086 # args is a word list by construction
+  "$B/apps/kvgate" bench decode $args --context 16000 --steps 64 --warmup 8 \
+    --json "$OUT/decode-$side.json" 2>&1 | tee -a "$OUT/decode_bench.txt" | grep -E "step|prefill"
+done
 # The device tool ends a call at 10 minutes: past RUN_LIMIT_S (default 480 s) kvgate gets SIGTERM,
 # stops its servers and records the run `interrupted` with every row so far (a 4.5-pair chunked
 # run was cut by the call limit itself on 2026-11-30 and left no logs.tgz).

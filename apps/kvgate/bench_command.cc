@@ -2,6 +2,7 @@
 // kernels of readkv/cuda over a (tokens x batch) grid with a cold L2, next to the device's
 // streaming-read bandwidth and torch's scaled_dot_product_attention on the same dense inputs
 // (readkv/cuda/bench/README.md explains every column). Prints a table, and JSON with --json.
+// (`kvgate bench decode`, the runtime's whole decode step, is in bench_decode_command.cc.)
 // Exit statuses: 0 done; 1 some kernel produced NaN/Inf; 2 bad arguments (the message names the
 // flag); 3 no CUDA device ("no CUDA device: <reason>") or a CUDA failure.
 #include <chrono>
@@ -21,6 +22,9 @@
 #include "readkv/model/sdpa_bench.h"
 
 namespace kvgate {
+
+void AddBenchDecode(CLI::App& bench, CommandContext& context);  // bench_decode_command.cc
+
 namespace {
 
 using readkv::codec::InvalidArgument;
@@ -144,7 +148,8 @@ void RunBenchAttention(const BenchArgs& args, CommandContext& context) {
 }
 
 void AddBenchCommand(CLI::App& app, CommandContext& context) {
-  auto* bench = app.add_subcommand("bench", "GPU benchmarks of the kernels (needs a CUDA device)");
+  auto* bench = app.add_subcommand(
+      "bench", "Benchmarks: the decode-attention kernels (CUDA) and the runtime's decode step");
   bench->require_subcommand(1);
   auto* cmd = bench->add_subcommand(
       "attention",
@@ -175,6 +180,7 @@ void AddBenchCommand(CLI::App& app, CommandContext& context) {
       ->capture_default_str();
   cmd->add_option("--json", args->json, "Write JSON to FILE, or '-' for stdout");
   cmd->callback([args, &context] { RunBenchAttention(*args, context); });
+  AddBenchDecode(*bench, context);
 }
 
 KVGATE_REGISTER_COMMAND(800, AddBenchCommand);

@@ -77,7 +77,8 @@ void AddServeCommand(CLI::App& app, CommandContext& context) {
   auto options = std::make_shared<ServeOptions>();
   options->model_dir = readkv::model::DefaultModelDirectory();
   // --kv, --store-bits, --read-bits, --reader, --kv-split, --fp8-scale, --prefill, --device,
-  // --dtype, --threads (torch intra-op), --calibration: shared with the other model commands.
+  // --dtype, --threads (torch intra-op), --cuda-graphs, --calibration: shared with the other model
+  // commands.
   auto runtime_flags = std::make_shared<readkv::model::RuntimeFlags>(*cmd);
   cmd->add_option("--model", options->model_dir,
                   "model directory (config.json + "

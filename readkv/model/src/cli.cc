@@ -35,6 +35,10 @@ RuntimeFlags::RuntimeFlags(CLI::App& cmd) {
   cmd.add_option("--dtype", options_.dtype, "float32 | bfloat16 | float16")
       ->capture_default_str();
   cmd.add_option("--threads", options_.threads, "torch intra-op threads (0 = default)");
+  cmd.add_option("--cuda-graphs", options_.cuda_graphs,
+                 "decode steps of fp8/readkv on CUDA with their dense ops replayed as CUDA "
+                 "graphs: auto (where libtorch has them) | on (required) | off")
+      ->capture_default_str();
   cmd.add_option("--calibration", options_.calibration_path,
                  "calibration.json (default: beside the model)");
   cmd.add_option("--cache-dir", options_.prefix_cache.directory,

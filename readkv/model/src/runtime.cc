@@ -15,6 +15,7 @@
 #include <set>
 #include <sstream>
 
+#include "cuda_graph.h"
 #include "gpu_kv_cache.h"
 #include "llama_internal.h"
 #include "readkv/codec/attention.h"
@@ -109,6 +110,16 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
   if (options.prefix_cache.max_bytes < 0) {
     throw std::invalid_argument("cache_max_bytes: must be >= 0");
   }
+  if (options.cuda_graphs != "auto" && options.cuda_graphs != "on" &&
+      options.cuda_graphs != "off") {
+    throw std::invalid_argument("cuda_graphs: must be auto, on or off, got \"" +
+                                options.cuda_graphs + "\"");
+  }
+  if (options.cuda_graphs == "on" && !UsesGpuKv(options)) {
+    throw std::invalid_argument(
+        "cuda_graphs: graphs replay the decode steps of fp8/readkv on a CUDA device; \"on\" "
+        "needs --device cuda and --kv fp8 or readkv");
+  }
 }
 
 struct LlamaDecodeModel::Impl {
@@ -145,6 +156,10 @@ struct LlamaDecodeModel::Impl {
   std::unique_ptr<PrefixCacheStore> prefix_store;
   // fp8 / readkv on a CUDA device (gpu_kv_cache.h); null otherwise. Sequences then hold no caches.
   std::unique_ptr<internal::GpuKvCache> gpu;
+  // Decode steps through CUDA graphs (RuntimeOptions::cuda_graphs), by batch size; see StepGraphs.
+  bool use_graphs = false;
+  struct StepGraphs;
+  std::map<int64_t, std::unique_ptr<StepGraphs>> step_graphs;
   // Sign-vector transforms of every (layer, head), index layer * Hkv + head (prefix cache only).
   std::vector<codec::HadamardTransform> key_transforms, value_transforms;
 
@@ -380,6 +395,11 @@ struct LlamaDecodeModel::Impl {
       starts.push_back(s->length);
     }
     const internal::GpuKvCache::Step step = gpu->Begin(ids, starts, counts);
+    if (use_graphs && !observer) {
+      torch::Tensor logits = DecodeThroughGraphs(step, h, cos, sin);
+      for (Sequence* s : seqs) s->length += 1;
+      return logits;
+    }
     for (int l = 0; l < config.num_hidden_layers; ++l) {
       const LayerWeights& lw = weights.layers[static_cast<size_t>(l)];
       torch::Tensor q, k, v;
@@ -390,6 +410,79 @@ struct LlamaDecodeModel::Impl {
     }
     for (Sequence* s : seqs) s->length += 1;
     return Logits(h);
+  }
+
+  // The dense ops of a decode step of batch B as CUDA graphs: segment 0 projects layer 0, segment
+  // l (0 < l < L) finishes layer l - 1 and projects layer l, segment L finishes the last layer and
+  // takes the logits. The KV backend's append and attention run between segments, eagerly: their
+  // launches depend on the step (lengths, pages, chunk counts). Inputs enter by copies into the
+  // static tensors made before the capture; outputs are the tensors the capture made.
+  struct StepGraphs {
+    torch::Tensor h, cos, sin;           // [B, D], [B, 1, hd], [B, 1, hd]
+    std::vector<torch::Tensor> attn;     // per layer [B, Hq, hd]: the backend's attention
+    std::vector<torch::Tensor> q, k, v;  // per layer, made by the capture
+    std::vector<torch::Tensor> hidden;   // per layer: the residual stream after it
+    torch::Tensor logits;                // [B, V] fp32 on the device
+    std::vector<internal::CudaGraph> segments;
+  };
+
+  StepGraphs& GraphsFor(int64_t b) {
+    std::unique_ptr<StepGraphs>& slot = step_graphs[b];
+    if (slot) return *slot;
+    auto g = std::make_unique<StepGraphs>();
+    const int layers = config.num_hidden_layers;
+    const auto opts = torch::TensorOptions().dtype(dtype).device(device);
+    g->h = torch::zeros({b, config.hidden_size}, opts);
+    g->cos = torch::zeros({b, 1, hd()}, rope.cos.options());
+    g->sin = torch::zeros({b, 1, hd()}, rope.sin.options());
+    for (int l = 0; l < layers; ++l) g->attn.push_back(torch::zeros({b, hq(), hd()}, opts));
+    g->q.resize(static_cast<size_t>(layers));
+    g->k.resize(static_cast<size_t>(layers));
+    g->v.resize(static_cast<size_t>(layers));
+    g->hidden.resize(static_cast<size_t>(layers));
+    StepGraphs& s = *g;
+    const auto project = [this, &s](int l, const torch::Tensor& x) {
+      const auto i = static_cast<size_t>(l);
+      Projections(weights.layers[i], x, s.cos, s.sin, s.q[i], s.k[i], s.v[i]);
+    };
+    const auto finish = [this, &s](int l) {
+      const auto i = static_cast<size_t>(l);
+      const torch::Tensor& x = l == 0 ? s.h : s.hidden[i - 1];
+      s.hidden[i] = Finish(weights.layers[i], x, s.attn[i]);
+    };
+    for (int seg = 0; seg <= layers; ++seg) {
+      internal::CudaGraph graph;
+      graph.Capture([&, seg] {
+        if (seg > 0) finish(seg - 1);
+        if (seg < layers) {
+          project(seg, seg == 0 ? s.h : s.hidden[static_cast<size_t>(seg) - 1]);
+        } else {
+          const torch::Tensor x = internal::RmsNorm(s.hidden.back(), weights.final_norm,
+                                                    config.rms_norm_eps);
+          s.logits = torch::matmul(x, weights.lm_head.t()).to(torch::kFloat);
+        }
+      });
+      s.segments.push_back(std::move(graph));
+    }
+    slot = std::move(g);
+    return *slot;
+  }
+
+  torch::Tensor DecodeThroughGraphs(const internal::GpuKvCache::Step& step,
+                                    const torch::Tensor& h, const torch::Tensor& cos,
+                                    const torch::Tensor& sin) {
+    StepGraphs& g = GraphsFor(h.size(0));
+    g.h.copy_(h);
+    g.cos.copy_(cos);
+    g.sin.copy_(sin);
+    g.segments[0].Replay();
+    for (int l = 0; l < config.num_hidden_layers; ++l) {
+      const auto i = static_cast<size_t>(l);
+      gpu->Append(step, l, g.k[i], g.v[i]);
+      g.attn[i].copy_(gpu->Attend(step, l, g.q[i]));
+      g.segments[i + 1].Replay();
+    }
+    return g.logits.to(torch::kCPU).contiguous();
   }
 
   // ---- Persistent prefix cache (runtime.h) ----------------------------------------------------
@@ -569,6 +662,11 @@ LlamaDecodeModel::LlamaDecodeModel(const std::string& model_dir, const RuntimeOp
     g.fp8_scale = options.kv.fp8_scale;
     g.store_bits = options.kv.store_bits;
     m.gpu = std::make_unique<internal::GpuKvCache>(g);
+    if (options.cuda_graphs == "on" && !internal::CudaGraph::Supported()) {
+      throw std::invalid_argument(
+          "cuda_graphs: \"on\", but this build's libtorch has no CUDA graphs (use auto or off)");
+    }
+    m.use_graphs = options.cuda_graphs != "off" && internal::CudaGraph::Supported();
   }
   m.identity = cache_identity();
   if (!options.prefix_cache.directory.empty()) {

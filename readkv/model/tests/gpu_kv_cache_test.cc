@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "../src/cuda_graph.h"
 #include "../src/gpu_kv_cache.h"
 #include "../src/llama_internal.h"
 #include "readkv/codec/attention.h"
@@ -282,6 +283,16 @@ bool HaveBuiltinModel() {
   return std::filesystem::exists(DefaultModelDirectory() + "/calibration.json");
 }
 
+// The built-in model on CUDA with a KV backend (ReadKV: the constrained reader at R = 6).
+RuntimeOptions CudaOptions(const std::string& kind) {
+  RuntimeOptions options;
+  options.device = "cuda";
+  options.kv.kind = kind;
+  options.kv.reader = "constrained";
+  options.kv.read_bits = 6;
+  return options;
+}
+
 // The built-in model served on the GPU with each CUDA KV backend completes the same prompts as on
 // the CPU with the codec's caches of the same kind (fp32 compute on both).
 TEST(GpuRuntimeTest, BuiltinModelOnCudaAnswersAsOnTheCpu) {
@@ -316,6 +327,83 @@ TEST(GpuRuntimeTest, BuiltinModelOnCudaAnswersAsOnTheCpu) {
       for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(on_gpu[i].text, on_cpu[i].text) << i;
     }
     std::cout << kind << ": " << correct << "/4 passkeys on the GPU\n";
+  }
+}
+
+// Decode steps through CUDA graphs (RuntimeOptions::cuda_graphs) against the same steps op by op:
+// three sequences of different lengths decoded together, then two after one ends (a second batch
+// size, captured at its first step), every step's logits compared. The graphs replay the same
+// kernels on the same inputs, so the logits agree to the last bits unless cuBLAS picks other
+// kernels under capture; the bound leaves room for that, not for a misplaced input.
+TEST(GpuRuntimeTest, DecodeStepsThroughCudaGraphsGiveTheLogitsOfOpByOpSteps) {
+  if (!HaveCuda()) GTEST_SKIP() << "no CUDA device";
+  if (!HaveBuiltinModel()) GTEST_SKIP() << "no built-in model";
+  if (!internal::CudaGraph::Supported()) GTEST_SKIP() << "this libtorch has no CUDA graphs";
+  ByteTokenizer tok;
+  const std::vector<std::vector<int32_t>> prompts = {
+      tok.Encode(PasskeyPrompt("52719", 900, 0.4), true),
+      tok.Encode(PasskeyPrompt("8146", 1500, 0.7), true),
+      tok.Encode(PasskeyPrompt("30303", 300, 0.1), true)};
+  for (const std::string kind : {"fp8", "readkv"}) {
+    SCOPED_TRACE(kind);
+    RuntimeOptions options = CudaOptions(kind);
+    options.cuda_graphs = "off";
+    LlamaDecodeModel eager(DefaultModelDirectory(), options);
+    options.cuda_graphs = "on";
+    LlamaDecodeModel graphs(DefaultModelDirectory(), options);
+    // One Forward of the live sequences on both models; returns the eager model's logits and
+    // records the worst |difference| relative to the largest |logit|.
+    double worst = 0.0;
+    int steps = 0;
+    const auto forward = [&](const std::vector<uint64_t>& ids,
+                             const std::vector<std::vector<int32_t>>& tokens) {
+      std::vector<std::vector<float>> out[2];
+      LlamaDecodeModel* models[2] = {&eager, &graphs};
+      for (int m = 0; m < 2; ++m) {
+        std::vector<engine::SequenceStep> batch(ids.size());
+        for (size_t i = 0; i < ids.size(); ++i) {
+          batch[i].sequence_id = ids[i];
+          batch[i].tokens = tokens[i];
+        }
+        models[m]->Forward(batch);
+        for (const engine::SequenceStep& s : batch) out[m].push_back(s.logits);
+      }
+      for (size_t i = 0; i < ids.size(); ++i) {
+        double scale = 0.0, gap = 0.0;
+        for (size_t j = 0; j < out[0][i].size(); ++j) {
+          scale = std::max(scale, static_cast<double>(std::abs(out[0][i][j])));
+          gap = std::max(gap, static_cast<double>(std::abs(out[0][i][j] - out[1][i][j])));
+        }
+        worst = std::max(worst, gap / std::max(scale, 1e-30));
+      }
+      ++steps;
+      return out[0];
+    };
+    const auto greedy = [](const std::vector<float>& logits) {
+      return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
+                                  logits.begin());
+    };
+    std::vector<uint64_t> ids = {1, 2, 3};
+    for (uint64_t id : ids) {
+      eager.StartSequence(id, {});
+      graphs.StartSequence(id, {});
+    }
+    std::vector<std::vector<float>> logits = forward(ids, prompts);
+    for (int t = 0; t < 10; ++t) {
+      if (t == 6) {  // sequence 2 ends: batches of two from here on
+        eager.EndSequence(2);
+        graphs.EndSequence(2);
+        ids = {1, 3};
+        logits = {logits[0], logits[2]};
+      }
+      std::vector<std::vector<int32_t>> next;
+      for (const std::vector<float>& l : logits) next.push_back({greedy(l)});
+      logits = forward(ids, next);
+    }
+    std::cout << kind << ": CUDA graphs vs op by op over " << steps
+              << " steps, worst |logit diff| / max |logit| " << worst << "\n";
+    EXPECT_LT(worst, 1e-5);
+    EXPECT_EQ(graphs.kv_bytes_in_use(), eager.kv_bytes_in_use());
   }
 }
 
@@ -392,11 +480,7 @@ TEST(GpuRuntimeTest, APromptFedInChunksOnCudaGivesTheLogitsOfTheWholePrompt) {
   };
   for (const std::string kind : {"dense", "fp8", "readkv"}) {
     SCOPED_TRACE(kind);
-    RuntimeOptions options;
-    options.device = "cuda";
-    options.kv.kind = kind;
-    options.kv.reader = "constrained";
-    options.kv.read_bits = 6;
+    const RuntimeOptions options = CudaOptions(kind);
     LlamaDecodeModel whole(DefaultModelDirectory(), options);
     LlamaDecodeModel chunked(DefaultModelDirectory(), options);
     const auto want = whole_run(whole);

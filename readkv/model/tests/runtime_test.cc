@@ -528,6 +528,30 @@ TEST_F(CompressedRuntimeTest, PrefixCacheObjectsOfAnotherStoreWidthAreRefusedAnd
   EXPECT_EQ(RunPrompt(fresh, 1, prompt_), refused);
 }
 
+TEST(RuntimeOptionsTest, CudaGraphsIsAutoOnOrOffAndOnNeedsTheCudaKvBackends) {
+  RuntimeOptions o;  // cpu, dense, auto
+  ValidateRuntimeOptions(o);
+  o.cuda_graphs = "off";
+  ValidateRuntimeOptions(o);
+  const auto refused = [&o](const std::string& value) {
+    o.cuda_graphs = value;
+    try {
+      ValidateRuntimeOptions(o);
+      ADD_FAILURE() << value << " on " << o.device << "/" << o.kv.kind << ": no error";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("cuda_graphs:", 0), 0u) << e.what();
+    }
+  };
+  refused("yes");
+  refused("on");  // on the CPU
+  o.device = "cuda";
+  refused("on");  // dense on CUDA: its decode does not go through the graphs
+  o.kv.kind = "fp8";
+  o.cuda_graphs = "on";
+  ValidateRuntimeOptions(o);
+  refused("ON");
+}
+
 TEST(PrefixCacheOptionsTest, PrefixCacheNeedsReadKvAndDensePrefill) {
   RuntimeOptions o;
   o.prefix_cache.directory = "/tmp/unused-prefix-cache";

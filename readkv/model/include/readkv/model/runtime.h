@@ -91,13 +91,20 @@ struct RuntimeOptions {
   KvCacheOptions kv;
   int64_t kv_capacity_bytes = int64_t{4} << 30;  // the limit kv_bytes_limit() reports
   int threads = 0;                // torch intra-op threads; 0 leaves torch's default
+  // Decode steps of fp8/readkv on a CUDA device with their dense ops (norms, projections, RoPE,
+  // MLP, logits) replayed as CUDA graphs, one set per batch size, captured at its first step;
+  // the KV backend's append and attention launch between them as always. "auto": where this
+  // build's libtorch has CUDA graphs; "on": required (the model refuses to load without them);
+  // "off": every op launched on its own. Not used while a KvObserver is set (calibration).
+  std::string cuda_graphs = "auto";
   std::string calibration_path;   // default <model_dir>/calibration.json (fp8 and readkv)
   PrefixCacheOptions prefix_cache;
 };
 
 // Throws std::invalid_argument naming the field ("kv", "store_bits", "read_bits", "reader"
 // (flexible on a CUDA device too), "kv_split", "device", "dtype", "cache_dir" (set for dense/fp8,
-// with kThroughCache prefill or on a CUDA device), "cache_max_bytes") for an invalid combination.
+// with kThroughCache prefill or on a CUDA device), "cache_max_bytes", "cuda_graphs" (not
+// auto/on/off, or "on" without fp8/readkv on a CUDA device) for an invalid combination.
 void ValidateRuntimeOptions(const RuntimeOptions& options);
 
 class LlamaDecodeModel final : public engine::DecodeModel {
