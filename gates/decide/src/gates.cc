@@ -98,12 +98,14 @@ int ExitCode(Verdict verdict) {
   return 2;
 }
 
-GateResult PasskeyGate(int correct, int errored, int items, int required) {
+GateResult PasskeyGate(int correct, int errored, int items, int required,
+                       std::optional<int> baseline_correct) {
   GateResult result;
   result.gate = "passkey";
   result.observed = correct;
   result.threshold = required;
   result.details = {{"correct", correct}, {"errored", errored}, {"items", items}};
+  if (baseline_correct) result.details["baseline_correct"] = *baseline_correct;
   std::string tally = std::to_string(correct) + "/" + std::to_string(items);
   if (items < required) {
     result.status = GateStatus::kInconclusive;
@@ -118,8 +120,18 @@ GateResult PasskeyGate(int correct, int errored, int items, int required) {
                     " items got no answer (errors); fix the errors and rerun";
   } else {
     result.status = GateStatus::kFail;
-    result.reason = "found only " + tally + " passkeys, " + std::to_string(required) +
-                    " required: the candidate loses retrieval";
+    result.reason = "found only " + tally + " passkeys, " + std::to_string(required) + " required";
+    if (!baseline_correct) {
+      result.reason += ": the candidate loses retrieval";
+    } else if (*baseline_correct >= required) {
+      result.reason += "; the baseline found " + std::to_string(*baseline_correct) + "/" +
+                       std::to_string(items) + ": the candidate loses retrieval";
+    } else {
+      result.reason += "; the baseline found only " + std::to_string(*baseline_correct) + "/" +
+                       std::to_string(items) +
+                       " too: the model misses keys at these lengths under either cache, so no "
+                       "candidate can pass until the model (or the lengths) change";
+    }
   }
   return result;
 }

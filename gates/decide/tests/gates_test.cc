@@ -58,6 +58,23 @@ TEST(PasskeyGateTest, NeedsEveryRequiredKeyAndSeparatesErrorsFromMisses) {
   EXPECT_EQ(PasskeyGate(100, 0, 100, 200).status, GateStatus::kInconclusive);
 }
 
+// The baseline's tally on the same items changes what a FAIL says, never the status.
+TEST(PasskeyGateTest, AFailSaysWhetherTheBaselineFoundTheKeys) {
+  const GateResult lost = PasskeyGate(199, 0, 200, 200, 200);
+  EXPECT_EQ(lost.status, GateStatus::kFail);
+  EXPECT_NE(lost.reason.find("the baseline found 200/200: the candidate loses retrieval"),
+            std::string::npos)
+      << lost.reason;
+  EXPECT_EQ(lost.details["baseline_correct"], 200);
+  const GateResult model = PasskeyGate(199, 0, 200, 200, 199);
+  EXPECT_EQ(model.status, GateStatus::kFail);
+  EXPECT_NE(model.reason.find("the baseline found only 199/200 too"), std::string::npos)
+      << model.reason;
+  EXPECT_EQ(model.reason.find("the candidate loses retrieval"), std::string::npos) << model.reason;
+  EXPECT_EQ(PasskeyGate(200, 0, 200, 200, 150).status, GateStatus::kPass);
+  EXPECT_FALSE(PasskeyGate(199, 0, 200, 200).details.contains("baseline_correct"));
+}
+
 TEST(QaF1GateTest, DecidesEachSubsetByItsDropInterval) {
   std::vector<double> base(100), same(100), worse(100), noisy(100);
   for (int i = 0; i < 100; ++i) {

@@ -141,15 +141,22 @@ std::vector<gates::GateResult> DecideFromRows(history::HistoryDb& db, int64_t ru
   const policy::GateSpec& spec = policy.gates;
   std::vector<history::QualityItem> items = db.QualityItems(run_id);
 
-  // Passkey: the candidate's items.
-  int correct = 0, errored = 0, total = 0;
+  // Passkey: the candidate's items; the baseline's tally says whether a miss is the cache's.
+  int correct = 0, errored = 0, total = 0, baseline_correct = 0, baseline_total = 0;
   for (const auto& item : items) {
-    if (item.check != "passkey" || item.label != kCandidate) continue;
+    if (item.check != "passkey") continue;
+    if (item.label == kBaseline) {
+      ++baseline_total;
+      baseline_correct += item.correct.value_or(false);
+    }
+    if (item.label != kCandidate) continue;
     ++total;
     correct += item.correct.value_or(false);
     errored += !item.extra.value("error", std::string()).empty();
   }
-  results.push_back(gates::PasskeyGate(correct, errored, total, spec.passkey_required));
+  results.push_back(gates::PasskeyGate(
+      correct, errored, total, spec.passkey_required,
+      baseline_total == total ? std::optional<int>(baseline_correct) : std::nullopt));
 
   // QA F1: pair items by id; every key subset an item names is scored on its own.
   std::map<std::string, const history::QualityItem*> baseline_by_id;

@@ -43,8 +43,11 @@ int ExitCode(Verdict verdict);  // 0 GO, 1 NO-GO, 2 INCONCLUSIVE
 
 // Passkey: observed = correct items of the candidate, threshold = required. Items that errored
 // (no answer) are not correct; if the errors alone could change the outcome the gate is
-// INCONCLUSIVE rather than FAIL.
-GateResult PasskeyGate(int correct, int errored, int items, int required);
+// INCONCLUSIVE rather than FAIL. baseline_correct, when known (the baseline on the same items),
+// goes into details and into a FAIL's reason, which then says whether the candidate lost keys the
+// baseline found or the model misses keys under any cache; the status does not depend on it.
+GateResult PasskeyGate(int correct, int errored, int items, int required,
+                       std::optional<int> baseline_correct = std::nullopt);
 
 // QA F1 on every key subset: per item, the baseline's and the candidate's F1 in [0, 100] for the
 // same question. observed = the largest estimated drop (baseline − candidate, points) over the
