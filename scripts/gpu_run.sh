@@ -3,8 +3,9 @@
 # python3 torch with CUDA): build kvgate against that libtorch, then `kvgate run` on a GPU policy
 # (default policies/h200-long.toml: FP8 vs ReadKV, both served with --device cuda at 16K). Into
 # $OUT: report.json, report.html, kvgate.db (the history), outcome.json (`kvgate run --json`),
-# run.log (its progress lines), decode_bench.txt and decode-{baseline,candidate}.json (`kvgate
-# bench decode` with each server's args) and logs.tgz (build log, GPU KV test log, server logs).
+# run.log (its progress lines), decode_bench.txt (`kvgate bench decode` with each server's args)
+# and logs.tgz (build log, GPU KV test log, server logs, decode-{baseline,candidate}.json): seven
+# files, the device tool returns at most eight.
 # The CUDA KV backends' tests (readkv_model_test *Gpu*) run first; the round stops if they fail.
 # Run from the repository root with .devdeps and gates/report/node_modules carried; COMMIT names
 # the commit the tree is (the host's copy has no .git); RUN_LIMIT_S bounds `kvgate run` (below):
@@ -37,7 +38,7 @@ i = a.index("--max-batch"); b = a[i + 1]; del a[i:i + 2]
 print(" ".join(a + ["--batch", b]))' "$POLICY" "$side") || exit 1
   # shellcheck disable=SC2086 # args is a word list by construction
   "$B/apps/kvgate" bench decode $args --context 16000 --steps 64 --warmup 8 \
-    --json "$OUT/decode-$side.json" 2>&1 | tee -a "$OUT/decode_bench.txt" | grep -E "step|prefill"
+    --json "$WORK/decode-$side.json" 2>&1 | tee -a "$OUT/decode_bench.txt" | grep -E "step|prefill"
 done
 # The device tool ends a call at 10 minutes: past RUN_LIMIT_S (default 480 s) kvgate gets SIGTERM,
 # stops its servers and records the run `interrupted` with every row so far (a 4.5-pair chunked
