@@ -81,6 +81,17 @@ def main(build):
                                       "B - A = +0.00 points, 95% half-width 113.16"),
               "two known flips counted, sd 100 -> half-width 1.96*100/sqrt(3) "
               f"({known.stdout.strip()})")
+        # By subset: items 0 and 1 in "depth=x", item 2 in "depth=y".
+        for name, d in (("a.qa.json", a_doc), ("b.qa.json", b_doc)):
+            for item, sub in zip(d["items"], ["depth=x", "depth=x", "depth=y"]):
+                item["subsets"] = ["length=512", sub]
+            with open(os.path.join(keep, name), "w") as f:
+                json.dump(d, f)
+        split = compare("a.qa.json", "b.qa.json", "--by-subset").stdout.splitlines()
+        check(len(split) == 4 and split[1].startswith("  depth=x: 2 items, 2 flips (1 won, 1 lost")
+              and split[2].startswith("  depth=y: 1 items, 0 flips")
+              and split[3].startswith("  length=512: 3 items, 2 flips"),
+              f"one line per subset, each with its own items ({split})")
         fewer = compare("fp8.qa.json", "short.qa.json")
         check(fewer.returncode != 0 and "same items" in fewer.stderr,
               f"files with different items are refused ({fewer.stderr.strip()})")
