@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 
@@ -183,21 +184,71 @@ void AddTrainCommand(CLI::App& app, int& exit_code) {
 void AddCalibrateCommand(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "calibrate", "Measure FP8 scales and ReadKV mu/sigma on a seeded calibration set and "
-                   "write calibration.json beside the model");
+                   "write calibration.json beside the model; with --check, measure how well an "
+                   "existing calibration codes another set instead");
   auto o = std::make_shared<CalibrateOptions>();
+  auto check = std::make_shared<CodecFidelityOptions>();
+  auto check_flag = std::make_shared<bool>(false);
+  auto seed_set = std::make_shared<bool>(false);
+  auto json_path = std::make_shared<std::string>();
   o->model_dir = DefaultModelDirectory();
   cmd->add_option("--model", o->model_dir, "model directory")->capture_default_str();
   cmd->add_option("--samples", o->samples, "calibration documents")->capture_default_str();
   cmd->add_option("--max-bytes", o->max_bytes, "bytes per document")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "seed of the calibration set")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "seed of the calibration set (--check: default this + 1, "
+                                     "documents the calibration did not see)")
+      ->capture_default_str()
+      ->each([seed_set](const std::string&) { *seed_set = true; });
   cmd->add_option("--out", o->output_path, "output file (default: <model>/calibration.json)");
   cmd->add_option("--threads", o->threads, "torch intra-op threads (0 = default)");
-  cmd->callback([o, &exit_code] {
+  cmd->add_flag("--check", *check_flag,
+                "write nothing: per layer and K/V, the relative RMS error of FP8 (per-tensor "
+                "scales) and of ReadKV's W-bit code read in full on these documents, the share "
+                "of standardized values past the tree's outermost threshold and their share of "
+                "the error");
+  cmd->add_option("--calibration", check->calibration_path,
+                  "--check: the calibration to measure (default: <model>/calibration.json)");
+  cmd->add_option("--store-bits", check->store_bits, "--check: ReadKV stored bits W")
+      ->capture_default_str();
+  cmd->add_option("--json", *json_path, "--check: also write the rows as JSON to FILE");
+  cmd->callback([o, check, check_flag, seed_set, json_path, &exit_code] {
     if (o->samples < 1) throw codec::InvalidArgument("samples", "must be at least 1");
-    const ModelCalibration c = CalibrateModel(*o);
-    std::cout << "calibrated " << c.model_id << " on " << c.samples << " documents ("
-              << c.tokens << " tokens); weights " << c.weights_digest << "; calibration "
-              << c.calibration.Digest() << "\n";
+    if (!*check_flag) {
+      const ModelCalibration c = CalibrateModel(*o);
+      std::cout << "calibrated " << c.model_id << " on " << c.samples << " documents ("
+                << c.tokens << " tokens); weights " << c.weights_digest << "; calibration "
+                << c.calibration.Digest() << "\n";
+      exit_code = 0;
+      return;
+    }
+    check->documents = *o;
+    if (!*seed_set) check->documents.seed = o->seed + 1;
+    const std::vector<CodecFidelityRow> rows = MeasureCodecFidelity(*check);
+    std::printf("%5s %-5s %10s %9s %9s %9s %10s %11s %7s %6s %7s\n", "layer", "kind", "values",
+                "fp8_rms", "fp8_sat", "rkv_rms", "rkv_outer", "outer_err%", "z_mean", "z_std",
+                "z_max");
+    nlohmann::json out = nlohmann::json::array();
+    for (const CodecFidelityRow& r : rows) {
+      std::printf("%5d %-5s %10lld %9.2e %9.2e %9.2e %10.2e %10.1f%% %7.3f %6.3f %7.2f\n", r.layer,
+                  r.kind.c_str(), static_cast<long long>(r.values), r.fp8_relative_rms,
+                  r.fp8_saturated, r.readkv_relative_rms, r.readkv_beyond_outer,
+                  100.0 * r.readkv_outer_error_share, r.z_mean, r.z_std, r.z_max_abs);
+      out.push_back({{"layer", r.layer}, {"kind", r.kind}, {"values", r.values},
+                     {"fp8_relative_rms", r.fp8_relative_rms}, {"fp8_saturated", r.fp8_saturated},
+                     {"readkv_relative_rms", r.readkv_relative_rms},
+                     {"readkv_beyond_outer", r.readkv_beyond_outer},
+                     {"readkv_outer_error_share", r.readkv_outer_error_share},
+                     {"z_mean", r.z_mean}, {"z_std", r.z_std}, {"z_max_abs", r.z_max_abs}});
+    }
+    if (!json_path->empty()) {
+      std::ofstream f(*json_path);
+      f << nlohmann::json{{"model_dir", o->model_dir}, {"samples", o->samples},
+                          {"max_bytes", o->max_bytes}, {"seed", check->documents.seed},
+                          {"store_bits", check->store_bits}, {"rows", out}}
+               .dump(1)
+        << "\n";
+      if (!f) throw codec::InvalidArgument("json", "cannot write " + *json_path);
+    }
     exit_code = 0;
   });
 }

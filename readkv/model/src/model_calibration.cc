@@ -3,12 +3,15 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "readkv/codec/codebook.h"
 #include "readkv/codec/errors.h"
 #include "readkv/codec/fp8.h"
+#include "readkv/codec/transform.h"
 #include "readkv/model/errors.h"
 #include "readkv/model/recall_data.h"
 #include "readkv/model/runtime.h"
@@ -21,6 +24,32 @@ using nlohmann::json;
 
 constexpr const char* kFormat = "kvgate-model-calibration";
 constexpr int kVersion = 1;
+
+// Feeds the seeded calibration corpus's documents (samples of at most max_bytes) through the
+// model one sequence at a time, so its KV observer sees every post-RoPE key and value; returns
+// the tokens fed.
+int64_t RunDocuments(LlamaDecodeModel& model, const CalibrateOptions& options) {
+  const ModelConfig& config = model.config();
+  const auto tokenizer = MakeTokenizer(config);
+  const int max_bytes =
+      std::min(options.max_bytes, config.max_position_embeddings - 2);  // BOS, EOS
+  RecallCorpus corpus(options.seed);
+  int64_t tokens = 0;
+  for (int i = 0; i < options.samples; ++i) {
+    std::vector<int32_t> ids = tokenizer->Encode(corpus.Next(max_bytes), /*add_bos=*/true);
+    ids.push_back(tokenizer->eos_token());
+    // Documents are at least 256 bytes; a model with a shorter context sees their beginning.
+    ids.resize(std::min(ids.size(), static_cast<size_t>(config.max_position_embeddings)));
+    model.StartSequence(static_cast<uint64_t>(i + 1), {});
+    engine::SequenceStep step;
+    step.sequence_id = static_cast<uint64_t>(i + 1);
+    step.tokens = ids;
+    model.Forward(std::span<engine::SequenceStep>(&step, 1));
+    model.EndSequence(static_cast<uint64_t>(i + 1));
+    tokens += static_cast<int64_t>(ids.size());
+  }
+  return tokens;
+}
 
 }  // namespace
 
@@ -115,28 +144,11 @@ ModelCalibration CalibrateModel(const CalibrateOptions& options) {
   runtime.threads = options.threads;
   LlamaDecodeModel model(options.model_dir, runtime);
   const ModelConfig& config = model.config();
-  const auto tokenizer = MakeTokenizer(config);
   codec::Calibrator calibrator(config.num_hidden_layers, config.num_key_value_heads,
                                config.head_dim);
   model.set_kv_observer([&](int layer, int head, std::span<const float> k,
                             std::span<const float> v) { calibrator.Observe(layer, head, k, v); });
-  const int max_bytes =
-      std::min(options.max_bytes, config.max_position_embeddings - 2);  // BOS, EOS
-  RecallCorpus corpus(options.seed);
-  int64_t tokens = 0;
-  for (int i = 0; i < options.samples; ++i) {
-    std::vector<int32_t> ids = tokenizer->Encode(corpus.Next(max_bytes), /*add_bos=*/true);
-    ids.push_back(tokenizer->eos_token());
-    // Documents are at least 256 bytes; a model with a shorter context sees their beginning.
-    ids.resize(std::min(ids.size(), static_cast<size_t>(config.max_position_embeddings)));
-    model.StartSequence(static_cast<uint64_t>(i + 1), {});
-    engine::SequenceStep step;
-    step.sequence_id = static_cast<uint64_t>(i + 1);
-    step.tokens = ids;
-    model.Forward(std::span<engine::SequenceStep>(&step, 1));
-    model.EndSequence(static_cast<uint64_t>(i + 1));
-    tokens += static_cast<int64_t>(ids.size());
-  }
+  const int64_t tokens = RunDocuments(model, options);
   ModelCalibration out;
   out.model_id = config.model_id;
   out.weights_digest = model.weights_digest();
@@ -161,6 +173,109 @@ ModelCalibration CalibrateModel(const CalibrateOptions& options) {
   }
   std::filesystem::rename(tmp, path);
   return out;
+}
+
+std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& options) {
+  const CalibrateOptions& docs = options.documents;
+  if (docs.samples < 1) throw std::invalid_argument("samples: must be at least 1");
+  const codec::LloydTree tree(options.store_bits);  // checks store_bits
+  RuntimeOptions runtime;
+  runtime.threads = docs.threads;
+  LlamaDecodeModel model(docs.model_dir, runtime);
+  const ModelConfig& config = model.config();
+  const ModelCalibration loaded = ModelCalibration::Load(
+      options.calibration_path.empty() ? docs.model_dir + "/calibration.json"
+                                       : options.calibration_path);
+  if (loaded.weights_digest != model.weights_digest()) {
+    throw codec::IdentityMismatch("weights_digest", model.weights_digest(),
+                                  loaded.weights_digest);
+  }
+  const codec::Calibration& cal = loaded.calibration;
+  const int layers = config.num_hidden_layers, heads = config.num_key_value_heads;
+  const int d = config.head_dim, w = options.store_bits;
+  if (cal.layers != layers || cal.kv_heads != heads || cal.head_dim != d) {
+    throw codec::IdentityMismatch("geometry", "the model's", "the calibration's");
+  }
+  // Per (layer, kind), index 2 * layer + kind: sums over every scalar.
+  struct Sums {
+    int64_t n = 0, saturated = 0, beyond = 0;
+    double x2 = 0, fp8_err2 = 0, readkv_err2 = 0, outer_err2 = 0, z = 0, z2 = 0, z_max = 0;
+  };
+  std::vector<Sums> sums(static_cast<size_t>(2 * layers));
+  std::vector<float> fp8_scale(static_cast<size_t>(2 * layers));
+  std::vector<codec::HadamardTransform> transforms;  // (layer * heads + head) * 2 + kind
+  for (int l = 0; l < layers; ++l) {
+    float k = 0.0f, v = 0.0f;
+    for (int h = 0; h < heads; ++h) {
+      const size_t i = static_cast<size_t>(l) * heads + h;
+      k = std::max(k, cal.key_amax[i]);
+      v = std::max(v, cal.value_amax[i]);
+      transforms.emplace_back(d, cal.seeds.KeySeed(l, h));
+      transforms.emplace_back(d, cal.seeds.ValueSeed(l, h));
+    }
+    fp8_scale[2 * static_cast<size_t>(l)] = codec::Fp8ScaleFromAmax(k);
+    fp8_scale[2 * static_cast<size_t>(l) + 1] = codec::Fp8ScaleFromAmax(v);
+  }
+  const float outer = tree.thresholds(w).back();  // the tree is symmetric
+  std::vector<float> xt(static_cast<size_t>(d));
+  const auto observe = [&](int layer, int head, int kind, std::span<const float> x) {
+    const size_t row = 2 * static_cast<size_t>(layer) + static_cast<size_t>(kind);
+    Sums& s = sums[row];
+    const float scale = fp8_scale[row];
+    const auto& t = transforms[(static_cast<size_t>(layer) * heads + head) * 2 + kind];
+    const auto mean = kind == 0 ? cal.KeyMean(layer, head) : cal.ValueMean(layer, head);
+    const auto sd = kind == 0 ? cal.KeyStd(layer, head) : cal.ValueStd(layer, head);
+    for (int c = 0; c < d; ++c) {
+      const auto i = static_cast<size_t>(c);
+      const double q = scale * codec::Fp8E4m3Decode(codec::Fp8E4m3Encode(x[i] / scale));
+      s.saturated += std::abs(x[i] / scale) > codec::kFp8E4m3Max;
+      s.x2 += static_cast<double>(x[i]) * x[i];
+      s.fp8_err2 += (x[i] - q) * (x[i] - q);
+    }
+    // The W-bit code's error in the transformed domain, where each value is coded: the
+    // transform is orthogonal, so its squared error equals the model domain's.
+    t.Forward(x, xt);
+    for (int c = 0; c < d; ++c) {
+      const auto i = static_cast<size_t>(c);
+      const float z = (xt[i] - mean[i]) / sd[i];
+      const double err = static_cast<double>(sd[i]) * (z - tree.Decode(tree.Encode(z), w));
+      const bool beyond = std::abs(z) > outer;
+      s.beyond += beyond;
+      s.readkv_err2 += err * err;
+      if (beyond) s.outer_err2 += err * err;
+      s.z += z;
+      s.z2 += static_cast<double>(z) * z;
+      s.z_max = std::max(s.z_max, static_cast<double>(std::abs(z)));
+    }
+    s.n += d;
+  };
+  model.set_kv_observer([&](int layer, int head, std::span<const float> k,
+                            std::span<const float> v) {
+    observe(layer, head, 0, k);
+    observe(layer, head, 1, v);
+  });
+  RunDocuments(model, docs);
+  std::vector<CodecFidelityRow> rows;
+  for (int l = 0; l < layers; ++l) {
+    for (int kind = 0; kind < 2; ++kind) {
+      const Sums& s = sums[2 * static_cast<size_t>(l) + static_cast<size_t>(kind)];
+      CodecFidelityRow r;
+      r.layer = l;
+      r.kind = kind == 0 ? "key" : "value";
+      r.values = s.n;
+      const auto n = static_cast<double>(std::max<int64_t>(s.n, 1));
+      r.fp8_relative_rms = std::sqrt(s.fp8_err2 / std::max(s.x2, 1e-300));
+      r.fp8_saturated = static_cast<double>(s.saturated) / n;
+      r.readkv_relative_rms = std::sqrt(s.readkv_err2 / std::max(s.x2, 1e-300));
+      r.readkv_beyond_outer = static_cast<double>(s.beyond) / n;
+      r.readkv_outer_error_share = s.outer_err2 / std::max(s.readkv_err2, 1e-300);
+      r.z_mean = s.z / n;
+      r.z_std = std::sqrt(std::max(0.0, s.z2 / n - r.z_mean * r.z_mean));
+      r.z_max_abs = s.z_max;
+      rows.push_back(r);
+    }
+  }
+  return rows;
 }
 
 }  // namespace readkv::model

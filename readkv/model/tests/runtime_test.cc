@@ -398,6 +398,47 @@ TEST_F(CompressedRuntimeTest, ACalibrationOfOtherWeightsIsRefused) {
   }
 }
 
+// The fidelity check measures both caches on fresh documents: every layer and kind has rows,
+// FP8's error is e4m3's (a few percent), the W-bit code's error falls as W grows, and the
+// standardized values of text like the calibration set's are near N(0, 1). Other weights' (or
+// a missing) calibration is refused.
+TEST_F(CompressedRuntimeTest, CodecFidelityMeasuresBothCachesAndFallsWithStoredBits) {
+  CodecFidelityOptions o;
+  o.documents.model_dir = dir_.path();
+  o.documents.samples = 2;
+  o.documents.max_bytes = 500;
+  o.documents.seed = 99;
+  const auto rows_at = [&](int w) {
+    o.store_bits = w;
+    return MeasureCodecFidelity(o);
+  };
+  const std::vector<CodecFidelityRow> w8 = rows_at(8), w3 = rows_at(3);
+  ASSERT_EQ(w8.size(), 2u * static_cast<size_t>(tiny_.config.num_hidden_layers));
+  ASSERT_EQ(w3.size(), w8.size());
+  for (size_t i = 0; i < w8.size(); ++i) {
+    const CodecFidelityRow& r = w8[i];
+    SCOPED_TRACE(std::to_string(r.layer) + " " + r.kind);
+    EXPECT_EQ(r.kind, i % 2 == 0 ? "key" : "value");
+    EXPECT_GT(r.values, 0);
+    EXPECT_EQ(r.values % tiny_.config.head_dim, 0);
+    EXPECT_GT(r.fp8_relative_rms, 1e-3);
+    EXPECT_LT(r.fp8_relative_rms, 0.1);
+    EXPECT_GT(w3[i].readkv_relative_rms, 2.0 * r.readkv_relative_rms);
+    EXPECT_GE(r.readkv_beyond_outer, 0.0);
+    EXPECT_LE(r.readkv_outer_error_share, 1.0);
+    EXPECT_NEAR(r.z_mean, 0.0, 0.5);
+    EXPECT_NEAR(r.z_std, 1.0, 0.5);
+    EXPECT_GE(r.z_max_abs, r.z_std);
+  }
+  testing::TinyModel other = MakeTinyModel(43);
+  TempDir dir;
+  WriteTinyModel(other, dir.path());
+  o.documents.model_dir = dir.path();
+  EXPECT_THROW(MeasureCodecFidelity(o), ModelFormatError);  // no calibration.json there
+  o.calibration_path = dir_.path() + "/calibration.json";
+  EXPECT_THROW(MeasureCodecFidelity(o), codec::IdentityMismatch);
+}
+
 // ---- Persistent prefix cache (runtime.h) --------------------------------------------------------
 
 namespace fs = std::filesystem;

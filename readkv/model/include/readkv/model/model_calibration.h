@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "readkv/codec/calibration.h"
 
@@ -38,5 +39,33 @@ struct CalibrateOptions {
 // Runs the model (dense cache, CPU) over the calibration set, feeds every post-RoPE key and value
 // to codec::Calibrator, writes the JSON and returns it.
 ModelCalibration CalibrateModel(const CalibrateOptions& options);
+
+// How well a frozen calibration codes the K/V of a set of documents, per layer and kind (keys or
+// values), for the two caches the gates compare: FP8 e4m3 with the per-tensor scales
+// (amax / 448 over the layer's heads) and ReadKV's W-bit code read in full (transform,
+// standardize, Gaussian Lloyd tree, back). Errors are measured in the model's domain, on every
+// post-RoPE key and value of every position.
+struct CodecFidelityRow {
+  int layer = 0;
+  std::string kind;                    // "key" | "value"
+  int64_t values = 0;                  // scalars observed
+  double fp8_relative_rms = 0.0;       // sqrt(sum (x - fp8(x))^2 / sum x^2)
+  double fp8_saturated = 0.0;          // share of |x| beyond the scale's 448 (clipped)
+  double readkv_relative_rms = 0.0;    // the same for the W-bit code
+  double readkv_beyond_outer = 0.0;    // share of |z| past the tree's outermost threshold
+  double readkv_outer_error_share = 0.0;  // their share of the W-bit code's squared error
+  double z_mean = 0.0, z_std = 0.0;    // of the standardized values (0 and 1 if calibrated here)
+  double z_max_abs = 0.0;
+};
+
+struct CodecFidelityOptions {
+  CalibrateOptions documents;          // model_dir, samples, max_bytes, seed (use a fresh seed), threads
+  std::string calibration_path;        // default <model_dir>/calibration.json
+  int store_bits = 8;                  // W
+};
+
+// Throws std::invalid_argument naming the field, ModelFormatError for a bad calibration, and
+// codec::IdentityMismatch when the calibration belongs to other weights.
+std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& options);
 
 }  // namespace readkv::model
