@@ -156,10 +156,9 @@ struct LlamaDecodeModel::Impl {
   std::unique_ptr<PrefixCacheStore> prefix_store;
   // fp8 / readkv on a CUDA device (gpu_kv_cache.h); null otherwise. Sequences then hold no caches.
   std::unique_ptr<internal::GpuKvCache> gpu;
-  // Decode steps through CUDA graphs (RuntimeOptions::cuda_graphs), by batch size; see StepGraphs.
+  // Decode steps through CUDA graphs (RuntimeOptions::cuda_graphs), by batch size.
   bool use_graphs = false;
-  struct StepGraphs;
-  std::map<int64_t, std::unique_ptr<StepGraphs>> step_graphs;
+  std::map<int64_t, std::unique_ptr<internal::DecodeStepGraphs>> step_graphs;
   // Sign-vector transforms of every (layer, head), index layer * Hkv + head (prefix cache only).
   std::vector<codec::HadamardTransform> key_transforms, value_transforms;
 
@@ -379,9 +378,13 @@ struct LlamaDecodeModel::Impl {
     return Logits(h);
   }
 
-  torch::Tensor Logits(const torch::Tensor& h) {
+  // Logits [B, V] fp32 of the last residual stream: on the device, and copied to the CPU.
+  torch::Tensor DeviceLogits(const torch::Tensor& h) {
     torch::Tensor x = internal::RmsNorm(h, weights.final_norm, config.rms_norm_eps);
-    return torch::matmul(x, weights.lm_head.t()).to(torch::kCPU, torch::kFloat).contiguous();
+    return torch::matmul(x, weights.lm_head.t()).to(torch::kFloat);
+  }
+  torch::Tensor Logits(const torch::Tensor& h) {
+    return DeviceLogits(h).to(torch::kCPU).contiguous();
   }
 
   // Decode on the CUDA KV backends: every layer appends the step's tokens and attends for all
@@ -412,77 +415,35 @@ struct LlamaDecodeModel::Impl {
     return Logits(h);
   }
 
-  // The dense ops of a decode step of batch B as CUDA graphs: segment 0 projects layer 0, segment
-  // l (0 < l < L) finishes layer l - 1 and projects layer l, segment L finishes the last layer and
-  // takes the logits. The KV backend's append and attention run between segments, eagerly: their
-  // launches depend on the step (lengths, pages, chunk counts). Inputs enter by copies into the
-  // static tensors made before the capture; outputs are the tensors the capture made.
-  struct StepGraphs {
-    torch::Tensor h, cos, sin;           // [B, D], [B, 1, hd], [B, 1, hd]
-    std::vector<torch::Tensor> attn;     // per layer [B, Hq, hd]: the backend's attention
-    std::vector<torch::Tensor> q, k, v;  // per layer, made by the capture
-    std::vector<torch::Tensor> hidden;   // per layer: the residual stream after it
-    torch::Tensor logits;                // [B, V] fp32 on the device
-    std::vector<internal::CudaGraph> segments;
-  };
-
-  StepGraphs& GraphsFor(int64_t b) {
-    std::unique_ptr<StepGraphs>& slot = step_graphs[b];
-    if (slot) return *slot;
-    auto g = std::make_unique<StepGraphs>();
-    const int layers = config.num_hidden_layers;
-    const auto opts = torch::TensorOptions().dtype(dtype).device(device);
-    g->h = torch::zeros({b, config.hidden_size}, opts);
-    g->cos = torch::zeros({b, 1, hd()}, rope.cos.options());
-    g->sin = torch::zeros({b, 1, hd()}, rope.sin.options());
-    for (int l = 0; l < layers; ++l) g->attn.push_back(torch::zeros({b, hq(), hd()}, opts));
-    g->q.resize(static_cast<size_t>(layers));
-    g->k.resize(static_cast<size_t>(layers));
-    g->v.resize(static_cast<size_t>(layers));
-    g->hidden.resize(static_cast<size_t>(layers));
-    StepGraphs& s = *g;
-    const auto project = [this, &s](int l, const torch::Tensor& x) {
-      const auto i = static_cast<size_t>(l);
-      Projections(weights.layers[i], x, s.cos, s.sin, s.q[i], s.k[i], s.v[i]);
-    };
-    const auto finish = [this, &s](int l) {
-      const auto i = static_cast<size_t>(l);
-      const torch::Tensor& x = l == 0 ? s.h : s.hidden[i - 1];
-      s.hidden[i] = Finish(weights.layers[i], x, s.attn[i]);
-    };
-    for (int seg = 0; seg <= layers; ++seg) {
-      internal::CudaGraph graph;
-      graph.Capture([&, seg] {
-        if (seg > 0) finish(seg - 1);
-        if (seg < layers) {
-          project(seg, seg == 0 ? s.h : s.hidden[static_cast<size_t>(seg) - 1]);
-        } else {
-          const torch::Tensor x = internal::RmsNorm(s.hidden.back(), weights.final_norm,
-                                                    config.rms_norm_eps);
-          s.logits = torch::matmul(x, weights.lm_head.t()).to(torch::kFloat);
-        }
-      });
-      s.segments.push_back(std::move(graph));
-    }
-    slot = std::move(g);
-    return *slot;
-  }
-
+  // A decode step through CUDA graphs of its dense ops (cuda_graph.h), captured at the first
+  // step of each batch size.
   torch::Tensor DecodeThroughGraphs(const internal::GpuKvCache::Step& step,
                                     const torch::Tensor& h, const torch::Tensor& cos,
                                     const torch::Tensor& sin) {
-    StepGraphs& g = GraphsFor(h.size(0));
-    g.h.copy_(h);
-    g.cos.copy_(cos);
-    g.sin.copy_(sin);
-    g.segments[0].Replay();
-    for (int l = 0; l < config.num_hidden_layers; ++l) {
-      const auto i = static_cast<size_t>(l);
-      gpu->Append(step, l, g.k[i], g.v[i]);
-      g.attn[i].copy_(gpu->Attend(step, l, g.q[i]));
-      g.segments[i + 1].Replay();
+    std::unique_ptr<internal::DecodeStepGraphs>& graphs = step_graphs[h.size(0)];
+    if (!graphs) {
+      internal::DecodeStepGraphs::LayerOps ops;
+      ops.project = [this](int l, const torch::Tensor& x, const torch::Tensor& c,
+                           const torch::Tensor& s, torch::Tensor& q, torch::Tensor& k,
+                           torch::Tensor& v) {
+        Projections(weights.layers[static_cast<size_t>(l)], x, c, s, q, k, v);
+      };
+      ops.finish = [this](int l, const torch::Tensor& x, const torch::Tensor& attn) {
+        return Finish(weights.layers[static_cast<size_t>(l)], x, attn);
+      };
+      ops.logits = [this](const torch::Tensor& x) { return DeviceLogits(x); };
+      graphs = std::make_unique<internal::DecodeStepGraphs>(
+          config.num_hidden_layers, h, cos, sin,
+          torch::empty({h.size(0), hq(), hd()}, h.options()), std::move(ops));
     }
-    return g.logits.to(torch::kCPU).contiguous();
+    return graphs
+        ->Run(h, cos, sin,
+              [&](int l, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+                gpu->Append(step, l, k, v);
+                return gpu->Attend(step, l, q);
+              })
+        .to(torch::kCPU)
+        .contiguous();
   }
 
   // ---- Persistent prefix cache (runtime.h) ----------------------------------------------------
