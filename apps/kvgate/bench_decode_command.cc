@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvgate/command.h"
+#include "kvgate/stats/percentile.h"
 #include "readkv/model/cli.h"
 #include "readkv/model/recall_data.h"
 #include "readkv/model/runtime.h"
@@ -36,12 +37,9 @@ struct DecodeBenchArgs {
   std::string json;
 };
 
-double Percentile(std::vector<double> x, double p) {
-  std::sort(x.begin(), x.end());
-  const double at = p * static_cast<double>(x.size() - 1);
-  const auto lo = static_cast<size_t>(at);
-  const size_t hi = std::min(lo + 1, x.size() - 1);
-  return x[lo] + (at - static_cast<double>(lo)) * (x[hi] - x[lo]);
+// kvgate's one percentile rule (an observed sample, no interpolation); the vectors are never empty.
+double Percentile(const std::vector<double>& x, double p) {
+  return kvgate::stats::Percentile(x, p).value_or(0.0);
 }
 
 double MillisecondsSince(std::chrono::steady_clock::time_point start) {
