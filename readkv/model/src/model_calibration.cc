@@ -11,6 +11,7 @@
 #include "readkv/codec/codebook.h"
 #include "readkv/codec/errors.h"
 #include "readkv/codec/fp8.h"
+#include "readkv/codec/fp8_cache.h"
 #include "readkv/codec/transform.h"
 #include "readkv/model/errors.h"
 #include "readkv/model/recall_data.h"
@@ -202,19 +203,18 @@ std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& o
     double x2 = 0, fp8_err2 = 0, readkv_err2 = 0, outer_err2 = 0, z = 0, z2 = 0, z_max = 0;
   };
   std::vector<Sums> sums(static_cast<size_t>(2 * layers));
+  // FP8's per-tensor scales as the FP8 cache itself derives them (equal over a layer's heads).
   std::vector<float> fp8_scale(static_cast<size_t>(2 * layers));
   std::vector<codec::HadamardTransform> transforms;  // (layer * heads + head) * 2 + kind
   for (int l = 0; l < layers; ++l) {
-    float k = 0.0f, v = 0.0f;
+    const codec::Fp8LayerCache fp8({config.num_attention_heads, heads, d}, cal, l,
+                                   codec::Fp8ScaleGranularity::kTensor);
+    fp8_scale[2 * static_cast<size_t>(l)] = fp8.key_scale(0);
+    fp8_scale[2 * static_cast<size_t>(l) + 1] = fp8.value_scale(0);
     for (int h = 0; h < heads; ++h) {
-      const size_t i = static_cast<size_t>(l) * heads + h;
-      k = std::max(k, cal.key_amax[i]);
-      v = std::max(v, cal.value_amax[i]);
       transforms.emplace_back(d, cal.seeds.KeySeed(l, h));
       transforms.emplace_back(d, cal.seeds.ValueSeed(l, h));
     }
-    fp8_scale[2 * static_cast<size_t>(l)] = codec::Fp8ScaleFromAmax(k);
-    fp8_scale[2 * static_cast<size_t>(l) + 1] = codec::Fp8ScaleFromAmax(v);
   }
   const float outer = tree.thresholds(w).back();  // the tree is symmetric
   std::vector<float> xt(static_cast<size_t>(d));
