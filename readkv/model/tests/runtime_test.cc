@@ -424,8 +424,17 @@ TEST_F(CompressedRuntimeTest, CodecFidelityMeasuresBothCachesAndFallsWithStoredB
     EXPECT_GT(r.fp8_relative_rms, 1e-3);
     EXPECT_LT(r.fp8_relative_rms, 0.1);
     EXPECT_GT(w3[i].readkv_relative_rms, 2.0 * r.readkv_relative_rms);
-    EXPECT_GE(r.readkv_beyond_outer, 0.0);
-    EXPECT_LE(r.readkv_outer_error_share, 1.0);
+    // 3 bits: the outer threshold is 1.69, passed by ~9% of N(0, 1); 8 bits: 3.99, ~0.007%.
+    // Values in the unbounded outer cells err more than the rest, so their error share exceeds
+    // their count share.
+    EXPECT_GT(w3[i].readkv_beyond_outer, 0.03);
+    EXPECT_LT(w3[i].readkv_beyond_outer, 0.25);
+    EXPECT_LT(r.readkv_beyond_outer, w3[i].readkv_beyond_outer / 10);
+    EXPECT_GT(w3[i].readkv_outer_error_share, w3[i].readkv_beyond_outer);
+    EXPECT_LE(w3[i].readkv_outer_error_share, 1.0);
+    std::cout << r.layer << " " << r.kind << ": beyond the outer threshold "
+              << w3[i].readkv_beyond_outer << " at W=3 (error share "
+              << w3[i].readkv_outer_error_share << "), " << r.readkv_beyond_outer << " at W=8\n";
     EXPECT_NEAR(r.z_mean, 0.0, 0.5);
     EXPECT_NEAR(r.z_std, 1.0, 0.5);
     EXPECT_GE(r.z_max_abs, r.z_std);
