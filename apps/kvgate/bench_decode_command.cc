@@ -19,6 +19,7 @@
 
 #include "kvgate/command.h"
 #include "kvgate/stats/percentile.h"
+#include "readkv/engine/sampler.h"
 #include "readkv/model/cli.h"
 #include "readkv/model/recall_data.h"
 #include "readkv/model/runtime.h"
@@ -45,10 +46,6 @@ double Percentile(const std::vector<double>& x, double p) {
 double MillisecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
       .count();
-}
-
-int32_t Greedy(const std::vector<float>& logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
 void RunBenchDecode(const DecodeBenchArgs& a, const readkv::model::RuntimeOptions& options,
@@ -94,7 +91,7 @@ void RunBenchDecode(const DecodeBenchArgs& a, const readkv::model::RuntimeOption
     for (int t = 0; t < a.warmup + a.steps; ++t) {
       std::vector<readkv::engine::SequenceStep> steps(static_cast<size_t>(a.batch));
       for (size_t i = 0; i < steps.size(); ++i) {
-        next[i] = Greedy(logits[i]);
+        next[i] = readkv::engine::Sampler::Greedy(logits[i]);  // the server's greedy rule
         steps[i].sequence_id = i + 1;
         steps[i].tokens = std::span<const int32_t>(&next[i], 1);
       }
