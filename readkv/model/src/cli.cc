@@ -149,6 +149,10 @@ void AddTrainCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--check-from", o->check_from, "progress at which held-out checks begin")
       ->capture_default_str();
   cmd->add_flag("--no-curriculum", *no_curriculum, "full-length mix from the first step");
+  cmd->add_option("--mid-rows", o->mid_length_share,
+                  "share of rows at half of --max-length (taken from the full length's 0.6)")
+      ->check(CLI::Range(0.0, 0.6))
+      ->capture_default_str();
   cmd->add_option("--log", *log_path, "also append the JSON-lines log to this file");
   cmd->callback([o, log_path, no_bf16, mix, no_curriculum, &exit_code] {
     o->bf16 = !*no_bf16;

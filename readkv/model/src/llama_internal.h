@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "readkv/codec/random.h"
 #include "readkv/model/config.h"
 
 namespace readkv::model::internal {
@@ -75,6 +76,13 @@ torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k,
 // CUDA with libtorch >= 2, else CausalAttention per batch row.
 torch::Tensor FullForward(const LlamaWeights& w, const ModelConfig& config, const RopeTables& rope,
                           const torch::Tensor& tokens, torch::ScalarType compute);
+
+// The length of a training row at `progress` (training.cc): the curriculum's 512 -> 4K stages
+// over the first 40% unless `curriculum` is false, then rows of 1K / 2K / 4K / max_length
+// (10 / 10 / 20 / 60%), of which a share `mid_share` (taken from max_length's 60%) is
+// max_length / 2. Never longer than max_length.
+int RowLength(double progress, int max_length, bool curriculum, double mid_share,
+              codec::SplitMix64& rng);
 
 torch::ScalarType ParseDtype(const std::string& name, const char* field);
 torch::Device ParseDevice(const std::string& name);

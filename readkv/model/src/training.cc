@@ -20,26 +20,6 @@ namespace {
 using internal::LlamaWeights;
 using nlohmann::json;
 
-// Row length for a step: a curriculum by progress (the notes: retrieval forms first at short
-// lengths and only works at lengths trained on), then a mix weighted to the full length.
-int RowLength(double progress, int max_length, bool curriculum, codec::SplitMix64& rng) {
-  int len = max_length;
-  if (!curriculum) progress = 1.0;
-  if (progress < 0.08) {
-    len = 512;
-  } else if (progress < 0.16) {
-    len = 1024;
-  } else if (progress < 0.26) {
-    len = 2048;
-  } else if (progress < 0.40) {
-    len = 4096;
-  } else {
-    const double u = rng.Uniform();
-    len = u < 0.1 ? 1024 : u < 0.2 ? 2048 : u < 0.4 ? 4096 : max_length;
-  }
-  return std::min(len, max_length);
-}
-
 double LearningRate(const TrainOptions& o, int64_t step, double progress) {
   if (step < o.warmup_steps) return o.lr * static_cast<double>(step + 1) / o.warmup_steps;
   const double p = std::clamp(progress, 0.0, 1.0);
@@ -238,6 +218,7 @@ TrainResult Train(const TrainOptions& o) {
         }()},
        {"steps", o.steps}, {"time_limit_s", o.time_limit_s}, {"seed", o.seed},
        {"tokens_per_step", o.tokens_per_step}, {"max_length", o.max_length},
+       {"mid_length_share", o.mid_length_share},
        {"torch", TORCH_VERSION}});
 
   TrainResult result;
@@ -278,7 +259,8 @@ TrainResult Train(const TrainOptions& o) {
     double progress = static_cast<double>(step) / static_cast<double>(o.steps);
     if (o.time_limit_s > 0) progress = std::max(progress, elapsed() / o.time_limit_s);
     if (progress >= 1.0) break;
-    const int len = RowLength(progress, o.max_length, o.curriculum, length_rng);
+    const int len = internal::RowLength(progress, o.max_length, o.curriculum, o.mid_length_share,
+                                        length_rng);
     const int64_t rows = std::max<int64_t>(1, o.tokens_per_step / len);
     std::vector<int64_t> inputs(static_cast<size_t>(rows * len), c.eos_token_id);
     std::vector<int64_t> targets(static_cast<size_t>(rows * len), -100);
@@ -350,4 +332,34 @@ std::vector<float> TrainingForwardLogits(const std::string& model_dir,
   return std::vector<float>(logits.data_ptr<float>(), logits.data_ptr<float>() + logits.numel());
 }
 
+namespace internal {
+
+// A curriculum by progress (the notes: retrieval forms first at short
+// lengths and only works at lengths trained on), then a mix weighted to the full length; a share
+// `mid_share` of the rows (taken from the full length's) at half of it, so a model continued to a
+// longer context keeps seeing the lengths it served before.
+int RowLength(double progress, int max_length, bool curriculum, double mid_share,
+              codec::SplitMix64& rng) {
+  int len = max_length;
+  if (!curriculum) progress = 1.0;
+  if (progress < 0.08) {
+    len = 512;
+  } else if (progress < 0.16) {
+    len = 1024;
+  } else if (progress < 0.26) {
+    len = 2048;
+  } else if (progress < 0.40) {
+    len = 4096;
+  } else {
+    const double u = rng.Uniform();
+    len = u < 0.1   ? 1024
+          : u < 0.2 ? 2048
+          : u < 0.4 ? 4096
+          : u < 0.4 + mid_share ? max_length / 2
+                                : max_length;
+  }
+  return std::min(len, max_length);
+}
+
+}  // namespace internal
 }  // namespace readkv::model

@@ -39,6 +39,7 @@ struct TrainOptions {
   std::string init_from;            // optional model dir to continue from
   CorpusMix mix;                    // training data shares (recall_data.h)
   bool curriculum = true;           // false: the full-length mix from the first step
+  double mid_length_share = 0.0;    // share of rows at max_length / 2 (from the full length's 60%)
   double check_from = 0.6;          // progress at which held-out checks begin
   std::function<void(const std::string& json_line)> log;  // one JSON object per event
 };
