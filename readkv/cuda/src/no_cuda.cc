@@ -54,9 +54,5 @@ cudaError_t Fp8Append(const DecodeShape&, int, const float*, const float*, const
                       const int32_t*, const int32_t*, const Fp8CacheWrite&, cudaStream_t) {
   return kNoDevice;
 }
-cudaError_t ReadKvAccount(const DecodeShape&, const int32_t*, const uint8_t*, const uint8_t*,
-                          unsigned long long*, cudaStream_t) {
-  return kNoDevice;
-}
 
 }  // namespace readkv::cuda

@@ -190,6 +190,13 @@ __global__ void __launch_bounds__(128) Prepare(Args a) {
   const auto depth = static_cast<uint8_t>(1 + k);
   a.key_depths[row * d + c] = depth;
   if (a.debug.key_depths != nullptr) a.debug.key_depths[row * d + c] = depth;
+  if (a.debug.totals != nullptr) {
+    // The ledgers' Key terms: channel c reads `depth` planes of T bits, in the 32-byte plane
+    // sector of each of the row's pages.
+    const auto tokens = static_cast<unsigned long long>(a.seq_lens[b]);
+    internal::AddToTotals(a.debug.totals, depth * tokens,
+                          depth * ((tokens + kPageTokens - 1) / kPageTokens) * 32ull);
+  }
   WriteKeyList(a.key_lists[row], depth, c, d, a.store_bits);
   __syncthreads();
   if (c < group) {

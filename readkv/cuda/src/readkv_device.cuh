@@ -12,6 +12,20 @@
 
 namespace readkv::cuda::internal {
 
+// Adds a thread's (bits, bytes) to a call's ledgers (ReadKvDebug::totals): summed over the warp
+// by shuffles, one fire-and-forget add per counter from lane 0. Every lane of the warp calls it.
+__device__ __forceinline__ void AddToTotals(unsigned long long* totals, unsigned long long bits,
+                                            unsigned long long bytes) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    bits += __shfl_down_sync(0xffffffffu, bits, offset);
+    bytes += __shfl_down_sync(0xffffffffu, bytes, offset);
+  }
+  if (threadIdx.x % 32 == 0 && (bits | bytes) != 0) {
+    atomicAdd(totals, bits);
+    atomicAdd(totals + 1, bytes);
+  }
+}
+
 // In-place FWHT of rows x[0..rows) (each d <= 128 long) by the whole block, then x *= scale; the
 // caller synchronises before. One barrier per butterfly stage for all rows. Same butterflies as
 // codec::Fwht; each element sees the same operations in the same order, so the result is

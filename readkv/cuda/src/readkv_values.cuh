@@ -70,6 +70,22 @@ __device__ __forceinline__ void FinishIfLast(const Args& a, float (*x)[128]) {
   if (ArriveLast(&a.select_rows[row].arrivals[3], chunks)) FinishRow<D, G>(a, b, h, chunks, x);
 }
 
+// The ledgers' Value terms of the chunk's tokens [start, end) (ReadKvDebug::totals): token i
+// reads depths[i] planes of D bits, each token's planes in whole 32-byte sectors. Every thread
+// of the block calls it (blockDim.x a multiple of 32); one add per warp and counter.
+template <int D>
+__device__ __forceinline__ void AccountValues(const Args& a, const uint8_t* depths, int start,
+                                              int end) {
+  if (a.debug.totals == nullptr) return;
+  unsigned long long planes = 0, sectors = 0;
+  for (int i = start + static_cast<int>(threadIdx.x); i < end; i += static_cast<int>(blockDim.x)) {
+    const unsigned t = depths[i];
+    planes += t;
+    sectors += (t * (D / 8) + 31) / 32;
+  }
+  internal::AddToTotals(a.debug.totals, planes * D, sectors * 32);
+}
+
 template <int D, int G>
 __global__ void __launch_bounds__(kValueWarps * kWarp) Values(Args a) {
   ChainEntry();
@@ -103,6 +119,7 @@ __global__ void __launch_bounds__(kValueWarps * kWarp) Values(Args a) {
 
   const int32_t* pages = a.page_table + static_cast<size_t>(b) * a.max_pages;
   const uint8_t* depths = a.value_depths + (static_cast<size_t>(b) * a.heads_kv + h) * a.max_tokens;
+  AccountValues<D>(a, depths, start, start + n);
   float acc[G][8];
   float mass[G];
 #pragma unroll
@@ -296,6 +313,7 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
   }
   const int32_t* page_row = a.page_table + static_cast<size_t>(b) * a.max_pages;
   const uint8_t* depths = a.value_depths + (static_cast<size_t>(b) * a.heads_kv + h) * a.max_tokens;
+  AccountValues<D>(a, depths, start, end);
   // The B column this lane holds in n-tile nt: its head, softmax statistics, and part
   // (0 hi, 1 lo, 2 zero padding).
   int col_head[NT], col_part[NT];

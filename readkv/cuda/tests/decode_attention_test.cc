@@ -307,7 +307,9 @@ TEST_P(ReadKvKernelTest, AppendMatchesCodecPlanesAndDecodeMatchesCpuReader) {
     const size_t depth_rows = static_cast<size_t>(s.batch) * hkv;
     DeviceBuffer<uint8_t> d_kdepth(depth_rows * d), d_vdepth(depth_rows * s.max_tokens);
     DeviceBuffer<double> d_importance(depth_rows * s.max_tokens);
-    const ReadKvDebug debug{d_kdepth.get(), d_vdepth.get(), d_importance.get()};
+    // Ledgers summed by the kernels, from a nonzero start (they add, never reset).
+    DeviceBuffer<unsigned long long> d_totals(std::vector<unsigned long long>{7, 11});
+    const ReadKvDebug debug{d_kdepth.get(), d_vdepth.get(), d_importance.get(), d_totals.get()};
     // Two calls back to back on one stream and one workspace (the second's Prepare resets the
     // row state the first's last blocks used): same inputs, so bit-identical outputs.
     DeviceBuffer<float> d_first(std::vector<float>(out_size, kNaNs[0]));
@@ -325,7 +327,30 @@ TEST_P(ReadKvKernelTest, AppendMatchesCodecPlanesAndDecodeMatchesCpuReader) {
     const auto key_depths = d_kdepth.Download(depth_rows * d);
     const auto value_depths = d_vdepth.Download(depth_rows * s.max_tokens);
     const auto importance = d_importance.Download(depth_rows * s.max_tokens);
+    const auto totals = d_totals.Download(2);
     ASSERT_TRUE(AllFinite(out)) << "an output stayed poisoned or became NaN";
+    // The device ledgers: exactly the host ledgers of the depths the call chose (the logical
+    // one in bits: ReadKvLogicalBytes rounds each call down to bytes).
+    unsigned long long logical_bits = 0;
+    for (int b = 0; b < s.batch; ++b) {
+      const auto tokens = static_cast<unsigned long long>(w.seq_lens[static_cast<size_t>(b)]);
+      for (int h = 0; h < hkv; ++h) {
+        const size_t head = static_cast<size_t>(b) * hkv + h;
+        for (int ch = 0; ch < d; ++ch) logical_bits += key_depths[head * d + ch] * tokens;
+        for (size_t i = 0; i < tokens; ++i) {
+          logical_bits += value_depths[head * s.max_tokens + i] * static_cast<unsigned>(d);
+        }
+      }
+    }
+    EXPECT_EQ(totals[0] - 7, logical_bits) << "logical bits summed on the device";
+    EXPECT_EQ((totals[0] - 7) / 8,
+              static_cast<unsigned long long>(ReadKvLogicalBytes(
+                  s, w.seq_lens.data(), key_depths.data(), value_depths.data())));
+    EXPECT_EQ(totals[1] - 11,
+              static_cast<unsigned long long>(
+                  ReadKvDecodeTraffic(s, w.seq_lens.data(), W, c.KeyBits(), key_depths.data(),
+                                      value_depths.data()).payload))
+        << "payload bytes summed on the device";
 
     const codec::ReaderPlan plan = codec::MakeReaderPlan(config.policy, W);
     const codec::ReaderAllocators allocators(plan, tree.distortions());

@@ -369,25 +369,15 @@ torch::Tensor GpuKvCache::AttendGroup(const Step& step, int layer, const torch::
   policy.key_steps = p.key_steps;
   policy.value_increments = Ptr<const double>(p.value_increments);
   policy.value_steps = p.value_steps;
-  const auto byte_opts = torch::TensorOptions().dtype(torch::kByte).device(config_.device);
-  const torch::Tensor key_depths =
-      torch::empty({shape.batch, config_.heads_kv, config_.head_dim}, byte_opts);
-  const torch::Tensor value_depths =
-      torch::empty({shape.batch, config_.heads_kv, shape.max_tokens}, byte_opts);
-  rc::ReadKvDebug debug;
-  debug.key_depths = Ptr<uint8_t>(key_depths);
-  debug.value_depths = Ptr<uint8_t>(value_depths);
+  rc::ReadKvDebug ledgers;  // the call's logical and payload terms, summed where depths are chosen
+  ledgers.totals = Ptr<unsigned long long>(device_totals_);
   torch::Tensor ws = Workspace(rc::ReadKvDecodeWorkspaceBytes(shape));
   const rc::ReadKvCache cache{Ptr<uint8_t>(p.k[l]), Ptr<uint8_t>(p.v[l])};
   Check(rc::ReadKvDecodeAttention(
             shape, in, cache,
             p.Codec(layer, config_.heads_kv, config_.head_dim, config_.store_bits), policy,
-            ws.data_ptr(), nullptr, debug),
+            ws.data_ptr(), nullptr, ledgers),
         "ReadKvDecodeAttention");
-  Check(rc::ReadKvAccount(shape, Ptr<const int32_t>(lens), Ptr<const uint8_t>(key_depths),
-                          Ptr<const uint8_t>(value_depths),
-                          Ptr<unsigned long long>(device_totals_), nullptr),
-        "ReadKvAccount");
   host_ledgers_.physical_traffic_bytes +=
       rc::ReadKvDecodeTraffic(shape, lengths.data(), config_.store_bits, bits.key, nullptr,
                               nullptr)

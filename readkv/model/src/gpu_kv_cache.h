@@ -14,7 +14,8 @@
 // they have; freed pages are reused (ReadKV pages are zeroed when handed out again, as the append
 // kernel requires). Ledgers are counted per call as the CPU backends count theirs: logical bytes
 // and the physical-traffic model of readkv/cuda (traffic.cc); ReadKV's depth-dependent terms are
-// summed on the device (ReadKvAccount) and read back only when asked for.
+// summed on the device by the attention kernels themselves (ReadKvDebug::totals) and read back
+// only when asked for.
 //
 // All work goes to the current device's legacy default stream, the one torch uses unless told
 // otherwise, so it is ordered with the model's own torch ops. Not thread-safe (the runtime is

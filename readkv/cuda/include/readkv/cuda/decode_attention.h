@@ -144,12 +144,17 @@ struct ReadKvReadPolicy {
   int value_steps = 3;
 };
 
-// Optional outputs for tests and ledgers (any may be null): the depths the allocators chose and
-// the Value token importance they allocated from.
+// Optional outputs for tests and ledgers (any may be null): the depths the allocators chose, the
+// Value token importance they allocated from, and the call's ledgers summed on the device where
+// the depths are chosen and read (Prepare, Values), so a server keeps exact ledgers without a
+// launch of its own or a copy of the schedules: totals[0] += logical bits read
+// (ReadKvLogicalBytes * 8), totals[1] += bit-plane payload bytes in 32-byte sectors (the payload
+// term of ReadKvDecodeTraffic).
 struct ReadKvDebug {
   uint8_t* key_depths = nullptr;          // [B][H_kv][d]
   uint8_t* value_depths = nullptr;        // [B][H_kv][max_tokens]
   double* value_importance = nullptr;     // [B][H_kv][max_tokens], a_i = sum_h p_{h,i}^2
+  unsigned long long* totals = nullptr;   // [2], device memory, added to (never reset)
 };
 
 size_t ReadKvDecodeWorkspaceBytes(const DecodeShape& shape);
@@ -172,14 +177,6 @@ cudaError_t ReadKvAppend(const DecodeShape& shape, int tokens, const float* keys
                          const float* values, const int32_t* seq_ids, const int32_t* positions,
                          const int32_t* page_table, const ReadKvCodec& codec,
                          const ReadKvCache& cache, cudaStream_t stream);
-
-// Adds the ledgers of one ReadKvDecodeAttention call to totals (device memory, 2 counters):
-// totals[0] += logical bits read (ReadKvLogicalBytes * 8), totals[1] += bit-plane payload bytes
-// in 32-byte sectors (the payload term of ReadKvDecodeTraffic). key_depths / value_depths: what
-// the call wrote through ReadKvDebug; seq_lens as the call saw them. Ordered on `stream`.
-cudaError_t ReadKvAccount(const DecodeShape& shape, const int32_t* seq_lens,
-                          const uint8_t* key_depths, const uint8_t* value_depths,
-                          unsigned long long* totals, cudaStream_t stream);
 
 // ---- Traffic model ---------------------------------------------------------------------------
 // The bytes each call moves through device memory by the kernels' own buffers (physical-traffic
@@ -204,7 +201,7 @@ int64_t ReadKvLogicalBytes(const DecodeShape& shape, const int32_t* seq_lens_hos
 TrafficBytes DenseDecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host);
 TrafficBytes Fp8DecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host);
 // key_depths_host [B][H_kv][d], value_depths_host [B][H_kv][max_tokens] as ReadKvDebug wrote them;
-// both null: every term but the payload (which ReadKvAccount can sum on the device). key_bits:
+// both null: every term but the payload (which ReadKvDebug::totals sums on the device). key_bits:
 // the policy's R_K, which picks the Logits reader (ReadKvUsesMmaLogits) and so what it re-reads.
 TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host,
                                  int store_bits, double key_bits,
