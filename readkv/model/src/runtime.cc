@@ -141,6 +141,10 @@ struct LlamaDecodeModel::Impl {
   torch::Device device = torch::kCPU;
   torch::ScalarType dtype = torch::kFloat;
   internal::LlamaWeights weights;
+  // Per layer, wq, wk and wv stacked [(Hq + 2 Hkv) hd, D]: one projection matmul instead of
+  // three. On the H200 the three small fp32 matmuls of a 16-row decode step went to cuBLAS
+  // kernels of one or two thread blocks (38-64 us each under ncu, BENCHMARKS.md).
+  std::vector<torch::Tensor> wqkv;
   internal::RopeTables rope;
   std::string digest;
   std::shared_ptr<const codec::Calibration> calibration;
@@ -286,13 +290,16 @@ struct LlamaDecodeModel::Impl {
   }
 
   // q, k (RoPE applied with cos/sin) and v of the rows of h.
-  void Projections(const LayerWeights& lw, const torch::Tensor& h, const torch::Tensor& cos,
+  // v is a view into the layer's one projection output (its consumers copy what they keep).
+  void Projections(int layer, const torch::Tensor& h, const torch::Tensor& cos,
                    const torch::Tensor& sin, torch::Tensor& q, torch::Tensor& k, torch::Tensor& v) {
+    const LayerWeights& lw = weights.layers[static_cast<size_t>(layer)];
     torch::Tensor a = internal::RmsNorm(h, lw.attn_norm, config.rms_norm_eps);
-    const int64_t n = h.size(0);
-    q = internal::ApplyRope(torch::matmul(a, lw.wq.t()).view({n, hq(), hd()}), cos, sin);
-    k = internal::ApplyRope(torch::matmul(a, lw.wk.t()).view({n, hkv(), hd()}), cos, sin);
-    v = torch::matmul(a, lw.wv.t()).view({n, hkv(), hd()});
+    const int64_t n = h.size(0), qw = hq() * hd(), kw = hkv() * hd();
+    const torch::Tensor qkv = torch::matmul(a, wqkv[static_cast<size_t>(layer)].t());
+    q = internal::ApplyRope(qkv.narrow(1, 0, qw).view({n, hq(), hd()}), cos, sin);
+    k = internal::ApplyRope(qkv.narrow(1, qw, kw).view({n, hkv(), hd()}), cos, sin);
+    v = qkv.narrow(1, qw + kw, kw).view({n, hkv(), hd()});
   }
 
   torch::Tensor Finish(const LayerWeights& lw, const torch::Tensor& h, const torch::Tensor& attn) {
@@ -317,7 +324,7 @@ struct LlamaDecodeModel::Impl {
     for (int l = 0; l < config.num_hidden_layers; ++l) {
       const LayerWeights& lw = weights.layers[static_cast<size_t>(l)];
       torch::Tensor q, k, v;
-      Projections(lw, h, cos, sin, q, k, v);
+      Projections(l, h, cos, sin, q, k, v);
       if (gpu) {
         Observe(l, k, v);
         gpu->Append(*step, l, k, v);
@@ -365,7 +372,7 @@ struct LlamaDecodeModel::Impl {
     for (int l = 0; l < config.num_hidden_layers; ++l) {
       const LayerWeights& lw = weights.layers[static_cast<size_t>(l)];
       torch::Tensor q, k, v;
-      Projections(lw, h, cos, sin, q, k, v);
+      Projections(l, h, cos, sin, q, k, v);
       std::vector<torch::Tensor> outs;
       for (int64_t i = 0; i < b; ++i) {
         Sequence& s = *seqs[static_cast<size_t>(i)];
@@ -406,7 +413,7 @@ struct LlamaDecodeModel::Impl {
     for (int l = 0; l < config.num_hidden_layers; ++l) {
       const LayerWeights& lw = weights.layers[static_cast<size_t>(l)];
       torch::Tensor q, k, v;
-      Projections(lw, h, cos, sin, q, k, v);
+      Projections(l, h, cos, sin, q, k, v);
       Observe(l, k, v);
       gpu->Append(step, l, k, v);
       h = Finish(lw, h, gpu->Attend(step, l, q).to(dtype));
@@ -426,7 +433,7 @@ struct LlamaDecodeModel::Impl {
       ops.project = [this](int l, const torch::Tensor& x, const torch::Tensor& c,
                            const torch::Tensor& s, torch::Tensor& q, torch::Tensor& k,
                            torch::Tensor& v) {
-        Projections(weights.layers[static_cast<size_t>(l)], x, c, s, q, k, v);
+        Projections(l, x, c, s, q, k, v);
       };
       ops.finish = [this](int l, const torch::Tensor& x, const torch::Tensor& attn) {
         return Finish(weights.layers[static_cast<size_t>(l)], x, attn);
@@ -589,6 +596,9 @@ LlamaDecodeModel::LlamaDecodeModel(const std::string& model_dir, const RuntimeOp
   const std::string weights_path = model_dir + "/model.safetensors";
   m.digest = FileDigest(weights_path);
   m.weights = internal::LoadWeights(weights_path, m.config).To(m.device, m.dtype);
+  for (const LayerWeights& lw : m.weights.layers) {
+    m.wqkv.push_back(torch::cat({lw.wq, lw.wk, lw.wv}, 0).contiguous());
+  }
   m.rope = internal::MakeRope(m.config, m.device);
   if (IsCodecBackend(options.kv.kind)) {
     const std::string path = options.calibration_path.empty() ? model_dir + "/calibration.json"
