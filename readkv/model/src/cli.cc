@@ -208,8 +208,8 @@ void AddCalibrateCommand(CLI::App& app, int& exit_code) {
   cmd->add_flag("--check", *check_flag,
                 "write nothing: per layer and K/V, the relative RMS error of FP8 (per-tensor "
                 "scales) and of ReadKV's W-bit code read in full on these documents, the share "
-                "of standardized values past the tree's outermost threshold and their share of "
-                "the error");
+                "of standardized values past the tree's outermost threshold, their share of "
+                "the error and the share of them in each document's first token");
   cmd->add_option("--calibration", check->calibration_path,
                   "--check: the calibration to measure (default: <model>/calibration.json)");
   cmd->add_option("--store-bits", check->store_bits, "--check: ReadKV stored bits W")
@@ -228,21 +228,50 @@ void AddCalibrateCommand(CLI::App& app, int& exit_code) {
     check->documents = *o;
     if (!*seed_set) check->documents.seed = o->seed + 1;
     const std::vector<CodecFidelityRow> rows = MeasureCodecFidelity(*check);
-    std::printf("%5s %-5s %10s %9s %9s %9s %10s %11s %7s %6s %7s\n", "layer", "kind", "values",
-                "fp8_rms", "fp8_sat", "rkv_rms", "rkv_outer", "outer_err%", "z_mean", "z_std",
-                "z_max");
+    std::printf("%5s %-5s %10s %9s %9s %9s %10s %11s %10s %7s %6s %7s\n", "layer", "kind",
+                "values", "fp8_rms", "fp8_sat", "rkv_rms", "rkv_outer", "outer_err%", "at_first%",
+                "z_mean", "z_std", "z_max");
     nlohmann::json out = nlohmann::json::array();
     for (const CodecFidelityRow& r : rows) {
-      std::printf("%5d %-5s %10lld %9.2e %9.2e %9.2e %10.2e %10.1f%% %7.3f %6.3f %7.2f\n", r.layer,
-                  r.kind.c_str(), static_cast<long long>(r.values), r.fp8_relative_rms,
+      std::printf("%5d %-5s %10lld %9.2e %9.2e %9.2e %10.2e %10.1f%% %9.1f%% %7.3f %6.3f %7.2f\n",
+                  r.layer, r.kind.c_str(), static_cast<long long>(r.values), r.fp8_relative_rms,
                   r.fp8_saturated, r.readkv_relative_rms, r.readkv_beyond_outer,
-                  100.0 * r.readkv_outer_error_share, r.z_mean, r.z_std, r.z_max_abs);
+                  100.0 * r.readkv_outer_error_share, 100.0 * r.readkv_outer_first_token,
+                  r.z_mean, r.z_std, r.z_max_abs);
       out.push_back({{"layer", r.layer}, {"kind", r.kind}, {"values", r.values},
                      {"fp8_relative_rms", r.fp8_relative_rms}, {"fp8_saturated", r.fp8_saturated},
                      {"readkv_relative_rms", r.readkv_relative_rms},
                      {"readkv_beyond_outer", r.readkv_beyond_outer},
                      {"readkv_outer_error_share", r.readkv_outer_error_share},
+                     {"readkv_outer_first_token", r.readkv_outer_first_token},
+                     {"first_token_values", r.first_token_values},
+                     {"outer_by_token", [&] {
+                        nlohmann::json top = nlohmann::json::array();
+                        for (size_t i = 0; i < std::min<size_t>(r.outer_by_token.size(), 16); ++i) {
+                          top.push_back({r.outer_by_token[i].first, r.outer_by_token[i].second});
+                        }
+                        return top;
+                      }()},
                      {"z_mean", r.z_mean}, {"z_std", r.z_std}, {"z_max_abs", r.z_max_abs}});
+    }
+    // Which tokens' values pass the outer threshold (bytes shown as characters).
+    const auto show = [](int t) {
+      if (t == 256) return std::string("BOS");
+      if (t == 257) return std::string("EOS");
+      if (t == '\n') return std::string("'\\n'");
+      if (t >= 32 && t < 127) return "'" + std::string(1, static_cast<char>(t)) + "'";
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02x", t);
+      return std::string(hex);
+    };
+    std::printf("tokens holding the values past the outer threshold (share, top 6):\n");
+    for (const CodecFidelityRow& r : rows) {
+      std::printf("%5d %-5s", r.layer, r.kind.c_str());
+      for (size_t i = 0; i < std::min<size_t>(r.outer_by_token.size(), 6); ++i) {
+        std::printf(" %s %.0f%%", show(r.outer_by_token[i].first).c_str(),
+                    100.0 * r.outer_by_token[i].second);
+      }
+      std::printf("\n");
     }
     if (!json_path->empty()) {
       std::ofstream f(*json_path);

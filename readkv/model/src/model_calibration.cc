@@ -6,7 +6,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <span>
 #include <sstream>
+#include <stdexcept>
 
 #include "readkv/codec/codebook.h"
 #include "readkv/codec/errors.h"
@@ -28,8 +31,9 @@ constexpr int kVersion = 1;
 
 // Feeds the seeded calibration corpus's documents (samples of at most max_bytes) through the
 // model one sequence at a time, so its KV observer sees every post-RoPE key and value; returns
-// the tokens fed.
-int64_t RunDocuments(LlamaDecodeModel& model, const CalibrateOptions& options) {
+// the tokens fed. before_document (if set) sees each document's tokens before they are fed.
+int64_t RunDocuments(LlamaDecodeModel& model, const CalibrateOptions& options,
+                     const std::function<void(std::span<const int32_t>)>& before_document = {}) {
   const ModelConfig& config = model.config();
   const auto tokenizer = MakeTokenizer(config);
   const int max_bytes =
@@ -41,6 +45,7 @@ int64_t RunDocuments(LlamaDecodeModel& model, const CalibrateOptions& options) {
     ids.push_back(tokenizer->eos_token());
     // Documents are at least 256 bytes; a model with a shorter context sees their beginning.
     ids.resize(std::min(ids.size(), static_cast<size_t>(config.max_position_embeddings)));
+    if (before_document) before_document(ids);
     model.StartSequence(static_cast<uint64_t>(i + 1), {});
     engine::SequenceStep step;
     step.sequence_id = static_cast<uint64_t>(i + 1);
@@ -199,7 +204,8 @@ std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& o
   }
   // Per (layer, kind), index 2 * layer + kind: sums over every scalar.
   struct Sums {
-    int64_t n = 0, saturated = 0, beyond = 0;
+    int64_t n = 0, saturated = 0, beyond = 0, beyond_first = 0, first = 0;
+    std::vector<int64_t> beyond_by_token;  // [vocab]: values past the outer threshold
     double x2 = 0, fp8_err2 = 0, readkv_err2 = 0, outer_err2 = 0, z = 0, z2 = 0, z_max = 0;
   };
   std::vector<Sums> sums(static_cast<size_t>(2 * layers));
@@ -218,9 +224,20 @@ std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& o
   }
   const float outer = tree.thresholds(w).back();  // the tree is symmetric
   std::vector<float> xt(static_cast<size_t>(d));
+  // The observer sees a document's tokens in order, per (layer, head): its position there.
+  std::vector<int64_t> position(static_cast<size_t>(layers * heads), 0);
+  std::span<const int32_t> document;  // the tokens being fed
+  for (Sums& s : sums) s.beyond_by_token.assign(static_cast<size_t>(config.vocab_size), 0);
   const auto observe = [&](int layer, int head, int kind, std::span<const float> x) {
     const size_t row = 2 * static_cast<size_t>(layer) + static_cast<size_t>(kind);
     Sums& s = sums[row];
+    const int64_t at = position[static_cast<size_t>(layer) * heads + head];
+    if (at >= static_cast<int64_t>(document.size())) {
+      throw std::logic_error("fidelity check: the KV observer saw more tokens than were fed");
+    }
+    const bool first = at == 0;
+    const auto token = static_cast<size_t>(document[static_cast<size_t>(at)]);
+    s.first += first ? d : 0;
     const float scale = fp8_scale[row];
     const auto& t = transforms[(static_cast<size_t>(layer) * heads + head) * 2 + kind];
     const auto mean = kind == 0 ? cal.KeyMean(layer, head) : cal.ValueMean(layer, head);
@@ -241,6 +258,8 @@ std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& o
       const double err = static_cast<double>(sd[i]) * (z - tree.Decode(tree.Encode(z), w));
       const bool beyond = std::abs(z) > outer;
       s.beyond += beyond;
+      s.beyond_first += beyond && first;
+      s.beyond_by_token[token] += beyond;
       s.readkv_err2 += err * err;
       if (beyond) s.outer_err2 += err * err;
       s.z += z;
@@ -253,8 +272,12 @@ std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& o
                             std::span<const float> v) {
     observe(layer, head, 0, k);
     observe(layer, head, 1, v);
+    ++position[static_cast<size_t>(layer) * heads + head];
   });
-  RunDocuments(model, docs);
+  RunDocuments(model, docs, [&](std::span<const int32_t> ids) {
+    document = ids;
+    std::fill(position.begin(), position.end(), 0);
+  });
   std::vector<CodecFidelityRow> rows;
   for (int l = 0; l < layers; ++l) {
     for (int kind = 0; kind < 2; ++kind) {
@@ -269,6 +292,18 @@ std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& o
       r.readkv_relative_rms = std::sqrt(s.readkv_err2 / std::max(s.x2, 1e-300));
       r.readkv_beyond_outer = static_cast<double>(s.beyond) / n;
       r.readkv_outer_error_share = s.outer_err2 / std::max(s.readkv_err2, 1e-300);
+      r.readkv_outer_first_token =
+          static_cast<double>(s.beyond_first) / static_cast<double>(std::max<int64_t>(s.beyond, 1));
+      r.first_token_values = s.first;
+      for (size_t t = 0; t < s.beyond_by_token.size(); ++t) {
+        if (s.beyond_by_token[t] > 0) {
+          r.outer_by_token.emplace_back(static_cast<int>(t),
+                                        static_cast<double>(s.beyond_by_token[t]) /
+                                            static_cast<double>(s.beyond));
+        }
+      }
+      std::stable_sort(r.outer_by_token.begin(), r.outer_by_token.end(),
+                       [](const auto& a, const auto& b) { return a.second > b.second; });
       r.z_mean = s.z / n;
       r.z_std = std::sqrt(std::max(0.0, s.z2 / n - r.z_mean * r.z_mean));
       r.z_max_abs = s.z_max;
