@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <map>
 
 #include "readkv/codec/errors.h"
 #include "readkv/model/errors.h"
@@ -442,6 +443,34 @@ TEST_F(CompressedRuntimeTest, CodecFidelityMeasuresBothCachesAndFallsWithStoredB
     EXPECT_NEAR(r.z_mean, 0.0, 0.5);
     EXPECT_NEAR(r.z_std, 1.0, 0.5);
     EXPECT_GE(r.z_max_abs, r.z_std);
+  }
+  // A layer-0 value depends on its token alone, so each token has the same number of values
+  // past the threshold at every occurrence: the count the check attributes to a token is a
+  // multiple of how often the documents hold it (the documents as the check feeds them).
+  std::map<int, int64_t> occurrences;
+  {
+    ByteTokenizer tok;
+    RecallCorpus corpus(o.documents.seed);
+    for (int i = 0; i < o.documents.samples; ++i) {
+      std::vector<int32_t> ids = tok.Encode(corpus.Next(o.documents.max_bytes), true);
+      ids.push_back(tok.eos_token());
+      ids.resize(std::min(ids.size(), static_cast<size_t>(tiny_.config.max_position_embeddings)));
+      for (int32_t t : ids) ++occurrences[t];
+    }
+  }
+  const CodecFidelityRow& v0 = w3[1];
+  ASSERT_EQ(v0.kind, "value");
+  const auto beyond = std::llround(v0.readkv_beyond_outer * static_cast<double>(v0.values));
+  ASSERT_GT(beyond, 0);
+  ASSERT_FALSE(v0.outer_by_token.empty());
+  for (const auto& [token, share] : v0.outer_by_token) {
+    SCOPED_TRACE("token " + std::to_string(token));
+    const auto count = std::llround(share * static_cast<double>(beyond));
+    ASSERT_GT(occurrences.count(token), 0u) << "a token the documents do not hold";
+    EXPECT_EQ(count % occurrences[token], 0) << count << " values over " << occurrences[token]
+                                             << " occurrences";
+    EXPECT_LE(count / occurrences[token],
+              int64_t{tiny_.config.num_key_value_heads} * tiny_.config.head_dim);
   }
   testing::TinyModel other = MakeTinyModel(43);
   TempDir dir;
