@@ -244,7 +244,6 @@ void AddCalibrateCommand(CLI::App& app, int& exit_code) {
                      {"readkv_beyond_outer", r.readkv_beyond_outer},
                      {"readkv_outer_error_share", r.readkv_outer_error_share},
                      {"readkv_outer_first_token", r.readkv_outer_first_token},
-                     {"first_token_values", r.first_token_values},
                      {"outer_by_token", [&] {
                         nlohmann::json top = nlohmann::json::array();
                         for (size_t i = 0; i < std::min<size_t>(r.outer_by_token.size(), 16); ++i) {
@@ -256,8 +255,8 @@ void AddCalibrateCommand(CLI::App& app, int& exit_code) {
     }
     // Which tokens' values pass the outer threshold (bytes shown as characters).
     const auto show = [](int t) {
-      if (t == 256) return std::string("BOS");
-      if (t == 257) return std::string("EOS");
+      if (t == ByteTokenizer::kBos) return std::string("BOS");
+      if (t == ByteTokenizer::kEos) return std::string("EOS");
       if (t == '\n') return std::string("'\\n'");
       if (t >= 32 && t < 127) return "'" + std::string(1, static_cast<char>(t)) + "'";
       char hex[8];

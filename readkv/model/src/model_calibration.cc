@@ -204,7 +204,7 @@ std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& o
   }
   // Per (layer, kind), index 2 * layer + kind: sums over every scalar.
   struct Sums {
-    int64_t n = 0, saturated = 0, beyond = 0, beyond_first = 0, first = 0;
+    int64_t n = 0, saturated = 0, beyond = 0;
     std::vector<int64_t> beyond_by_token;  // [vocab]: values past the outer threshold
     double x2 = 0, fp8_err2 = 0, readkv_err2 = 0, outer_err2 = 0, z = 0, z2 = 0, z_max = 0;
   };
@@ -235,9 +235,7 @@ std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& o
     if (at >= static_cast<int64_t>(document.size())) {
       throw std::logic_error("fidelity check: the KV observer saw more tokens than were fed");
     }
-    const bool first = at == 0;
     const auto token = static_cast<size_t>(document[static_cast<size_t>(at)]);
-    s.first += first ? d : 0;
     const float scale = fp8_scale[row];
     const auto& t = transforms[(static_cast<size_t>(layer) * heads + head) * 2 + kind];
     const auto mean = kind == 0 ? cal.KeyMean(layer, head) : cal.ValueMean(layer, head);
@@ -258,7 +256,6 @@ std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& o
       const double err = static_cast<double>(sd[i]) * (z - tree.Decode(tree.Encode(z), w));
       const bool beyond = std::abs(z) > outer;
       s.beyond += beyond;
-      s.beyond_first += beyond && first;
       s.beyond_by_token[token] += beyond;
       s.readkv_err2 += err * err;
       if (beyond) s.outer_err2 += err * err;
@@ -292,9 +289,10 @@ std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& o
       r.readkv_relative_rms = std::sqrt(s.readkv_err2 / std::max(s.x2, 1e-300));
       r.readkv_beyond_outer = static_cast<double>(s.beyond) / n;
       r.readkv_outer_error_share = s.outer_err2 / std::max(s.readkv_err2, 1e-300);
+      // Every document starts with BOS, which appears nowhere else.
       r.readkv_outer_first_token =
-          static_cast<double>(s.beyond_first) / static_cast<double>(std::max<int64_t>(s.beyond, 1));
-      r.first_token_values = s.first;
+          static_cast<double>(s.beyond_by_token[static_cast<size_t>(config.bos_token_id)]) /
+          static_cast<double>(std::max<int64_t>(s.beyond, 1));
       for (size_t t = 0; t < s.beyond_by_token.size(); ++t) {
         if (s.beyond_by_token[t] > 0) {
           r.outer_by_token.emplace_back(static_cast<int>(t),

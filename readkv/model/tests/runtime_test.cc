@@ -432,11 +432,6 @@ TEST_F(CompressedRuntimeTest, CodecFidelityMeasuresBothCachesAndFallsWithStoredB
     EXPECT_LT(w3[i].readkv_beyond_outer, 0.25);
     EXPECT_LT(r.readkv_beyond_outer, w3[i].readkv_beyond_outer / 10);
     EXPECT_GT(w3[i].readkv_outer_error_share, w3[i].readkv_beyond_outer);
-    EXPECT_LE(w3[i].readkv_outer_error_share, 1.0);
-    // Each document's first token is seen once per KV head: d values per head and document.
-    EXPECT_EQ(r.first_token_values,
-              int64_t{o.documents.samples} * tiny_.config.num_key_value_heads *
-                  tiny_.config.head_dim);
     std::cout << r.layer << " " << r.kind << ": beyond the outer threshold "
               << w3[i].readkv_beyond_outer << " at W=3 (error share "
               << w3[i].readkv_outer_error_share << "), " << r.readkv_beyond_outer << " at W=8\n";

@@ -55,8 +55,7 @@ struct CodecFidelityRow {
   double readkv_relative_rms = 0.0;    // the same for the W-bit code
   double readkv_beyond_outer = 0.0;    // share of |z| past the tree's outermost threshold
   double readkv_outer_error_share = 0.0;  // their share of the W-bit code's squared error
-  double readkv_outer_first_token = 0.0;  // their share that sits in a document's first token
-  int64_t first_token_values = 0;      // scalars observed at a document's first token (BOS)
+  double readkv_outer_first_token = 0.0;  // their share in a document's first token (BOS)
   // The tokens whose values pass the outer threshold: (token id, share of those values), the
   // largest share first. A layer-0 value depends on its token alone.
   std::vector<std::pair<int, double>> outer_by_token;
