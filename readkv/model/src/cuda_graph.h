@@ -1,8 +1,8 @@
 // Internal to readkv/model (includes torch): one CUDA graph of torch ops, captured once and
-// replayed on the current stream, and a decode step's dense ops as a chain of them. The runtime replays a decode step's dense ops this way
-// (runtime.cc, RuntimeOptions::cuda_graphs): a step of the small built-in models is ~40 torch ops
-// per layer of a few microseconds of GPU work each, so launching them one by one from the host
-// costs more than running them.
+// replayed on the current stream, and a decode step's dense ops as a chain of them, which the
+// runtime replays (runtime.cc, RuntimeOptions::cuda_graphs): a step of the small built-in
+// models is ~40 torch ops per layer of a few microseconds of GPU work each, so launching them
+// one by one from the host costs more than running them.
 //
 // Available with libtorch >= 2 built with CUDA (the GPU host); elsewhere Supported() is false and
 // Capture throws std::logic_error.

@@ -596,8 +596,14 @@ LlamaDecodeModel::LlamaDecodeModel(const std::string& model_dir, const RuntimeOp
   const std::string weights_path = model_dir + "/model.safetensors";
   m.digest = FileDigest(weights_path);
   m.weights = internal::LoadWeights(weights_path, m.config).To(m.device, m.dtype);
-  for (const LayerWeights& lw : m.weights.layers) {
-    m.wqkv.push_back(torch::cat({lw.wq, lw.wk, lw.wv}, 0).contiguous());
+  for (LayerWeights& lw : m.weights.layers) {
+    // The three projections become views into the stacked weight: one copy of each in memory.
+    const torch::Tensor stacked = torch::cat({lw.wq, lw.wk, lw.wv}, 0).contiguous();
+    const int64_t q_rows = lw.wq.size(0), kv_rows = lw.wk.size(0);
+    lw.wq = stacked.narrow(0, 0, q_rows);
+    lw.wk = stacked.narrow(0, q_rows, kv_rows);
+    lw.wv = stacked.narrow(0, q_rows + kv_rows, kv_rows);
+    m.wqkv.push_back(stacked);
   }
   m.rope = internal::MakeRope(m.config, m.device);
   if (IsCodecBackend(options.kv.kind)) {
