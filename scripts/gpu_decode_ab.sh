@@ -54,10 +54,7 @@ for rep in $(seq 1 "${REPEATS:-2}"); do
     [[ $tree == base ]] && kvgate=$BB/apps/kvgate
     for side in baseline candidate; do
       # The server's args from the policy, --max-batch as the bench's batch (as gpu_run.sh).
-      args=$(python3 -c 'import sys, tomllib
-a = tomllib.load(open(sys.argv[1], "rb"))[sys.argv[2]]["args"]
-i = a.index("--max-batch"); b = a[i + 1]; del a[i:i + 2]
-print(" ".join(a + ["--batch", sys.argv[3] or b]))' "$POLICY" "$side" "${BATCH:-}") || exit 1
+      args=$(python3 policies/tools/bench_args.py "$POLICY" "$side" ${BATCH:+"$BATCH"}) || exit 1
       # shellcheck disable=SC2086 # args is a word list by construction
       line=$(timeout 120 "$kvgate" bench decode $args --context "${CONTEXT:-16000}" \
         --steps "${STEPS:-48}" --warmup 8 --json "$L/decode-$tree-$side-$rep.json" 2>&1 |

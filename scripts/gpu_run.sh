@@ -32,10 +32,7 @@ grep -E "worst relative|passkeys on the GPU|PASSED" "$WORK/gpu_kv_test.log"
 # The decode step of each server as the policy starts it (its args, --max-batch as the batch), at
 # 16K context: `kvgate bench decode` times what separates the two once prompts are in.
 for side in baseline candidate; do
-  args=$(python3 -c 'import sys, tomllib
-a = tomllib.load(open(sys.argv[1], "rb"))[sys.argv[2]]["args"]
-i = a.index("--max-batch"); b = a[i + 1]; del a[i:i + 2]
-print(" ".join(a + ["--batch", b]))' "$POLICY" "$side") || exit 1
+  args=$(python3 policies/tools/bench_args.py "$POLICY" "$side") || exit 1
   # shellcheck disable=SC2086 # args is a word list by construction
   "$B/apps/kvgate" bench decode $args --context 16000 --steps 64 --warmup 8 \
     --json "$WORK/decode-$side.json" 2>&1 | tee -a "$OUT/decode_bench.txt" | grep -E "step|prefill"

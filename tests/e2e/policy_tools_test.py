@@ -2,7 +2,8 @@
 """The policy tools against real servers: policies/tools/choose_kv_split.sh serves the built-in
 model (CPU, loopback) for a dense row, an FP8 row and a ReadKV split row, scores a tiny
 development set and keeps each row's check JSON; policies/tools/compare_items.py then compares
-them item by item, and refuses files that do not hold the same items.
+them item by item, and refuses files that do not hold the same items; policies/tools/bench_args.py
+turns a policy's server into `kvgate bench decode` arguments.
 
 Usage: policy_tools_test.py BUILD_DIR   (the build holding apps/kvgate)
 """
@@ -95,6 +96,29 @@ def main(build):
         fewer = compare("fp8.qa.json", "short.qa.json")
         check(fewer.returncode != 0 and "same items" in fewer.stderr,
               f"files with different items are refused ({fewer.stderr.strip()})")
+
+        # bench_args.py: a server's bench decode words from a policy, --max-batch as --batch.
+        def bench_args(*argv):
+            return subprocess.run([sys.executable,
+                                   os.path.join(ROOT, "policies/tools/bench_args.py"), *argv],
+                                  capture_output=True, text=True, timeout=60)
+
+        long_policy = os.path.join(ROOT, "policies/h200-long.toml")
+        cand = bench_args(long_policy, "candidate")
+        check(cand.returncode == 0 and cand.stdout.split() == [
+                  "--model", "models/long-16k", "--device", "cuda", "--kv", "readkv",
+                  "--store-bits", "8", "--read-bits", "4.5", "--reader", "constrained",
+                  "--kv-split", "7:2", "--batch", "16"],
+              f"the candidate's args, --max-batch 16 as --batch 16 ({cand.stdout.strip()})")
+        base = bench_args(long_policy, "baseline", "4")
+        check(base.returncode == 0 and base.stdout.split()[-2:] == ["--batch", "4"]
+              and "--max-batch" not in base.stdout, f"a given batch wins ({base.stdout.strip()})")
+        no_batch = os.path.join(work, "no_batch.toml")
+        with open(no_batch, "w") as f:
+            f.write('[baseline]\nargs = ["--kv", "fp8"]\n')
+        refused = bench_args(no_batch, "baseline")
+        check(refused.returncode != 0 and "no --max-batch" in refused.stderr,
+              f"a server without --max-batch is refused ({refused.stderr.strip()})")
     if failures:
         print(f"{len(failures)} check(s) failed", file=sys.stderr)
         return 1
