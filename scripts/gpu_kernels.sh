@@ -108,11 +108,11 @@ fi
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 if [[ "${PROFILE:-0}" == 1 ]]; then
   # Per-kernel GPU time of one ReadKV call at two points (ncu replays each kernel: slow, so few):
-  # the fifth call's six launches (the FP8 kernels' names are here for PROFILE_KV=fp8, whose
-  # call is two launches: then it shows three calls).
+  # the seventh call's four launches (the FP8 kernels' names are here for PROFILE_KV=fp8, whose
+  # call is two launches: then it shows two calls).
   for point in "32768 16" "32768 1"; do
     read -r tokens batch <<< "$point"
-    "$NCU" --metrics gpu__time_duration.sum --csv --launch-skip 24 --launch-count 6 \
+    "$NCU" --metrics gpu__time_duration.sum --csv --launch-skip 24 --launch-count 4 \
       -k 'regex:Prepare|Logits|Select|Values|SplitDecode|CombineSplits' \
       "$B/apps/kvgate" bench attention --tokens "$tokens" --batch "$batch" \
       --kv "${PROFILE_KV:-readkv:8:4}" --iters 20 --min-total-ms 1 --no-anchor > "$LOGS/ncu.csv" 2>&1

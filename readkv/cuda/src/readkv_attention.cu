@@ -1,4 +1,4 @@
-// ReadKV decode attention with the constrained reader (spec/readkv.md, "Read path"): six
+// ReadKV decode attention with the constrained reader (spec/readkv.md, "Read path"): four
 // launches per call, all on one stream (chained by programmatic dependent launch with
 // KVGATE_READKV_PDL=1; ChainEntry). This file holds Prepare and the launcher; the
 // shared state is readkv_attention_state.cuh, the other launches readkv_logits.cuh,
@@ -8,21 +8,18 @@
 //                                     allocator over d channels: cut by block radix selection),
 //                                     the row's Key entry list (KeyList), a_qc = q~_qc sigma_c /
 //                                     sqrt(d), bias_q = sum_c q~_qc mu_c / sqrt(d); zeroes the
-//                                     row's Select state
+//                                     row's arrival counter
 //   2. Logits    (chunks, H_kv, B) x 256   one thread per token slot of a page (of up to 4 pages
 //                                     per pass): reads t_c planes of each channel, logit = bias +
 //                                     sum_c a_qc centroid; writes logits and the chunk's (max, sum
 //                                     of exps). When R_K <= 2: on tensor cores (LogitsMma), the
 //                                     channels of depth <= 2 as table-free sign features
-//   3. Select    (chunks, H_kv, B) x 256, three launches: the Value cut by radix selection over
-//                                     the bits of the positive doubles a_i inc_k, a row's last
-//                                     block finishing each step (section 3)
-//      a. SelectImportance            softmax statistics, a_i = sum_q p_qi^2 in double, positive
-//                                     steps, histogram of the gains' exponents -> cut's exponent
-//      b. SelectNarrow                histogram of the next 12 bits -> cut's top 23 bits
-//      c. SelectDepths                Value depths of every token not decided by those bits; the
-//                                     row's last block selects the cut among the rest (usually a
-//                                     handful) with greedy's tie order and writes their depths
+//   3. Select    (8, H_kv, B) x 256, a cluster of 8 blocks per row: softmax statistics, a_i =
+//                                     sum_q p_qi^2 in double (each block a share of the row's
+//                                     tokens, in its shared memory), the Value cut by radix
+//                                     selection over the bits of the positive doubles a_i inc_k
+//                                     with the digit histograms summed over the cluster
+//                                     (distributed shared memory), the Value depths
 //   4. Values    (chunks, H_kv, B) x 256   sum_i p_i centroid per chunk: tokens sorted by depth
 //                                     into 16-token tiles; a warp copies its next tile's planes
 //                                     and logits (cp.async) while it decodes the current one and
@@ -98,17 +95,9 @@ __global__ void __launch_bounds__(128) Prepare(Args a) {
   __shared__ long long scratch[32];
   __shared__ float bias_part[8][4];
   __shared__ internal::SelectShared selection;
-
-  // Zero this row's Select state and histograms: the Select kernels count into them.
+  // Zero this row's arrival counter: the row's Values blocks count themselves on it.
   const size_t row = static_cast<size_t>(b) * a.heads_kv + h;
-  {
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-    auto* exponent = reinterpret_cast<uint4*>(a.exponent_hist + row * kExponentBins);
-    auto* mantissa = reinterpret_cast<uint4*>(a.mantissa_hist + row * kMantissaBins);
-    for (int j = c; j < kExponentBins / 4; j += blockDim.x) exponent[j] = zero;
-    for (int j = c; j < kMantissaBins / 4; j += blockDim.x) mantissa[j] = zero;
-    if (c == 0) a.select_rows[row] = SelectRow{};
-  }
+  if (c == 0) a.row_arrivals[row] = 0;
 
   const size_t head = static_cast<size_t>(h) * d;
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * group;
@@ -309,10 +298,7 @@ cudaError_t ReadKvDecodeAttention(const DecodeShape& requested, const DecodeInpu
   a.value_depths = reinterpret_cast<uint8_t*>(base + layout.value_depths);
   a.partial_out = reinterpret_cast<float*>(base + layout.partial_out);
   a.partial_mass = reinterpret_cast<float*>(base + layout.partial_mass);
-  a.select_rows = reinterpret_cast<SelectRow*>(base + layout.select_rows);
-  a.exponent_hist = reinterpret_cast<unsigned*>(base + layout.exponent_hist);
-  a.mantissa_hist = reinterpret_cast<unsigned*>(base + layout.mantissa_hist);
-  a.candidates = reinterpret_cast<unsigned*>(base + layout.candidates);
+  a.row_arrivals = reinterpret_cast<unsigned*>(base + layout.row_arrivals);
   a.debug = debug;
 
   const dim3 heads(s.heads_kv, s.batch);
@@ -355,15 +341,28 @@ cudaError_t ReadKvDecodeAttention(const DecodeShape& requested, const DecodeInpu
   }
 #undef KVGATE_LOGITS_CASE
   if (status != cudaSuccess) return status;
-  void (*const importance)(Args) = s.group() == 1   ? SelectImportance<1>
-                                   : s.group() == 2 ? SelectImportance<2>
-                                   : s.group() == 4 ? SelectImportance<4>
-                                                    : SelectImportance<8>;
-  status = Launch(importance, chunks, kSelectThreads, 0, stream, chain, a);
-  if (status != cudaSuccess) return status;
-  status = Launch(SelectNarrow, chunks, kSelectThreads, 0, stream, chain, a);
-  if (status != cudaSuccess) return status;
-  status = Launch(SelectDepths, chunks, kSelectThreads, 0, stream, chain, a);
+  // Select: a cluster of kSelectCluster blocks per row, its importances in shared memory when
+  // they fit (SelectInShared), else in the workspace.
+  void (*const select)(Args) = s.group() == 1   ? Select<1>
+                               : s.group() == 2 ? Select<2>
+                               : s.group() == 4 ? Select<4>
+                                                : Select<8>;
+  // Its importances pass 48 KB of shared memory from ~45K tokens per row: every instance opts in
+  // to the most it may take, once.
+  static const cudaError_t select_opt_in = [] {
+    for (void (*kernel)(Args) : {Select<1>, Select<2>, Select<4>, Select<8>}) {
+      const cudaError_t e = cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+          static_cast<int>(kSelectMaxSharedBytes));
+      if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  }();
+  if (select_opt_in != cudaSuccess) return select_opt_in;
+  const size_t select_shared =
+      SelectInShared(s.max_tokens) ? SelectShare(s.max_tokens) * sizeof(double) : 0;
+  status = Launch(select, dim3(kSelectCluster, s.heads_kv, s.batch), kSelectThreads,
+                  select_shared, stream, chain, a);
   if (status != cudaSuccess) return status;
   // Values readers (KVGATE_READKV_VALUES, for same-run comparisons): lanes (CUDA cores, lane
   // groups per token) or mma (tensor cores on depth-sorted tiles, the default). Either finishes

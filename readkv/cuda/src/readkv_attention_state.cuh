@@ -47,26 +47,34 @@ __device__ __forceinline__ unsigned PackChannel(int shift, int t, int c) {
          (static_cast<unsigned>(c) << 24);
 }
 
-// The Value cut's radix selection (section 3): digit 1 = gain bits 52..62 (the exponent; gains
-// are positive), digit 2 = bits 40..51; then at most kCandidates gains share the cut's top 23
-// bits and are listed for the final selection of the row (else the row's gains are re-read).
+// The Value cut's selection (section 3): a cluster of kSelectCluster blocks per row, each with
+// its share's importances in shared memory when they fit in kSelectMaxSharedBytes.
 constexpr int kSelectThreads = 256;
-constexpr int kExponentBins = 2048;
-constexpr int kMantissaBins = 4096;
-constexpr int kExponentShift = 52;
-constexpr int kPrefixShift = 40;
-constexpr int kCandidates = 16384;
-constexpr int kScanUnroll = 4;  // loads in flight per thread in a last block's scans
+constexpr int kSelectCluster = 8;  // the portable cluster size
+constexpr size_t kSelectMaxSharedBytes = 160 * 1024;
+constexpr int kScanUnroll = 4;  // loads in flight per thread in the importance scan
+static_assert(kSelectCluster == 8 && kSelectMaxSharedBytes == 160 * 1024,
+              "traffic.cc counts Select's blocks and shared shares with these: change both");
+// A block's share of a row's tokens, and whether the shares' importances fit in shared memory
+// (else they are kept in the workspace, a.importance, and re-read from L2 on every pass).
+__host__ __device__ constexpr int SelectShare(int tokens) {
+  const int per = (tokens + kSelectCluster - 1) / kSelectCluster;
+  return (per + kWarp - 1) / kWarp * kWarp;
+}
+__host__ __device__ constexpr bool SelectInShared(int max_tokens) {
+  return static_cast<size_t>(SelectShare(max_tokens)) * sizeof(double) <= kSelectMaxSharedBytes;
+}
+
 // Allocation keys (section 1 and 3): object * 2^s + step, steps < 2^s.
 constexpr int kKeyStepBits = 3;    // Key channels: key_steps <= 7
 constexpr int kValueStepBits = 2;  // Value tokens: value_steps <= 3
 
 constexpr int kMaxValueSteps = (1 << kValueStepBits) - 1;
 
-// The Value allocator's increments inc[0..value_steps) held in registers: the Select kernels
-// multiply every token's importance by them, and loading them from global memory inside those
-// loops left the multiplies waiting on each load (17% of SelectDepths' stall samples at the
-// go/no-go model's shape). operator[] selects, so a runtime index stays in registers.
+// The Value allocator's increments inc[0..value_steps) held in registers: Select multiplies
+// every token's importance by them on each pass, and loading them from global memory inside
+// those loops left the multiplies waiting on each load (17% of the stall samples of an earlier
+// Select kernel at the go/no-go model's shape). operator[] selects, so a runtime index stays in registers.
 struct ValueIncrements {
   double inc[kMaxValueSteps];
   __device__ explicit ValueIncrements(const ReadKvReadPolicy& policy) {
@@ -81,29 +89,10 @@ struct ValueIncrements {
   }
 };
 
-// How a row's Value depths are chosen, once its positive steps are counted.
-enum ValueMode : int {
-  kNoSteps = 0,  // the budget leaves no step: every token at depth 1
-  kAllPositive,  // the budget covers every positive step
-  kSelectCut,    // the cut is selected
-};
-
-// One (sequence, KV head) row's Value selection state, in the workspace; Prepare zeroes it.
-struct SelectRow {
-  unsigned long long positive;  // positive steps of the row's tokens
-  unsigned arrivals[4];         // blocks done with SelectImportance, SelectNarrow, SelectDepths,
-                                // Values
-  unsigned listed;              // entries of the row's candidate list
-  int mode;                     // ValueMode (SelectImportance's last block)
-  long long rank;               // the cut's rank (1-based, from the top) among gains with...
-  unsigned long long prefix;    // ...these top bits: bits >> 52, then bits >> 40
-  long long count;              // how many gains have them
-};
-
 // Workspace layout of one call (every part 256-byte aligned).
 struct Layout {
   size_t qa, bias, key_depths, key_lists, logits, chunk_ml, stats, importance, value_depths,
-      partial_out, partial_mass, select_rows, exponent_hist, mantissa_hist, candidates, total;
+      partial_out, partial_mass, row_arrivals, total;
   explicit Layout(const DecodeShape& s) {
     const size_t bq = static_cast<size_t>(s.batch) * s.heads_q;
     const size_t bk = static_cast<size_t>(s.batch) * s.heads_kv;
@@ -121,14 +110,11 @@ struct Layout {
     logits = take(bq * s.max_tokens * 4);
     chunk_ml = take(bq * chunks * 2 * 4);
     stats = take(bq * 2 * 4);
-    importance = take(bk * s.max_tokens * 8);
+    importance = take(SelectInShared(s.max_tokens) ? 0 : bk * s.max_tokens * 8);
     value_depths = take(bk * s.max_tokens);
     partial_out = take(bq * chunks * s.head_dim * 4);
     partial_mass = take(bq * chunks * 4);
-    select_rows = take(bk * sizeof(SelectRow));
-    exponent_hist = take(bk * kExponentBins * 4);
-    mantissa_hist = take(bk * kMantissaBins * 4);
-    candidates = take(bk * kCandidates * 4);
+    row_arrivals = take(bk * 4);
     total = at;
   }
 };
@@ -158,10 +144,7 @@ struct Args {
   uint8_t* value_depths;
   float* partial_out;
   float* partial_mass;
-  SelectRow* select_rows;   // [B][H_kv]
-  unsigned* exponent_hist;  // [B][H_kv][kExponentBins]
-  unsigned* mantissa_hist;  // [B][H_kv][kMantissaBins]
-  unsigned* candidates;     // [B][H_kv][kCandidates] keys token << 2 | step
+  unsigned* row_arrivals;  // [B][H_kv]: Values blocks done with the row (Prepare zeroes them)
   ReadKvDebug debug;
 };
 

@@ -18,6 +18,12 @@ int64_t Chunks(int64_t tokens, int chunk) { return (tokens + chunk - 1) / chunk;
 // by Prepare, copied by every Logits block of the row.
 constexpr int64_t kKeyListBytes = 2696;
 
+// The Select launch's cluster (readkv_attention_state.cuh's kSelectCluster and
+// kSelectMaxSharedBytes): blocks per row, and the share of a row whose importances (doubles) one
+// block keeps in shared memory.
+constexpr int64_t kSelectBlocks = 8;
+constexpr int64_t kSelectSharedTokens = 160 * 1024 / 8;
+
 // The dense and FP8 kernels' partition (split_work.h) with the grid they get on an H100/H200
 // (132 SMs; dense holds two blocks per SM, FP8 three): the model counts one partial per (block,
 // head it holds tiles of, warp), written once and read once by the combine.
@@ -113,9 +119,9 @@ int ReadKvChunkTokens(const DecodeShape& shape) {
   int chunk = 2048;
   const int64_t heads = static_cast<int64_t>(shape.batch) * shape.heads_kv;
   while (chunk > kPageTokens && heads * Chunks(shape.max_tokens, chunk) < 2 * 132) chunk /= 2;
-  // ...but no more than 32 chunks per row: every block of a row adds its histograms into the
-  // row's and reads the row's chunk statistics, so past that the Select passes lose more than
-  // the extra blocks gain (32K x 1: 1024 took 126.1 us for ReadKV(8,4) against 160.3 at 512).
+  // ...but no more than 32 chunks per row: measured when Select was three launches over the
+  // chunk grid, each block adding its histograms into the row's and reading the row's chunk
+  // statistics (32K x 1: 1024 took 126.1 us for ReadKV(8,4) against 160.3 at 512).
   while (chunk < 2048 && Chunks(shape.max_tokens, chunk) > 32) chunk *= 2;
   return chunk;
 }
@@ -152,21 +158,19 @@ TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_le
       }
       // Calibration (mu, sigma of K and V), signs of K and V; centroids per thread block.
       t.metadata += 6 * d * 4 + (1 + 2 * chunks) * centroid_bytes + blocks * 4 * 2;
-      // Logits: written once, read by SelectImportance (softmax + a_i) and by Values; a_i
-      // written once and read by SelectNarrow and SelectDepths.
-      t.scores += 3 * g * tokens * 4 + tokens * 8 * 3;
+      // Logits: written once, read by Select (softmax + a_i) and by Values. a_i stays in the
+      // Select blocks' shared memory, unless a block's share is too long for it: then it is
+      // written once and read by the depth pass (and by each radix pass, 2-4 on real data, not
+      // counted: data-dependent).
+      const int64_t share = (Chunks(shape.max_tokens, kSelectBlocks) + 31) / 32 * 32;
+      t.scores += 3 * g * tokens * 4 + (share > kSelectSharedTokens ? tokens * 8 * 2 : 0);
       // Depth schedules: Key depths written; the Key entry list written, and it or the depths
-      // read per chunk;
-      // Value depths written and read twice by Values (counted, then placed in depth order).
-      // Selection state: the exponent (2048) and mantissa (4096) histograms of the Value cut,
-      // zeroed by Prepare and read back by a row's last blocks (readkv_attention.cu). Not
-      // counted, being data-dependent and small: one atomic per non-zero histogram bin per
-      // block, and the cut's candidate list (gains sharing its top 23 bits, usually a few).
-      t.schedule += d + kKeyListBytes + logits_schedule * chunks + 3 * tokens +
-                    2 * (2048 + 4096) * 4;
-      // Chunk (m, l) for the logits (written once, read by every SelectImportance block of the
-      // row), and Values' partial outputs and masses.
-      t.partials += g * chunks * 2 * 4 * (1 + chunks) + 2 * g * chunks * (d + 1) * 4 +
+      // read per chunk; Value depths written and read twice by Values (counted, then placed in
+      // depth order).
+      t.schedule += d + kKeyListBytes + logits_schedule * chunks + 3 * tokens;
+      // Chunk (m, l) for the logits (written once, read by each of the row's Select blocks),
+      // and Values' partial outputs and masses.
+      t.partials += g * chunks * 2 * 4 * (1 + kSelectBlocks) + 2 * g * chunks * (d + 1) * 4 +
                     g * 2 * 4 * 2;
       // Queries; a_qc and bias written by Prepare and read per chunk; outputs.
       t.io += g * d * 4 + (1 + chunks) * g * (d + 1) * 4 + g * d * 4;

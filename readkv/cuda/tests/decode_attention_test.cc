@@ -414,6 +414,12 @@ INSTANTIATE_TEST_SUITE_P(
                       // tokens, 512 when 8 query heads share a KV head).
                       Case{32, 8, 128, {3000, 700}, 8, 4.0, 2048},
                       Case{16, 2, 64, {2500, 1}, 8, 3.0, 1024},
+                      // A row too long for Select's shares of importances to stay in shared
+                      // memory (over 8 x 20480 tokens): they go through the workspace; beside it
+                      // a row whose 8 shares are mostly empty.
+                      Case{4, 1, 64, {170000, 5}, 8, 4.0, 0},
+                      // Shares of 60 KB: more shared memory than a launch gets without opting in.
+                      Case{4, 1, 64, {60000}, 8, 2.0, 0},
                       // K/V splits of the same per-head reader (readkv/codec/readers.h).
                       Case{32, 8, 128, {300, 1, 1024, 777}, 8, 4.0, 0, false, 6.0, 2.0},
                       Case{16, 2, 64, {1000, 255, 3000}, 8, 5.0, 512, false, 8.0, 2.0},
