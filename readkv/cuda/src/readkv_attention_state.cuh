@@ -74,7 +74,8 @@ constexpr int kMaxValueSteps = (1 << kValueStepBits) - 1;
 // The Value allocator's increments inc[0..value_steps) held in registers: Select multiplies
 // every token's importance by them on each pass, and loading them from global memory inside
 // those loops left the multiplies waiting on each load (17% of the stall samples of an earlier
-// Select kernel at the go/no-go model's shape). operator[] selects, so a runtime index stays in registers.
+// Select kernel at the go/no-go model's shape). operator[] selects, so a runtime index stays in
+// registers.
 struct ValueIncrements {
   double inc[kMaxValueSteps];
   __device__ explicit ValueIncrements(const ReadKvReadPolicy& policy) {

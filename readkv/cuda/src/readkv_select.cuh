@@ -99,7 +99,9 @@ __device__ internal::GreedyCut ClusterSelect(const ForEach& for_each, int top,
     cluster.sync();  // every block's counts of this digit are complete
     for (int j = tid; j <= static_cast<int>(digit_mask); j += blockDim.x) {
       unsigned sum = 0;
-      for (unsigned r = 0; r < kSelectCluster; ++r) sum += cluster.map_shared_rank(&sh, r)->hist[cur][j];
+      for (unsigned r = 0; r < kSelectCluster; ++r) {
+        sum += cluster.map_shared_rank(&sh, r)->hist[cur][j];
+      }
       total[j] = sum;
     }
     // The other histogram was last read by the cluster in the previous pass, which every block
@@ -156,7 +158,9 @@ __device__ internal::GreedyCut ClusterSelect(const ForEach& for_each, int top,
       const unsigned lj = __shfl_sync(0xffffffffu, lo, j);
       above += hj > hi || (hj == hi && lj > lo);
     }
-    if (lane < n && above == rank - 1) cut = {__longlong_as_double(static_cast<long long>(hi)), ~lo};
+    if (lane < n && above == rank - 1) {
+      cut = {__longlong_as_double(static_cast<long long>(hi)), ~lo};
+    }
   }
   cluster.sync();  // no block leaves (or reuses its lists) while another still reads them
   return cut;
