@@ -26,9 +26,9 @@ namespace readkv::cuda::readkv_kernels {
 // chunk grid of Logits; H200, issue 8's eighth round): whole calls 11-13% faster at 8K x 1 and
 // 4-5% at the go/no-go model's 16K x 16, 2-3% slower at 32K x 1, 8K x 16 and 32K x 16, where
 // this kernel alone takes longer (165 against 139 us at 32K x 16 under ncu) and the launches it
-// saves matter less. Each pass adds one count per gain into a few bins of shared memory: one
-// add per lane (warp-aggregated adds, match_any, were 3-9% slower; 11- and 12-bit first digits
-// were 1.1-2.8x slower, cause not found).
+// saves matter less (why was not profiled). Each pass adds one count per remaining gain into a
+// 256-bin shared histogram, one add per lane (warp-aggregated adds, match_any, were 3-9% slower;
+// 11- and 12-bit first digits were 1.1-2.8x slower, cause not found).
 
 namespace cg = cooperative_groups;
 
