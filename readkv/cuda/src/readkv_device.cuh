@@ -213,6 +213,70 @@ __device__ BinPick WarpFindBin(const Load& load, int bins, long long rank) {
 inline constexpr int kSelectDigitBins = 256;  // 8-bit digits
 inline constexpr int kSelectFinal = 32;       // elements left when one warp ranks them pairwise
 
+// The state of a radix selection of greedy's cut, shared by BlockSelect and the Select launch's
+// cluster version (readkv_select.cuh): the composite bits fixed so far (prefix and mask of hi
+// and of lo), how many remain free (pos, counted from the bottom of lo; hi sits above lo), the
+// rank of the sought element among the `count` that match, and the digit of the current pass
+// (up to 8 bits, the next below the fixed ones).
+struct RadixPrefix {
+  unsigned long long prefix_hi, mask_hi;
+  unsigned prefix_lo = 0, mask_lo = 0;
+  int pos;
+  long long rank, count;
+  // Set by NextDigit.
+  bool in_hi;
+  int width, shift;
+  unsigned digit_mask;
+
+  __device__ RadixPrefix(int top, unsigned long long prefix_hi_, unsigned long long mask_hi_,
+                         long long rank_, long long count_)
+      : prefix_hi(prefix_hi_), mask_hi(mask_hi_), pos(32 + top), rank(rank_), count(count_) {}
+  // Whether another pass is needed: more than kSelectFinal elements match and bits remain.
+  __device__ __forceinline__ bool Narrowing() const { return count > kSelectFinal && pos > 0; }
+  // Sets the digit of the pass about to run.
+  __device__ __forceinline__ void NextDigit() {
+    in_hi = pos > 32;
+    width = min(8, in_hi ? pos - 32 : pos);
+    shift = (in_hi ? pos - 32 : pos) - width;
+    digit_mask = (1u << width) - 1u;
+  }
+  __device__ __forceinline__ bool Matches(unsigned long long hi, unsigned lo) const {
+    return (hi & mask_hi) == prefix_hi && (lo & mask_lo) == prefix_lo;
+  }
+  __device__ __forceinline__ unsigned Digit(unsigned long long hi, unsigned lo) const {
+    return (in_hi ? static_cast<unsigned>(hi >> shift) : lo >> shift) & digit_mask;
+  }
+  // Fixes the current digit to the picked bin; rank and count become those within it.
+  __device__ __forceinline__ void Take(BinPick pick) {
+    if (in_hi) {
+      prefix_hi |= static_cast<unsigned long long>(pick.bin) << shift;
+      mask_hi |= static_cast<unsigned long long>(digit_mask) << shift;
+    } else {
+      prefix_lo |= static_cast<unsigned>(pick.bin) << shift;
+      mask_lo |= digit_mask << shift;
+    }
+    rank = pick.rank;
+    count = pick.count;
+    pos -= width;
+  }
+};
+
+// After the passes: lists the elements a thread owns that match (at most kSelectFinal in all,
+// composites being distinct) into final_hi / final_lo at the slots counted by `gathered`.
+template <typename ForEach>
+__device__ __forceinline__ void GatherMatches(const ForEach& for_each, const RadixPrefix& p,
+                                              unsigned& gathered, unsigned long long* final_hi,
+                                              unsigned* final_lo) {
+  for_each([&](unsigned long long hi, unsigned lo) {
+    if (!p.Matches(hi, lo)) return;
+    const unsigned at = atomicAdd(&gathered, 1u);
+    if (at < kSelectFinal) {
+      final_hi[at] = hi;
+      final_lo[at] = lo;
+    }
+  });
+}
+
 // Shared memory of BlockSelect.
 struct SelectShared {
   unsigned hist[2][kSelectDigitBins];  // this digit's histogram; the next one, being cleared
@@ -236,30 +300,22 @@ __device__ GreedyCut BlockSelect(const ForEach& for_each, int top, unsigned long
   const int tid = threadIdx.x;
   const int lane = tid % kWarp;
   const int warp = tid / kWarp;
-  unsigned prefix_lo = 0, mask_lo = 0;
   for (int j = tid; j < 2 * kSelectDigitBins; j += blockDim.x) {
     sh.hist[j / kSelectDigitBins][j % kSelectDigitBins] = 0;
   }
   if (tid == 0) sh.gathered = 0;
   __syncthreads();
-  // pos: bits of the composite still free, counted from the bottom of lo (hi sits above lo).
-  int pos = 32 + top;
+  RadixPrefix p(top, prefix_hi, mask_hi, rank, count);
   int cur = 0;
-  while (count > kSelectFinal && pos > 0) {
-    const bool in_hi = pos > 32;
-    const int width = min(8, in_hi ? pos - 32 : pos);
-    const int shift = (in_hi ? pos - 32 : pos) - width;
-    const unsigned digit_mask = (1u << width) - 1u;
+  while (p.Narrowing()) {
+    p.NextDigit();
     unsigned* hist = sh.hist[cur];
     for_each([&](unsigned long long hi, unsigned lo) {
-      if ((hi & mask_hi) != prefix_hi || (lo & mask_lo) != prefix_lo) return;
-      const unsigned digit =
-          (in_hi ? static_cast<unsigned>(hi >> shift) : lo >> shift) & digit_mask;
-      atomicAdd(&hist[digit], 1u);
+      if (p.Matches(hi, lo)) atomicAdd(&hist[p.Digit(hi, lo)], 1u);
     });
     __syncthreads();
     if (warp == 0) {
-      const BinPick pick = WarpFindBin([&](int j) { return hist[j]; }, digit_mask + 1, rank);
+      const BinPick pick = WarpFindBin([&](int j) { return hist[j]; }, p.digit_mask + 1, p.rank);
       if (lane == 0) sh.pick = pick;
     } else {
       for (int j = tid - kWarp; j < kSelectDigitBins; j += blockDim.x - kWarp) {
@@ -267,29 +323,12 @@ __device__ GreedyCut BlockSelect(const ForEach& for_each, int top, unsigned long
       }
     }
     __syncthreads();
-    const BinPick pick = sh.pick;
-    if (in_hi) {
-      prefix_hi |= static_cast<unsigned long long>(pick.bin) << shift;
-      mask_hi |= static_cast<unsigned long long>(digit_mask) << shift;
-    } else {
-      prefix_lo |= static_cast<unsigned>(pick.bin) << shift;
-      mask_lo |= digit_mask << shift;
-    }
-    rank = pick.rank;
-    count = pick.count;
-    pos -= width;
+    p.Take(sh.pick);
     cur ^= 1;
   }
   // At most kSelectFinal elements match (composites are distinct): gather them, and the one with
   // rank - 1 elements above it is the cut.
-  for_each([&](unsigned long long hi, unsigned lo) {
-    if ((hi & mask_hi) != prefix_hi || (lo & mask_lo) != prefix_lo) return;
-    const unsigned at = atomicAdd(&sh.gathered, 1u);
-    if (at < kSelectFinal) {
-      sh.final_hi[at] = hi;
-      sh.final_lo[at] = lo;
-    }
-  });
+  GatherMatches(for_each, p, sh.gathered, sh.final_hi, sh.final_lo);
   __syncthreads();
   if (warp == 0) {
     const int n = min(static_cast<int>(sh.gathered), kSelectFinal);
@@ -299,7 +338,7 @@ __device__ GreedyCut BlockSelect(const ForEach& for_each, int top, unsigned long
     for (int j = 0; j < n; ++j) {
       above += sh.final_hi[j] > hi || (sh.final_hi[j] == hi && sh.final_lo[j] > lo);
     }
-    if (lane < n && above == rank - 1) {
+    if (lane < n && above == p.rank - 1) {
       sh.cut = {__longlong_as_double(static_cast<long long>(hi)), ~lo};
     }
   }

@@ -82,22 +82,15 @@ __device__ internal::GreedyCut ClusterSelect(const ForEach& for_each, int top,
   }
   if (tid == 0) sh.gathered = 0;
   __syncthreads();
-  unsigned prefix_lo = 0, mask_lo = 0;
-  int pos = 32 + top;  // bits of the composite still free, counted from the bottom of lo
+  internal::RadixPrefix p(top, prefix_hi, mask_hi, rank, count);
   int cur = 0;
-  while (count > kSelectFinal && pos > 0) {
-    const bool in_hi = pos > 32;
-    const int width = min(8, in_hi ? pos - 32 : pos);
-    const int shift = (in_hi ? pos - 32 : pos) - width;
-    const unsigned digit_mask = (1u << width) - 1u;
+  while (p.Narrowing()) {
+    p.NextDigit();
     for_each([&](unsigned long long hi, unsigned lo) {
-      if ((hi & mask_hi) != prefix_hi || (lo & mask_lo) != prefix_lo) return;
-      const unsigned digit =
-          (in_hi ? static_cast<unsigned>(hi >> shift) : lo >> shift) & digit_mask;
-      atomicAdd(&sh.hist[cur][digit], 1u);
+      if (p.Matches(hi, lo)) atomicAdd(&sh.hist[cur][p.Digit(hi, lo)], 1u);
     });
     cluster.sync();  // every block's counts of this digit are complete
-    for (int j = tid; j <= static_cast<int>(digit_mask); j += blockDim.x) {
+    for (int j = tid; j <= static_cast<int>(p.digit_mask); j += blockDim.x) {
       unsigned sum = 0;
       for (unsigned r = 0; r < kSelectCluster; ++r) {
         sum += cluster.map_shared_rank(&sh, r)->hist[cur][j];
@@ -110,34 +103,17 @@ __device__ internal::GreedyCut ClusterSelect(const ForEach& for_each, int top,
     __syncthreads();
     if (warp == 0) {
       const internal::BinPick pick =
-          internal::WarpFindBin([&](int j) { return total[j]; }, digit_mask + 1, rank);
+          internal::WarpFindBin([&](int j) { return total[j]; }, p.digit_mask + 1, p.rank);
       if (lane == 0) picked = pick;
     }
     __syncthreads();
-    const internal::BinPick pick = picked;
-    if (in_hi) {
-      prefix_hi |= static_cast<unsigned long long>(pick.bin) << shift;
-      mask_hi |= static_cast<unsigned long long>(digit_mask) << shift;
-    } else {
-      prefix_lo |= static_cast<unsigned>(pick.bin) << shift;
-      mask_lo |= digit_mask << shift;
-    }
-    rank = pick.rank;
-    count = pick.count;
-    pos -= width;
+    p.Take(picked);
     cur ^= 1;
   }
   // At most kSelectFinal elements match in the whole cluster (composites are distinct): each
   // block lists its own, and warp 0 of every block ranks the cluster's lists; the one with
   // rank - 1 elements above it is the cut.
-  for_each([&](unsigned long long hi, unsigned lo) {
-    if ((hi & mask_hi) != prefix_hi || (lo & mask_lo) != prefix_lo) return;
-    const unsigned at = atomicAdd(&sh.gathered, 1u);
-    if (at < kSelectFinal) {
-      sh.final_hi[at] = hi;
-      sh.final_lo[at] = lo;
-    }
-  });
+  internal::GatherMatches(for_each, p, sh.gathered, sh.final_hi, sh.final_lo);
   cluster.sync();
   if (warp == 0) {
     unsigned long long hi = 0;
@@ -158,7 +134,7 @@ __device__ internal::GreedyCut ClusterSelect(const ForEach& for_each, int top,
       const unsigned lj = __shfl_sync(0xffffffffu, lo, j);
       above += hj > hi || (hj == hi && lj > lo);
     }
-    if (lane < n && above == rank - 1) {
+    if (lane < n && above == p.rank - 1) {
       cut = {__longlong_as_double(static_cast<long long>(hi)), ~lo};
     }
   }
