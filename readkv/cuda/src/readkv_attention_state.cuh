@@ -10,6 +10,7 @@
 
 #include "readkv/cuda/decode_attention.h"
 #include "readkv_device.cuh"
+#include "select_share.h"
 
 namespace readkv::cuda::readkv_kernels {
 
@@ -48,22 +49,13 @@ __device__ __forceinline__ unsigned PackChannel(int shift, int t, int c) {
 }
 
 // The Value cut's selection (section 3): a cluster of kSelectCluster blocks per row, each with
-// its share's importances in shared memory when they fit in kSelectMaxSharedBytes.
+// its share of the row's importances in shared memory when they fit (select_share.h).
+using internal::kSelectCluster;
+using internal::kSelectMaxSharedBytes;
+using internal::SelectInShared;
+using internal::SelectShare;
 constexpr int kSelectThreads = 256;
-constexpr int kSelectCluster = 8;  // the portable cluster size
-constexpr size_t kSelectMaxSharedBytes = 160 * 1024;
 constexpr int kScanUnroll = 4;  // loads in flight per thread in the importance scan
-static_assert(kSelectCluster == 8 && kSelectMaxSharedBytes == 160 * 1024,
-              "traffic.cc counts Select's blocks and shared shares with these: change both");
-// A block's share of a row's tokens, and whether the shares' importances fit in shared memory
-// (else they are kept in the workspace, a.importance, and re-read from L2 on every pass).
-__host__ __device__ constexpr int SelectShare(int tokens) {
-  const int per = (tokens + kSelectCluster - 1) / kSelectCluster;
-  return (per + kWarp - 1) / kWarp * kWarp;
-}
-__host__ __device__ constexpr bool SelectInShared(int max_tokens) {
-  return static_cast<size_t>(SelectShare(max_tokens)) * sizeof(double) <= kSelectMaxSharedBytes;
-}
 
 // Allocation keys (section 1 and 3): object * 2^s + step, steps < 2^s.
 constexpr int kKeyStepBits = 3;    // Key channels: key_steps <= 7

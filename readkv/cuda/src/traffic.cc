@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "readkv/cuda/decode_attention.h"
+#include "select_share.h"
 #include "split_work.h"
 
 namespace readkv::cuda {
@@ -17,12 +18,6 @@ int64_t Chunks(int64_t tokens, int chunk) { return (tokens + chunk - 1) / chunk;
 // A row's Key entry list (readkv_attention_state.cuh's KeyList, which asserts this size): written
 // by Prepare, copied by every Logits block of the row.
 constexpr int64_t kKeyListBytes = 2696;
-
-// The Select launch's cluster (readkv_attention_state.cuh's kSelectCluster and
-// kSelectMaxSharedBytes): blocks per row, and the share of a row whose importances (doubles) one
-// block keeps in shared memory.
-constexpr int64_t kSelectBlocks = 8;
-constexpr int64_t kSelectSharedTokens = 160 * 1024 / 8;
 
 // The dense and FP8 kernels' partition (split_work.h) with the grid they get on an H100/H200
 // (132 SMs; dense holds two blocks per SM, FP8 three): the model counts one partial per (block,
@@ -140,6 +135,7 @@ TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_le
   const int64_t g = shape.heads_q / shape.heads_kv;
   const int64_t plane_bytes = d / 8;
   const int64_t centroid_bytes = ((int64_t{2} << store_bits) - 1) * 4;
+  const bool importance_in_shared = internal::SelectInShared(shape.max_tokens);
   for (int b = 0; b < shape.batch; ++b) {
     const int64_t tokens = seq_lens_host[b];
     const int64_t chunks = Chunks(tokens, chunk);
@@ -162,15 +158,15 @@ TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_le
       // Select blocks' shared memory, unless a block's share is too long for it: then it is
       // written once and read by the depth pass (and by each radix pass, 2-4 on real data, not
       // counted: data-dependent).
-      const int64_t share = (Chunks(shape.max_tokens, kSelectBlocks) + 31) / 32 * 32;
-      t.scores += 3 * g * tokens * 4 + (share > kSelectSharedTokens ? tokens * 8 * 2 : 0);
+      t.scores += 3 * g * tokens * 4 + (importance_in_shared ? 0 : tokens * 8 * 2);
       // Depth schedules: Key depths written; the Key entry list written, and it or the depths
       // read per chunk; Value depths written and read twice by Values (counted, then placed in
       // depth order).
       t.schedule += d + kKeyListBytes + logits_schedule * chunks + 3 * tokens;
       // Chunk (m, l) for the logits (written once, read by each of the row's Select blocks),
       // and Values' partial outputs and masses.
-      t.partials += g * chunks * 2 * 4 * (1 + kSelectBlocks) + 2 * g * chunks * (d + 1) * 4 +
+      t.partials += g * chunks * 2 * 4 * (1 + internal::kSelectCluster) +
+                    2 * g * chunks * (d + 1) * 4 +
                     g * 2 * 4 * 2;
       // Queries; a_qc and bias written by Prepare and read per chunk; outputs.
       t.io += g * d * 4 + (1 + chunks) * g * (d + 1) * 4 + g * d * 4;

@@ -84,6 +84,29 @@ TEST(ReadKvLogitsReaderTest, TrafficCountsWhatEachReaderReadsPerChunk) {
 // H200 sweeps of 2026-11-30 (BENCHMARKS.md, sixth and seventh rounds) found it the fastest
 // measured choice at 32K x 16 (32/8/128), 16K x 16 (8/2/64) and 32K x 1, and within 8% of the
 // best at 8K x 1.
+// Select keeps a row's importances (doubles) in its 8 blocks' shared memory up to 160 KB a
+// block, i.e. rows of up to 8 x 20480 tokens; past that they are written to the workspace and
+// read back, 16 bytes per token in the ledger's scores.
+TEST(ReadKvSelectTrafficTest, ImportancesCountOnlyWhenTheyLeaveSharedMemory) {
+  const LogitsEnv env(nullptr);
+  const auto scores = [](int tokens) {
+    DecodeShape shape;
+    shape.batch = 1;
+    shape.heads_q = 4;
+    shape.heads_kv = 2;
+    shape.head_dim = 64;
+    shape.max_tokens = tokens;
+    shape.max_pages = (tokens + kPageTokens - 1) / kPageTokens;
+    shape.chunk_tokens = 2048;
+    const std::vector<int32_t> lens = {tokens};
+    return ReadKvDecodeTraffic(shape, lens.data(), 8, 4.0, nullptr, nullptr).scores;
+  };
+  // Per KV head: logits written once and read twice (2 query heads x 4 bytes x 3).
+  const auto logits = [](int64_t tokens) { return 2 * (3 * 2 * tokens * 4); };
+  EXPECT_EQ(scores(8 * 20480), logits(8 * 20480));
+  EXPECT_EQ(scores(8 * 20480 + 1), logits(8 * 20480 + 1) + 2 * (int64_t{8 * 20480 + 1} * 16));
+}
+
 TEST(ReadKvChunkTokensTest, PicksTheLargestChunkThatStillFillsTheGpu) {
   DecodeShape shape;
   shape.chunk_tokens = 0;
