@@ -122,8 +122,8 @@ if [[ "${PROFILE:-0}" == 1 ]]; then
   done
 fi
 if [[ -n "${SOURCE_PROFILE:-}" ]]; then
-  regex=${SOURCE_PROFILE%%|*}
-  read -r -a args <<< "${SOURCE_PROFILE#*|}"
+  regex=${SOURCE_PROFILE%|*}  # the last "|" ends the regex, which may hold "|" itself
+  read -r -a args <<< "${SOURCE_PROFILE##*|}"
   "$NCU" --section SourceCounters --section WarpStateStats --import-source yes \
     -k "regex:$regex" --launch-skip "${SOURCE_SKIP:-20}" --launch-count "${SOURCE_COUNT:-1}" \
     -o "$LOGS/source" -f "$B/apps/kvgate" bench attention --device cuda "${args[@]}" --iters 20 \

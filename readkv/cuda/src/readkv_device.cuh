@@ -148,15 +148,18 @@ struct GreedyCut {
   unsigned key;
 };
 
-// Steps of an object (weight w, first key first_key) taken by the allocation that stops at cut.
-template <typename Inc>
+// Steps of an object (weight w, first key first_key, spo <= kMaxSteps) taken by the allocation
+// that stops at cut. Unrolled over kMaxSteps: the products issue back to back, not one per round
+// of a loop that may break.
+template <int kMaxSteps, typename Inc>
 __device__ __forceinline__ int StepsTaken(double w, const Inc& inc, int spo, unsigned first_key,
                                           const GreedyCut& cut) {
   int k = 0;
-  while (k < spo) {
-    const double gain = __dmul_rn(w, inc[k]);
-    if (!(gain > cut.gain || (gain == cut.gain && first_key + k <= cut.key))) break;
-    ++k;
+#pragma unroll
+  for (int s = 0; s < kMaxSteps; ++s) {
+    const double gain = __dmul_rn(w, inc[s]);
+    k += k == s && s < spo &&
+         (gain > cut.gain || (gain == cut.gain && first_key + s <= cut.key));
   }
   return k;
 }

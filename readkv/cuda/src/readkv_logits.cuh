@@ -174,7 +174,9 @@ __device__ __forceinline__ unsigned Transpose32(unsigned x, int lane) {
 
 // K pages per pass: lane j of warp w holds token 32 w + j of each of K consecutive pages, so
 // the per-channel work that does not depend on the token (the descriptor, a_qc, the loop) is
-// shared by K tokens. K = 1 is the one-page reader.
+// shared by K tokens. K = 1 is the one-page reader. Each page's plane words are loaded kAhead
+// groups ahead of their decode.
+constexpr int kAhead = 2;
 template <int G, int K>
 __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
   ChainEntry();
@@ -228,13 +230,31 @@ __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
     unsigned prev[K];
 #pragma unroll
     for (int j = 0; j < K; ++j) prev[j] = 0;
-    for (int grp = 0; grp < groups; ++grp) {
+    // Group grp's words, loaded kAhead groups before the group is decoded: a group's decode
+    // does not wait on its own loads (ahead[0] is the next group's word, ahead[1] the one after).
+    const auto load = [&](int grp, int j) {
       const int e = grp * kWarp + lane;
+      return e < P && live[j] ? __ldg(words[j] + entry_word[e]) : 0u;
+    };
+    unsigned ahead[kAhead][K];
+#pragma unroll
+    for (int n = 0; n < kAhead; ++n) {
+#pragma unroll
+      for (int j = 0; j < K; ++j) ahead[n][j] = load(n, j);
+    }
+    for (int grp = 0; grp < groups; ++grp) {
       unsigned long long window[K];
       unsigned x[K];
 #pragma unroll
       for (int j = 0; j < K; ++j) {
-        x[j] = Transpose32(e < P && live[j] ? __ldg(words[j] + entry_word[e]) : 0u, lane);
+        x[j] = ahead[0][j];
+#pragma unroll
+        for (int n = 0; n + 1 < kAhead; ++n) ahead[n][j] = ahead[n + 1][j];
+        ahead[kAhead - 1][j] = load(grp + kAhead, j);
+      }
+#pragma unroll
+      for (int j = 0; j < K; ++j) {
+        x[j] = Transpose32(x[j], lane);
         window[j] = (static_cast<unsigned long long>(x[j]) << 32) |
                     static_cast<unsigned long long>(prev[j]);
       }

@@ -22,13 +22,13 @@ namespace readkv::cuda::readkv_kernels {
 // selection, 8 bits a pass: each block counts its gains' digits into its own histogram, and
 // after a cluster barrier every block sums the cluster's histograms through distributed shared
 // memory and picks the same bin. No global histograms, no last-block election, no second or
-// third launch. Against the three launches it replaced (importance, narrowing, depths over the
-// chunk grid of Logits; H200, issue 8's eighth round): whole calls 11-13% faster at 8K x 1 and
-// 4-5% at the go/no-go model's 16K x 16, 2-3% slower at 32K x 1, 8K x 16 and 32K x 16, where
-// this kernel alone takes longer (165 against 139 us at 32K x 16 under ncu) and the launches it
-// saves matter less (why was not profiled). Each pass adds one count per remaining gain into a
-// 256-bin shared histogram, one add per lane (warp-aggregated adds, match_any, were 3-9% slower;
-// 11- and 12-bit first digits were 1.1-2.8x slower, cause not found).
+// third launch. Each pass adds one count per remaining gain into a 256-bin shared histogram, one
+// add per lane. A token's steps (at most kMaxValueSteps) are unrolled in every pass over the
+// share: with a loop that broke at the first non-positive gain, each step's product, compare and
+// branch waited on the one before (ncu at the go/no-go model's 16K x 16: the kernel 37.8 -> 31.5
+// us, issue 8's ninth round). Tried and slower on the H200 (BENCHMARKS): warp-aggregated adds
+// (match_any, 3-9%), 11- and 12-bit first digits (1.1-2.8x), and the first digit taken from the
+// gains' 11-bit exponents counted during the scan (slower at 6 of 8 points, by up to 3.6%).
 
 namespace cg = cooperative_groups;
 
@@ -221,12 +221,18 @@ __global__ void __cluster_dims__(kSelectCluster, 1, 1) __launch_bounds__(kSelect
       }
       importance[i - begin] = w;
       if (a.debug.value_importance != nullptr) a.debug.value_importance[row + i] = w;
-      for (int s = 0; s < spo; ++s) {  // the positive steps: a prefix (gains fall with the step)
+      // The positive steps: a prefix (gains fall with the step). Unrolled over the most steps,
+      // so the products issue back to back instead of one per round of a loop with a break.
+      bool on = true;
+#pragma unroll
+      for (int s = 0; s < kMaxValueSteps; ++s) {
         const double gain = __dmul_rn(w, inc[s]);
-        if (!(gain > 0.0)) break;
-        ++positive;
-        all &= internal::GainBits(gain);
-        any |= internal::GainBits(gain);
+        on = on && s < spo && gain > 0.0;
+        if (on) {
+          ++positive;
+          all &= internal::GainBits(gain);
+          any |= internal::GainBits(gain);
+        }
       }
     }
   }
@@ -266,18 +272,21 @@ __global__ void __cluster_dims__(kSelectCluster, 1, 1) __launch_bounds__(kSelect
         for (int i = begin + tid; i < end; i += kSelectThreads) {
           const double w = importance[i - begin];
           const auto first_key = static_cast<unsigned>(i) << kValueStepBits;
-          for (int s = 0; s < spo; ++s) {
+          bool on = true;  // the leading positive steps, unrolled as in the scan
+#pragma unroll
+          for (int s = 0; s < kMaxValueSteps; ++s) {
             const double gain = __dmul_rn(w, inc[s]);
-            if (!(gain > 0.0)) break;
-            f(internal::GainBits(gain), ~(first_key | s));
+            on = on && s < spo && gain > 0.0;
+            if (on) f(internal::GainBits(gain), ~(first_key | s));
           }
         }
       },
       top, all & shared_mask, shared_mask, steps, positive_row, sh);
   for (int i = begin + tid; i < end; i += kSelectThreads) {
     WriteValueDepth(a, row, i,
-                    internal::StepsTaken(importance[i - begin], inc, spo,
-                                         static_cast<unsigned>(i) << kValueStepBits, cut));
+                    internal::StepsTaken<kMaxValueSteps>(
+                        importance[i - begin], inc, spo,
+                        static_cast<unsigned>(i) << kValueStepBits, cut));
   }
 }
 
