@@ -26,9 +26,9 @@ constexpr int kMaxKeyEntries = 128 * kMaxStoreBits;  // Key planes one row reads
 // one list of P = sum_c t_c entries (channel by channel, least significant plane first), read
 // 32 at a time. Prepare writes it once per row (the addresses are fixed before any key bit is
 // read); every Logits block of the row copies it. `entry_word[e]`: (c W + p) 8, the first 32-bit
-// word of entry e's plane in a page; `chan_desc[c]`: channel c packed for one shared load
-// (PackChannel); `group_first[g]`: the first channel whose last entry lies in group g (g up to
-// and including the group count, where it is d).
+// word of entry e's plane in a page; `chan_desc[c]`: channel c packed in one word (PackChannel;
+// LogitsTransposed unpacks it once per block); `group_first[g]`: the first channel whose last
+// entry lies in group g (g up to and including the group count, where it is d).
 struct KeyList {
   uint16_t entry_word[kMaxKeyEntries];
   unsigned chan_desc[128];
@@ -39,7 +39,7 @@ constexpr int kKeyListWords = sizeof(KeyList) / 4;
 static_assert(sizeof(KeyList) % 4 == 0, "KeyList is copied in 32-bit words");
 static_assert(sizeof(KeyList) == 2696, "traffic.cc counts a KeyList as 2696 bytes: change both");
 
-// A channel of the entry list, packed for one shared load: bits 0-7 the shift of its code in
+// A channel of the entry list, packed in one word: bits 0-7 the shift of its code in
 // the 64-bit window of two consecutive groups, 8-15 the code mask 2^t - 1, 16-23 the first
 // centroid of depth t (also 2^t - 1, kept apart for clarity), 24-31 the channel index.
 __device__ __forceinline__ unsigned PackChannel(int shift, int t, int c) {

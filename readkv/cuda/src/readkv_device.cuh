@@ -61,6 +61,15 @@ __device__ __forceinline__ void BlockFwht(float* x, int d, float scale) {
   BlockFwhtRows(reinterpret_cast<float (*)[128]>(x), 1, d, scale);
 }
 
+// A float at a shared-memory address (a __cvta_generic_to_shared value): the address is a 32-bit
+// sum the caller forms once per table, where a pointer into a __shared__ array makes the
+// compiler re-add the array's offset for every lookup.
+__device__ __forceinline__ float LoadSharedF32(unsigned address) {
+  float v;
+  asm("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(address));
+  return v;
+}
+
 // Tensor-core A operands from bits (the sign paths of the Logits and Values readers): byte J of
 // x (low half) and of y (high half), each 0xffff when the byte's top bit is set, else 0 (prmt with
 // the sign-replicating selector nibbles 8 + J and 12 + J; J = 0..3).

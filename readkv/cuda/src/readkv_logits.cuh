@@ -19,7 +19,7 @@ namespace readkv::cuda::readkv_kernels {
 template <int G>
 struct LogitsShared {
   float centroids[kCentroids];
-  float qa[128][G];
+  alignas(16) float qa[128][G];  // a channel's row in one shared load where G >= 4
   float bias[G];
   float red_m[G][kPageTokens / kWarp], red_l[G][kPageTokens / kWarp];
 };
@@ -190,6 +190,10 @@ __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
   const int warp = tid / kWarp;
   __shared__ LogitsShared<G> sh;
   __shared__ KeyList list;  // the row's entry list, written by Prepare
+  // Channel k unpacked from list.chan_desc[k], for one shared load and no field extraction per
+  // channel: its code's shift in the window, its mask 2^t - 1, and the shared-memory address of
+  // its depth's first centroid.
+  __shared__ uint4 chan[128];
 
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
   LoadLogitsInputs(a, first_q, sh);
@@ -200,8 +204,14 @@ __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
     for (int j = tid; j < kKeyListWords; j += blockDim.x) to[j] = from[j];
   }
   __syncthreads();
+  if (tid < d) {
+    const unsigned desc = list.chan_desc[tid];
+    const auto table = static_cast<unsigned>(
+        __cvta_generic_to_shared(sh.centroids + ((desc >> 16) & 0xffu)));
+    chan[tid] = make_uint4(desc & 0xffu, (desc >> 8) & 0xffu, table, 0u);
+  }
+  __syncthreads();
   const uint16_t* entry_word = list.entry_word;
-  const unsigned* chan_desc = list.chan_desc;
   const int* group_first = list.group_first;
   const int P = list.entries;
   const int groups = (P + kWarp - 1) / kWarp;
@@ -259,14 +269,12 @@ __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
                     static_cast<unsigned long long>(prev[j]);
       }
       for (int k = group_first[grp]; k < group_first[grp + 1]; ++k) {
-        const unsigned desc = chan_desc[k];
-        const int shift = static_cast<int>(desc & 0xffu);
-        const unsigned mask = (desc >> 8) & 0xffu;
-        const float* table = sh.centroids + ((desc >> 16) & 0xffu);
-        const float* qa = sh.qa[desc >> 24];
+        const uint4 ch = chan[k];  // shift, mask, table address
+        const float* qa = sh.qa[k];
 #pragma unroll
         for (int j = 0; j < K; ++j) {
-          const float centroid = table[static_cast<unsigned>(window[j] >> shift) & mask];
+          const unsigned code = static_cast<unsigned>(window[j] >> ch.x) & ch.y;
+          const float centroid = internal::LoadSharedF32(ch.z + 4u * code);
 #pragma unroll
           for (int q = 0; q < G; ++q) s[j][q] = fmaf(qa[q], centroid, s[j][q]);
         }
