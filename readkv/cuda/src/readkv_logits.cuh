@@ -153,21 +153,49 @@ __global__ void __launch_bounds__(kPageTokens) Logits(Args a) {
 // warp's tokens) and transposed by five shuffle butterflies, after which lane j holds bit e of
 // entry e for its token. A channel's code is then one shift of a 64-bit window over two
 // consecutive groups: ~1 instruction per plane bit instead of ~4.
-// Each butterfly is one shuffle, one rotate and one select: a lane whose bit s is clear keeps
-// its bits under m and takes its partner's bits under m moved up by s; a lane whose bit s is set
-// keeps the bits under ~m and takes the partner's bits under ~m moved down by s. A rotation by s
-// (right when set, left when clear) moves both, and the bits it wraps around land outside the
-// mask that takes them.
-__device__ __forceinline__ unsigned Transpose32(unsigned x, int lane) {
-  const unsigned masks[5] = {0x0000FFFFu, 0x00FF00FFu, 0x0F0F0F0Fu, 0x33333333u, 0x55555555u};
+// Each butterfly swaps blocks of s bits between lane pairs: a lane whose bit s is clear keeps its
+// bits under m and takes its partner's bits under m moved up by s; a lane whose bit s is set
+// keeps the bits under ~m and takes the partner's bits under ~m moved down by s. For s = 16 and 8
+// the blocks are bytes, and one byte permute of (own word, partner's word) does both moves. For
+// s = 4, 2, 1: a rotation by s (right when set, left when clear) moves the partner's bits, whose
+// wrapped-around bits land outside the mask that takes them, and one bitwise select merges. The
+// lane's selectors, masks and rotations are computed once (TransposeLane), so a butterfly is a
+// shuffle and a permute, or a shuffle, a rotate and a select.
+struct TransposeLane {
+  unsigned perm16, perm8;  // __byte_perm selectors of the 16- and 8-bit butterflies
+  unsigned keep[3];        // bits a lane keeps in the 4-, 2- and 1-bit butterflies
+  unsigned right[3];       // their rotations (right by s, or left by s as right by 32 - s)
+  __device__ explicit TransposeLane(int lane) {
+    // Bytes (x0..x3 own, y0..y3 the partner's; selector nibble i picks result byte i): clear
+    // lanes make [x0 x1 y0 y1] (s = 16) and [x0 y0 x2 y2] (s = 8); set lanes [y2 y3 x2 x3] and
+    // [y1 x1 y3 x3].
+    perm16 = (lane & 16) != 0 ? 0x3276u : 0x5410u;
+    perm8 = (lane & 8) != 0 ? 0x3715u : 0x6240u;
+    const unsigned masks[3] = {0x0F0F0F0Fu, 0x33333333u, 0x55555555u};
 #pragma unroll
-  for (int k = 0; k < 5; ++k) {
-    const int s = 16 >> k;
-    const bool set = (lane & s) != 0;
-    const unsigned keep = set ? ~masks[k] : masks[k];  // the bits this lane keeps
-    const unsigned right = set ? s : kWarp - s;         // rotate right by s, or left by s
-    const unsigned y = __shfl_xor_sync(0xffffffffu, x, s);
-    x = (x & keep) | (__funnelshift_r(y, y, right) & ~keep);
+    for (int k = 0; k < 3; ++k) {
+      const int sh = 4 >> k;
+      const bool set = (lane & sh) != 0;
+      keep[k] = set ? ~masks[k] : masks[k];
+      right[k] = set ? sh : kWarp - sh;
+    }
+  }
+};
+
+// (a & m) | (b & ~m) in one lop3.
+__device__ __forceinline__ unsigned BitSelect(unsigned a, unsigned b, unsigned m) {
+  unsigned d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xE4;" : "=r"(d) : "r"(a), "r"(b), "r"(m));
+  return d;
+}
+
+__device__ __forceinline__ unsigned Transpose32(unsigned x, const TransposeLane& t) {
+  x = __byte_perm(x, __shfl_xor_sync(0xffffffffu, x, 16), t.perm16);
+  x = __byte_perm(x, __shfl_xor_sync(0xffffffffu, x, 8), t.perm8);
+#pragma unroll
+  for (int k = 0; k < 3; ++k) {
+    const unsigned y = __shfl_xor_sync(0xffffffffu, x, 4 >> k);
+    x = BitSelect(x, __funnelshift_r(y, y, t.right[k]), t.keep[k]);
   }
   return x;
 }
@@ -216,6 +244,7 @@ __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
   const int P = list.entries;
   const int groups = (P + kWarp - 1) / kWarp;
 
+  const TransposeLane transpose(lane);
   float m[G], l[G];
   StartStats(m, l);
   const int end = min(T, start + a.chunk_tokens);
@@ -264,7 +293,7 @@ __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
       }
 #pragma unroll
       for (int j = 0; j < K; ++j) {
-        x[j] = Transpose32(x[j], lane);
+        x[j] = Transpose32(x[j], transpose);
         window[j] = (static_cast<unsigned long long>(x[j]) << 32) |
                     static_cast<unsigned long long>(prev[j]);
       }
