@@ -158,8 +158,8 @@ struct GreedyCut {
 };
 
 // Steps of an object (weight w, first key first_key, spo <= kMaxSteps) taken by the allocation
-// that stops at cut. Unrolled over kMaxSteps: the products issue back to back, not one per round
-// of a loop that may break.
+// that stops at cut. Unrolled over kMaxSteps (inc[s] must be readable for every s < kMaxSteps):
+// the products issue back to back, not one per round of a loop that may break.
 template <int kMaxSteps, typename Inc>
 __device__ __forceinline__ int StepsTaken(double w, const Inc& inc, int spo, unsigned first_key,
                                           const GreedyCut& cut) {

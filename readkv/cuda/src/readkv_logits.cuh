@@ -269,8 +269,8 @@ __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
     unsigned prev[K];
 #pragma unroll
     for (int j = 0; j < K; ++j) prev[j] = 0;
-    // Group grp's words, loaded kAhead groups before the group is decoded: a group's decode
-    // does not wait on its own loads (ahead[0] is the next group's word, ahead[1] the one after).
+    // Each group's words are loaded kAhead groups before the group is decoded, so a decode does
+    // not wait on its own loads: at the top of round grp, ahead[n] holds group grp + n's words.
     const auto load = [&](int grp, int j) {
       const int e = grp * kWarp + lane;
       return e < P && live[j] ? __ldg(words[j] + entry_word[e]) : 0u;
