@@ -10,7 +10,9 @@
 # BASELINE=.baseline/base.tar.gz (made by `git archive --format=tar.gz -o .baseline/base.tar.gz
 # COMMIT` and carried; BASELINE_COMMIT names it in the JSON) builds that tree beside this one and
 # benches it on the same points in the same round, so before/after ratios come from one run on
-# one machine. POINTS="ARGS1;ARGS2;..." benches several point sets (each a `kvgate bench
+# one machine. CANDIDATES="LABEL=.baseline/LABEL.tar.gz ..." does the same for other trees (e.g.
+# branches to try) and also runs their kernel tests (tests_LABEL.txt). The other trees build
+# while this one does. POINTS="ARGS1;ARGS2;..." benches several point sets (each a `kvgate bench
 # attention` argument list, e.g. one geometry each) instead of BENCH_ARGS, this tree and the
 # baseline one after the other per set, into bench_pN.* and bench_baseline_pN.*. Every bench's
 # medians also go to summary.txt. SOURCE_PROFILE="REGEX|ARGS" samples where the warps of the kernels
@@ -32,6 +34,35 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max
 # value makes CMake ask again instead of keeping a build directory's older cached one).
 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVGATE_BUILD_BENCHMARKS=OFF \
   -DKVGATE_WERROR=ON -DKVGATE_GIT_COMMIT="${COMMIT:-}" > "$LOGS/configure.log" 2>&1 || { tail -40 "$LOGS/configure.log"; exit 1; }
+# Other trees (each a `git archive` tarball, carried), built beside this one and while it builds
+# (the kernels' translation unit compiles on one core): BASELINE (kvgate; benched as
+# bench_baseline*) and CANDIDATES="LABEL=FILE ..." (kvgate and readkv_cuda_test, whose tests run
+# after this tree's; benched as bench_LABEL*, with LABEL as the JSON's git_commit).
+declare -A TREE_DIR TREE_PID
+CANDIDATE_LABELS=()
+start_tree() {  # start_tree LABEL TARBALL COMMIT TARGET...
+  local label=$1 tarball=$2 commit=$3
+  shift 3
+  local dir="$B-$label"
+  mkdir -p "$dir-src" && tar xzf "$tarball" -C "$dir-src" || exit 1
+  [[ -d gates/report/node_modules ]] && cp -r gates/report/node_modules "$dir-src/gates/report/"
+  (cmake -S "$dir-src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+     -DKVGATE_BUILD_BENCHMARKS=OFF -DKVGATE_GIT_COMMIT="$commit" &&
+     cmake --build "$dir" -j"$(nproc)" --target "$@") > "$LOGS/build-$label.log" 2>&1 &
+  TREE_PID[$label]=$!
+  TREE_DIR[$label]=$dir
+}
+wait_tree() {  # wait_tree LABEL: its build's end (the round stops if it failed)
+  wait "${TREE_PID[$1]}" || { grep -B2 -A12 "error" "$LOGS/build-$1.log" | head -80; exit 1; }
+  echo "$1 build done: $(( $(date +%s) - start )) s"
+}
+if [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
+  [[ -n "${BASELINE:-}" ]] && start_tree baseline "$BASELINE" "${BASELINE_COMMIT:-baseline}" kvgate
+  for entry in ${CANDIDATES:-}; do
+    CANDIDATE_LABELS+=("${entry%%=*}")
+    start_tree "${entry%%=*}" "${entry#*=}" "${entry%%=*}" kvgate readkv_cuda_test
+  done
+fi
 targets=(readkv_cuda_test)
 [[ "${KERNELS_ONLY:-0}" == 1 ]] || targets+=(kvgate)
 cmake --build "$B" -j"$(nproc)" --target "${targets[@]}" > "$LOGS/build.log" 2>&1 ||
@@ -42,6 +73,11 @@ T="$B/readkv/cuda/readkv_cuda_test"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]|Failure|error|Expected|Which is|differ" \
   "$OUT/tests.txt" | head -60
 echo "tests: $(( $(date +%s) - start )) s"
+for label in "${CANDIDATE_LABELS[@]}"; do
+  wait_tree "$label"
+  "${TREE_DIR[$label]}/readkv/cuda/readkv_cuda_test" > "$OUT/tests_$label.txt" 2>&1
+  echo "tests ($label): $(grep -E "^\[  (PASSED|FAILED) " "$OUT/tests_$label.txt" | tr "\n" " ")"
+done
 SAN=/usr/local/cuda/bin/compute-sanitizer
 if [[ -x "$SAN" && "${SANITIZE:-1}" == 1 ]]; then
   filter='*hq16_hkv2_d64_T1000_255_3000*:*hq32_hkv8_d128_T300_1_1024_777*:DecodeAttentionTest.*'
@@ -53,19 +89,6 @@ if [[ -x "$SAN" && "${SANITIZE:-1}" == 1 ]]; then
   done
   echo "sanitizers: $(( $(date +%s) - start )) s"
 fi
-# The baseline tree's kvgate, built beside this one (BASELINE); sets BB.
-build_baseline() {
-  BB="$B-baseline"
-  mkdir -p "$BB-src"
-  tar xzf "$BASELINE" -C "$BB-src"
-  [[ -d gates/report/node_modules ]] && cp -r gates/report/node_modules "$BB-src/gates/report/"
-  cmake -S "$BB-src" -B "$BB" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DKVGATE_BUILD_BENCHMARKS=OFF -DKVGATE_GIT_COMMIT="${BASELINE_COMMIT:-baseline}" \
-    > "$LOGS/configure-baseline.log" 2>&1 &&
-    cmake --build "$BB" -j"$(nproc)" --target kvgate > "$LOGS/build-baseline.log" 2>&1 ||
-    { tail -40 "$LOGS/configure-baseline.log" "$LOGS/build-baseline.log"; exit 1; }
-  echo "baseline build: $(( $(date +%s) - start )) s"
-}
 # One `kvgate bench attention` run into $OUT/STEM.json and STEM.txt, its medians appended to
 # summary.txt and shown (environment switches such as KVGATE_READKV_LOGITS go before the call).
 bench_into() {  # bench_into STEM KVGATE ARGS...
@@ -77,12 +100,16 @@ bench_into() {  # bench_into STEM KVGATE ARGS...
   echo "bench ($stem): $(( $(date +%s) - start )) s"
 }
 if [[ "${KERNELS_ONLY:-0}" != 1 && -n "${POINTS:-}" ]]; then
-  [[ -n "${BASELINE:-}" ]] && build_baseline
+  [[ -n "${BASELINE:-}" ]] && wait_tree baseline
   IFS=';' read -r -a point_sets <<< "$POINTS"
   for i in "${!point_sets[@]}"; do
     read -r -a args <<< "${point_sets[$i]}"
     bench_into "bench_p$i" "$B/apps/kvgate" "${args[@]}"
-    [[ -n "${BASELINE:-}" ]] && bench_into "bench_baseline_p$i" "$BB/apps/kvgate" "${args[@]}"
+    [[ -n "${BASELINE:-}" ]] &&
+      bench_into "bench_baseline_p$i" "${TREE_DIR[baseline]}/apps/kvgate" "${args[@]}"
+    for label in "${CANDIDATE_LABELS[@]}"; do
+      bench_into "bench_${label}_p$i" "${TREE_DIR[$label]}/apps/kvgate" "${args[@]}"
+    done
   done
 elif [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
   read -r -a args <<< "${BENCH_ARGS:---tokens 8192,32768,131072 --batch 1,16 --heads-q 32 \
@@ -91,7 +118,7 @@ elif [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
   # Other readers (and the baseline) on VARIANT_ARGS (default: BENCH_ARGS), each against the
   # default in the same round: LOGITS_VARIANTS="plain wide4" (KVGATE_READKV_LOGITS: plain, wide1,
   # wide2, wide4, mma), VALUES_VARIANTS="lanes" (KVGATE_READKV_VALUES: lanes, mma).
-  if [[ -n "${LOGITS_VARIANTS:-}${VALUES_VARIANTS:-}${BASELINE:-}" ]]; then
+  if [[ -n "${LOGITS_VARIANTS:-}${VALUES_VARIANTS:-}${BASELINE:-}${CANDIDATES:-}" ]]; then
     read -r -a args <<< "${VARIANT_ARGS:-${BENCH_ARGS:?VARIANT_ARGS or BENCH_ARGS}}"
   fi
   for variant in ${LOGITS_VARIANTS:-}; do
@@ -101,9 +128,12 @@ elif [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
     KVGATE_READKV_VALUES=$variant bench_into "values_$variant" "$B/apps/kvgate" "${args[@]}"
   done
   if [[ -n "${BASELINE:-}" ]]; then
-    build_baseline
-    bench_into bench_baseline "$BB/apps/kvgate" "${args[@]}"
+    wait_tree baseline
+    bench_into bench_baseline "${TREE_DIR[baseline]}/apps/kvgate" "${args[@]}"
   fi
+  for label in "${CANDIDATE_LABELS[@]}"; do
+    bench_into "bench_$label" "${TREE_DIR[$label]}/apps/kvgate" "${args[@]}"
+  done
 fi
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 if [[ "${PROFILE:-0}" == 1 ]]; then
