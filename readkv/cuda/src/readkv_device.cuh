@@ -63,7 +63,8 @@ __device__ __forceinline__ void BlockFwht(float* x, int d, float scale) {
 
 // A float at a shared-memory address (a __cvta_generic_to_shared value): the address is a 32-bit
 // sum the caller forms once per table, where a pointer into a __shared__ array makes the
-// compiler re-add the array's offset for every lookup.
+// compiler re-add the array's offset for every lookup. Not volatile and no memory clobber: for
+// tables that no longer change, published by a barrier before any address of them is formed.
 __device__ __forceinline__ float LoadSharedF32(unsigned address) {
   float v;
   asm("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(address));
