@@ -174,6 +174,20 @@ __device__ __forceinline__ int StepsTaken(double w, const Inc& inc, int spo, uns
   return k;
 }
 
+// Calls f(s, gain) for each of an object's leading steps of positive gain (weight w, spo <=
+// kMaxSteps steps; gains fall with the step, so these are CountAbove(w, 0) steps). Unrolled over
+// kMaxSteps as StepsTaken, inc[s] readable for every s < kMaxSteps.
+template <int kMaxSteps, typename Inc, typename F>
+__device__ __forceinline__ void ForPositiveSteps(double w, const Inc& inc, int spo, const F& f) {
+  bool on = true;
+#pragma unroll
+  for (int s = 0; s < kMaxSteps; ++s) {
+    const double gain = __dmul_rn(w, inc[s]);
+    on = on && s < spo && gain > 0.0;
+    if (on) f(s, gain);
+  }
+}
+
 __device__ __forceinline__ unsigned long long GainBits(double gain) {
   return static_cast<unsigned long long>(__double_as_longlong(gain));
 }

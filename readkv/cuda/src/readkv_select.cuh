@@ -221,19 +221,11 @@ __global__ void __cluster_dims__(kSelectCluster, 1, 1) __launch_bounds__(kSelect
       }
       importance[i - begin] = w;
       if (a.debug.value_importance != nullptr) a.debug.value_importance[row + i] = w;
-      // The positive steps: a prefix (gains fall with the step). Unrolled over the most steps,
-      // so the products issue back to back instead of one per round of a loop with a break.
-      bool on = true;
-#pragma unroll
-      for (int s = 0; s < kMaxValueSteps; ++s) {
-        const double gain = __dmul_rn(w, inc[s]);
-        on = on && s < spo && gain > 0.0;
-        if (on) {
-          ++positive;
-          all &= internal::GainBits(gain);
-          any |= internal::GainBits(gain);
-        }
-      }
+      internal::ForPositiveSteps<kMaxValueSteps>(w, inc, spo, [&](int, double gain) {
+        ++positive;
+        all &= internal::GainBits(gain);
+        any |= internal::GainBits(gain);
+      });
     }
   }
   positive = internal::BlockSumLL(static_cast<long long>(positive), scratch);
@@ -272,13 +264,9 @@ __global__ void __cluster_dims__(kSelectCluster, 1, 1) __launch_bounds__(kSelect
         for (int i = begin + tid; i < end; i += kSelectThreads) {
           const double w = importance[i - begin];
           const auto first_key = static_cast<unsigned>(i) << kValueStepBits;
-          bool on = true;  // the leading positive steps, unrolled as in the scan
-#pragma unroll
-          for (int s = 0; s < kMaxValueSteps; ++s) {
-            const double gain = __dmul_rn(w, inc[s]);
-            on = on && s < spo && gain > 0.0;
-            if (on) f(internal::GainBits(gain), ~(first_key | s));
-          }
+          internal::ForPositiveSteps<kMaxValueSteps>(w, inc, spo, [&](int s, double gain) {
+            f(internal::GainBits(gain), ~(first_key | static_cast<unsigned>(s)));
+          });
         }
       },
       top, all & shared_mask, shared_mask, steps, positive_row, sh);
