@@ -12,7 +12,8 @@
 //   2. Logits    (chunks, H_kv, B) x 256   one thread per token slot of a page (of up to 4 pages
 //                                     per pass): reads t_c planes of each channel, logit = bias +
 //                                     sum_c a_qc centroid; writes logits and the chunk's (max, sum
-//                                     of exps). When R_K <= 2: on tensor cores (LogitsMma), the
+//                                     of exps). When R_K <= 2 or chunks are at most 512 tokens
+//                                     (ReadKvUsesMmaLogits): on tensor cores (LogitsMma), the
 //                                     channels of depth <= 2 as table-free sign features
 //   3. Select    (8, H_kv, B) x 256, a cluster of 8 blocks per row: softmax statistics, a_i =
 //                                     sum_q p_qi^2 in double (each block a share of the row's

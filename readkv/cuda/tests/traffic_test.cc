@@ -79,11 +79,6 @@ TEST(ReadKvLogitsReaderTest, TrafficCountsWhatEachReaderReadsPerChunk) {
   EXPECT_EQ(wide.payload, 0);  // no depths given: the payload is the device's to sum
 }
 
-// The automatic chunk (what kvgate serve's calls use, and the bench's default): the largest of
-// 2048 .. 256 that leaves ~2 blocks per SM of 132, raised until a row has at most 32 chunks. The
-// H200 sweeps of 2026-11-30 (BENCHMARKS.md, sixth and seventh rounds) found it the fastest
-// measured choice at 32K x 16 (32/8/128), 16K x 16 (8/2/64) and 32K x 1, and within 8% of the
-// best at 8K x 1.
 // Select keeps a row's importances (doubles) in its 8 blocks' shared memory up to 160 KB a
 // block, i.e. rows of up to 8 x 20480 tokens; past that they are written to the workspace and
 // read back, 16 bytes per token in the ledger's scores.
@@ -107,6 +102,11 @@ TEST(ReadKvSelectTrafficTest, ImportancesCountOnlyWhenTheyLeaveSharedMemory) {
   EXPECT_EQ(scores(8 * 20480 + 1), logits(8 * 20480 + 1) + 2 * (int64_t{8 * 20480 + 1} * 16));
 }
 
+// The automatic chunk (what kvgate serve's calls use, and the bench's default): the largest of
+// 2048 .. 256 that leaves ~2 blocks per SM of 132, raised until a row has at most 32 chunks. The
+// H200 sweeps of 2026-11-30 (BENCHMARKS.md, sixth and seventh rounds) found it the fastest
+// measured choice at 32K x 16 (32/8/128), 16K x 16 (8/2/64) and 32K x 1, and within 8% of the
+// best at 8K x 1.
 TEST(ReadKvChunkTokensTest, PicksTheLargestChunkThatStillFillsTheGpu) {
   DecodeShape shape;
   shape.chunk_tokens = 0;
