@@ -57,9 +57,17 @@ wait_tree() {  # wait_tree LABEL: its build's end (the round stops if it failed)
   echo "$1 build done: $(( $(date +%s) - start )) s"
 }
 if [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
+  # A label names build directories and output files: letters, digits, - and _, once each, and
+  # not "baseline" (BASELINE's). Every entry is checked before any build starts.
+  for entry in ${CANDIDATES:-}; do
+    label=${entry%%=*}
+    [[ $label =~ ^[A-Za-z0-9_-]+$ && $label != baseline && $entry == *=* &&
+       " ${CANDIDATE_LABELS[*]} " != *" $label "* ]] ||
+      { echo "CANDIDATES: bad entry '$entry'"; exit 1; }
+    CANDIDATE_LABELS+=("$label")
+  done
   [[ -n "${BASELINE:-}" ]] && start_tree baseline "$BASELINE" "${BASELINE_COMMIT:-baseline}" kvgate
   for entry in ${CANDIDATES:-}; do
-    CANDIDATE_LABELS+=("${entry%%=*}")
     start_tree "${entry%%=*}" "${entry#*=}" "${entry%%=*}" kvgate readkv_cuda_test
   done
 fi
