@@ -71,6 +71,20 @@ __device__ __forceinline__ float LoadSharedF32(unsigned address) {
   return v;
 }
 
+// A 32-bit word at a shared-memory address (as LoadSharedF32).
+__device__ __forceinline__ unsigned LoadSharedU32(unsigned address) {
+  unsigned v;
+  asm("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(address));
+  return v;
+}
+
+// Byte K of x, zero-extended: one byte permute (selector nibbles K, then 4 = a zero byte).
+template <int K>
+__device__ __forceinline__ unsigned ByteOf(unsigned x) {
+  static_assert(K >= 0 && K < 4, "a 32-bit word has bytes 0..3");
+  return __byte_perm(x, 0u, 0x4440u | K);
+}
+
 // Tensor-core A operands from bits (the sign paths of the Logits and Values readers): byte J of
 // x (low half) and of y (high half), each 0xffff when the byte's top bit is set, else 0 (prmt with
 // the sign-replicating selector nibbles 8 + J and 12 + J; J = 0..3).

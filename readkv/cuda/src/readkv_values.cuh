@@ -311,6 +311,7 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
     internal::SplitHiLo<true>(a.codec.centroids[j], hi, lo);
     sh.pairs[j] = internal::Pack(hi, lo);
   }
+  const auto pairs_address = static_cast<unsigned>(__cvta_generic_to_shared(sh.pairs));
   const int32_t* page_row = a.page_table + static_cast<size_t>(b) * a.max_pages;
   const uint8_t* depths = a.value_depths + (static_cast<size_t>(b) * a.heads_kv + h) * a.max_tokens;
   AccountValues<D>(a, depths, start, end);
@@ -514,15 +515,20 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
         __syncwarp();
         continue;
       }
-      const unsigned* table = sh.pairs + (1 << t) - 1;
+      // Depth t's pairs, as a shared-memory address: a lookup is then a byte permute, one
+      // address add and the load.
+      const unsigned table = pairs_address + 4u * ((1u << t) - 1u);
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
-        const int w = m / 2, shift = 16 * (m % 2);  // bytes 2m and 2m + 1 of the plane
+        const int w = m / 2;  // bytes 2m, 2m + 1 of the plane: bytes 2 (m % 2) (+ 1) of word w
         unsigned c0[4], c1[4];  // (f16 value, f16 rounding error) of channels 2m and 2m + 1
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
-          c0[u] = table[(codes[u][w] >> shift) & 0xffu];
-          c1[u] = table[(codes[u][w] >> (shift + 8)) & 0xffu];
+          const unsigned x = codes[u][w];
+          const unsigned b0 = m % 2 == 0 ? internal::ByteOf<0>(x) : internal::ByteOf<2>(x);
+          const unsigned b1 = m % 2 == 0 ? internal::ByteOf<1>(x) : internal::ByteOf<3>(x);
+          c0[u] = internal::LoadSharedU32(table + 4u * b0);
+          c1[u] = internal::LoadSharedU32(table + 4u * b1);
         }
         // Rows g (channel 2m's byte) and g + 8 (2m + 1), k-slots of tokens u = 0, 1 and 2, 3:
         // the values (low halves), then their rounding errors (high halves).
