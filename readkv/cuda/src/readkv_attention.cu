@@ -92,7 +92,8 @@ __global__ void __launch_bounds__(128) Prepare(Args a) {
   const int d = a.head_dim;
   const int c = threadIdx.x;
   const int group = a.group;
-  __shared__ float x[8][128];
+  constexpr int kMaxGroup = 8;  // query heads per KV head (the launcher's cases: 1, 2, 4, 8)
+  __shared__ float x[kMaxGroup][128];  // the transform's cross-warp stages
   __shared__ long long scratch[32];
   __shared__ float bias_part[8][4];
   __shared__ internal::SelectShared selection;
@@ -102,24 +103,37 @@ __global__ void __launch_bounds__(128) Prepare(Args a) {
 
   const size_t head = static_cast<size_t>(h) * d;
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * group;
+  // Every global input of the block is loaded here, before the first barrier: one round trip
+  // instead of one per use (loads do not move across the transform's barriers).
   const float sign = a.codec.key_signs[head + c];
-  for (int q = 0; q < group; ++q) {
-    const float v = a.queries[(first_q + q) * d + c];
-    x[q][c] = sign < 0.0f ? -v : v;
-  }
-  internal::BlockFwhtRows(x, group, d, a.transform_scale);
-
-  // Key channel importance, exactly codec::KeyChannelImportance.
   const float sd = a.codec.key_std[head + c];
   const float mu = a.codec.key_mean[head + c];
+  const int spo = a.policy.key_steps;
+  constexpr int kMaxKeySteps = (1 << kKeyStepBits) - 1;
+  double inc[kMaxKeySteps];
+#pragma unroll
+  for (int s = 0; s < kMaxKeySteps; ++s) inc[s] = s < spo ? a.policy.key_increments[s] : 0.0;
+  float v[kMaxGroup];  // the group's queries at channel c
+#pragma unroll
+  for (int q = 0; q < kMaxGroup; ++q) {
+    const float y = q < group ? a.queries[(first_q + q) * d + c] : 0.0f;
+    v[q] = sign < 0.0f ? -y : y;
+  }
+  internal::FwhtChannelRows<kMaxGroup>(v, group, d, a.transform_scale, x);
+
+  // Key channel importance, exactly codec::KeyChannelImportance (heads in order).
   double w = 0.0;
-  for (int q = 0; q < group; ++q) {
-    const double scaled = __dmul_rn(static_cast<double>(x[q][c]), static_cast<double>(sd));
+#pragma unroll
+  for (int q = 0; q < kMaxGroup; ++q) {
+    if (q >= group) break;
+    const double scaled = __dmul_rn(static_cast<double>(v[q]), static_cast<double>(sd));
     w = __dadd_rn(w, __dmul_rn(scaled, scaled));
   }
   // a_qc, and the bias: every channel contributes scaled * mu; read channels add a_qc centroid.
-  for (int q = 0; q < group; ++q) {
-    const float scaled = x[q][c] * a.attention_scale;
+#pragma unroll
+  for (int q = 0; q < kMaxGroup; ++q) {
+    if (q >= group) break;  // uniform over the block
+    const float scaled = v[q] * a.attention_scale;
     a.qa[(first_q + q) * d + c] = scaled * sd;
     const float part = internal::WarpSum(scaled * mu);
     if (c % kWarp == 0) bias_part[q][c / kWarp] = part;
@@ -131,16 +145,14 @@ __global__ void __launch_bounds__(128) Prepare(Args a) {
   // found by BlockSelect over the channels' positive gains (2-3 histogram passes, no sort).
   // The channel's gains w inc[s] are computed once, into registers (every loop over them is
   // unrolled): the selection's passes re-read them instead of reloading inc and multiplying.
-  const int spo = a.policy.key_steps;
   const long long budget = internal::FloorBudget(a.policy.key_bits, static_cast<double>(d));
   long long steps = budget - d;
   if (steps > static_cast<long long>(d) * spo) steps = static_cast<long long>(d) * spo;
-  constexpr int kMaxKeySteps = (1 << kKeyStepBits) - 1;
   double gain[kMaxKeySteps];
   int positive_steps = 0;  // CountAbove(w, 0): the leading steps of positive gain
 #pragma unroll
   for (int s = 0; s < kMaxKeySteps; ++s) {
-    gain[s] = s < spo ? __dmul_rn(w, a.policy.key_increments[s]) : 0.0;
+    gain[s] = s < spo ? __dmul_rn(w, inc[s]) : 0.0;
     positive_steps += positive_steps == s && s < spo && gain[s] > 0.0;
   }
   const long long positive = internal::BlockSumLL(positive_steps, scratch);

@@ -56,6 +56,43 @@ __device__ __forceinline__ void BlockFwhtRows(float (*x)[128], int rows, int d, 
   __syncthreads();
 }
 
+// BlockFwhtRows for a block whose thread c (c < d = blockDim.x, d a multiple of 64) holds channel
+// c of `rows` <= R rows in registers, v[q]: the same butterflies in the same order (half = 1, 2,
+// 4, ...; the lower channel gets a + b, the upper a - b), so the same bits. Stages within a warp
+// by shuffles, no barrier; the others through x (rows x d floats of shared memory); then the
+// scale. Every thread of the block calls it.
+template <int R>
+__device__ __forceinline__ void FwhtChannelRows(float (&v)[R], int rows, int d, float scale,
+                                                float (*x)[128]) {
+  const int c = threadIdx.x;
+  for (int half = 1; half < d; half *= 2) {
+    const bool upper = (c & half) != 0;
+    if (half < 32) {
+#pragma unroll
+      for (int q = 0; q < R; ++q) {
+        const float y = __shfl_xor_sync(0xffffffffu, v[q], half);
+        v[q] = upper ? __fsub_rn(y, v[q]) : __fadd_rn(v[q], y);
+      }
+      continue;
+    }
+#pragma unroll
+    for (int q = 0; q < R; ++q) {
+      if (q < rows) x[q][c] = v[q];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < R; ++q) {
+      if (q < rows) {
+        const float y = x[q][c ^ half];
+        v[q] = upper ? __fsub_rn(y, v[q]) : __fadd_rn(v[q], y);
+      }
+    }
+    __syncthreads();  // the next stage rewrites x
+  }
+#pragma unroll
+  for (int q = 0; q < R; ++q) v[q] = __fmul_rn(v[q], scale);
+}
+
 // BlockFwhtRows of one row x[0..d).
 __device__ __forceinline__ void BlockFwht(float* x, int d, float scale) {
   BlockFwhtRows(reinterpret_cast<float (*)[128]>(x), 1, d, scale);
