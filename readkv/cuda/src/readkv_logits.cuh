@@ -24,10 +24,12 @@ struct LogitsShared {
   float red_m[G][kPageTokens / kWarp], red_l[G][kPageTokens / kWarp];
 };
 
+// (with_centroids false: a reader that keeps the centroids in a table of its own.)
 template <int G>
-__device__ void LoadLogitsInputs(const Args& a, size_t first_q, LogitsShared<G>& sh) {
+__device__ void LoadLogitsInputs(const Args& a, size_t first_q, LogitsShared<G>& sh,
+                                 bool with_centroids = true) {
   const int d = a.head_dim;
-  for (int j = threadIdx.x; j < (2 << a.store_bits) - 1; j += blockDim.x) {
+  for (int j = threadIdx.x; with_centroids && j < (2 << a.store_bits) - 1; j += blockDim.x) {
     sh.centroids[j] = a.codec.centroids[j];
   }
   for (int j = threadIdx.x; j < d * G; j += blockDim.x) {
@@ -219,13 +221,26 @@ __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
   __shared__ LogitsShared<G> sh;
   __shared__ KeyList list;  // the row's entry list, written by Prepare
   // Channel k unpacked from list.chan_desc[k], for one shared load and no field extraction per
-  // channel: its code's shift in the window, its mask 2^t - 1, and the shared-memory address of
-  // its depth's first centroid.
+  // channel: its code's shift in the window less 2, its mask 2^t - 1 moved up by 2, and the
+  // shared-memory address of its depth's centroids (table_t below).
   __shared__ uint4 chan[128];
+  // The centroids of every depth t <= W in one table of 2^(W+1) floats, depth t's at float 2^t
+  // (sh.centroids' layout moved up by one; float 0 unused), the table aligned to 4 x 2^W bytes:
+  // then table_t = table + 4 x 2^t has its bits below 4 x 2^t clear, and a code's centroid sits
+  // at table_t | 4 code, where 4 code = (window >> (shift - 2)) & (mask << 2): the extraction and
+  // the address are one shift and one lop3 ((x & y) | z), without the add of the address. A
+  // code's shift is at least 32 - (W - 1) >= 25 (it ends in the window's upper word), so
+  // shift - 2 >= 0. The table's alignment is made at run time inside table_space.
+  constexpr unsigned kTableAlign = 4u << kMaxStoreBits;
+  __shared__ float table_space[(2 << kMaxStoreBits) + kTableAlign / 4];
 
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
-  LoadLogitsInputs(a, first_q, sh);
+  LoadLogitsInputs(a, first_q, sh, /*with_centroids=*/false);
+  const auto space = static_cast<unsigned>(__cvta_generic_to_shared(table_space));
+  const unsigned table = (space + kTableAlign - 1) & ~(kTableAlign - 1);
   {
+    float* const heap = table_space + (table - space) / 4;
+    for (int j = tid; j < (2 << W) - 1; j += blockDim.x) heap[j + 1] = a.codec.centroids[j];
     const auto* from = reinterpret_cast<const unsigned*>(
         a.key_lists + static_cast<size_t>(b) * a.heads_kv + h);
     auto* to = reinterpret_cast<unsigned*>(&list);
@@ -234,9 +249,8 @@ __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
   __syncthreads();
   if (tid < d) {
     const unsigned desc = list.chan_desc[tid];
-    const auto table = static_cast<unsigned>(
-        __cvta_generic_to_shared(sh.centroids + ((desc >> 16) & 0xffu)));
-    chan[tid] = make_uint4(desc & 0xffu, (desc >> 8) & 0xffu, table, 0u);
+    const unsigned ones = (desc >> 8) & 0xffu;  // 2^t - 1
+    chan[tid] = make_uint4((desc & 0xffu) - 2u, ones << 2, table + 4u * (ones + 1u), 0u);
   }
   __syncthreads();
   const uint16_t* entry_word = list.entry_word;
@@ -298,12 +312,12 @@ __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
                     static_cast<unsigned long long>(prev[j]);
       }
       for (int k = group_first[grp]; k < group_first[grp + 1]; ++k) {
-        const uint4 ch = chan[k];  // shift, mask, table address
+        const uint4 ch = chan[k];  // shift - 2, mask << 2, table_t
         const float* qa = sh.qa[k];
 #pragma unroll
         for (int j = 0; j < K; ++j) {
-          const unsigned code = static_cast<unsigned>(window[j] >> ch.x) & ch.y;
-          const float centroid = internal::LoadSharedF32(ch.z + 4u * code);
+          const unsigned code4 = static_cast<unsigned>(window[j] >> ch.x) & ch.y;
+          const float centroid = internal::LoadSharedF32(code4 | ch.z);
 #pragma unroll
           for (int q = 0; q < G; ++q) s[j][q] = fmaf(qa[q], centroid, s[j][q]);
         }
