@@ -9,18 +9,19 @@
 #   OUT=/tmp/kernels bash scripts/gpu_kernels.sh
 # BASELINE=.baseline/base.tar.gz (made by `git archive --format=tar.gz -o .baseline/base.tar.gz
 # COMMIT` and carried; BASELINE_COMMIT names it in the JSON) builds that tree beside this one and
-# benches it on the same points in the same round, so before/after ratios come from one run on
-# one machine. CANDIDATES="LABEL=.baseline/LABEL.tar.gz ..." does the same for other trees (e.g.
-# branches to try) and also runs their kernel tests (tests_LABEL.txt). The other trees build
-# while this one does. POINTS="ARGS1;ARGS2;..." benches several point sets (each a `kvgate bench
-# attention` argument list, e.g. one geometry each) instead of BENCH_ARGS, this tree and the
-# baseline one after the other per set, into bench_pN.* and bench_baseline_pN.*. Every bench's
-# medians also go to summary.txt. SOURCE_PROFILE="REGEX|ARGS" samples where the warps of the kernels
-# matching REGEX wait (ncu SourceCounters + WarpStateStats) in one call of `kvgate bench attention
-# ARGS` (SOURCE_COUNT kernels from the SOURCE_SKIP-th matching launch on, default 1 and 20): the
-# SASS table as source_profile.csv.gz, its summary (readkv/cuda/bench/ncu_sass_summary.py) as
-# source_profile.txt. PACK=1 ends by packing $OUT into round.tgz beside summary.txt (the device
-# tool returns at most 8 files).
+# benches it on the same points in the same round, so before/after ratios come from one run on one
+# machine. CANDIDATES="LABEL=.baseline/LABEL.tar.gz ..." does the same for other trees (e.g.
+# branches to try) and also runs their kernel tests (tests_LABEL.txt; with SANITIZE_CANDIDATES=1
+# their compute-sanitizer runs too). The other trees build while this one does.
+# POINTS="ARGS1;ARGS2;..." benches several point sets (each a `kvgate bench attention` argument
+# list, e.g. one geometry each) instead of BENCH_ARGS, this tree and the baseline one after the
+# other per set, into bench_pN.* and bench_baseline_pN.*. Every bench's medians also go to
+# summary.txt. SOURCE_PROFILE="REGEX|ARGS" samples where the warps of the kernels matching REGEX
+# wait (ncu SourceCounters + WarpStateStats) in one call of `kvgate bench attention ARGS`
+# (SOURCE_COUNT kernels from the SOURCE_SKIP-th matching launch on, default 1 and 20): the SASS
+# table as source_profile.csv.gz, its summary (readkv/cuda/bench/ncu_sass_summary.py) as
+# source_profile.txt. PACK=1 ends by packing $OUT into round.tgz beside summary.txt (the device tool
+# returns at most 8 files).
 set -uo pipefail
 OUT=${OUT:-/tmp/kvgate-gpu-kernels}
 B=${BUILD_DIR:-/tmp/kvgate-gpu-build}
@@ -86,14 +87,22 @@ for label in "${CANDIDATE_LABELS[@]}"; do
   "${TREE_DIR[$label]}/readkv/cuda/readkv_cuda_test" > "$OUT/tests_$label.txt" 2>&1
   echo "tests ($label): $(grep -E "^\[  (PASSED|FAILED) " "$OUT/tests_$label.txt" | tr "\n" " ")"
 done
-SAN=/usr/local/cuda/bin/compute-sanitizer
+SAN=${COMPUTE_SANITIZER:-/usr/local/cuda/bin/compute-sanitizer}
 if [[ -x "$SAN" && "${SANITIZE:-1}" == 1 ]]; then
   filter='*hq16_hkv2_d64_T1000_255_3000*:*hq32_hkv8_d128_T300_1_1024_777*:DecodeAttentionTest.*'
-  for tool in memcheck racecheck; do
-    "$SAN" --tool "$tool" --error-exitcode 9 "$T" --gtest_filter="$filter" \
-      > "$OUT/sanitizer_$tool.txt" 2>&1
-    echo "compute-sanitizer $tool: exit $? ($(grep -cE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' \
-      "$OUT/sanitizer_$tool.txt") clean summaries)"
+  # This tree's tests, and with SANITIZE_CANDIDATES=1 each candidate's too (sanitizer_TOOL_LABEL.txt;
+  # ~50 s per tool and tree on the H200), so that a branch that wins can land from this round.
+  sanitized=("")
+  [[ "${SANITIZE_CANDIDATES:-0}" == 1 ]] && sanitized+=("${CANDIDATE_LABELS[@]}")
+  for label in "${sanitized[@]}"; do
+    binary=$T suffix=""
+    [[ -n "$label" ]] && binary="${TREE_DIR[$label]}/readkv/cuda/readkv_cuda_test" suffix="_$label"
+    for tool in memcheck racecheck; do
+      "$SAN" --tool "$tool" --error-exitcode 9 "$binary" --gtest_filter="$filter" \
+        > "$OUT/sanitizer_$tool$suffix.txt" 2>&1
+      echo "compute-sanitizer $tool${label:+ ($label)}: exit $? ($(grep -cE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' \
+        "$OUT/sanitizer_$tool$suffix.txt") clean summaries)"
+    done
   done
   echo "sanitizers: $(( $(date +%s) - start )) s"
 fi
