@@ -7,10 +7,10 @@
 # values_VARIANT.* for VALUES_VARIANTS, bench_baseline.* for BASELINE (and, with PROFILE=1,
 # per-kernel times from ncu). Run from the repository root with .devdeps carried:
 #   OUT=/tmp/kernels bash scripts/gpu_kernels.sh
-# BASELINE=.baseline/base.tar.gz (made by `git archive --format=tar.gz -o .baseline/base.tar.gz
-# COMMIT` and carried; BASELINE_COMMIT names it in the JSON) builds that tree beside this one and
-# benches it on the same points in the same round, so before/after ratios come from one run on one
-# machine. CANDIDATES="LABEL=.baseline/LABEL.tar.gz ..." does the same for other trees (e.g.
+# BASELINE=.baseline/baseline.tar.gz (a `git archive` of another commit, made and carried as
+# scripts/gpu_trees.sh does; BASELINE_COMMIT names it in the JSON) builds that tree beside this one
+# and benches it on the same points in the same round, so before/after ratios come from one run on
+# one machine. CANDIDATES="LABEL=.baseline/LABEL.tar.gz ..." does the same for other trees (e.g.
 # branches to try) and also runs their kernel tests (tests_LABEL.txt; with SANITIZE_CANDIDATES=1
 # their compute-sanitizer runs too). The other trees build while this one does.
 # POINTS="ARGS1;ARGS2;..." benches several point sets (each a `kvgate bench attention` argument
@@ -58,11 +58,12 @@ wait_tree() {  # wait_tree LABEL: its build's end (the round stops if it failed)
   echo "$1 build done: $(( $(date +%s) - start )) s"
 }
 if [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
-  # A label names build directories and output files: letters, digits, - and _, once each, and
-  # not "baseline" (BASELINE's). Every entry is checked before any build starts.
+  # A label names build directories ($B-LABEL, beside $B-logs) and output files: letters, digits,
+  # - and _, once each, and not "baseline" (BASELINE's) or "logs". Every entry is checked before
+  # any build starts.
   for entry in ${CANDIDATES:-}; do
     label=${entry%%=*}
-    [[ $label =~ ^[A-Za-z0-9_-]+$ && $label != baseline && $entry == *=* &&
+    [[ $label =~ ^[A-Za-z0-9_-]+$ && $label != baseline && $label != logs && $entry == *=* &&
        " ${CANDIDATE_LABELS[*]} " != *" $label "* ]] ||
       { echo "CANDIDATES: bad entry '$entry'"; exit 1; }
     CANDIDATE_LABELS+=("$label")

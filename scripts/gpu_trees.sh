@@ -11,17 +11,20 @@ mkdir -p .baseline
 candidates=() baseline=""
 for entry in "$@"; do
   label=${entry%%=*} rev=${entry#*=}
-  [[ $entry == *=* && $label =~ ^[A-Za-z0-9_-]+$ ]] ||
-    { echo "$0: bad entry '$entry' (LABEL=REV, a label of letters, digits, - and _)" >&2; exit 2; }
+  # The labels gpu_kernels.sh takes (build directories and output files are named after them).
+  [[ $entry == *=* && $label =~ ^[A-Za-z0-9_-]+$ && $label != logs ]] ||
+    { echo "$0: bad entry '$entry' (LABEL=REV; a label of letters, digits, - and _," \
+        "not 'logs')" >&2; exit 2; }
   commit=$(git rev-parse --verify --quiet "$rev^{commit}") ||
     { echo "$0: '$rev' (for $label) is not a commit" >&2; exit 2; }
-  git archive --format=tar.gz -o ".baseline/$label.tar.gz" "$commit" -- . ':(exclude)bench/results' \
+  tarball=.baseline/$label.tar.gz
+  git archive --format=tar.gz -o "$tarball" "$commit" -- . ':(exclude)bench/results' \
     ':(exclude)models' ':(exclude)readkv/cuda/bench/results'
-  echo "$label: ${commit:0:7} -> .baseline/$label.tar.gz ($(du -h ".baseline/$label.tar.gz" | cut -f1))" >&2
+  echo "$label: ${commit:0:7} -> $tarball ($(du -h "$tarball" | cut -f1))" >&2
   if [[ $label == baseline ]]; then
-    baseline="BASELINE=.baseline/baseline.tar.gz BASELINE_COMMIT=${commit:0:7}"
+    baseline="BASELINE=$tarball BASELINE_COMMIT=${commit:0:7}"
   else
-    candidates+=("$label=.baseline/$label.tar.gz")
+    candidates+=("$label=$tarball")
   fi
 done
 parts=()
