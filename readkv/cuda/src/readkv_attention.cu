@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(128) Prepare(Args a) {
   constexpr int kMaxGroup = 8;  // query heads per KV head (the launcher's cases: 1, 2, 4, 8)
   __shared__ float x[kMaxGroup][128];  // the transform's cross-warp stages
   __shared__ long long scratch[32];
-  __shared__ float bias_part[8][4];
+  __shared__ float bias_part[kMaxGroup][128 / kWarp];  // per head, per warp
   __shared__ internal::SelectShared selection;
   // Zero this row's arrival counter: the row's Values blocks count themselves on it.
   const size_t row = static_cast<size_t>(b) * a.heads_kv + h;
