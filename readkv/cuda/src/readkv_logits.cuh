@@ -202,13 +202,23 @@ __device__ __forceinline__ unsigned Transpose32(unsigned x, const TransposeLane&
   return x;
 }
 
+// A code's centroid address from the window shifted by (shift - 2) and table_t | mask << 2:
+// (bits & y & 0x3ff) | (y & ~0x3ff) in one lop3 (mask << 2 lies in bits 2..9, table_t above).
+__device__ __forceinline__ unsigned CodeAddress(unsigned bits, unsigned y) {
+  static_assert((4u << kMaxStoreBits) == 0x400u, "table_t's bits start at bit 10");
+  unsigned d;
+  asm("lop3.b32 %0, %1, %2, 0x3ff, 0xC4;" : "=r"(d) : "r"(bits), "r"(y));
+  return d;
+}
+
 // K pages per pass: lane j of warp w holds token 32 w + j of each of K consecutive pages, so
 // the per-channel work that does not depend on the token (the descriptor, a_qc, the loop) is
 // shared by K tokens. K = 1 is the one-page reader. Each page's plane words are loaded kAhead
-// groups ahead of their decode.
+// groups ahead of their decode. Registers capped for 3 blocks per SM (2 when G = 8, which spills
+// 336 bytes under the cap of 3).
 constexpr int kAhead = 2;
 template <int G, int K>
-__global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
+__global__ void __launch_bounds__(kPageTokens, G == 8 ? 2 : 3) LogitsTransposed(Args a) {
   ChainEntry();
   const ChunkBlock blk(a);
   if (blk.empty()) return;
@@ -220,27 +230,28 @@ __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
   const int warp = tid / kWarp;
   __shared__ LogitsShared<G> sh;
   __shared__ KeyList list;  // the row's entry list, written by Prepare
-  // Channel k unpacked from list.chan_desc[k], for one shared load and no field extraction per
-  // channel: its code's shift in the window less 2, its mask 2^t - 1 moved up by 2, and the
-  // shared-memory address of its depth's centroids (table_t below).
-  __shared__ uint4 chan[128];
-  // The centroids of every depth t <= W in one table of 2^(W+1) floats, depth t's at float 2^t
-  // (sh.centroids' layout moved up by one; float 0 unused), the table aligned to 4 x 2^W bytes:
-  // then table_t = table + 4 x 2^t has its bits below 4 x 2^t clear, and a code's centroid sits
-  // at table_t | 4 code, where 4 code = (window >> (shift - 2)) & (mask << 2): the extraction and
-  // the address are one shift and one lop3 ((x & y) | z), without the add of the address. A
-  // code's shift is at least 32 - (W - 1) >= 25 (it ends in the window's upper word), so
-  // shift - 2 >= 0. The table's alignment is made at run time inside table_space.
-  constexpr unsigned kTableAlign = 4u << kMaxStoreBits;
-  __shared__ float table_space[(2 << kMaxStoreBits) + kTableAlign / 4];
+  // The centroids of depth t in a table of their own, table_t = table + (t - 1) kTableBytes,
+  // aligned to kTableBytes = 4 x 2^W_max (1 KB): the bits of table_t below it are clear, so a
+  // code's centroid sits at table_t | 4 code, and 4 code is (window >> (shift - 2)) & (mask << 2)
+  // (a code's shift is at least 32 - (W - 1) >= 25: it ends in the window's upper word). Channel
+  // k is unpacked once from list.chan_desc[k] into chan[k] = (shift - 2, table_t | mask << 2):
+  // the address is then one shift and one lop3 of the channel's two words (CodeAddress), and
+  // the loop reads the next channel's words ahead (chan[d] is read, never used). The tables'
+  // alignment is made at run time inside table_space.
+  __shared__ uint2 chan[128 + 1];
+  constexpr unsigned kTableBytes = 4u << kMaxStoreBits;
+  __shared__ float table_space[(kMaxStoreBits + 1) * kTableBytes / 4];
 
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
   LoadLogitsInputs(a, first_q, sh, /*with_centroids=*/false);
   const auto space = static_cast<unsigned>(__cvta_generic_to_shared(table_space));
-  const unsigned table = (space + kTableAlign - 1) & ~(kTableAlign - 1);
+  const unsigned table = (space + kTableBytes - 1) & ~(kTableBytes - 1);
   {
-    float* const heap = table_space + (table - space) / 4;
-    for (int j = tid; j < (2 << W) - 1; j += blockDim.x) heap[j + 1] = a.codec.centroids[j];
+    float* const tables = table_space + (table - space) / 4;
+    for (int j = tid; j < (2 << W) - 1; j += blockDim.x) {
+      const int t = 31 - __clz(j + 1);  // centroid j is code j + 1 - 2^t of depth t
+      tables[(t - 1) * (kTableBytes / 4) + j + 1 - (1 << t)] = a.codec.centroids[j];
+    }
     const auto* from = reinterpret_cast<const unsigned*>(
         a.key_lists + static_cast<size_t>(b) * a.heads_kv + h);
     auto* to = reinterpret_cast<unsigned*>(&list);
@@ -250,7 +261,10 @@ __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
   if (tid < d) {
     const unsigned desc = list.chan_desc[tid];
     const unsigned ones = (desc >> 8) & 0xffu;  // 2^t - 1
-    chan[tid] = make_uint4((desc & 0xffu) - 2u, ones << 2, table + 4u * (ones + 1u), 0u);
+    const unsigned table_t = table + (__popc(ones) - 1u) * kTableBytes;
+    chan[tid] = make_uint2((desc & 0xffu) - 2u, table_t | (ones << 2));
+  } else if (tid == d) {
+    chan[tid] = make_uint2(0u, table);
   }
   __syncthreads();
   const uint16_t* entry_word = list.entry_word;
@@ -290,6 +304,8 @@ __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
       return e < P && live[j] ? __ldg(words[j] + entry_word[e]) : 0u;
     };
     unsigned ahead[kAhead][K];
+    int k = 0;                // the channel decoded next
+    uint2 next_chan = chan[0];  // chan[k]
 #pragma unroll
     for (int n = 0; n < kAhead; ++n) {
 #pragma unroll
@@ -311,13 +327,18 @@ __global__ void __launch_bounds__(kPageTokens) LogitsTransposed(Args a) {
         window[j] = (static_cast<unsigned long long>(x[j]) << 32) |
                     static_cast<unsigned long long>(prev[j]);
       }
-      for (int k = group_first[grp]; k < group_first[grp + 1]; ++k) {
-        const uint4 ch = chan[k];  // shift - 2, mask << 2, table_t
+      // The group's channels: group_first[grp] is k here (the channels end in order). Unrolled
+      // twice (as before the read ahead) under the launch bound of 3 blocks per SM: 79 registers
+      // for G = 4, K = 4 (120 without the bound, 74 rolled: 7:2 was 0.5-1.1% slower rolled).
+#pragma unroll 2
+      for (const int k_end = group_first[grp + 1]; k < k_end; ++k) {
+        const uint2 ch = next_chan;  // shift - 2, table_t | mask << 2
+        next_chan = chan[k + 1];
         const float* qa = sh.qa[k];
 #pragma unroll
         for (int j = 0; j < K; ++j) {
-          const unsigned code4 = static_cast<unsigned>(window[j] >> ch.x) & ch.y;
-          const float centroid = internal::LoadSharedF32(code4 | ch.z);
+          const auto bits = static_cast<unsigned>(window[j] >> ch.x);
+          const float centroid = internal::LoadSharedF32(CodeAddress(bits, ch.y));
 #pragma unroll
           for (int q = 0; q < G; ++q) s[j][q] = fmaf(qa[q], centroid, s[j][q]);
         }
