@@ -243,8 +243,11 @@ struct ValuesMmaShared {
   static_assert(kMaxStoreBits == 8, "the swizzle permutes a slot's 8 plane rows");
   union {
     Stage stage[kMmaValueWarps][2];  // per warp: the tile being read, the next one arriving
-    float out[D * kCols];            // at the end: the warps' O^T, added in turn
-    float finish[G][128];            // a row's last block: Finish's rows (FinishRow)
+    // At the end: the warps' accumulators handed down a tree, lane by lane (region j, fragment
+    // (m, nt) of lane l at [j][m NT + nt][l]), then their sum as O^T (over region 0).
+    float4 xchg[kMmaValueWarps / 2][D / 16 * (kCols / 8)][kWarp];
+    float out[D * kCols];
+    float finish[G][128];  // a row's last block: Finish's rows (FinishRow)
   };
   unsigned pairs[kCentroids];  // centroid as f16 (low half) and its rounding error (high half)
   uint16_t order[kSlots];
@@ -253,6 +256,11 @@ struct ValuesMmaShared {
   int pages[kSub / kPageTokens];
   float warp_mass[kMmaValueWarps][G];
   float warp_sign_mass[kMmaValueWarps][G];  // p over the warp's tokens in sign tiles
+  static_assert(sizeof(float[D * kCols]) == sizeof(float4[D / 16 * (kCols / 8)][kWarp]),
+                "O^T fills exactly one region of the tree (region 0)");
+  static_assert(sizeof(float4[kMmaValueWarps / 2][D / 16 * (kCols / 8)][kWarp]) <=
+                    sizeof(Stage[kMmaValueWarps][2]),
+                "the tree's regions fit in the stages' space");
   static_assert(kSub <= (1 << kSlotDepthShift), "a slot holds a round's token in 12 bits");
   static_assert(kMaxStoreBits < (1 << (16 - kSlotDepthShift)), "and its depth in 4");
 };
@@ -571,11 +579,47 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
     sh.warp_mass[warp][g] = mass;
     sh.warp_sign_mass[warp][g] = sign_mass;
   }
-  // The warps' O^T added in turn (a fixed order: the result does not depend on timing); the
-  // stages are free once every warp has passed the first barrier.
-  for (int wv = 0; wv < kMmaValueWarps; ++wv) {
+  // The warps' O^T added down a tree in a fixed order (the result does not depend on timing):
+  // warps half .. 2 half - 1 hand their accumulators to warps 0 .. half - 1 (half = 4, 2, 1),
+  // lane to lane (the same lane of every warp holds the same fragment elements), so the sum is
+  // ((w0 + w4) + (w2 + w6)) + ((w1 + w5) + (w3 + w7)) in 5 barriers, where one warp at a time
+  // adding into O^T took 9 (their waits: 5.0% of the kernel's stall samples at 32K x 16 (8,4),
+  // tenth round). The first level writes regions 0 .. 3; later, a writer reuses the region it
+  // read itself (its lanes' own elements), so only the barrier between write and read is needed.
+  __syncthreads();  // every warp is done with the stages
+#pragma unroll
+  for (int half = kMmaValueWarps / 2; half >= 1; half /= 2) {
+    const bool first = half == kMmaValueWarps / 2;
+    if (warp >= half && warp < 2 * half) {
+      auto& to = sh.xchg[first ? warp - half : warp];
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          to[m * NT + nt][lane] = make_float4(acc[m][nt][0], acc[m][nt][1], acc[m][nt][2],
+                                              acc[m][nt][3]);
+        }
+      }
+    }
     __syncthreads();
-    if (warp != wv) continue;
+    if (warp < half) {
+      const auto& from = sh.xchg[first ? warp : warp + half];
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const float4 y = from[m * NT + nt][lane];
+          acc[m][nt][0] += y.x;
+          acc[m][nt][1] += y.y;
+          acc[m][nt][2] += y.z;
+          acc[m][nt][3] += y.w;
+        }
+      }
+    }
+  }
+  // Warp 0 holds the sum. O^T lies over region 0, which warp 0 read before the later levels'
+  // barriers and nobody reads since.
+  if (warp == 0) {
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
 #pragma unroll
@@ -584,8 +628,7 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
         for (int k = 0; k < 4; ++k) {
           const int row = 16 * m + g + 8 * (k / 2);
           const int col = nt * 8 + 2 * r + k % 2;
-          float& o = sh.out[row * kCols + col];
-          o = (wv == 0 ? 0.0f : o) + acc[m][nt][k];
+          sh.out[row * kCols + col] = acc[m][nt][k];
         }
       }
     }
