@@ -5,7 +5,8 @@
 # then `kvgate bench attention` on the issue's grid. Everything lands in $OUT: tests.json,
 # sanitizer logs, bench.json and bench.txt, bench_VARIANT.* for LOGITS_VARIANTS and
 # values_VARIANT.* for VALUES_VARIANTS, bench_baseline.* for BASELINE (and, with PROFILE=1,
-# per-kernel times from ncu). Run from the repository root with .devdeps carried:
+# per-kernel times from ncu at PROFILE_POINTS, profile.txt). Run from the repository root with
+# .devdeps carried:
 #   OUT=/tmp/kernels bash scripts/gpu_kernels.sh
 # BASELINE=.baseline/baseline.tar.gz (a `git archive` of another commit, made and carried as
 # scripts/gpu_trees.sh does; BASELINE_COMMIT names it in the JSON) builds that tree beside this one
@@ -16,8 +17,10 @@
 # POINTS="ARGS1;ARGS2;..." benches several point sets (each a `kvgate bench attention` argument
 # list, e.g. one geometry each) instead of BENCH_ARGS, this tree and the baseline one after the
 # other per set, into bench_pN.* and bench_baseline_pN.*. Every bench's medians also go to
-# summary.txt. SOURCE_PROFILE="REGEX|ARGS" samples where the warps of the kernels matching REGEX
-# wait (ncu SourceCounters + WarpStateStats) in one call of `kvgate bench attention ARGS`
+# summary.txt, and with a baseline or candidates each set's trees side by side
+# (readkv/cuda/bench/compare_bench.py, this tree the reference). SOURCE_PROFILE="REGEX|ARGS"
+# samples where the warps of the kernels matching REGEX wait (ncu SourceCounters +
+# WarpStateStats) in one call of `kvgate bench attention ARGS`
 # (SOURCE_COUNT kernels from the SOURCE_SKIP-th matching launch on, default 1 and 20): the SASS
 # table as source_profile.csv.gz, its summary (readkv/cuda/bench/ncu_sass_summary.py) as
 # source_profile.txt. PACK=1 ends by packing $OUT into round.tgz beside summary.txt (the device tool
@@ -129,6 +132,16 @@ if [[ "${KERNELS_ONLY:-0}" != 1 && -n "${POINTS:-}" ]]; then
       bench_into "bench_${label}_p$i" "${TREE_DIR[$label]}/apps/kvgate" "${args[@]}"
     done
   done
+  # Each set's trees side by side, this one the reference (also into summary.txt).
+  if [[ -n "${BASELINE:-}" || ${#CANDIDATE_LABELS[@]} -gt 0 ]]; then
+    for i in "${!point_sets[@]}"; do
+      runs=("$OUT/bench_p$i.json")
+      [[ -n "${BASELINE:-}" ]] && runs+=("$OUT/bench_baseline_p$i.json")
+      for label in "${CANDIDATE_LABELS[@]}"; do runs+=("$OUT/bench_${label}_p$i.json"); done
+      { echo "== compared, set $i (readkv/cuda/bench/compare_bench.py)"
+        python3 readkv/cuda/bench/compare_bench.py "${runs[@]}" 2>&1; } | tee -a "$OUT/summary.txt"
+    done
+  fi
 elif [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
   read -r -a args <<< "${BENCH_ARGS:---tokens 8192,32768,131072 --batch 1,16 --heads-q 32 \
     --heads-kv 8 --head-dim 128 --kv dense,fp8,readkv:8:4,readkv:8:2}"
@@ -155,16 +168,21 @@ elif [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
 fi
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 if [[ "${PROFILE:-0}" == 1 ]]; then
-  # Per-kernel GPU time of one ReadKV call at two points (ncu replays each kernel: slow, so few):
-  # the seventh call's four launches (the FP8 kernels' names are here for PROFILE_KV=fp8, whose
-  # call is two launches: then it shows two calls).
-  for point in "32768 16" "32768 1"; do
-    read -r tokens batch <<< "$point"
+  # Per-kernel GPU time of one ReadKV call at a few points (ncu replays each kernel: slow, so
+  # few): the seventh call's four launches (the FP8 kernels' names are here for PROFILE_KV=fp8,
+  # whose call is two launches: then it shows two calls). PROFILE_POINTS="ARGS1;ARGS2;..." gives
+  # the points as `kvgate bench attention` arguments, each with one --kv (default: 32K x 16 and
+  # 32K x 1 of the 32/8/128 geometry at PROFILE_KV).
+  kv=${PROFILE_KV:-readkv:8:4}
+  default_points="--tokens 32768 --batch 16 --kv $kv;--tokens 32768 --batch 1 --kv $kv"
+  IFS=';' read -r -a profile_points <<< "${PROFILE_POINTS:-$default_points}"
+  for point in "${profile_points[@]}"; do
+    read -r -a args <<< "$point"
     "$NCU" --metrics gpu__time_duration.sum --csv --launch-skip 24 --launch-count 4 \
       -k 'regex:Prepare|Logits|Select|Values|SplitDecode|CombineSplits' \
-      "$B/apps/kvgate" bench attention --tokens "$tokens" --batch "$batch" \
-      --kv "${PROFILE_KV:-readkv:8:4}" --iters 20 --min-total-ms 1 --no-anchor > "$LOGS/ncu.csv" 2>&1
-    echo "ncu T=$tokens B=$batch (kernel, time, unit):"
+      "$B/apps/kvgate" bench attention "${args[@]}" --iters 20 --min-total-ms 1 --no-anchor \
+      > "$LOGS/ncu.csv" 2>&1
+    echo "ncu ${args[*]} (kernel, time, unit):" | tee -a "$OUT/profile.txt"
     grep gpu__time_duration "$LOGS/ncu.csv" | awk -F'","' '{n=$5; sub(/\(.*/, "", n); v=$NF; gsub(/"/, "", v); u=$(NF-1); print "  " n, v, u}' \
       | tee -a "$OUT/profile.txt"
   done
