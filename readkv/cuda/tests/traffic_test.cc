@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "readkv/cuda/decode_attention.h"
+#include "select_share.h"
 
 namespace readkv::cuda {
 namespace {
@@ -96,10 +97,12 @@ TEST(ReadKvSelectTrafficTest, ImportancesCountOnlyWhenTheyLeaveSharedMemory) {
     const std::vector<int32_t> lens = {tokens};
     return ReadKvDecodeTraffic(shape, lens.data(), 8, 4.0, nullptr, nullptr).scores;
   };
-  // Per KV head: logits written once and read twice (2 query heads x 4 bytes x 3).
+  // Per KV head: logits written once and read twice (2 query heads x 4 bytes x 3). A row's
+  // importances stay in shared memory up to 20480 doubles (160 KB) per block of its cluster.
   const auto logits = [](int64_t tokens) { return 2 * (3 * 2 * tokens * 4); };
-  EXPECT_EQ(scores(8 * 20480), logits(8 * 20480));
-  EXPECT_EQ(scores(8 * 20480 + 1), logits(8 * 20480 + 1) + 2 * (int64_t{8 * 20480 + 1} * 16));
+  const int most = internal::kSelectCluster * 20480;
+  EXPECT_EQ(scores(most), logits(most));
+  EXPECT_EQ(scores(most + 1), logits(most + 1) + 2 * (int64_t{most + 1} * 16));
 }
 
 // The automatic chunk (what kvgate serve's calls use, and the bench's default): the largest of
