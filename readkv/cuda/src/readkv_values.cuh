@@ -252,7 +252,8 @@ struct ValuesMmaShared {
   unsigned pairs[kCentroids];  // centroid as f16 (low half) and its rounding error (high half)
   uint16_t order[kSlots];
   int seg_count[kSegments][kMaxStoreBits + 1];  // tokens of depth t in a segment, then its offset
-  int depth_slots[kMaxStoreBits + 1];  // [t]: slots of depth t (its tokens, padded to tiles); [0]: all
+  // [t]: the slots of depth t (its tokens, padded to whole tiles); [0]: the slots in all.
+  int depth_slots[kMaxStoreBits + 1];
   int pages[kSub / kPageTokens];
   float warp_mass[kMmaValueWarps][G];
   float warp_sign_mass[kMmaValueWarps][G];  // p over the warp's tokens in sign tiles
@@ -408,7 +409,9 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
         if (lane >= o) through += y;
       }
       if (lane < segments) sh.seg_count[lane][dt] = through - count;
-      if (lane == kWarp - 1) sh.depth_slots[dt] = (through + kValueTile - 1) / kValueTile * kValueTile;
+      if (lane == kWarp - 1) {
+        sh.depth_slots[dt] = (through + kValueTile - 1) / kValueTile * kValueTile;
+      }
     }
     __syncthreads();
     // Every warp, lane = depth: the depths' first slots (depth 1's first); warp 0 also writes the
