@@ -14,13 +14,14 @@
 # one machine. CANDIDATES="LABEL=.baseline/LABEL.tar.gz ..." does the same for other trees (e.g.
 # branches to try) and also runs their kernel tests (tests_LABEL.txt; with SANITIZE_CANDIDATES=1
 # their compute-sanitizer runs too). The other trees build while this one does.
-# POINTS="ARGS1;ARGS2;..." benches several point sets (each a `kvgate bench attention` argument
-# list, e.g. one geometry each) instead of BENCH_ARGS, this tree and the baseline one after the
-# other per set, into bench_pN.* and bench_baseline_pN.*. Every bench's medians also go to
-# summary.txt, and with a baseline or candidates each set's trees side by side
-# (readkv/cuda/bench/compare_bench.py, this tree the reference). SOURCE_PROFILE="REGEX|ARGS"
-# samples where the warps of the kernels matching REGEX wait (ncu SourceCounters +
-# WarpStateStats) in one call of `kvgate bench attention ARGS`
+# POINTS="ARGS1;ARGS2;..." (or POINTS=standard, the rounds' usual three sets) benches several
+# point sets (each a `kvgate bench attention` argument list, e.g. one geometry each) instead of
+# BENCH_ARGS, this tree and the others one after the other per set, into bench_pN.*,
+# bench_baseline_pN.* and bench_LABEL_pN.*. Every bench's medians also go to summary.txt, and
+# with a baseline or candidates each set's trees side by side (readkv/cuda/bench/
+# compare_bench.py, this tree the reference). SOURCE_PROFILE="REGEX|ARGS" samples where the
+# warps of the kernels matching REGEX wait (ncu SourceCounters + WarpStateStats) in one call of
+# `kvgate bench attention ARGS`
 # (SOURCE_COUNT kernels from the SOURCE_SKIP-th matching launch on, default 1 and 20): the SASS
 # table as source_profile.csv.gz, its summary (readkv/cuda/bench/ncu_sass_summary.py) as
 # source_profile.txt. PACK=1 ends by packing $OUT into round.tgz beside summary.txt (the device tool
@@ -120,6 +121,15 @@ bench_into() {  # bench_into STEM KVGATE ARGS...
       awk '{printf "  %s x %s %s: %s us\n", $1, $2, $3, $4}'; } | tee -a "$OUT/summary.txt"
   echo "bench ($stem): $(( $(date +%s) - start )) s"
 }
+# POINTS=standard: the kernel rounds' sets since the tenth (BENCHMARKS.md): 32/8/128 at 8K and 32K
+# x 1 and 16 for FP8 and three ReadKV reads, then the go/no-go model's geometry twice.
+if [[ "${POINTS:-}" == standard ]]; then
+  POINTS="--tokens 8192,32768 --batch 1,16 --heads-q 32 --heads-kv 8 --head-dim 128 \
+--kv fp8,readkv:8:4,readkv:8:2,readkv:8:4.5:7:2 --no-anchor --iters 30"
+  model="--tokens 16384 --batch 16 --heads-q 8 --heads-kv 2 --head-dim 64 \
+--kv fp8,readkv:8:4.5:7:2,readkv:8:2 --no-anchor --iters 30"
+  POINTS="$POINTS;$model;$model"
+fi
 if [[ "${KERNELS_ONLY:-0}" != 1 && -n "${POINTS:-}" ]]; then
   [[ -n "${BASELINE:-}" ]] && wait_tree baseline
   IFS=';' read -r -a point_sets <<< "$POINTS"
