@@ -74,7 +74,7 @@ __device__ void WriteKeyList(KeyList& list, int t, int c, int d, int W) {
   }
   // The code sits in the 64-bit window (group end_group, group end_group - 1) at `shift`.
   const int end_group = (off + t - 1) / kWarp;
-  list.chan_desc[c] = PackChannel(off - kWarp * (end_group - 1), t, c);
+  list.chan_desc[c] = PackChannel(off - kWarp * (end_group - 1), t);
   // group_first[g] = c for the groups whose first channel is c: those after the previous
   // channel's last group, up to this channel's.
   const int prev_end = c == 0 ? -1 : (off - 1) / kWarp;

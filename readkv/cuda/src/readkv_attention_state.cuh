@@ -39,13 +39,11 @@ constexpr int kKeyListWords = sizeof(KeyList) / 4;
 static_assert(sizeof(KeyList) % 4 == 0, "KeyList is copied in 32-bit words");
 static_assert(sizeof(KeyList) == 2696, "traffic.cc counts a KeyList as 2696 bytes: change both");
 
-// A channel of the entry list, packed in one word: bits 0-7 the shift of its code in
-// the 64-bit window of two consecutive groups, 8-15 the code mask 2^t - 1, 16-23 the first
-// centroid of depth t (also 2^t - 1, kept apart for clarity), 24-31 the channel index.
-__device__ __forceinline__ unsigned PackChannel(int shift, int t, int c) {
-  const unsigned ones = (1u << t) - 1u;
-  return static_cast<unsigned>(shift) | (ones << 8) | (ones << 16) |
-         (static_cast<unsigned>(c) << 24);
+// A channel of the entry list, packed in one word: bits 0-7 the shift of its code in the 64-bit
+// window of two consecutive groups, 8-15 the code mask 2^t - 1 (LogitsTransposed derives the
+// depth's table from it; the channel is the word's index).
+__device__ __forceinline__ unsigned PackChannel(int shift, int t) {
+  return static_cast<unsigned>(shift) | (((1u << t) - 1u) << 8);
 }
 
 // The Value cut's selection (section 3): a cluster of kSelectCluster blocks per row, each with

@@ -14,24 +14,20 @@ namespace readkv::cuda::readkv_kernels {
 
 // ---- 2. Logits -------------------------------------------------------------------------------
 
-// What both logits kernels share: the inputs every thread reads (centroids, a_qc, bias), the
-// running softmax statistics of a thread's tokens, and the chunk's (max, sum of exps).
+// What the logits kernels share: the inputs every thread reads (a_qc, bias), the running
+// softmax statistics of a thread's tokens, and the chunk's (max, sum of exps). Each reader keeps
+// its centroids in its own form (the per-bit one as they come, LogitsTransposed in aligned
+// per-depth tables, LogitsMma as f16 pairs).
 template <int G>
 struct LogitsShared {
-  float centroids[kCentroids];
   alignas(16) float qa[128][G];  // a channel's row in one shared load where G >= 4
   float bias[G];
   float red_m[G][kPageTokens / kWarp], red_l[G][kPageTokens / kWarp];
 };
 
-// (with_centroids false: a reader that keeps the centroids in a table of its own.)
 template <int G>
-__device__ void LoadLogitsInputs(const Args& a, size_t first_q, LogitsShared<G>& sh,
-                                 bool with_centroids = true) {
+__device__ void LoadLogitsInputs(const Args& a, size_t first_q, LogitsShared<G>& sh) {
   const int d = a.head_dim;
-  for (int j = threadIdx.x; with_centroids && j < (2 << a.store_bits) - 1; j += blockDim.x) {
-    sh.centroids[j] = a.codec.centroids[j];
-  }
   for (int j = threadIdx.x; j < d * G; j += blockDim.x) {
     const int q = j / d, c = j % d;
     sh.qa[c][q] = a.qa[(first_q + q) * d + c];
@@ -108,10 +104,12 @@ __global__ void __launch_bounds__(kPageTokens) Logits(Args a) {
   const int tid = threadIdx.x;
   const int lane = tid % kWarp;
   __shared__ LogitsShared<G> sh;
+  __shared__ float centroids[kCentroids];  // depth t's at 2^t - 1
   __shared__ uint8_t depth[128];
 
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
   LoadLogitsInputs(a, first_q, sh);
+  for (int j = tid; j < (2 << W) - 1; j += blockDim.x) centroids[j] = a.codec.centroids[j];
   for (int j = tid; j < d; j += blockDim.x) {
     depth[j] = a.key_depths[(static_cast<size_t>(b) * a.heads_kv + h) * d + j];
   }
@@ -140,7 +138,7 @@ __global__ void __launch_bounds__(kPageTokens) Logits(Args a) {
       for (int p = 0; p < t; ++p) {
         code = (code << 1) | ((__ldg(plane + p * plane_words) >> lane) & 1u);
       }
-      const float centroid = sh.centroids[(1 << t) - 1 + code];
+      const float centroid = centroids[(1 << t) - 1 + code];
 #pragma unroll
       for (int q = 0; q < G; ++q) s[q] = fmaf(sh.qa[c][q], centroid, s[q]);
     }
@@ -243,7 +241,7 @@ __global__ void __launch_bounds__(kPageTokens, G == 8 ? 2 : 3) LogitsTransposed(
   __shared__ float table_space[(kMaxStoreBits + 1) * kTableBytes / 4];
 
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
-  LoadLogitsInputs(a, first_q, sh, /*with_centroids=*/false);
+  LoadLogitsInputs(a, first_q, sh);
   const auto space = static_cast<unsigned>(__cvta_generic_to_shared(table_space));
   const unsigned table = (space + kTableBytes - 1) & ~(kTableBytes - 1);
   {
