@@ -115,6 +115,24 @@ __device__ __forceinline__ unsigned LoadSharedU32(unsigned address) {
   return v;
 }
 
+// a ^ b ^ c in one lop3.
+__device__ __forceinline__ unsigned Xor3(unsigned a, unsigned b, unsigned c) {
+  unsigned d;
+  asm("lop3.b32 %0, %1, %2, %3, 0x96;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// 16 and 8 bytes at a shared-memory address, into x[0..3] and x[0..1]. Volatile: they read
+// what cp.async wrote, so they stay after the wait and the warp barrier that publish it.
+__device__ __forceinline__ void LoadSharedV4(unsigned address, uint32_t (&x)[4]) {
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
+               : "r"(address));
+}
+__device__ __forceinline__ void LoadSharedV2(unsigned address, uint32_t (&x)[2]) {
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(x[0]), "=r"(x[1]) : "r"(address));
+}
+
 // Byte K of x, zero-extended: one byte permute (selector nibbles K, then 4 = a zero byte).
 template <int K>
 __device__ __forceinline__ unsigned ByteOf(unsigned x) {

@@ -229,11 +229,25 @@ struct ValuesMmaShared {
   // copy writes all hit the same banks: ncu counted 16 wavefronts per 128-bit plane load (ideal
   // 4) and 60% of the kernel's shared wavefronts as excess (ReadKV(8,2), 32K x 16). The swizzle
   // gives slots u, u + 4, u + 8, u + 12 distinct bank groups, and slots 0..7 (and 8..15) too.
-  struct Stage {
+  // Aligned to 128 bytes, so a slot's 8 rows (8 x kPlaneBytes <= 128 bytes) start at an address
+  // whose low bits are clear and plane p's row is one lop3 away (the gathering loop below).
+  struct alignas(128) Stage {
     uint8_t planes[kValueTile * kMaxStoreBits][kPlaneBytes];
     float logits[G][kValueTile];
+    static constexpr __host__ __device__ int Swizzle(int slot) {
+      return (slot & 7) ^ ((slot >> 3) << 1);
+    }
+    // Slot 4 r + u's swizzle is s_r ^ u, s_r = 4 (r & 1) ^ 2 (r >> 1) (the gathering loop).
+    static constexpr __host__ __device__ bool LaneSwizzles() {
+      for (int r = 0; r < 4; ++r) {
+        for (int u = 0; u < 4; ++u) {
+          if (Swizzle(4 * r + u) != ((4 * (r & 1) ^ 2 * (r >> 1)) ^ u)) return false;
+        }
+      }
+      return true;
+    }
     static __device__ __forceinline__ int Row(int slot, int p) {
-      return slot * kMaxStoreBits + (p ^ (slot & 7) ^ ((slot >> 3) << 1));
+      return slot * kMaxStoreBits + (p ^ Swizzle(slot));
     }
     __device__ __forceinline__ uint8_t* Plane(int slot, int p) { return planes[Row(slot, p)]; }
     __device__ __forceinline__ const uint8_t* Plane(int slot, int p) const {
@@ -241,6 +255,7 @@ struct ValuesMmaShared {
     }
   };
   static_assert(kMaxStoreBits == 8, "the swizzle permutes a slot's 8 plane rows");
+  static_assert(Stage::LaneSwizzles(), "a lane's slots' swizzles are s_r ^ u");
   union {
     Stage stage[kMmaValueWarps][2];  // per warp: the tile being read, the next one arriving
     // At the end: the warps' accumulators handed down a tree, lane by lane (region j, fragment
@@ -462,24 +477,32 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
 #pragma unroll
         for (int w = 0; w < kWords; ++w) codes[u][w] = 0;
       }
-      for (int p = 0; p < (sign_tile ? 0 : t); ++p) {
-        // Bit g of every byte to bit s (the code's bit of plane p) of the same byte.
-        const int s = t - 1 - p;
-        const unsigned keep = 0x01010101u << s;
-        const unsigned rot = static_cast<unsigned>(g - s) & 31u;
+      // Plane p's row of slot 4 r + u (Stage::Row, kPlaneBytes each): slot 4 r's rows start at
+      // an address F whose bits below a slot's 8 kPlaneBytes are clear (the stage is 128-byte
+      // aligned), slot 4 r + u's u 8 kPlaneBytes later, and its swizzle is s_r ^ u with
+      // s_r = 4 (r & 1) ^ 2 (r >> 1). So the row is (F ^ s_r kPlaneBytes ^ p kPlaneBytes ^
+      // u kPlaneBytes) + u 8 kPlaneBytes: one lop3 per load and the load's immediate offset,
+      // where the index arithmetic took four instructions per load (ncu's SASS counts at
+      // 32K x 16 (8,4), eleventh round).
+      const unsigned lane_rows =
+          (static_cast<unsigned>(__cvta_generic_to_shared(st.planes)) +
+           static_cast<unsigned>(4 * r * kMaxStoreBits * kPlaneBytes)) ^
+          static_cast<unsigned>((4 * (r & 1) ^ 2 * (r >> 1)) * kPlaneBytes);
+      // Bit g of every byte to bit s = t - 1 - p (the code's bit of plane p) of the same byte:
+      // keep and the rotation g - s (mod 32 in the funnel shift) follow p.
+      unsigned keep = 0x01010101u << (t - 1);
+      auto rot = static_cast<unsigned>(g - (t - 1));
+      const unsigned rows_end = sign_tile ? 0u : static_cast<unsigned>(t * kPlaneBytes);
+      for (unsigned row = 0; row < rows_end; row += kPlaneBytes, keep >>= 1, ++rot) {
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
+          const unsigned address = internal::Xor3(lane_rows, row, u * kPlaneBytes) +
+                                   u * kMaxStoreBits * kPlaneBytes;
           uint32_t x[kWords];
           if constexpr (kWords == 4) {
-            const uint4 v = *reinterpret_cast<const uint4*>(st.Plane(4 * r + u, p));
-            x[0] = v.x;
-            x[1] = v.y;
-            x[2] = v.z;
-            x[3] = v.w;
+            internal::LoadSharedV4(address, x);
           } else {
-            const uint2 v = *reinterpret_cast<const uint2*>(st.Plane(4 * r + u, p));
-            x[0] = v.x;
-            x[1] = v.y;
+            internal::LoadSharedV2(address, x);
           }
 #pragma unroll
           for (int w = 0; w < kWords; ++w) codes[u][w] |= __funnelshift_r(x[w], x[w], rot) & keep;
