@@ -356,14 +356,19 @@ cudaError_t ReadKvDecodeAttention(const DecodeShape& requested, const DecodeInpu
   if (status != cudaSuccess) return status;
   // Select: a cluster of kSelectCluster blocks per row, its importances in shared memory when
   // they fit (SelectInShared), else in the workspace.
-  void (*const select)(Args) = s.group() == 1   ? Select<1>
-                               : s.group() == 2 ? Select<2>
-                               : s.group() == 4 ? Select<4>
-                                                : Select<8>;
+  // Its blocks take 512 threads instead of 256 when the grid leaves SMs idle (SelectThreads).
+  constexpr int kN = internal::kSelectThreads, kW = internal::kSelectWideThreads;
+  const int select_threads = SelectThreads(static_cast<long long>(s.batch) * s.heads_kv);
+  const bool wide = select_threads == kW;
+  void (*const select)(Args) = s.group() == 1   ? (wide ? Select<1, kW> : Select<1, kN>)
+                               : s.group() == 2 ? (wide ? Select<2, kW> : Select<2, kN>)
+                               : s.group() == 4 ? (wide ? Select<4, kW> : Select<4, kN>)
+                                                : (wide ? Select<8, kW> : Select<8, kN>);
   // Its importances pass 48 KB of shared memory from ~45K tokens per row: every instance opts in
   // to the most it may take, once.
   static const cudaError_t select_opt_in = [] {
-    for (void (*kernel)(Args) : {Select<1>, Select<2>, Select<4>, Select<8>}) {
+    for (void (*kernel)(Args) : {Select<1, kN>, Select<2, kN>, Select<4, kN>, Select<8, kN>,
+                                 Select<1, kW>, Select<2, kW>, Select<4, kW>, Select<8, kW>}) {
       const cudaError_t e = cudaFuncSetAttribute(
           kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
           static_cast<int>(kSelectMaxSharedBytes));
@@ -374,7 +379,7 @@ cudaError_t ReadKvDecodeAttention(const DecodeShape& requested, const DecodeInpu
   if (select_opt_in != cudaSuccess) return select_opt_in;
   const size_t select_shared =
       SelectInShared(s.max_tokens) ? SelectShare(s.max_tokens) * sizeof(double) : 0;
-  status = Launch(select, dim3(kSelectCluster, s.heads_kv, s.batch), kSelectThreads,
+  status = Launch(select, dim3(kSelectCluster, s.heads_kv, s.batch), select_threads,
                   select_shared, stream, chain, a);
   if (status != cudaSuccess) return status;
   // Values readers (KVGATE_READKV_VALUES, for same-run comparisons): lanes (CUDA cores, lane

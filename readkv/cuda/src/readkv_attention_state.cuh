@@ -52,7 +52,7 @@ using internal::kSelectCluster;
 using internal::kSelectMaxSharedBytes;
 using internal::SelectInShared;
 using internal::SelectShare;
-constexpr int kSelectThreads = 256;
+using internal::SelectThreads;
 constexpr int kScanUnroll = 4;  // loads in flight per thread in the importance scan
 
 // Allocation keys (section 1 and 3): object * 2^s + step, steps < 2^s.

@@ -14,8 +14,8 @@ namespace readkv::cuda::readkv_kernels {
 
 // ---- 3. Select -------------------------------------------------------------------------------
 //
-// One launch, grid (kSelectCluster, H_kv, B) x kSelectThreads: a thread block cluster per row
-// (sequence b, KV head h), block r of it owning the r-th share of the row's tokens (SelectShare
+// One launch, grid (kSelectCluster, H_kv, B) x kThreads (SelectThreads: 256, 512 for few rows):
+// a thread block cluster per row (sequence b, KV head h), block r of it owning the r-th share of the row's tokens (SelectShare
 // tokens each). Every block computes the row's softmax statistics, its tokens' importances
 // a_i = sum_q p_qi^2 (in double, kept in its shared memory) and their positive steps; the
 // cluster then finds the steps-th element of greedy's order (readkv_device.cuh) by radix
@@ -144,8 +144,8 @@ __device__ internal::GreedyCut ClusterSelect(const ForEach& for_each, int top,
 
 // The Select launch. Dynamic shared memory: SelectShare(max_tokens) doubles when SelectInShared,
 // else none.
-template <int G>
-__global__ void __cluster_dims__(kSelectCluster, 1, 1) __launch_bounds__(kSelectThreads)
+template <int G, int kThreads>
+__global__ void __cluster_dims__(kSelectCluster, 1, 1) __launch_bounds__(kThreads)
     Select(Args a) {
   ChainEntry();
   const cg::cluster_group cluster = cg::this_cluster();
@@ -164,7 +164,7 @@ __global__ void __cluster_dims__(kSelectCluster, 1, 1) __launch_bounds__(kSelect
   extern __shared__ double shared_importance[];
   __shared__ SelectClusterShared sh;
   __shared__ float stat_m[G], stat_inv[G];
-  __shared__ long long scratch[2 * kSelectThreads / kWarp];
+  __shared__ long long scratch[2 * kThreads / kWarp];
 
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
   if (warp < G) {
@@ -201,17 +201,17 @@ __global__ void __cluster_dims__(kSelectCluster, 1, 1) __launch_bounds__(kSelect
   // The share's importances, its positive steps and the bits all / any of their gains share.
   unsigned long long positive = 0, all = ~0ull, any = 0;
   const float* logits = a.logits + first_q * a.max_tokens;
-  for (int i0 = begin + tid; i0 < end; i0 += kScanUnroll * kSelectThreads) {
+  for (int i0 = begin + tid; i0 < end; i0 += kScanUnroll * kThreads) {
     float x[kScanUnroll][G];  // loaded before any is used: independent loads in flight
 #pragma unroll
     for (int u = 0; u < kScanUnroll; ++u) {
-      const int i = i0 + u * kSelectThreads;
+      const int i = i0 + u * kThreads;
 #pragma unroll
       for (int q = 0; q < G; ++q) x[u][q] = i < end ? logits[q * a.max_tokens + i] : 0.0f;
     }
 #pragma unroll
     for (int u = 0; u < kScanUnroll; ++u) {
-      const int i = i0 + u * kSelectThreads;
+      const int i = i0 + u * kThreads;
       if (i >= end) break;
       double w = 0.0;
 #pragma unroll
@@ -250,7 +250,7 @@ __global__ void __cluster_dims__(kSelectCluster, 1, 1) __launch_bounds__(kSelect
   const long long steps = ValueSteps(a, T);
   if (steps <= 0 || positive_row <= steps) {
     cluster.sync();  // no block leaves while another still reads its counts
-    for (int i = begin + tid; i < end; i += kSelectThreads) {
+    for (int i = begin + tid; i < end; i += kThreads) {
       const int k = steps <= 0 ? 0 : internal::CountAbove(importance[i - begin], 0.0, inc, spo, 0);
       WriteValueDepth(a, row, i, k);
     }
@@ -261,7 +261,7 @@ __global__ void __cluster_dims__(kSelectCluster, 1, 1) __launch_bounds__(kSelect
   const unsigned long long shared_mask = top >= 64 ? 0ull : ~0ull << top;
   const internal::GreedyCut cut = ClusterSelect(
       [&](auto&& f) {
-        for (int i = begin + tid; i < end; i += kSelectThreads) {
+        for (int i = begin + tid; i < end; i += kThreads) {
           const double w = importance[i - begin];
           const auto first_key = static_cast<unsigned>(i) << kValueStepBits;
           internal::ForPositiveSteps<kMaxValueSteps>(w, inc, spo, [&](int s, double gain) {
@@ -270,7 +270,7 @@ __global__ void __cluster_dims__(kSelectCluster, 1, 1) __launch_bounds__(kSelect
         }
       },
       top, all & shared_mask, shared_mask, steps, positive_row, sh);
-  for (int i = begin + tid; i < end; i += kSelectThreads) {
+  for (int i = begin + tid; i < end; i += kThreads) {
     WriteValueDepth(a, row, i,
                     internal::StepsTaken<kMaxValueSteps>(
                         importance[i - begin], inc, spo,

@@ -105,6 +105,17 @@ TEST(ReadKvSelectTrafficTest, ImportancesCountOnlyWhenTheyLeaveSharedMemory) {
   EXPECT_EQ(scores(most + 1), logits(most + 1) + 2 * (int64_t{most + 1} * 16));
 }
 
+// Select's block size: twice the warps while the grid (kSelectCluster blocks per row) fits on
+// the 132 SMs one block to an SM, the usual 256 threads from the row that passes them.
+TEST(SelectThreadsTest, WidensBlocksOnlyWhileTheGridLeavesSmsIdle) {
+  const long long fit = 132 / internal::kSelectCluster;  // 16 rows at clusters of 8
+  EXPECT_EQ(internal::SelectThreads(1), internal::kSelectWideThreads);
+  EXPECT_EQ(internal::SelectThreads(fit), internal::kSelectWideThreads);
+  EXPECT_EQ(internal::SelectThreads(fit + 1), internal::kSelectThreads);
+  EXPECT_EQ(internal::SelectThreads(16 * 8), internal::kSelectThreads);  // 32K x 16, 8 KV heads
+  EXPECT_EQ(internal::kSelectWideThreads, 2 * internal::kSelectThreads);
+}
+
 // The automatic chunk (what kvgate serve's calls use, and the bench's default): the largest of
 // 2048 .. 256 that leaves ~2 blocks per SM of 132, raised until a row has at most 32 chunks. The
 // H200 sweeps of 2026-11-30 (BENCHMARKS.md, sixth and seventh rounds) found it the fastest
