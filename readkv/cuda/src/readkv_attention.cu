@@ -15,12 +15,13 @@
 //                                     of exps). When R_K <= 2 or chunks are at most 512 tokens
 //                                     (ReadKvUsesMmaLogits): on tensor cores (LogitsMma), the
 //                                     channels of depth <= 2 as table-free sign features
-//   3. Select    (8, H_kv, B) x 256, a cluster of 8 blocks per row: softmax statistics, a_i =
-//                                     sum_q p_qi^2 in double (each block a share of the row's
-//                                     tokens, in its shared memory), the Value cut by radix
-//                                     selection over the bits of the positive doubles a_i inc_k
-//                                     with the digit histograms summed over the cluster
-//                                     (distributed shared memory), the Value depths
+//   3. Select    (C, H_kv, B) x 256    a cluster of C = 8 blocks per row (512 threads for few
+//                                     rows, C = 4 for many short rows; SelectGridOf): softmax
+//                                     statistics, a_i = sum_q p_qi^2 in double (each block a
+//                                     share of the row's tokens, in its shared memory), the
+//                                     Value cut by radix selection over the bits of the positive
+//                                     doubles a_i inc_k with the digit histograms summed over the
+//                                     cluster (distributed shared memory), the Value depths
 //   4. Values    (chunks, H_kv, B) x 256   sum_i p_i centroid per chunk: tokens sorted by depth
 //                                     into 16-token tiles; a warp copies its next tile's planes
 //                                     and logits (cp.async) while it decodes the current one and
@@ -354,33 +355,40 @@ cudaError_t ReadKvDecodeAttention(const DecodeShape& requested, const DecodeInpu
   }
 #undef KVGATE_LOGITS_CASE
   if (status != cudaSuccess) return status;
-  // Select: a cluster of kSelectCluster blocks per row, its importances in shared memory when
-  // they fit (SelectInShared), else in the workspace.
-  // Its blocks take 512 threads instead of 256 when the grid leaves SMs idle (SelectThreads).
+  // Select: a cluster of blocks per row, its importances in shared memory when they fit
+  // (SelectInShared), else in the workspace. Its shape follows the grid (SelectGridOf): 8 blocks
+  // of 256 threads, of 512 when the grid leaves SMs idle, 4 of 256 for many short rows.
+  constexpr int kC = internal::kSelectCluster, kNarrow = internal::kSelectNarrowCluster;
   constexpr int kN = internal::kSelectThreads, kW = internal::kSelectWideThreads;
-  const int select_threads = SelectThreads(static_cast<long long>(s.batch) * s.heads_kv);
-  const bool wide = select_threads == kW;
-  void (*const select)(Args) = s.group() == 1   ? (wide ? Select<1, kW> : Select<1, kN>)
-                               : s.group() == 2 ? (wide ? Select<2, kW> : Select<2, kN>)
-                               : s.group() == 4 ? (wide ? Select<4, kW> : Select<4, kN>)
-                                                : (wide ? Select<8, kW> : Select<8, kN>);
+  using SelectKernel = void (*)(Args);
+  const SelectGrid grid = SelectGridOf(s);
+  // [group: 1, 2, 4, 8][shape: 8 x 256, 8 x 512, 4 x 256]
+  static const SelectKernel kSelects[4][3] = {
+      {Select<1, kN, kC>, Select<1, kW, kC>, Select<1, kN, kNarrow>},
+      {Select<2, kN, kC>, Select<2, kW, kC>, Select<2, kN, kNarrow>},
+      {Select<4, kN, kC>, Select<4, kW, kC>, Select<4, kN, kNarrow>},
+      {Select<8, kN, kC>, Select<8, kW, kC>, Select<8, kN, kNarrow>}};
+  const int group_index = s.group() == 1 ? 0 : s.group() == 2 ? 1 : s.group() == 4 ? 2 : 3;
+  const int shape_index = grid.cluster == kNarrow ? 2 : grid.threads == kW ? 1 : 0;
   // Its importances pass 48 KB of shared memory from ~45K tokens per row: every instance opts in
   // to the most it may take, once.
   static const cudaError_t select_opt_in = [] {
-    for (void (*kernel)(Args) : {Select<1, kN>, Select<2, kN>, Select<4, kN>, Select<8, kN>,
-                                 Select<1, kW>, Select<2, kW>, Select<4, kW>, Select<8, kW>}) {
-      const cudaError_t e = cudaFuncSetAttribute(
-          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-          static_cast<int>(kSelectMaxSharedBytes));
-      if (e != cudaSuccess) return e;
+    for (const auto& row : kSelects) {
+      for (SelectKernel kernel : row) {
+        const cudaError_t e = cudaFuncSetAttribute(
+            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+            static_cast<int>(kSelectMaxSharedBytes));
+        if (e != cudaSuccess) return e;
+      }
     }
     return cudaSuccess;
   }();
   if (select_opt_in != cudaSuccess) return select_opt_in;
-  const size_t select_shared =
-      SelectInShared(s.max_tokens) ? SelectShare(s.max_tokens) * sizeof(double) : 0;
-  status = Launch(select, dim3(kSelectCluster, s.heads_kv, s.batch), select_threads,
-                  select_shared, stream, chain, a);
+  const size_t select_shared = SelectInShared(s.max_tokens, grid.cluster)
+                                   ? SelectShare(s.max_tokens, grid.cluster) * sizeof(double)
+                                   : 0;
+  status = Launch(kSelects[group_index][shape_index], dim3(grid.cluster, s.heads_kv, s.batch),
+                  grid.threads, select_shared, stream, chain, a);
   if (status != cudaSuccess) return status;
   // Values readers (KVGATE_READKV_VALUES, for same-run comparisons): lanes (CUDA cores, lane
   // groups per token) or mma (tensor cores on depth-sorted tiles, the default). Either finishes

@@ -14,21 +14,22 @@ namespace readkv::cuda::readkv_kernels {
 
 // ---- 3. Select -------------------------------------------------------------------------------
 //
-// One launch, grid (kSelectCluster, H_kv, B) x kThreads (SelectThreads: 256, 512 for few rows):
-// a thread block cluster per row (sequence b, KV head h), block r of it owning the r-th share of the row's tokens (SelectShare
-// tokens each). Every block computes the row's softmax statistics, its tokens' importances
-// a_i = sum_q p_qi^2 (in double, kept in its shared memory) and their positive steps; the
-// cluster then finds the steps-th element of greedy's order (readkv_device.cuh) by radix
-// selection, 8 bits a pass: each block counts its gains' digits into its own histogram, and
-// after a cluster barrier every block sums the cluster's histograms through distributed shared
-// memory and picks the same bin. No global histograms, no last-block election, no second or
-// third launch. Each pass adds one count per remaining gain into a 256-bin shared histogram, one
-// add per lane. A token's steps (at most kMaxValueSteps) are unrolled in every pass over the
-// share: with a loop that broke at the first non-positive gain, each step's product, compare and
-// branch waited on the one before (ncu at the go/no-go model's 16K x 16: the kernel 37.8 -> 31.5
-// us, issue 8's ninth round). Tried and slower on the H200 (BENCHMARKS): warp-aggregated adds
-// (match_any, 3-9%), 11- and 12-bit first digits (1.1-2.8x), and the first digit taken from the
-// gains' 11-bit exponents counted during the scan (slower at 6 of 8 points, by up to 3.6%).
+// One launch, grid (kCluster, H_kv, B) x kThreads (SelectGridFor: 8 x 256, 8 x 512 for few rows,
+// 4 x 256 for many short rows): a thread block cluster per row (sequence b, KV head h), block r
+// of it owning the r-th share of the row's tokens (SelectShare tokens each). Every block computes
+// the row's softmax statistics, its tokens' importances a_i = sum_q p_qi^2 (in double, kept in
+// its shared memory) and their positive steps; the cluster then finds the steps-th element of
+// greedy's order (readkv_device.cuh) by radix selection, 8 bits a pass: each block counts its
+// gains' digits into its own histogram, and after a cluster barrier every block sums the
+// cluster's histograms through distributed shared memory and picks the same bin. No global
+// histograms, no last-block election, no second or third launch. Each pass adds one count per
+// remaining gain into a 256-bin shared histogram, one add per lane. A token's steps (at most
+// kMaxValueSteps) are unrolled in every pass over the share: with a loop that broke at the first
+// non-positive gain, each step's product, compare and branch waited on the one before (ncu at the
+// go/no-go model's 16K x 16: the kernel 37.8 -> 31.5 us, issue 8's ninth round). Tried and slower
+// on the H200 (BENCHMARKS): warp-aggregated adds (match_any, 3-9%), 11- and 12-bit first digits
+// (1.1-2.8x), and the first digit taken from the gains' 11-bit exponents counted during the scan
+// (slower at 6 of 8 points, by up to 3.6%).
 
 namespace cg = cooperative_groups;
 
@@ -62,7 +63,7 @@ struct SelectClusterShared {
 // prefix (hi's bits [top, 64) equal prefix_hi; `count` elements in all): BlockSelect's passes
 // with the digit histograms summed over the cluster. Every thread of every block of the cluster
 // calls it with the same arguments, and every block returns the same cut.
-template <typename ForEach>
+template <int kCluster, typename ForEach>
 __device__ internal::GreedyCut ClusterSelect(const ForEach& for_each, int top,
                                              unsigned long long prefix_hi,
                                              unsigned long long mask_hi, long long rank,
@@ -92,7 +93,7 @@ __device__ internal::GreedyCut ClusterSelect(const ForEach& for_each, int top,
     cluster.sync();  // every block's counts of this digit are complete
     for (int j = tid; j <= static_cast<int>(p.digit_mask); j += blockDim.x) {
       unsigned sum = 0;
-      for (unsigned r = 0; r < kSelectCluster; ++r) {
+      for (unsigned r = 0; r < kCluster; ++r) {
         sum += cluster.map_shared_rank(&sh, r)->hist[cur][j];
       }
       total[j] = sum;
@@ -119,7 +120,7 @@ __device__ internal::GreedyCut ClusterSelect(const ForEach& for_each, int top,
     unsigned long long hi = 0;
     unsigned lo = 0;
     int n = 0;
-    for (unsigned r = 0; r < kSelectCluster; ++r) {
+    for (unsigned r = 0; r < kCluster; ++r) {
       const SelectClusterShared* other = cluster.map_shared_rank(&sh, r);
       const int there = min(static_cast<int>(other->gathered), kSelectFinal - n);
       if (lane >= n && lane < n + there) {
@@ -142,10 +143,10 @@ __device__ internal::GreedyCut ClusterSelect(const ForEach& for_each, int top,
   return cut;
 }
 
-// The Select launch. Dynamic shared memory: SelectShare(max_tokens) doubles when SelectInShared,
-// else none.
-template <int G, int kThreads>
-__global__ void __cluster_dims__(kSelectCluster, 1, 1) __launch_bounds__(kThreads)
+// The Select launch. Dynamic shared memory: SelectShare(max_tokens, kCluster) doubles when
+// SelectInShared, else none.
+template <int G, int kThreads, int kCluster>
+__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
     Select(Args a) {
   ChainEntry();
   const cg::cluster_group cluster = cg::this_cluster();
@@ -155,7 +156,7 @@ __global__ void __cluster_dims__(kSelectCluster, 1, 1) __launch_bounds__(kThread
   const int T = a.seq_lens[b];
   if (T <= 0) return;  // the whole cluster: T is the row's
   const int chunks = (T + a.chunk_tokens - 1) / a.chunk_tokens;
-  const int share = SelectShare(T);
+  const int share = SelectShare(T, kCluster);
   const int begin = min(T, r * share);
   const int end = min(T, begin + share);
   const int tid = threadIdx.x;
@@ -194,7 +195,7 @@ __global__ void __cluster_dims__(kSelectCluster, 1, 1) __launch_bounds__(kThread
 
   const size_t head = static_cast<size_t>(b) * a.heads_kv + h;
   const size_t row = head * a.max_tokens;
-  double* importance = SelectInShared(a.max_tokens) ? shared_importance
+  double* importance = SelectInShared(a.max_tokens, kCluster) ? shared_importance
                                                     : a.importance + row + begin;
   const int spo = a.policy.value_steps;
   const ValueIncrements inc(a.policy);
@@ -239,7 +240,7 @@ __global__ void __cluster_dims__(kSelectCluster, 1, 1) __launch_bounds__(kThread
   long long positive_row = 0;
   all = ~0ull;
   any = 0;
-  for (int q = 0; q < kSelectCluster; ++q) {
+  for (int q = 0; q < kCluster; ++q) {
     const SelectClusterShared* other = cluster.map_shared_rank(&sh, static_cast<unsigned>(q));
     positive_row += static_cast<long long>(other->positive);
     all &= other->all;
@@ -259,7 +260,7 @@ __global__ void __cluster_dims__(kSelectCluster, 1, 1) __launch_bounds__(kThread
   // Selection starts below the bits every positive gain of the row shares.
   const int top = 64 - __clzll(static_cast<long long>(all ^ any));
   const unsigned long long shared_mask = top >= 64 ? 0ull : ~0ull << top;
-  const internal::GreedyCut cut = ClusterSelect(
+  const internal::GreedyCut cut = ClusterSelect<kCluster>(
       [&](auto&& f) {
         for (int i = begin + tid; i < end; i += kThreads) {
           const double w = importance[i - begin];

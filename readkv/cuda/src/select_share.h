@@ -1,6 +1,7 @@
-// How the ReadKV Select launch (readkv_select.cuh) shares a row among the thread blocks of its
-// cluster, and whether the shares' importances fit in shared memory. Host and device code; no
-// CUDA headers, so the traffic model (traffic.cc) uses it too.
+// How the ReadKV Select launch (readkv_select.cuh) is shaped (blocks per row, threads per block),
+// how it shares a row among the thread blocks of its cluster, and whether the shares'
+// importances fit in shared memory. Host and device code; no CUDA headers, so the traffic model
+// (traffic.cc) uses it too.
 #pragma once
 
 #include <cstddef>
@@ -10,32 +11,56 @@
 namespace readkv::cuda::internal {
 
 inline constexpr int kSelectCluster = 8;  // blocks per row: the portable cluster size
+inline constexpr int kSelectNarrowCluster = 4;  // ... when the grid has blocks to spare
 inline constexpr size_t kSelectMaxSharedBytes = 160 * 1024;  // a block's importances, at most
 
 // Threads per Select block: kSelectThreads, or kSelectWideThreads when the grid leaves SMs idle.
 inline constexpr int kSelectThreads = 256;
 inline constexpr int kSelectWideThreads = 512;
 
-// The threads of a Select block for `rows` rows (sequences x KV heads): twice the warps per
-// block when the grid's rows x kSelectCluster blocks fit on the 132 SMs of an H100/H200 one to
-// an SM. On the H200 (BENCHMARKS.md, issue 8's twelfth round), 512 threads for every call were
-// -0.5 to -4.8% for the whole ReadKV call at 8 rows (64 blocks), +8.7 to +9.7% at 32 rows and
-// +2.6 to +11.5% at 128; with this rule, against 256 everywhere in one run: 32K x 1 -4.0 to
-// -4.3%, 8K x 1 +0.1 to +0.4%, 16 rows (x 2) 32K -0.9 to -1.2%, 8K +0.9 to +1.0%.
-KVGATE_HOST_DEVICE constexpr int SelectThreads(long long rows) {
-  return rows * kSelectCluster <= 132 ? kSelectWideThreads : kSelectThreads;
+// A Select launch's shape: blocks per row (its cluster) and threads per block.
+struct SelectGrid {
+  int cluster;
+  int threads;
+};
+
+// The Select launch of a call with `rows` rows (sequences x KV heads) of at most max_tokens
+// tokens, from the 132 SMs of an H100/H200:
+// - rows x kSelectCluster blocks fit on the SMs one to an SM: twice the warps per block;
+// - else, while half the blocks per row still more than fill the SMs and a share at
+//   kSelectCluster is under 2048 tokens: kSelectNarrowCluster blocks per row, each with a share
+//   twice as long (the grid queues blocks anyway; what fewer blocks save is the passes' fixed
+//   work per block, its cluster barriers and histogram sums);
+// - else kSelectCluster blocks of kSelectThreads.
+// On the H200 (BENCHMARKS.md, issue 8's twelfth round), each shape for every call against
+// 8 x 256: 8 x 512 -0.5 to -4.8% for the whole ReadKV call at 8 rows, +8.7 to +11.5% at 32 and
+// 128; 4 x 256 -3.1 to -4.2% at 8K x 16 (128 rows, shares of 1024), +1.0 to +2.0% at 32K x 16
+// (shares of 4096), +4.3 to +5.0% at the go/no-go model's 16K x 16 (32 rows; 4-block clusters
+// leave SMs idle) and +3.8 to +13.4% at 8 rows. These rules against 8 x 256, one run each:
+// 32K x 1 -4.0 to -4.3%, 8K x 1 +0.1 to +0.4%, 16 rows (x 2) 32K -0.9 to -1.2%, 8K +0.9 to
+// +1.0% (the first); 64-128 rows at 4K and 8K tokens -3.8 to -9.7% (32/8/128), 64 rows at 8K
+// -5.8 to -6.0% (8/2/64) (the second).
+KVGATE_HOST_DEVICE constexpr SelectGrid SelectGridFor(long long rows, int max_tokens) {
+  if (rows * kSelectCluster <= 132) return {kSelectCluster, kSelectWideThreads};
+  if (rows * kSelectNarrowCluster > 132 &&
+      (max_tokens + kSelectCluster - 1) / kSelectCluster < 2048) {
+    return {kSelectNarrowCluster, kSelectThreads};
+  }
+  return {kSelectCluster, kSelectThreads};
 }
 
-// A block's share of a row of `tokens` tokens: a whole number of warps' worth.
-KVGATE_HOST_DEVICE constexpr int SelectShare(int tokens) {
-  const int per = (tokens + kSelectCluster - 1) / kSelectCluster;
+// A block's share of a row of `tokens` tokens among `cluster` blocks: a whole number of warps'
+// worth.
+KVGATE_HOST_DEVICE constexpr int SelectShare(int tokens, int cluster) {
+  const int per = (tokens + cluster - 1) / cluster;
   return (per + 31) / 32 * 32;
 }
 
 // Whether the shares' importances (doubles) of rows up to max_tokens fit in shared memory (else
 // they are kept in the workspace and re-read from L2 on every pass).
-KVGATE_HOST_DEVICE constexpr bool SelectInShared(int max_tokens) {
-  return static_cast<size_t>(SelectShare(max_tokens)) * sizeof(double) <= kSelectMaxSharedBytes;
+KVGATE_HOST_DEVICE constexpr bool SelectInShared(int max_tokens, int cluster) {
+  return static_cast<size_t>(SelectShare(max_tokens, cluster)) * sizeof(double) <=
+         kSelectMaxSharedBytes;
 }
 
 }  // namespace readkv::cuda::internal

@@ -137,7 +137,9 @@ TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_le
   const int64_t g = shape.heads_q / shape.heads_kv;
   const int64_t plane_bytes = d / 8;
   const int64_t centroid_bytes = ((int64_t{2} << store_bits) - 1) * 4;
-  const bool importance_in_shared = internal::SelectInShared(shape.max_tokens);
+  const internal::SelectGrid select = internal::SelectGridFor(
+      static_cast<int64_t>(shape.batch) * shape.heads_kv, shape.max_tokens);
+  const bool importance_in_shared = internal::SelectInShared(shape.max_tokens, select.cluster);
   for (int b = 0; b < shape.batch; ++b) {
     const int64_t tokens = seq_lens_host[b];
     const int64_t chunks = Chunks(tokens, chunk);
@@ -167,7 +169,7 @@ TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_le
       t.schedule += d + kKeyListBytes + logits_schedule * chunks + 3 * tokens;
       // Chunk (m, l) for the logits (written once, read by each of the row's Select blocks),
       // and Values' partial outputs and masses.
-      t.partials += g * chunks * 2 * 4 * (1 + internal::kSelectCluster) +
+      t.partials += g * chunks * 2 * 4 * (1 + select.cluster) +
                     2 * g * chunks * (d + 1) * 4 +
                     g * 2 * 4 * 2;
       // Queries; a_qc and bias written by Prepare and read per chunk; outputs.

@@ -414,6 +414,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // tokens, 512 when 8 query heads share a KV head).
                       Case{32, 8, 128, {3000, 700}, 8, 4.0, 2048},
                       Case{16, 2, 64, {2500, 1}, 8, 3.0, 1024},
+                      // Select's launch shapes (SelectGridFor): 16 rows or fewer take 512
+                      // threads (most cases), 32 rows 8 blocks of 256 (the 4-sequence cases),
+                      // these 40 rows of short shares clusters of 4.
+                      Case{16, 8, 64, {700, 1, 2000, 64, 333}, 8, 3.0, 0},
                       // A row too long for Select's shares of importances to stay in shared
                       // memory (over 8 x 20480 tokens): they go through the workspace; beside it
                       // a row whose 8 shares are mostly empty.

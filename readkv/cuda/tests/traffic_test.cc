@@ -100,20 +100,35 @@ TEST(ReadKvSelectTrafficTest, ImportancesCountOnlyWhenTheyLeaveSharedMemory) {
   // Per KV head: logits written once and read twice (2 query heads x 4 bytes x 3). A row's
   // importances stay in shared memory up to 20480 doubles (160 KB) per block of its cluster.
   const auto logits = [](int64_t tokens) { return 2 * (3 * 2 * tokens * 4); };
-  const int most = internal::kSelectCluster * 20480;
+  const int most = internal::kSelectCluster * 20480;  // 2 rows: clusters of 8 (SelectGridFor)
   EXPECT_EQ(scores(most), logits(most));
   EXPECT_EQ(scores(most + 1), logits(most + 1) + 2 * (int64_t{most + 1} * 16));
 }
 
-// Select's block size: twice the warps while the grid (kSelectCluster blocks per row) fits on
-// the 132 SMs one block to an SM, the usual 256 threads from the row that passes them.
-TEST(SelectThreadsTest, WidensBlocksOnlyWhileTheGridLeavesSmsIdle) {
-  const long long fit = 132 / internal::kSelectCluster;  // 16 rows at clusters of 8
-  EXPECT_EQ(internal::SelectThreads(1), internal::kSelectWideThreads);
-  EXPECT_EQ(internal::SelectThreads(fit), internal::kSelectWideThreads);
-  EXPECT_EQ(internal::SelectThreads(fit + 1), internal::kSelectThreads);
-  EXPECT_EQ(internal::SelectThreads(16 * 8), internal::kSelectThreads);  // 32K x 16, 8 KV heads
-  EXPECT_EQ(internal::kSelectWideThreads, 2 * internal::kSelectThreads);
+// Select's launch shape: twice the warps while the grid (kSelectCluster blocks per row) fits on
+// the 132 SMs one block to an SM; past that, half the blocks per row while they still more than
+// fill the SMs and a share at kSelectCluster is under 2048 tokens; else kSelectCluster blocks of
+// kSelectThreads.
+TEST(SelectGridTest, FollowsTheGridAndTheShares) {
+  using internal::SelectGridFor;
+  const int c = internal::kSelectCluster, narrow = internal::kSelectNarrowCluster;
+  const int n = internal::kSelectThreads, w = internal::kSelectWideThreads;
+  const long long fit = 132 / c;  // 16 rows at clusters of 8
+  const auto is = [](internal::SelectGrid g, int cluster, int threads) {
+    return g.cluster == cluster && g.threads == threads;
+  };
+  EXPECT_TRUE(is(SelectGridFor(1, 8192), c, w));
+  EXPECT_TRUE(is(SelectGridFor(fit, 32768), c, w));
+  EXPECT_TRUE(is(SelectGridFor(fit + 1, 8192), c, n));  // 4-block clusters would leave SMs idle
+  EXPECT_TRUE(is(SelectGridFor(132 / narrow, 8192), c, n));
+  EXPECT_TRUE(is(SelectGridFor(132 / narrow + 1, 8192), narrow, n));
+  EXPECT_TRUE(is(SelectGridFor(16 * 8, 8192), narrow, n));  // 8K x 16, 8 KV heads
+  EXPECT_TRUE(is(SelectGridFor(16 * 8, 16384 - c), narrow, n));  // shares of 2047 tokens
+  EXPECT_TRUE(is(SelectGridFor(16 * 8, 16384), c, n));           // shares of 2048
+  EXPECT_TRUE(is(SelectGridFor(16 * 8, 32768), c, n));           // 32K x 16
+  EXPECT_TRUE(is(SelectGridFor(16 * 2, 16384), c, n));  // the go/no-go model's 16K x 16
+  EXPECT_EQ(w, 2 * n);
+  EXPECT_EQ(narrow * 2, c);
 }
 
 // The automatic chunk (what kvgate serve's calls use, and the bench's default): the largest of
