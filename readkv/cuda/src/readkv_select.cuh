@@ -196,7 +196,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
   const size_t head = static_cast<size_t>(b) * a.heads_kv + h;
   const size_t row = head * a.max_tokens;
   double* importance = SelectInShared(a.max_tokens, kCluster) ? shared_importance
-                                                    : a.importance + row + begin;
+                                                              : a.importance + row + begin;
   const int spo = a.policy.value_steps;
   const ValueIncrements inc(a.policy);
   // The share's importances, its positive steps and the bits all / any of their gains share.

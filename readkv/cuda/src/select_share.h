@@ -25,7 +25,7 @@ struct SelectGrid {
 };
 
 // The Select launch of a call with `rows` rows (sequences x KV heads) of at most max_tokens
-// tokens, from the 132 SMs of an H100/H200:
+// tokens, from the 132 SMs of an H100/H200 (kAssumedSms):
 // - rows x kSelectCluster blocks fit on the SMs one to an SM: twice the warps per block;
 // - else, while half the blocks per row still more than fill the SMs and a share at
 //   kSelectCluster is under 2048 tokens: kSelectNarrowCluster blocks per row, each with a share
@@ -41,8 +41,8 @@ struct SelectGrid {
 // +1.0% (the first); 64-128 rows at 4K and 8K tokens -3.8 to -9.7% (32/8/128), 64 rows at 8K
 // -5.8 to -6.0% (8/2/64) (the second).
 KVGATE_HOST_DEVICE constexpr SelectGrid SelectGridFor(long long rows, int max_tokens) {
-  if (rows * kSelectCluster <= 132) return {kSelectCluster, kSelectWideThreads};
-  if (rows * kSelectNarrowCluster > 132 &&
+  if (rows * kSelectCluster <= kAssumedSms) return {kSelectCluster, kSelectWideThreads};
+  if (rows * kSelectNarrowCluster > kAssumedSms &&
       (max_tokens + kSelectCluster - 1) / kSelectCluster < 2048) {
     return {kSelectNarrowCluster, kSelectThreads};
   }

@@ -25,8 +25,8 @@ constexpr int64_t kKeyListBytes = 2696;
 TrafficBytes SplitTraffic(const DecodeShape& shape, const int32_t* seq_lens, int element_bytes,
                           bool scales, int blocks_per_sm) {
   TrafficBytes t;
-  const internal::SplitWork work = internal::MakeSplitWork(shape.batch, shape.heads_kv,
-                                                           shape.max_tokens, blocks_per_sm * 132);
+  const internal::SplitWork work = internal::MakeSplitWork(
+      shape.batch, shape.heads_kv, shape.max_tokens, blocks_per_sm * internal::kAssumedSms);
   const int64_t d = shape.head_dim;
   const int64_t g = shape.heads_q / shape.heads_kv;
   for (int b = 0; b < shape.batch; ++b) {
@@ -113,7 +113,10 @@ int ReadKvChunkTokens(const DecodeShape& shape) {
   if (shape.chunk_tokens > 0) return shape.chunk_tokens;
   int chunk = 2048;
   const int64_t heads = static_cast<int64_t>(shape.batch) * shape.heads_kv;
-  while (chunk > kPageTokens && heads * Chunks(shape.max_tokens, chunk) < 2 * 132) chunk /= 2;
+  while (chunk > kPageTokens &&
+         heads * Chunks(shape.max_tokens, chunk) < 2 * internal::kAssumedSms) {
+    chunk /= 2;
+  }
   // ...but no more than 32 chunks per row: measured when Select was three launches over the
   // chunk grid, each block adding its histograms into the row's and reading the row's chunk
   // statistics (32K x 1: 1024 took 126.1 us for ReadKV(8,4) against 160.3 at 512). Re-swept

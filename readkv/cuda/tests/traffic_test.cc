@@ -113,15 +113,15 @@ TEST(SelectGridTest, FollowsTheGridAndTheShares) {
   using internal::SelectGridFor;
   const int c = internal::kSelectCluster, narrow = internal::kSelectNarrowCluster;
   const int n = internal::kSelectThreads, w = internal::kSelectWideThreads;
-  const long long fit = 132 / c;  // 16 rows at clusters of 8
+  const long long fit = internal::kAssumedSms / c;  // 16 rows at clusters of 8
   const auto is = [](internal::SelectGrid g, int cluster, int threads) {
     return g.cluster == cluster && g.threads == threads;
   };
   EXPECT_TRUE(is(SelectGridFor(1, 8192), c, w));
   EXPECT_TRUE(is(SelectGridFor(fit, 32768), c, w));
   EXPECT_TRUE(is(SelectGridFor(fit + 1, 8192), c, n));  // 4-block clusters would leave SMs idle
-  EXPECT_TRUE(is(SelectGridFor(132 / narrow, 8192), c, n));
-  EXPECT_TRUE(is(SelectGridFor(132 / narrow + 1, 8192), narrow, n));
+  EXPECT_TRUE(is(SelectGridFor(internal::kAssumedSms / narrow, 8192), c, n));
+  EXPECT_TRUE(is(SelectGridFor(internal::kAssumedSms / narrow + 1, 8192), narrow, n));
   EXPECT_TRUE(is(SelectGridFor(16 * 8, 8192), narrow, n));  // 8K x 16, 8 KV heads
   EXPECT_TRUE(is(SelectGridFor(16 * 8, 16384 - c), narrow, n));  // shares of 2047 tokens
   EXPECT_TRUE(is(SelectGridFor(16 * 8, 16384), c, n));           // shares of 2048
