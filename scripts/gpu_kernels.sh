@@ -5,7 +5,8 @@
 # then `kvgate bench attention` on the issue's grid. Everything lands in $OUT: tests.json,
 # sanitizer logs, bench.json and bench.txt, bench_VARIANT.* for LOGITS_VARIANTS and
 # values_VARIANT.* for VALUES_VARIANTS, bench_baseline.* for BASELINE (and, with PROFILE=1,
-# per-kernel times from ncu at PROFILE_POINTS, profile.txt). Run from the repository root with
+# per-kernel times and DRAM bytes from ncu at PROFILE_POINTS against the traffic model,
+# profile.txt). Run from the repository root with
 # .devdeps carried:
 #   OUT=/tmp/kernels bash scripts/gpu_kernels.sh
 # BASELINE=.baseline/baseline.tar.gz (a `git archive` of another commit, made and carried as
@@ -94,7 +95,9 @@ for label in "${CANDIDATE_LABELS[@]}"; do
 done
 SAN=${COMPUTE_SANITIZER:-/usr/local/cuda/bin/compute-sanitizer}
 if [[ -x "$SAN" && "${SANITIZE:-1}" == 1 ]]; then
-  filter='*hq16_hkv2_d64_T1000_255_3000*:*hq32_hkv8_d128_T300_1_1024_777*:DecodeAttentionTest.*'
+  # Select's three launch shapes (SelectGridFor): 8 x 512 (6 rows), 8 x 256 (32), 4 x 256 (40).
+  filter='*hq16_hkv2_d64_T1000_255_3000*:*hq32_hkv8_d128_T300_1_1024_777*:'
+  filter+='*hq16_hkv8_d64_T700_1_2000_64_333*:DecodeAttentionTest.*'
   # This tree's tests, and with SANITIZE_CANDIDATES=1 each candidate's too (sanitizer_TOOL_LABEL.txt;
   # ~50 s per tool and tree on the H200), so that a branch that wins can land from this round.
   sanitized=("")
@@ -178,23 +181,29 @@ elif [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
 fi
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 if [[ "${PROFILE:-0}" == 1 ]]; then
-  # Per-kernel GPU time of one ReadKV call at a few points (ncu replays each kernel: slow, so
-  # few): the seventh call's four launches (the FP8 kernels' names are here for PROFILE_KV=fp8,
-  # whose call is two launches: then it shows two calls). PROFILE_POINTS="ARGS1;ARGS2;..." gives
-  # the points as `kvgate bench attention` arguments, each with one --kv (default: 32K x 16 and
-  # 32K x 1 of the 32/8/128 geometry at PROFILE_KV).
+  # Per-kernel GPU time and DRAM bytes of one ReadKV call at a few points (ncu replays each kernel
+  # with its caches flushed: slow, so few): the seventh call's four launches (the FP8 kernels'
+  # names are here for PROFILE_KV=fp8, whose call is two launches: then it shows two calls),
+  # set against the traffic model by readkv/cuda/bench/ncu_kernel_ledger.py.
+  # PROFILE_POINTS="ARGS1;ARGS2;..." gives the points as `kvgate bench attention` arguments, each
+  # with one --kv (default: 32K x 16 and 32K x 1 of the 32/8/128 geometry at PROFILE_KV).
   kv=${PROFILE_KV:-readkv:8:4}
   default_points="--tokens 32768 --batch 16 --kv $kv;--tokens 32768 --batch 1 --kv $kv"
   IFS=';' read -r -a profile_points <<< "${PROFILE_POINTS:-$default_points}"
+  n=0
   for point in "${profile_points[@]}"; do
     read -r -a args <<< "$point"
-    "$NCU" --metrics gpu__time_duration.sum --csv --launch-skip 24 --launch-count 4 \
+    rm -f "$LOGS/ncu-bench.json"
+    "$NCU" --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum --csv \
+      --launch-skip 24 --launch-count 4 \
       -k 'regex:Prepare|Logits|Select|Values|SplitDecode|CombineSplits' \
       "$B/apps/kvgate" bench attention "${args[@]}" --iters 20 --min-total-ms 1 --no-anchor \
-      > "$LOGS/ncu.csv" 2>&1
-    echo "ncu ${args[*]} (kernel, time, unit):" | tee -a "$OUT/profile.txt"
-    grep gpu__time_duration "$LOGS/ncu.csv" | awk -F'","' '{n=$5; sub(/\(.*/, "", n); v=$NF; gsub(/"/, "", v); u=$(NF-1); print "  " n, v, u}' \
-      | tee -a "$OUT/profile.txt"
+      --json "$LOGS/ncu-bench.json" > "$LOGS/ncu.csv" 2>&1
+    echo "ncu ${args[*]}:" | tee -a "$OUT/profile.txt"
+    python3 readkv/cuda/bench/ncu_kernel_ledger.py "$LOGS/ncu.csv" --bench "$LOGS/ncu-bench.json" \
+      2>&1 | tee -a "$OUT/profile.txt"
+    grep -E '^"' "$LOGS/ncu.csv" > "$OUT/profile_ncu_$n.csv"  # ncu's rows, as it printed them
+    n=$((n + 1))
   done
 fi
 if [[ -n "${SOURCE_PROFILE:-}" ]]; then

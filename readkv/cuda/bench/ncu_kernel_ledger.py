@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Each kernel's time and measured DRAM traffic in an Nsight Compute run, against the traffic model.
+
+Reads the CSV that `ncu --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,
+dram__bytes_write.sum` prints for the launches it profiled (the profiled program's own output may
+come before and between its lines), and prints per launch: the kernel, its time, the bytes it read
+from and wrote to DRAM and the rate they make. The launches form calls: a call starts at each
+launch of the first launch's kernel (Prepare for ReadKV, the split kernel for dense and FP8).
+With --bench, the JSON that `kvgate bench attention --json` wrote in the same run (one row: the
+profiled point), it then sets one call's measured bytes against the row's modelled physical
+traffic (`traffic_bytes.total`, readkv/cuda/src/traffic.cc).
+
+ncu replays each kernel with its caches flushed (its default cache control), so reads are cold,
+as the bench's rotated buffers make them; writes still in L2 when a kernel ends are not counted
+as its DRAM writes.
+
+  ncu_kernel_ledger.py NCU_CSV [--bench BENCH_JSON]
+"""
+import argparse
+import csv
+import json
+import sys
+
+METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum")
+TIME_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3,
+           "second": 1e6, "s": 1e6}
+BYTES = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12,
+         "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+         "Kibyte": 1024, "Mibyte": 1024 ** 2, "Gibyte": 1024 ** 3,
+         "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3}
+
+
+def fail(message):
+    sys.exit(f"ncu_kernel_ledger: {message}")
+
+
+def short_name(name):
+    """A kernel's name without its parameter list, return type and namespaces
+    ("void ns::Select<4, 256, 8>(ns::Args)" -> "Select<4, 256, 8>")."""
+    name = name.strip()
+    if name.endswith(")"):  # the parameter list: from the "(" that matches the last ")"
+        depth = 0
+        for i in range(len(name) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(name[i], 0)
+            if depth == 0:
+                name = name[:i]
+                break
+    name = name.replace("(anonymous namespace)::", "")
+    if name.startswith("void "):
+        name = name[len("void "):]
+    head, bracket, rest = name.partition("<")  # the namespaces before the template arguments
+    return head.split("::")[-1] + bracket + rest
+
+
+def read_launches(path):
+    """[(id, kernel, {metric: value in us or bytes})] in launch order."""
+    with open(path, newline="") as f:
+        lines = f.read().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID",')), None)
+    if start is None:
+        fail(f"{path}: no ncu CSV header (a line starting with \"ID\",)")
+    header = next(csv.reader([lines[start]]))
+    for column in ("ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value"):
+        if column not in header:
+            fail(f"{path}: the CSV header has no '{column}' column")
+    col = {name: header.index(name) for name in header}
+    launches = {}
+    for line in lines[start + 1:]:
+        if not line.startswith('"'):
+            continue  # the profiled program's output, or ncu's own ==PROF== lines
+        row = next(csv.reader([line]))
+        if len(row) != len(header):
+            continue
+        metric, unit = row[col["Metric Name"]], row[col["Metric Unit"]]
+        if metric not in METRICS:
+            continue
+        scale = TIME_US if metric.startswith("gpu__time") else BYTES
+        if unit not in scale:
+            fail(f"{path}: unit '{unit}' of {metric} is not one this script knows")
+        try:
+            value = float(row[col["Metric Value"]].replace(",", "")) * scale[unit]
+        except ValueError:
+            fail(f"{path}: {metric} of launch {row[col['ID']]} is not a number: "
+                 f"'{row[col['Metric Value']]}'")
+        launch = launches.setdefault(int(row[col["ID"]]),
+                                     {"kernel": short_name(row[col["Kernel Name"]])})
+        launch[metric] = value
+    if not launches:
+        fail(f"{path}: no launch with {', '.join(METRICS)}")
+    result = []
+    for launch_id in sorted(launches):
+        launch = launches[launch_id]
+        missing = [m for m in METRICS if m not in launch]
+        if missing:
+            fail(f"{path}: launch {launch_id} ({launch['kernel']}) lacks {', '.join(missing)}")
+        result.append((launch_id, launch["kernel"], launch))
+    return result
+
+
+def model_row(path):
+    """The one row of a bench JSON: (label, traffic_bytes.total)."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        fail(f"{path}: not a readable bench JSON ({e})")
+    rows = [r for r in doc.get("rows", []) if not r.get("anchor")]
+    if len(rows) != 1:
+        fail(f"{path}: {len(rows)} kernel rows; the profiled point's bench must have one "
+             f"(one --tokens, --batch and --kv)")
+    row = rows[0]
+    total = row.get("traffic_bytes", {}).get("total")
+    if not isinstance(total, (int, float)):
+        fail(f"{path}: its row has no traffic_bytes.total")
+    return f"{row['kv']} {row['tokens']} x {row['batch']}", float(total)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("csv", help="ncu --csv output with the three metrics")
+    parser.add_argument("--bench", help="the same run's `kvgate bench attention --json` file")
+    args = parser.parse_args()
+
+    launches = read_launches(args.csv)
+    first = launches[0][1]
+    calls = sum(1 for _, kernel, _ in launches if kernel == first)
+    print(f"{'kernel':<44} {'time us':>9} {'DRAM read MB':>13} {'write MB':>9} {'GB/s':>7}")
+    total_time = total_read = total_write = 0.0
+    for _, kernel, m in launches:
+        time_us = m["gpu__time_duration.sum"]
+        read, write = m["dram__bytes_read.sum"], m["dram__bytes_write.sum"]
+        rate = (read + write) / (time_us * 1e3) if time_us > 0 else 0.0
+        print(f"{kernel:<44} {time_us:9.1f} {read / 1e6:13.2f} {write / 1e6:9.2f} {rate:7.0f}")
+        total_time += time_us
+        total_read += read
+        total_write += write
+    per_call = (total_read + total_write) / calls
+    print(f"{f'one call (mean of {calls})':<44} {total_time / calls:9.1f} "
+          f"{total_read / calls / 1e6:13.2f} {total_write / calls / 1e6:9.2f}")
+    if args.bench:
+        label, model = model_row(args.bench)
+        ratio = per_call / model if model > 0 else float("nan")
+        print(f"model ({label}): {model / 1e6:.2f} MB physical traffic per call; "
+              f"measured DRAM read + write {per_call / 1e6:.2f} MB = {ratio:.3f}x the model")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Tests of ncu_kernel_ledger.py on ncu CSV written here in the shape `ncu --csv --metrics`
+prints it (the profiled program's output around it), and on bench JSON shaped as
+`kvgate bench attention --json` writes it."""
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "ncu_kernel_ledger.py")
+HEADER = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream",
+          "Block Size", "Grid Size", "Device", "CC", "Section Name", "Metric Name", "Metric Unit",
+          "Metric Value"]
+SELECT = "void readkv::cuda::readkv_kernels::Select<4, 256, 8>(readkv::cuda::readkv_kernels::Args)"
+PREPARE = "readkv::cuda::readkv_kernels::Prepare(readkv::cuda::readkv_kernels::Args)"
+
+
+def ncu_csv(launches, program_output="  8192 x 1 readkv:8:4  63.9 us\n"):
+    """launches: [(id, kernel, time (unit, value), read (unit, value), write (unit, value))]."""
+    out = io.StringIO()
+    out.write("==PROF== Connected to process 4242\n" + program_output)
+    writer = csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n")
+    writer.writerow(HEADER)
+    for launch_id, kernel, time, read, write in launches:
+        for metric, (unit, value) in (("gpu__time_duration.sum", time),
+                                      ("dram__bytes_read.sum", read),
+                                      ("dram__bytes_write.sum", write)):
+            writer.writerow([launch_id, 4242, "kvgate", "127.0.0.1", kernel, 1, 7, "(256, 1, 1)",
+                             "(8, 8, 1)", 0, "9.0", "Command line profiler metrics", metric, unit,
+                             value])
+        out.write("  (the program prints between launches)\n")
+    return out.getvalue()
+
+
+def bench_doc(total, rows=1):
+    row = {"kv": "readkv:8:4", "tokens": 8192, "batch": 1, "anchor": False,
+           "traffic_bytes": {"total": total, "payload": total // 2}}
+    return {"bench": "attention", "rows": [dict(row) for _ in range(rows)]}
+
+
+class NcuKernelLedgerTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def write(self, name, text):
+        path = os.path.join(self.dir.name, name)
+        with open(path, "w") as f:
+            f.write(text if isinstance(text, str) else json.dumps(text))
+        return path
+
+    def run_script(self, *args):
+        return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
+
+    def test_per_kernel_rates_call_sums_and_the_model_ratio(self):
+        # Two calls of two kernels, units as ncu prints them by default (auto-scaled, with
+        # thousands separators): the rates and the mean call are worked out by hand.
+        launches = [
+            (0, PREPARE, ("nsecond", "10,000"), ("Kbyte", "500"), ("byte", "0")),
+            (1, SELECT, ("usecond", "20"), ("Mbyte", "3.5"), ("Mbyte", "1")),
+            (2, PREPARE, ("usecond", "12"), ("Kbyte", "700"), ("byte", "0")),
+            (3, SELECT, ("usecond", "18"), ("Mbyte", "3.3"), ("Mbyte", "1")),
+        ]
+        csv_path = self.write("ncu.csv", ncu_csv(launches))
+        bench_path = self.write("bench.json", bench_doc(5_000_000))
+        result = self.run_script(csv_path, "--bench", bench_path)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        lines = result.stdout.splitlines()
+        self.assertIn("kernel", lines[0])
+        prepare = lines[1].split()
+        self.assertEqual(prepare[0], "Prepare")
+        self.assertEqual(prepare[1:], ["10.0", "0.50", "0.00", "50"])  # 0.5 MB in 10 us
+        select = lines[2].split()
+        self.assertEqual(select[0:3], ["Select<4,", "256,", "8>"])
+        self.assertEqual(select[3:], ["20.0", "3.50", "1.00", "225"])  # 4.5 MB in 20 us
+        # One call: (10 + 20 + 12 + 18) / 2 us, (0.5 + 3.5 + 0.7 + 3.3) / 2 MB read, 1 MB written.
+        self.assertTrue(lines[5].startswith("one call (mean of 2)"), lines[5])
+        self.assertEqual(lines[5].split()[-3:], ["30.0", "4.00", "1.00"])
+        self.assertEqual(lines[6], "model (readkv:8:4 8192 x 1): 5.00 MB physical traffic per "
+                                   "call; measured DRAM read + write 5.00 MB = 1.000x the model")
+
+    def test_base_units_and_no_bench(self):
+        launches = [(5, PREPARE, ("nsecond", "2000"), ("byte", "4000000"), ("byte", "0"))]
+        result = self.run_script(self.write("ncu.csv", ncu_csv(launches)))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout.splitlines()[1].split(),
+                         ["Prepare", "2.0", "4.00", "0.00", "2000"])
+        self.assertNotIn("model", result.stdout)
+
+    def test_refusals_name_what_is_wrong(self):
+        good = [(0, PREPARE, ("usecond", "1"), ("byte", "1"), ("byte", "1"))]
+        cases = [
+            ("no header", "==PROF== Disconnected\nno csv here\n", "no ncu CSV header"),
+            ("unknown unit", ncu_csv([(0, PREPARE, ("fortnight", "1"), ("byte", "1"),
+                                       ("byte", "1"))]), "unit 'fortnight'"),
+            ("not a number", ncu_csv([(0, PREPARE, ("usecond", "n/a"), ("byte", "1"),
+                                       ("byte", "1"))]), "is not a number"),
+        ]
+        for what, text, message in cases:
+            with self.subTest(what):
+                result = self.run_script(self.write("bad.csv", text))
+                self.assertNotEqual(result.returncode, 0)
+                self.assertIn(message, result.stderr)
+        # A launch without one of the metrics (ncu printed only time for it).
+        partial = ncu_csv(good).splitlines()
+        partial = "\n".join(line for line in partial if "dram__bytes_write" not in line) + "\n"
+        result = self.run_script(self.write("partial.csv", partial))
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("lacks dram__bytes_write.sum", result.stderr)
+        # A bench JSON of several points: which one was profiled is not known.
+        result = self.run_script(self.write("ok.csv", ncu_csv(good)), "--bench",
+                                 self.write("two.json", bench_doc(1000, rows=2)))
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("2 kernel rows", result.stderr)
+        result = self.run_script(self.write("ok.csv", ncu_csv(good)), "--bench",
+                                 self.write("broken.json", "{not json"))
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("not a readable bench JSON", result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
