@@ -2,12 +2,10 @@
 """Tests of compare_bench.py on bench JSON written here, shaped as `kvgate bench attention`
 writes it (the fields the script reads; a real file of results/ in the last test)."""
 import glob
-import json
 import os
-import subprocess
-import sys
-import tempfile
 import unittest
+
+from script_test_case import ScriptTestCase
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "compare_bench.py")
@@ -24,21 +22,8 @@ def bench_doc(commit, medians, **config_changes):
             "rows": rows}
 
 
-class CompareBenchTest(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.TemporaryDirectory()
-
-    def tearDown(self):
-        self.dir.cleanup()
-
-    def write(self, name, doc):
-        path = os.path.join(self.dir.name, name)
-        with open(path, "w") as f:
-            f.write(doc if isinstance(doc, str) else json.dumps(doc))
-        return path
-
-    def run_script(self, *args):
-        return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
+class CompareBenchTest(ScriptTestCase):
+    SCRIPT = SCRIPT
 
     def test_changes_are_each_run_against_the_reference(self):
         ref = self.write("a.json", bench_doc("aaa", {(8192, 1, "fp8"): 28.0,

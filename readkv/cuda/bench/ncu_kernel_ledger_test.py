@@ -4,12 +4,10 @@ prints it (the profiled program's output around it), and on bench JSON shaped as
 `kvgate bench attention --json` writes it."""
 import csv
 import io
-import json
 import os
-import subprocess
-import sys
-import tempfile
 import unittest
+
+from script_test_case import ScriptTestCase
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "ncu_kernel_ledger.py")
@@ -43,21 +41,8 @@ def bench_doc(total, rows=1):
     return {"bench": "attention", "rows": [dict(row) for _ in range(rows)]}
 
 
-class NcuKernelLedgerTest(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.TemporaryDirectory()
-
-    def tearDown(self):
-        self.dir.cleanup()
-
-    def write(self, name, text):
-        path = os.path.join(self.dir.name, name)
-        with open(path, "w") as f:
-            f.write(text if isinstance(text, str) else json.dumps(text))
-        return path
-
-    def run_script(self, *args):
-        return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
+class NcuKernelLedgerTest(ScriptTestCase):
+    SCRIPT = SCRIPT
 
     def test_per_kernel_rates_call_sums_and_the_model_ratio(self):
         # Two calls of two kernels, units as ncu prints them by default (auto-scaled, with
