@@ -15,7 +15,8 @@
 # one machine. CANDIDATES="LABEL=.baseline/LABEL.tar.gz ..." does the same for other trees (e.g.
 # branches to try) and also runs their kernel tests (tests_LABEL.txt; with SANITIZE_CANDIDATES=1
 # their compute-sanitizer runs too). The other trees build while this one does.
-# POINTS="ARGS1;ARGS2;..." (or POINTS=standard, the rounds' usual three sets) benches several
+# POINTS="ARGS1;ARGS2;..." (or POINTS=standard, the rounds' usual three sets, or
+# POINTS="standard;ARGS;..." those and more) benches several
 # point sets (each a `kvgate bench attention` argument list, e.g. one geometry each) instead of
 # BENCH_ARGS, this tree and the others one after the other per set, into bench_pN.*,
 # bench_baseline_pN.* and bench_LABEL_pN.*. Every bench's medians also go to summary.txt, and
@@ -126,12 +127,14 @@ bench_into() {  # bench_into STEM KVGATE ARGS...
 }
 # POINTS=standard: the kernel rounds' sets since the tenth (BENCHMARKS.md): 32/8/128 at 8K and 32K
 # x 1 and 16 for FP8 and three ReadKV reads, then the go/no-go model's geometry twice.
-if [[ "${POINTS:-}" == standard ]]; then
+# "standard;ARGS;..." adds sets after them.
+if [[ "${POINTS:-}" == standard || "${POINTS:-}" == "standard;"* ]]; then
+  more=${POINTS#standard}
   POINTS="--tokens 8192,32768 --batch 1,16 --heads-q 32 --heads-kv 8 --head-dim 128 \
 --kv fp8,readkv:8:4,readkv:8:2,readkv:8:4.5:7:2 --no-anchor --iters 30"
   model="--tokens 16384 --batch 16 --heads-q 8 --heads-kv 2 --head-dim 64 \
 --kv fp8,readkv:8:4.5:7:2,readkv:8:2 --no-anchor --iters 30"
-  POINTS="$POINTS;$model;$model"
+  POINTS="$POINTS;$model;$model$more"
 fi
 if [[ "${KERNELS_ONLY:-0}" != 1 && -n "${POINTS:-}" ]]; then
   [[ -n "${BASELINE:-}" ]] && wait_tree baseline
