@@ -45,7 +45,8 @@ def short_name(name):
             if depth == 0:
                 name = name[:i]
                 break
-    name = name.replace("(anonymous namespace)::", "")
+    for anonymous in ("(anonymous namespace)::", "<unnamed>::"):  # demangled; ncu's own form
+        name = name.replace(anonymous, "")
     if name.startswith("void "):
         name = name[len("void "):]
     head, bracket, rest = name.partition("<")  # the namespaces before the template arguments

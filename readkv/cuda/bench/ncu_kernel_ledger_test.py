@@ -71,12 +71,17 @@ class NcuKernelLedgerTest(ScriptTestCase):
         self.assertEqual(lines[6], "model (readkv:8:4 8192 x 1): 5.00 MB physical traffic per "
                                    "call; measured DRAM read + write 5.00 MB = 1.000x the model")
 
-    def test_base_units_and_no_bench(self):
-        launches = [(5, PREPARE, ("nsecond", "2000"), ("byte", "4000000"), ("byte", "0"))]
+    def test_base_units_short_names_and_no_bench(self):
+        launches = [(5, PREPARE, ("nsecond", "2000"), ("byte", "4000000"), ("byte", "0")),
+                    # ncu's own short form of a kernel in an anonymous namespace, units as "ns"
+                    (6, "void SplitDecodeKernel<<unnamed>::Fp8Rows<3>, 64, 4, 4>(SplitArgs)",
+                     ("ns", "1,000"), ("MB", "1"), ("KB", "1"))]
         result = self.run_script(self.write("ncu.csv", ncu_csv(launches)))
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertEqual(result.stdout.splitlines()[1].split(),
-                         ["Prepare", "2.0", "4.00", "0.00", "2000"])
+        lines = result.stdout.splitlines()
+        self.assertEqual(lines[1].split(), ["Prepare", "2.0", "4.00", "0.00", "2000"])
+        self.assertEqual(lines[2].split(), ["SplitDecodeKernel<Fp8Rows<3>,", "64,", "4,", "4>",
+                                            "1.0", "1.00", "0.00", "1001"])
         self.assertNotIn("model", result.stdout)
 
     def test_refusals_name_what_is_wrong(self):
