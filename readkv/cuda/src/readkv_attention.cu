@@ -16,7 +16,7 @@
 //                                     (ReadKvUsesMmaLogits): on tensor cores (LogitsMma), the
 //                                     channels of depth <= 2 as table-free sign features
 //   3. Select    (C, H_kv, B) x 256    a cluster of C = 8 blocks per row (512 threads for few
-//                                     rows, C = 4 for many short rows; SelectGridOf): softmax
+//                                     rows, C = 4 for many short rows; SelectShapeOf): softmax
 //                                     statistics, a_i = sum_q p_qi^2 in double (each block a
 //                                     share of the row's tokens, in its shared memory), the
 //                                     Value cut by radix selection over the bits of the positive
@@ -39,10 +39,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "readkv/cuda/decode_attention.h"
 #include "readkv_attention_state.cuh"
@@ -251,6 +253,13 @@ bool ChainedLaunches() {
   return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
+// Select<G, threads, cluster> of every launch shape, in kSelectShapes' order.
+using SelectKernels = std::array<void (*)(Args), internal::kSelectShapeCount>;
+template <int G, size_t... S>
+SelectKernels SelectInstances(std::index_sequence<S...>) {
+  return {Select<G, kSelectShapes[S].threads, kSelectShapes[S].cluster>...};
+}
+
 }  // namespace
 
 size_t ReadKvDecodeWorkspaceBytes(const DecodeShape& shape) {
@@ -356,25 +365,21 @@ cudaError_t ReadKvDecodeAttention(const DecodeShape& requested, const DecodeInpu
 #undef KVGATE_LOGITS_CASE
   if (status != cudaSuccess) return status;
   // Select: a cluster of blocks per row, its importances in shared memory when they fit
-  // (SelectInShared), else in the workspace. Its shape follows the grid (SelectGridOf): 8 blocks
+  // (SelectInShared), else in the workspace. Its shape follows the grid (SelectShapeOf): 8 blocks
   // of 256 threads, of 512 when the grid leaves SMs idle, 4 of 256 for many short rows.
-  constexpr int kC = internal::kSelectCluster, kNarrow = internal::kSelectNarrowCluster;
-  constexpr int kN = internal::kSelectThreads, kW = internal::kSelectWideThreads;
-  using SelectKernel = void (*)(Args);
-  const SelectGrid grid = SelectGridOf(s);
-  // [group: 1, 2, 4, 8][shape: 8 x 256, 8 x 512, 4 x 256]
-  static const SelectKernel kSelects[4][3] = {
-      {Select<1, kN, kC>, Select<1, kW, kC>, Select<1, kN, kNarrow>},
-      {Select<2, kN, kC>, Select<2, kW, kC>, Select<2, kN, kNarrow>},
-      {Select<4, kN, kC>, Select<4, kW, kC>, Select<4, kN, kNarrow>},
-      {Select<8, kN, kC>, Select<8, kW, kC>, Select<8, kN, kNarrow>}};
+  constexpr auto kShapes = std::make_index_sequence<internal::kSelectShapeCount>();
+  static const SelectKernels kSelects[4] = {SelectInstances<1>(kShapes),
+                                            SelectInstances<2>(kShapes),
+                                            SelectInstances<4>(kShapes),
+                                            SelectInstances<8>(kShapes)};
   const int group_index = s.group() == 1 ? 0 : s.group() == 2 ? 1 : s.group() == 4 ? 2 : 3;
-  const int shape_index = grid.cluster == kNarrow ? 2 : grid.threads == kW ? 1 : 0;
+  const int shape = SelectShapeOf(s);
+  const SelectGrid grid = kSelectShapes[shape];
   // Its importances pass 48 KB of shared memory from ~45K tokens per row: every instance opts in
   // to the most it may take, once.
   static const cudaError_t select_opt_in = [] {
-    for (const auto& row : kSelects) {
-      for (SelectKernel kernel : row) {
+    for (const SelectKernels& row : kSelects) {
+      for (void (*kernel)(Args) : row) {
         const cudaError_t e = cudaFuncSetAttribute(
             kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
             static_cast<int>(kSelectMaxSharedBytes));
@@ -387,7 +392,7 @@ cudaError_t ReadKvDecodeAttention(const DecodeShape& requested, const DecodeInpu
   const size_t select_shared = SelectInShared(s.max_tokens, grid.cluster)
                                    ? SelectShare(s.max_tokens, grid.cluster) * sizeof(double)
                                    : 0;
-  status = Launch(kSelects[group_index][shape_index], dim3(grid.cluster, s.heads_kv, s.batch),
+  status = Launch(kSelects[group_index][shape], dim3(grid.cluster, s.heads_kv, s.batch),
                   grid.threads, select_shared, stream, chain, a);
   if (status != cudaSuccess) return status;
   // Values readers (KVGATE_READKV_VALUES, for same-run comparisons): lanes (CUDA cores, lane

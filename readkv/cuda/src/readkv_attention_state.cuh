@@ -46,16 +46,17 @@ __device__ __forceinline__ unsigned PackChannel(int shift, int t) {
   return static_cast<unsigned>(shift) | (((1u << t) - 1u) << 8);
 }
 
-// The Value cut's selection (section 3): a cluster of blocks per row (SelectGridOf), each with
+// The Value cut's selection (section 3): a cluster of blocks per row (SelectShapeOf), each with
 // its share of the row's importances in shared memory when they fit (select_share.h).
 using internal::kSelectMaxSharedBytes;
+using internal::kSelectShapes;
 using internal::SelectGrid;
 using internal::SelectInShared;
 using internal::SelectShare;
 
-// The Select launch's shape for a call (select_share.h).
-inline SelectGrid SelectGridOf(const DecodeShape& s) {
-  return internal::SelectGridFor(static_cast<long long>(s.batch) * s.heads_kv, s.max_tokens);
+// The Select launch's shape for a call: its index in kSelectShapes (select_share.h).
+inline int SelectShapeOf(const DecodeShape& s) {
+  return internal::SelectShapeFor(static_cast<long long>(s.batch) * s.heads_kv, s.max_tokens);
 }
 
 constexpr int kScanUnroll = 4;  // loads in flight per thread in the importance scan
@@ -106,7 +107,8 @@ struct Layout {
     logits = take(bq * s.max_tokens * 4);
     chunk_ml = take(bq * chunks * 2 * 4);
     stats = take(bq * 2 * 4);
-    const bool importance_in_shared = SelectInShared(s.max_tokens, SelectGridOf(s).cluster);
+    const bool importance_in_shared =
+        SelectInShared(s.max_tokens, kSelectShapes[SelectShapeOf(s)].cluster);
     importance = take(importance_in_shared ? 0 : bk * s.max_tokens * 8);
     value_depths = take(bk * s.max_tokens);
     partial_out = take(bq * chunks * s.head_dim * 4);

@@ -24,7 +24,15 @@ struct SelectGrid {
   int threads;
 };
 
-// The Select launch of a call with `rows` rows (sequences x KV heads) of at most max_tokens
+// The shapes Select has kernel instances of (readkv_attention.cu), by index.
+inline constexpr SelectGrid kSelectShapes[] = {
+    {kSelectCluster, kSelectThreads},        // 0: the usual
+    {kSelectCluster, kSelectWideThreads},    // 1: the grid leaves SMs idle
+    {kSelectNarrowCluster, kSelectThreads},  // 2: many short rows
+};
+inline constexpr int kSelectShapeCount = sizeof(kSelectShapes) / sizeof(kSelectShapes[0]);
+
+// The Select launch shape (its index in kSelectShapes) of a call with `rows` rows (sequences x KV heads) of at most max_tokens
 // tokens, from the 132 SMs of an H100/H200 (kAssumedSms):
 // - rows x kSelectCluster blocks fit on the SMs one to an SM: twice the warps per block;
 // - else, while half the blocks per row still more than fill the SMs and a share at
@@ -40,13 +48,16 @@ struct SelectGrid {
 // 32K x 1 -4.0 to -4.3%, 8K x 1 +0.1 to +0.4%, 16 rows (x 2) 32K -0.9 to -1.2%, 8K +0.9 to
 // +1.0% (the first); 64-128 rows at 4K and 8K tokens -3.8 to -9.7% (32/8/128), 64 rows at 8K
 // -5.8 to -6.0% (8/2/64) (the second).
-KVGATE_HOST_DEVICE constexpr SelectGrid SelectGridFor(long long rows, int max_tokens) {
-  if (rows * kSelectCluster <= kAssumedSms) return {kSelectCluster, kSelectWideThreads};
+constexpr int SelectShapeFor(long long rows, int max_tokens) {
+  if (rows * kSelectCluster <= kAssumedSms) return 1;
   if (rows * kSelectNarrowCluster > kAssumedSms &&
       (max_tokens + kSelectCluster - 1) / kSelectCluster < 2048) {
-    return {kSelectNarrowCluster, kSelectThreads};
+    return 2;
   }
-  return {kSelectCluster, kSelectThreads};
+  return 0;
+}
+constexpr SelectGrid SelectGridFor(long long rows, int max_tokens) {
+  return kSelectShapes[SelectShapeFor(rows, max_tokens)];
 }
 
 // A block's share of a row of `tokens` tokens among `cluster` blocks: a whole number of warps'
