@@ -6,28 +6,26 @@
 # sanitizer logs, bench.json and bench.txt, bench_VARIANT.* for LOGITS_VARIANTS and
 # values_VARIANT.* for VALUES_VARIANTS, bench_baseline.* for BASELINE (and, with PROFILE=1,
 # per-kernel times and DRAM bytes from ncu at PROFILE_POINTS against the traffic model,
-# profile.txt). Run from the repository root with
-# .devdeps carried:
+# profile.txt). Run from the repository root with .devdeps carried:
 #   OUT=/tmp/kernels bash scripts/gpu_kernels.sh
 # BASELINE=.baseline/baseline.tar.gz (a `git archive` of another commit, made and carried as
-# scripts/gpu_trees.sh does; BASELINE_COMMIT names it in the JSON) builds that tree beside this one
-# and benches it on the same points in the same round, so before/after ratios come from one run on
-# one machine. CANDIDATES="LABEL=.baseline/LABEL.tar.gz ..." does the same for other trees (e.g.
-# branches to try) and also runs their kernel tests (tests_LABEL.txt; with SANITIZE_CANDIDATES=1
-# their compute-sanitizer runs too). The other trees build while this one does.
-# POINTS="ARGS1;ARGS2;..." (or POINTS=standard, the rounds' usual three sets, or
-# POINTS="standard;ARGS;..." those and more) benches several
-# point sets (each a `kvgate bench attention` argument list, e.g. one geometry each) instead of
-# BENCH_ARGS, this tree and the others one after the other per set, into bench_pN.*,
-# bench_baseline_pN.* and bench_LABEL_pN.*. Every bench's medians also go to summary.txt, and
-# with a baseline or candidates each set's trees side by side (readkv/cuda/bench/
-# compare_bench.py, this tree the reference). SOURCE_PROFILE="REGEX|ARGS" samples where the
-# warps of the kernels matching REGEX wait (ncu SourceCounters + WarpStateStats) in one call of
-# `kvgate bench attention ARGS`
-# (SOURCE_COUNT kernels from the SOURCE_SKIP-th matching launch on, default 1 and 20): the SASS
-# table as source_profile.csv.gz, its summary (readkv/cuda/bench/ncu_sass_summary.py) as
-# source_profile.txt. PACK=1 ends by packing $OUT into round.tgz beside summary.txt (the device tool
-# returns at most 8 files).
+# scripts/gpu_trees.sh does; BASELINE_COMMIT names it in the JSON) builds that tree beside this
+# one and benches it on the same points in the same round, so before/after ratios come from one
+# run on one machine. CANDIDATES="LABEL=.baseline/LABEL.tar.gz ..." does the same for other trees
+# (e.g. branches to try) and also runs their kernel tests (tests_LABEL.txt; with
+# SANITIZE_CANDIDATES=1 their compute-sanitizer runs too). The other trees build while this one
+# does. POINTS="ARGS1;ARGS2;..." (or POINTS=standard, the rounds' usual three sets, or
+# POINTS="standard;ARGS;..." those and more) benches several point sets (each a `kvgate bench
+# attention` argument list, e.g. one geometry each) instead of BENCH_ARGS, this tree and the
+# others one after the other per set, into bench_pN.*, bench_baseline_pN.* and bench_LABEL_pN.*.
+# Every bench's medians also go to summary.txt, and with a baseline or candidates each set's trees
+# side by side (readkv/cuda/bench/compare_bench.py, this tree the reference).
+# SOURCE_PROFILE="REGEX|ARGS" samples where the warps of the kernels matching REGEX wait (ncu
+# SourceCounters + WarpStateStats) in one call of `kvgate bench attention ARGS` (SOURCE_COUNT
+# kernels from the SOURCE_SKIP-th matching launch on, default 1 and 20): the SASS table as
+# source_profile.csv.gz, its summary (readkv/cuda/bench/ncu_sass_summary.py) as
+# source_profile.txt. PACK=1 ends by packing $OUT into round.tgz beside summary.txt (the device
+# tool returns at most 8 files).
 set -uo pipefail
 OUT=${OUT:-/tmp/kvgate-gpu-kernels}
 B=${BUILD_DIR:-/tmp/kvgate-gpu-build}

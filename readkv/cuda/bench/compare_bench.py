@@ -29,8 +29,8 @@ class BadInput(Exception):
     pass
 
 
-def load_run(path):
-    """(git_commit, config, {(tokens, batch, kv): median_us}) of one bench JSON file."""
+def load_bench(path):
+    """The document of one `kvgate bench attention --json` file (also ncu_kernel_ledger.py's)."""
     try:
         with open(path) as f:
             doc = json.load(f)
@@ -40,6 +40,12 @@ def load_run(path):
         raise BadInput(f"{path}: not JSON: {e}")
     if not isinstance(doc, dict) or doc.get("bench") != "attention":
         raise BadInput(f"{path}: not a `kvgate bench attention` JSON (no \"bench\": \"attention\")")
+    return doc
+
+
+def load_run(path):
+    """(git_commit, config, {(tokens, batch, kv): median_us}) of one bench JSON file."""
+    doc = load_bench(path)
     rows = {}
     for i, row in enumerate(doc.get("rows", [])):
         try:

@@ -15,11 +15,15 @@ as the bench's rotated buffers make them; writes still in L2 when a kernel ends 
 as its DRAM writes.
 
   ncu_kernel_ledger.py NCU_CSV [--bench BENCH_JSON]
+
+Exit 0 done; 2 bad input (named).
 """
 import argparse
 import csv
-import json
+import signal
 import sys
+
+from compare_bench import BadInput, load_bench
 
 METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum")
 TIME_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3,
@@ -31,7 +35,7 @@ BYTES = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12,
 
 
 def fail(message):
-    sys.exit(f"ncu_kernel_ledger: {message}")
+    raise BadInput(message)
 
 
 def short_name(name):
@@ -100,12 +104,7 @@ def read_launches(path):
 
 def model_row(path):
     """The one row of a bench JSON: (label, traffic_bytes.total)."""
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        fail(f"{path}: not a readable bench JSON ({e})")
-    rows = [r for r in doc.get("rows", []) if not r.get("anchor")]
+    rows = [r for r in load_bench(path).get("rows", []) if not r.get("anchor")]
     if len(rows) != 1:
         fail(f"{path}: {len(rows)} kernel rows; the profiled point's bench must have one "
              f"(one --tokens, --batch and --kv)")
@@ -146,4 +145,9 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends quietly
+    try:
+        main()
+    except BadInput as e:
+        print(f"ncu_kernel_ledger.py: {e}", file=sys.stderr)
+        sys.exit(2)
