@@ -20,6 +20,7 @@ Exit 0 done; 2 bad input (named).
 """
 import argparse
 import csv
+import re
 import signal
 import sys
 
@@ -49,8 +50,13 @@ def short_name(name):
             if depth == 0:
                 name = name[:i]
                 break
-    for anonymous in ("(anonymous namespace)::", "<unnamed>::"):  # demangled; ncu's own form
-        name = name.replace(anonymous, "")
+    # Anonymous namespaces: the demangler's form, then ncu's. ncu prints "unnamed>::" where the
+    # demangler has "(anonymous namespace)::", so inside template arguments the argument list's own
+    # "<" stands before it ("SplitDecodeKernel<unnamed>::Fp8Rows<3>, ...>"), and at a name's start
+    # nothing does ("unnamed>::CombineSplits(...)", as an H200's ncu printed them).
+    name = name.replace("(anonymous namespace)::", "")
+    name = re.sub(r"(?<![\w>])<unnamed>::", "", name)
+    name = name.replace("unnamed>::", "")
     if name.startswith("void "):
         name = name[len("void "):]
     head, bracket, rest = name.partition("<")  # the namespaces before the template arguments

@@ -73,15 +73,19 @@ class NcuKernelLedgerTest(ScriptTestCase):
 
     def test_base_units_short_names_and_no_bench(self):
         launches = [(5, PREPARE, ("nsecond", "2000"), ("byte", "4000000"), ("byte", "0")),
-                    # ncu's own short form of a kernel in an anonymous namespace, units as "ns"
-                    (6, "void SplitDecodeKernel<<unnamed>::Fp8Rows<3>, 64, 4, 4>(SplitArgs)",
-                     ("ns", "1,000"), ("MB", "1"), ("KB", "1"))]
+                    # ncu's forms of names in an anonymous namespace (as an H200's ncu printed
+                    # them: inside template arguments and at a name's start), units as "ns"
+                    (6, "void SplitDecodeKernel<unnamed>::Fp8Rows<3>, 64, 4, 4>(SplitArgs, T1)",
+                     ("ns", "1,000"), ("MB", "1"), ("KB", "1")),
+                    (7, "unnamed>::CombineSplits(int, int, const float *)",
+                     ("ns", "500"), ("byte", "0"), ("byte", "0"))]
         result = self.run_script(self.write("ncu.csv", ncu_csv(launches)))
         self.assertEqual(result.returncode, 0, result.stderr)
         lines = result.stdout.splitlines()
         self.assertEqual(lines[1].split(), ["Prepare", "2.0", "4.00", "0.00", "2000"])
         self.assertEqual(lines[2].split(), ["SplitDecodeKernel<Fp8Rows<3>,", "64,", "4,", "4>",
                                             "1.0", "1.00", "0.00", "1001"])
+        self.assertEqual(lines[3].split()[0], "CombineSplits")
         self.assertNotIn("model", result.stdout)
 
     def test_refusals_name_what_is_wrong(self):
