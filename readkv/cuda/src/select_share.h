@@ -12,6 +12,7 @@ namespace readkv::cuda::internal {
 
 inline constexpr int kSelectCluster = 8;  // blocks per row: the portable cluster size
 inline constexpr int kSelectNarrowCluster = 4;  // ... when the grid has blocks to spare
+inline constexpr int kSelectNarrowestCluster = 2;  // ... and the shares are still short
 inline constexpr size_t kSelectMaxSharedBytes = 160 * 1024;  // a block's importances, at most
 
 // Threads per Select block: kSelectThreads, or kSelectWideThreads when the grid leaves SMs idle.
@@ -29,6 +30,7 @@ inline constexpr SelectGrid kSelectShapes[] = {
     {kSelectCluster, kSelectThreads},        // 0: the usual
     {kSelectCluster, kSelectWideThreads},    // 1: the grid leaves SMs idle
     {kSelectNarrowCluster, kSelectThreads},  // 2: many short rows
+    {kSelectNarrowestCluster, kSelectThreads},  // 3: more, shorter rows
 };
 inline constexpr int kSelectShapeCount = sizeof(kSelectShapes) / sizeof(kSelectShapes[0]);
 
@@ -52,6 +54,11 @@ constexpr int SelectShapeFor(long long rows, int max_tokens) {
   if (rows * kSelectCluster <= kAssumedSms) return 1;
   if (rows * kSelectNarrowCluster > kAssumedSms &&
       (max_tokens + kSelectCluster - 1) / kSelectCluster < 2048) {
+    // The same step again while it holds at 4 blocks per row (shares at 4 under 2048 tokens).
+    if (rows * kSelectNarrowestCluster > kAssumedSms &&
+        (max_tokens + kSelectNarrowCluster - 1) / kSelectNarrowCluster < 2048) {
+      return 3;
+    }
     return 2;
   }
   return 0;

@@ -418,6 +418,8 @@ INSTANTIATE_TEST_SUITE_P(
                       // threads (most cases), 32 rows 8 blocks of 256 (the 4-sequence cases),
                       // these 40 rows of short shares clusters of 4.
                       Case{16, 8, 64, {700, 1, 2000, 64, 333}, 8, 3.0, 0},
+                      // 72 rows of shares under 2048 tokens at 4 blocks: clusters of 2.
+                      Case{16, 8, 64, {900, 5, 1500, 64, 333, 1, 2, 700, 40}, 8, 4.0, 0},
                       // A row too long for Select's shares of importances to stay in shared
                       // memory (over 8 x 20480 tokens): they go through the workspace; beside it
                       // a row whose 8 shares are mostly empty.

@@ -123,6 +123,9 @@ TEST(SelectGridTest, FollowsTheGridAndTheShares) {
   EXPECT_TRUE(is(SelectGridFor(internal::kAssumedSms / narrow, 8192), c, n));
   EXPECT_TRUE(is(SelectGridFor(internal::kAssumedSms / narrow + 1, 8192), narrow, n));
   EXPECT_TRUE(is(SelectGridFor(16 * 8, 8192), narrow, n));  // 8K x 16, 8 KV heads
+  // Shares at 4 under 2048 tokens, with 2-block clusters still more than filling the SMs.
+  EXPECT_TRUE(is(SelectGridFor(16 * 8, 8192 - 4), internal::kSelectNarrowestCluster, n));
+  EXPECT_TRUE(is(SelectGridFor(16 * 4, 4096), narrow, n));  // 2-block clusters: 128 blocks
   EXPECT_TRUE(is(SelectGridFor(16 * 8, 16384 - c), narrow, n));  // shares of 2047 tokens
   EXPECT_TRUE(is(SelectGridFor(16 * 8, 16384), c, n));           // shares of 2048
   EXPECT_TRUE(is(SelectGridFor(16 * 8, 32768), c, n));           // 32K x 16
