@@ -267,7 +267,7 @@ struct ValuesMmaShared {
   unsigned pairs[kCentroids];  // centroid as f16 (low half) and its rounding error (high half)
   uint16_t order[kSlots];
   int seg_count[kSegments][kMaxStoreBits + 1];  // tokens of depth t in a segment, then its offset
-  // [t]: the slots of depth t (its tokens, padded to whole tiles); [0]: the slots in all.
+  // [t]: the slots of depth t (its tokens, padded to whole tiles); [0] unused.
   int depth_slots[kMaxStoreBits + 1];
   int pages[kSub / kPageTokens];
   float warp_mass[kMmaValueWarps][G];
@@ -429,9 +429,9 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
       }
     }
     __syncthreads();
-    // Every warp, lane = depth: the depths' first slots (depth 1's first); warp 0 also writes the
-    // slots in all (read after the next barrier).
-    int first_slot;
+    // Every warp, lane = depth: the depths' first slots (depth 1's first) and the slots in all
+    // (lane W's sum, which every warp holds: no shared copy).
+    int first_slot, slots;
     {
       const int count = lane >= 1 && lane <= W ? sh.depth_slots[lane] : 0;
       int through = count;
@@ -440,7 +440,7 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
         if (lane >= o) through += y;
       }
       first_slot = through - count;
-      if (warp == 0 && lane == W) sh.depth_slots[0] = through;
+      slots = __shfl_sync(0xffffffffu, through, W);
     }
     for (int seg = warp; seg < segments; seg += kMmaValueWarps) {
       const int i = seg * kWarp + lane;
@@ -456,7 +456,7 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
     __syncthreads();
 
     // Every tile starts a depth's run or continues it, so its first slot is a token.
-    const int tiles = sh.depth_slots[0] / kValueTile;
+    const int tiles = slots / kValueTile;
     if (warp < tiles) issue(round, warp, sh.stage[warp][0]);
     internal::CpAsyncCommit();
     for (int tile = warp, k = 0; tile < tiles; tile += kMmaValueWarps, ++k) {
