@@ -8,7 +8,8 @@ from and wrote to DRAM and the rate they make. The launches form calls: a call s
 launch of the first launch's kernel (Prepare for ReadKV, the split kernel for dense and FP8).
 With --bench, the JSON that `kvgate bench attention --json` wrote in the same run (one row: the
 profiled point), it then sets one call's measured bytes against the row's modelled physical
-traffic (`traffic_bytes.total`, readkv/cuda/src/traffic.cc).
+traffic (`traffic_bytes.total`, readkv/cuda/src/traffic.cc), and each kernel's reads and writes
+against the model's share of that kernel (`traffic_kernels`, where the JSON has them).
 
 ncu replays each kernel with its caches flushed (its default cache control), so reads are cold,
 as the bench's rotated buffers make them; writes still in L2 when a kernel ends are not counted
@@ -109,7 +110,7 @@ def read_launches(path):
 
 
 def model_row(path):
-    """The one row of a bench JSON: (label, traffic_bytes.total)."""
+    """The one row of a bench JSON: (label, traffic_bytes.total, traffic_kernels or [])."""
     rows = [r for r in load_bench(path).get("rows", []) if not r.get("anchor")]
     if len(rows) != 1:
         fail(f"{path}: {len(rows)} kernel rows; the profiled point's bench must have one "
@@ -118,7 +119,37 @@ def model_row(path):
     total = row.get("traffic_bytes", {}).get("total")
     if not isinstance(total, (int, float)):
         fail(f"{path}: its row has no traffic_bytes.total")
-    return f"{row['kv']} {row['tokens']} x {row['batch']}", float(total)
+    kernels = row.get("traffic_kernels", [])  # absent in JSON of before the model had it
+    for k in kernels:
+        if not (isinstance(k, dict) and isinstance(k.get("kernel"), str) and
+                all(isinstance(k.get(f), (int, float)) for f in ("read", "write"))):
+            fail(f"{path}: a traffic_kernels entry is not {{kernel, read, write}}: {k!r}")
+    return f"{row['kv']} {row['tokens']} x {row['batch']}", float(total), kernels
+
+
+def print_by_kernel(kernels, launches, calls):
+    """The model's bytes per launch (traffic_kernels) against the measured ones, per call: a
+    measured launch counts for the model's kernel its name starts with."""
+    print(f"{'by kernel, per call (MB)':<26} {'read model':>11} {'measured':>9} {'ratio':>7} "
+          f"{'write model':>12} {'measured':>9} {'ratio':>7}")
+
+    def ratio(measured, model):
+        return f"{measured / model:6.3f}x" if model > 0 else f"{'--':>7}"
+
+    matched = set()
+    for k in kernels:
+        read = write = 0.0
+        for launch_id, kernel, m in launches:
+            if kernel.startswith(k["kernel"]):
+                read += m["dram__bytes_read.sum"]
+                write += m["dram__bytes_write.sum"]
+                matched.add(launch_id)
+        read, write = read / calls, write / calls
+        print(f"{k['kernel']:<26} {k['read'] / 1e6:11.2f} {read / 1e6:9.2f} "
+              f"{ratio(read, k['read'])} {k['write'] / 1e6:12.2f} {write / 1e6:9.2f} "
+              f"{ratio(write, k['write'])}")
+    for kernel in sorted({kernel for i, kernel, _ in launches if i not in matched}):
+        print(f"{kernel}: profiled, but no kernel of the model's is a prefix of its name")
 
 
 def main():
@@ -144,10 +175,12 @@ def main():
     print(f"{f'one call (mean of {calls})':<44} {total_time / calls:9.1f} "
           f"{total_read / calls / 1e6:13.2f} {total_write / calls / 1e6:9.2f}")
     if args.bench:
-        label, model = model_row(args.bench)
+        label, model, kernels = model_row(args.bench)
         ratio = per_call / model if model > 0 else float("nan")
         print(f"model ({label}): {model / 1e6:.2f} MB physical traffic per call; "
               f"measured DRAM read + write {per_call / 1e6:.2f} MB = {ratio:.3f}x the model")
+        if kernels:
+            print_by_kernel(kernels, launches, calls)
 
 
 if __name__ == "__main__":

@@ -35,9 +35,11 @@ def ncu_csv(launches, program_output="  8192 x 1 readkv:8:4  63.9 us\n"):
     return out.getvalue()
 
 
-def bench_doc(total, rows=1):
+def bench_doc(total, rows=1, kernels=None):
     row = {"kv": "readkv:8:4", "tokens": 8192, "batch": 1, "anchor": False,
            "traffic_bytes": {"total": total, "payload": total // 2}}
+    if kernels is not None:
+        row["traffic_kernels"] = kernels
     return {"bench": "attention", "rows": [dict(row) for _ in range(rows)]}
 
 
@@ -70,6 +72,41 @@ class NcuKernelLedgerTest(ScriptTestCase):
         self.assertEqual(lines[5].split()[-3:], ["30.0", "4.00", "1.00"])
         self.assertEqual(lines[6], "model (readkv:8:4 8192 x 1): 5.00 MB physical traffic per "
                                    "call; measured DRAM read + write 5.00 MB = 1.000x the model")
+
+    def test_each_kernel_against_its_share_of_the_model(self):
+        # Two calls; the model names Prepare, Select and Values, the run also has a Logits launch.
+        launches = [
+            (0, PREPARE, ("usecond", "10"), ("Kbyte", "500"), ("byte", "0")),
+            (1, "void readkv_kernels::LogitsMma<4>(Args)", ("usecond", "5"), ("byte", "0"),
+             ("byte", "0")),
+            (2, SELECT, ("usecond", "20"), ("Mbyte", "3.5"), ("Mbyte", "1")),
+            (3, PREPARE, ("usecond", "12"), ("Kbyte", "700"), ("byte", "0")),
+            (4, SELECT, ("usecond", "18"), ("Mbyte", "3.3"), ("Mbyte", "1")),
+        ]
+        model = [{"kernel": "Prepare", "read": 500_000, "write": 0},
+                 {"kernel": "Select", "read": 4_000_000, "write": 500_000},
+                 {"kernel": "Values", "read": 1_000_000, "write": 2_000}]
+        result = self.run_script(self.write("ncu.csv", ncu_csv(launches)), "--bench",
+                                 self.write("bench.json", bench_doc(6_000_000, kernels=model)))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        lines = result.stdout.splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith("by kernel"))
+        # Per call: Prepare read (0.5 + 0.7) / 2 MB; Select read (3.5 + 3.3) / 2, wrote 1.
+        self.assertEqual(lines[at + 1].split(),
+                         ["Prepare", "0.50", "0.60", "1.200x", "0.00", "0.00", "--"])
+        self.assertEqual(lines[at + 2].split(),
+                         ["Select", "4.00", "3.40", "0.850x", "0.50", "1.00", "2.000x"])
+        self.assertEqual(lines[at + 3].split(),
+                         ["Values", "1.00", "0.00", "0.000x", "0.00", "0.00", "0.000x"])
+        self.assertEqual(lines[at + 4], "LogitsMma<4>: profiled, but no kernel of the model's "
+                                        "is a prefix of its name")
+        self.assertEqual(len(lines), at + 5)
+        # An entry that is not {kernel, read, write} is refused, named.
+        bad = bench_doc(1000, kernels=[{"kernel": "Prepare", "read": "many", "write": 0}])
+        result = self.run_script(self.write("ncu.csv", ncu_csv(launches)), "--bench",
+                                 self.write("bad.json", bad))
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("traffic_kernels entry", result.stderr)
 
     def test_base_units_short_names_and_no_bench(self):
         launches = [(5, PREPARE, ("nsecond", "2000"), ("byte", "4000000"), ("byte", "0")),

@@ -58,6 +58,12 @@ std::string BenchReportJson(const BenchConfig& config, const BenchReport& report
   for (const KvSpec& spec : config.kv) kv.push_back(spec.Name());
   nlohmann::json rows = nlohmann::json::array();
   for (const BenchRow& r : report.rows) {
+    nlohmann::json kernels = nlohmann::json::array();  // the same bytes by launch
+    for (const KernelTraffic& k : r.traffic.kernels) {
+      if (k.kernel != nullptr) {
+        kernels.push_back({{"kernel", k.kernel}, {"read", k.read}, {"write", k.write}});
+      }
+    }
     rows.push_back({{"tokens", r.tokens},
                     {"batch", r.batch},
                     {"kv", r.kv},
@@ -74,6 +80,7 @@ std::string BenchReportJson(const BenchConfig& config, const BenchReport& report
                       {"partials", r.traffic.partials},
                       {"io", r.traffic.io},
                       {"total", r.traffic.Total()}}},
+                    {"traffic_kernels", kernels},
                     {"workspace_bytes", r.workspace_bytes},
                     {"chunk_tokens", r.chunk_tokens},
                     {"achieved_gbps", r.achieved_gbps},

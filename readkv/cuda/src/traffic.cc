@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 
 #include "readkv/cuda/decode_attention.h"
 #include "select_share.h"
@@ -15,6 +16,28 @@ namespace {
 
 int64_t Chunks(int64_t tokens, int chunk) { return (tokens + chunk - 1) / chunk; }
 
+// Builds a TrafficBytes term by term: each term goes to its category and to the launch that reads
+// or writes it, so the two views add up to the same total by construction.
+class Ledger {
+ public:
+  Ledger(std::initializer_list<const char*> kernels) {
+    int k = 0;
+    for (const char* kernel : kernels) t_.kernels[k++].kernel = kernel;
+  }
+  void Read(int64_t TrafficBytes::*category, int kernel, int64_t bytes) {
+    t_.*category += bytes;
+    t_.kernels[kernel].read += bytes;
+  }
+  void Write(int64_t TrafficBytes::*category, int kernel, int64_t bytes) {
+    t_.*category += bytes;
+    t_.kernels[kernel].write += bytes;
+  }
+  TrafficBytes Take() const { return t_; }
+
+ private:
+  TrafficBytes t_;
+};
+
 // A row's Key entry list (readkv_attention_state.cuh's KeyList, which asserts this size): written
 // by Prepare, copied by every Logits block of the row.
 constexpr int64_t kKeyListBytes = 2696;
@@ -24,7 +47,8 @@ constexpr int64_t kKeyListBytes = 2696;
 // head it holds tiles of, warp), written once and read once by the combine.
 TrafficBytes SplitTraffic(const DecodeShape& shape, const int32_t* seq_lens, int element_bytes,
                           bool scales, int blocks_per_sm) {
-  TrafficBytes t;
+  enum { kSplit, kCombine };
+  Ledger t({"SplitDecodeKernel", "CombineSplits"});
   const internal::SplitWork work = internal::MakeSplitWork(
       shape.batch, shape.heads_kv, shape.max_tokens, blocks_per_sm * internal::kAssumedSms);
   const int64_t d = shape.head_dim;
@@ -32,9 +56,9 @@ TrafficBytes SplitTraffic(const DecodeShape& shape, const int32_t* seq_lens, int
   for (int b = 0; b < shape.batch; ++b) {
     const int64_t tokens = seq_lens[b];
     const int64_t real = Chunks(tokens, internal::kSplitTileTokens);
-    t.payload += 2 * tokens * shape.heads_kv * d * element_bytes;
-    t.metadata += 4 * shape.heads_kv * real;  // a page-table entry per tile
-    if (scales) t.metadata += 2 * 4 * shape.heads_kv;
+    t.Read(&TrafficBytes::payload, kSplit, 2 * tokens * shape.heads_kv * d * element_bytes);
+    t.Read(&TrafficBytes::metadata, kSplit, 4 * shape.heads_kv * real);  // a page entry per tile
+    if (scales) t.Read(&TrafficBytes::metadata, kSplit, 2 * 4 * shape.heads_kv);
     for (int h = 0; h < shape.heads_kv; ++h) {
       const int64_t start = (static_cast<int64_t>(b) * shape.heads_kv + h) * work.per_head;
       int64_t segments = 0;
@@ -46,11 +70,14 @@ TrafficBytes SplitTraffic(const DecodeShape& shape, const int32_t* seq_lens, int
         if (lo < hi) ++segments;
       }
       // Partials: each warp's output and (m, l) per segment, written and read back.
-      t.partials += 2 * segments * internal::kSplitWarpsPerBlock * g * (d + 2) * 4;
-      t.io += segments * g * d * 4 + g * d * 4;  // queries per segment, outputs
+      const int64_t partials = segments * internal::kSplitWarpsPerBlock * g * (d + 2) * 4;
+      t.Write(&TrafficBytes::partials, kSplit, partials);
+      t.Read(&TrafficBytes::partials, kCombine, partials);
+      t.Read(&TrafficBytes::io, kSplit, segments * g * d * 4);  // queries, per segment
+      t.Write(&TrafficBytes::io, kCombine, g * d * 4);          // outputs
     }
   }
-  return t;
+  return t.Take();
 }
 
 }  // namespace
@@ -130,7 +157,11 @@ TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_le
                                  int store_bits, double key_bits,
                                  const uint8_t* key_depths_host,
                                  const uint8_t* value_depths_host) {
-  TrafficBytes t;
+  enum { kPrepare, kLogits, kSelect, kValues };  // Values: with the row's finish
+  Ledger t({"Prepare", "Logits", "Select", "Values"});
+  constexpr auto kPayload = &TrafficBytes::payload, kMetadata = &TrafficBytes::metadata,
+                 kScores = &TrafficBytes::scores, kSchedule = &TrafficBytes::schedule,
+                 kPartials = &TrafficBytes::partials, kIo = &TrafficBytes::io;
   // What a Logits block reads to find its planes: the row's entry list, or (LogitsMma) its
   // Key depths, from which it builds its k-slots itself.
   const int chunk = ReadKvChunkTokens(shape);
@@ -151,35 +182,59 @@ TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_le
       const size_t head = static_cast<size_t>(b) * shape.heads_kv + h;
       if (key_depths_host != nullptr && value_depths_host != nullptr) {
         // Key planes: t_c whole 32-byte planes per (block, channel).
-        for (int c = 0; c < d; ++c) t.payload += key_depths_host[head * d + c] * blocks * 32;
+        for (int c = 0; c < d; ++c) {
+          t.Read(kPayload, kLogits, key_depths_host[head * d + c] * blocks * 32);
+        }
         // Value planes: a token's first t planes are t * d / 8 contiguous bytes of its row,
         // touched in 32-byte sectors.
+        int64_t value_sectors = 0;
         for (int64_t i = 0; i < tokens; ++i) {
           const int64_t bytes = value_depths_host[head * shape.max_tokens + i] * plane_bytes;
-          t.payload += (bytes + 31) / 32 * 32;
+          value_sectors += (bytes + 31) / 32 * 32;
         }
+        t.Read(kPayload, kValues, value_sectors);
       }
-      // Calibration (mu, sigma of K and V), signs of K and V; centroids per thread block.
-      t.metadata += 6 * d * 4 + (1 + 2 * chunks) * centroid_bytes + blocks * 4 * 2;
+      // Calibration (mu, sigma) and signs of K (Prepare) and of V (the finish); centroids per
+      // thread block (Prepare's one, each Logits and Values block's); a page entry per 256-token
+      // block (Logits, Values).
+      t.Read(kMetadata, kPrepare, 3 * d * 4 + centroid_bytes);
+      t.Read(kMetadata, kLogits, chunks * centroid_bytes + blocks * 4);
+      t.Read(kMetadata, kValues, 3 * d * 4 + chunks * centroid_bytes + blocks * 4);
       // Logits: written once, read by Select (softmax + a_i) and by Values. a_i stays in the
       // Select blocks' shared memory, unless a block's share is too long for it: then it is
       // written once and read by the depth pass (and by each radix pass, 2-4 on real data, not
       // counted: data-dependent).
-      t.scores += 3 * g * tokens * 4 + (importance_in_shared ? 0 : tokens * 8 * 2);
-      // Depth schedules: Key depths written; the Key entry list written, and it or the depths
-      // read per chunk; Value depths written and read twice by Values (counted, then placed in
-      // depth order).
-      t.schedule += d + kKeyListBytes + logits_schedule * chunks + 3 * tokens;
-      // Chunk (m, l) for the logits (written once, read by each of the row's Select blocks),
-      // and Values' partial outputs and masses.
-      t.partials += g * chunks * 2 * 4 * (1 + select.cluster) +
-                    2 * g * chunks * (d + 1) * 4 +
-                    g * 2 * 4 * 2;
-      // Queries; a_qc and bias written by Prepare and read per chunk; outputs.
-      t.io += g * d * 4 + (1 + chunks) * g * (d + 1) * 4 + g * d * 4;
+      t.Write(kScores, kLogits, g * tokens * 4);
+      t.Read(kScores, kSelect, g * tokens * 4);
+      t.Read(kScores, kValues, g * tokens * 4);
+      if (!importance_in_shared) {
+        t.Write(kScores, kSelect, tokens * 8);
+        t.Read(kScores, kSelect, tokens * 8);
+      }
+      // Depth schedules: Key depths and the Key entry list written (Prepare), and one of them
+      // read per chunk (Logits); Value depths written (Select) and read twice by Values (counted,
+      // then placed in depth order).
+      t.Write(kSchedule, kPrepare, d + kKeyListBytes);
+      t.Read(kSchedule, kLogits, logits_schedule * chunks);
+      t.Write(kSchedule, kSelect, tokens);
+      t.Read(kSchedule, kValues, 2 * tokens);
+      // Chunk (m, l) for the logits (written once, read by each of the row's Select blocks);
+      // the heads' softmax statistics (Select, read by Values); Values' partial outputs and
+      // masses (read by the finish).
+      t.Write(kPartials, kLogits, g * chunks * 2 * 4);
+      t.Read(kPartials, kSelect, g * chunks * 2 * 4 * select.cluster);
+      t.Write(kPartials, kSelect, g * 2 * 4);
+      t.Read(kPartials, kValues, g * 2 * 4);
+      t.Write(kPartials, kValues, g * chunks * (d + 1) * 4);
+      t.Read(kPartials, kValues, g * chunks * (d + 1) * 4);
+      // Queries (Prepare); a_qc and bias written by Prepare and read per chunk; outputs.
+      t.Read(kIo, kPrepare, g * d * 4);
+      t.Write(kIo, kPrepare, g * (d + 1) * 4);
+      t.Read(kIo, kLogits, chunks * g * (d + 1) * 4);
+      t.Write(kIo, kValues, g * d * 4);
     }
   }
-  return t;
+  return t.Take();
 }
 
 }  // namespace readkv::cuda

@@ -130,6 +130,8 @@ BenchReport SampleReport() {
   fp8.time = SummariseTimes({10, 11, 12});
   fp8.traffic.payload = 1000;
   fp8.traffic.io = 24;
+  fp8.traffic.kernels[0] = {"SplitDecodeKernel", 1000, 16};
+  fp8.traffic.kernels[1] = {"CombineSplits", 0, 8};
   fp8.time_vs_fp8 = 1.0;
   fp8.rel_l2_vs_dense = 0.01;
   BenchRow anchor = fp8;
@@ -166,6 +168,9 @@ TEST(BenchReportJsonTest, HoldsTheRunInfoDeviceStreamAndEveryRowWithItsLedgers) 
   EXPECT_EQ(r.at("time").at("launches"), 3);
   EXPECT_EQ(r.at("traffic_bytes").at("total"), 1024);
   EXPECT_EQ(r.at("traffic_bytes").at("payload"), 1000);
+  EXPECT_EQ(r.at("traffic_kernels"),  // the launches the model names, in order
+            nlohmann::json::parse(R"([{"kernel": "SplitDecodeKernel", "read": 1000, "write": 16},
+                                      {"kernel": "CombineSplits", "read": 0, "write": 8}])"));
   for (const char* key : {"logical_bytes", "achieved_gbps", "stream_fraction", "time_vs_dense",
                           "finite", "copies", "copy_bytes", "context_tokens"}) {
     EXPECT_TRUE(r.contains(key)) << key;

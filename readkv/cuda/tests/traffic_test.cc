@@ -39,6 +39,19 @@ class LogitsEnv {
   std::string old_;
 };
 
+// The Llama-3-8B geometry (32 query heads, 8 KV heads, d = 128) at a batch, length and chunk.
+DecodeShape LlamaShape(int batch, int max_tokens, int chunk_tokens) {
+  DecodeShape shape;
+  shape.batch = batch;
+  shape.heads_q = 32;
+  shape.heads_kv = 8;
+  shape.head_dim = 128;
+  shape.max_tokens = max_tokens;
+  shape.max_pages = (max_tokens + kPageTokens - 1) / kPageTokens;
+  shape.chunk_tokens = chunk_tokens;
+  return shape;
+}
+
 TEST(ReadKvLogitsReaderTest, TensorCoresUpToTwoKeyBitsOrTwoPageChunksUnlessTheEnvironmentPicks) {
   {
     const LogitsEnv env(nullptr);
@@ -61,14 +74,7 @@ TEST(ReadKvLogitsReaderTest, TensorCoresUpToTwoKeyBitsOrTwoPageChunksUnlessTheEn
 
 TEST(ReadKvLogitsReaderTest, TrafficCountsWhatEachReaderReadsPerChunk) {
   const LogitsEnv env(nullptr);
-  DecodeShape shape;
-  shape.batch = 2;
-  shape.heads_q = 32;
-  shape.heads_kv = 8;
-  shape.head_dim = 128;
-  shape.max_tokens = 8192;
-  shape.max_pages = 32;
-  shape.chunk_tokens = 1024;
+  const DecodeShape shape = LlamaShape(2, 8192, 1024);
   const std::vector<int32_t> lens = {8192, 3000};  // 8 and 3 chunks
   const TrafficBytes mma = ReadKvDecodeTraffic(shape, lens.data(), 8, 2.0, nullptr, nullptr);
   const TrafficBytes wide = ReadKvDecodeTraffic(shape, lens.data(), 8, 4.0, nullptr, nullptr);
@@ -103,6 +109,67 @@ TEST(ReadKvSelectTrafficTest, ImportancesCountOnlyWhenTheyLeaveSharedMemory) {
   const int most = internal::kSelectCluster * 20480;  // 2 rows: clusters of 8 (SelectGridFor)
   EXPECT_EQ(scores(most), logits(most));
   EXPECT_EQ(scores(most + 1), logits(most + 1) + 2 * (int64_t{most + 1} * 16));
+}
+
+// The model by launch (TrafficBytes::kernels): every term is some kernel's read or write, each
+// cache payload goes to its reader, and what one launch writes for another is read there.
+TEST(KernelTrafficTest, EachLaunchMovesItsShareAndTheSharesAddUpToTheTotal) {
+  const LogitsEnv env(nullptr);
+  const DecodeShape shape = LlamaShape(2, 4096, 1024);
+  const std::vector<int32_t> lens = {4096, 1000};
+  const auto sum = [](const TrafficBytes& t) {
+    int64_t bytes = 0;
+    for (const KernelTraffic& k : t.kernels) bytes += k.read + k.write;
+    return bytes;
+  };
+  const auto named = [](const TrafficBytes& t) {
+    std::vector<std::string> names;
+    for (const KernelTraffic& k : t.kernels) {
+      if (k.kernel != nullptr) names.emplace_back(k.kernel);
+    }
+    return names;
+  };
+  const TrafficBytes fp8 = Fp8DecodeTraffic(shape, lens.data());
+  EXPECT_EQ(named(fp8), (std::vector<std::string>{"SplitDecodeKernel", "CombineSplits"}));
+  EXPECT_EQ(sum(fp8), fp8.Total());
+  EXPECT_GT(fp8.kernels[0].read, fp8.payload);  // the cache, page entries, scales, queries
+  EXPECT_EQ(fp8.kernels[0].write, fp8.partials / 2);  // partials, written once, read once
+  const int64_t outputs = int64_t{2} * 32 * 128 * 4;
+  EXPECT_EQ(fp8.kernels[1].read, fp8.partials / 2);
+  EXPECT_EQ(fp8.kernels[1].write, outputs);
+  const TrafficBytes dense = DenseDecodeTraffic(shape, lens.data());
+  EXPECT_EQ(sum(dense), dense.Total());
+  EXPECT_EQ(dense.payload, 2 * fp8.payload);
+  EXPECT_GT(dense.kernels[0].read, dense.payload);
+  EXPECT_EQ(dense.kernels[1].write, outputs);
+
+  // ReadKV with every token's Values at depth 3 (48 bytes: two sectors) and Keys at 4 planes.
+  std::vector<uint8_t> key_depths(2 * 8 * 128, 4), value_depths(2 * 8 * 4096, 3);
+  const TrafficBytes bare = ReadKvDecodeTraffic(shape, lens.data(), 8, 4.0, nullptr, nullptr);
+  const TrafficBytes full =
+      ReadKvDecodeTraffic(shape, lens.data(), 8, 4.0, key_depths.data(), value_depths.data());
+  EXPECT_EQ(named(full), (std::vector<std::string>{"Prepare", "Logits", "Select", "Values"}));
+  EXPECT_EQ(sum(bare), bare.Total());
+  EXPECT_EQ(sum(full), full.Total());
+  const int64_t blocks = 16 + 4, tokens = 4096 + 1000, chunks = 4 + 1;
+  const int64_t key_payload = 8 * 128 * 4 * blocks * 32;
+  const int64_t value_payload = 8 * tokens * 64;
+  EXPECT_EQ(full.payload, key_payload + value_payload);
+  EXPECT_EQ(full.kernels[1].read - bare.kernels[1].read, key_payload);    // Logits
+  EXPECT_EQ(full.kernels[3].read - bare.kernels[3].read, value_payload);  // Values
+  for (int k : {0, 2}) {
+    EXPECT_EQ(full.kernels[k].read, bare.kernels[k].read);
+    EXPECT_EQ(full.kernels[k].write, bare.kernels[k].write);
+  }
+  // Logits writes the scores (4 query heads per KV head) and each chunk's (m, l) of each head;
+  // Select reads the scores and writes the Value depths (a byte a token) and the heads' softmax
+  // statistics; Values reads the scores too and writes its partials and the outputs.
+  const int64_t g = 4, rows_tokens = 8 * tokens, rows_chunks = 8 * chunks;
+  EXPECT_EQ(full.kernels[1].write, g * rows_tokens * 4 + g * rows_chunks * 8);
+  EXPECT_EQ(full.kernels[2].write, rows_tokens + 2 * 8 * g * 8);
+  EXPECT_EQ(full.kernels[3].write, g * rows_chunks * 129 * 4 + outputs);
+  EXPECT_GE(full.kernels[2].read, g * rows_tokens * 4);
+  EXPECT_GE(full.kernels[3].read, value_payload + g * rows_tokens * 4 + 2 * rows_tokens);
 }
 
 // Select's launch shape: twice the warps while the grid (kSelectCluster blocks per row) fits on

@@ -23,6 +23,7 @@
 // Thread-safety: launchers are reentrant; two calls that share a workspace must be ordered.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 
@@ -184,6 +185,14 @@ cudaError_t ReadKvAppend(const DecodeShape& shape, int tokens, const float* keys
 // them, codec metadata, scores/logits written and read back, depth schedules, chunk partials, and
 // queries/outputs. Host functions over host copies of seq_lens (and, for ReadKV, of the depths
 // the call chose: ReadKvDebug); they compile without CUDA.
+// The same bytes by launch: what the model has one kernel read and write. `kernel` is the
+// kernel's name up to its template arguments, so a profiler's name for the launch starts with it
+// ("Logits" for LogitsTransposed<4, 4>); a static string, null in unused entries.
+struct KernelTraffic {
+  const char* kernel = nullptr;
+  int64_t read = 0;
+  int64_t write = 0;
+};
 struct TrafficBytes {
   int64_t payload = 0;    // K/V bytes (dense, FP8) or bit-plane sectors (ReadKV)
   int64_t metadata = 0;   // scales, calibration, signs, centroid tables, page table
@@ -191,6 +200,9 @@ struct TrafficBytes {
   int64_t schedule = 0;   // depth schedules and selection histograms
   int64_t partials = 0;   // per-chunk partial outputs and softmax statistics, written and read
   int64_t io = 0;         // queries read, outputs written
+  // In launch order: dense and FP8 SplitDecodeKernel, CombineSplits; ReadKV Prepare, Logits,
+  // Select, Values (with the row's finish). Their reads and writes add up to Total().
+  std::array<KernelTraffic, 4> kernels{};
   int64_t Total() const { return payload + metadata + scores + schedule + partials + io; }
 };
 // Logical payload: what the readers chose (dense/FP8: every K/V byte).
