@@ -37,6 +37,9 @@ class Ledger {
  private:
   TrafficBytes t_;
 };
+constexpr auto kPayload = &TrafficBytes::payload, kMetadata = &TrafficBytes::metadata,
+               kScores = &TrafficBytes::scores, kSchedule = &TrafficBytes::schedule,
+               kPartials = &TrafficBytes::partials, kIo = &TrafficBytes::io;
 
 // A row's Key entry list (readkv_attention_state.cuh's KeyList, which asserts this size): written
 // by Prepare, copied by every Logits block of the row.
@@ -56,9 +59,9 @@ TrafficBytes SplitTraffic(const DecodeShape& shape, const int32_t* seq_lens, int
   for (int b = 0; b < shape.batch; ++b) {
     const int64_t tokens = seq_lens[b];
     const int64_t real = Chunks(tokens, internal::kSplitTileTokens);
-    t.Read(&TrafficBytes::payload, kSplit, 2 * tokens * shape.heads_kv * d * element_bytes);
-    t.Read(&TrafficBytes::metadata, kSplit, 4 * shape.heads_kv * real);  // a page entry per tile
-    if (scales) t.Read(&TrafficBytes::metadata, kSplit, 2 * 4 * shape.heads_kv);
+    t.Read(kPayload, kSplit, 2 * tokens * shape.heads_kv * d * element_bytes);
+    t.Read(kMetadata, kSplit, 4 * shape.heads_kv * real);  // a page-table entry per tile
+    if (scales) t.Read(kMetadata, kSplit, 2 * 4 * shape.heads_kv);
     for (int h = 0; h < shape.heads_kv; ++h) {
       const int64_t start = (static_cast<int64_t>(b) * shape.heads_kv + h) * work.per_head;
       int64_t segments = 0;
@@ -71,10 +74,10 @@ TrafficBytes SplitTraffic(const DecodeShape& shape, const int32_t* seq_lens, int
       }
       // Partials: each warp's output and (m, l) per segment, written and read back.
       const int64_t partials = segments * internal::kSplitWarpsPerBlock * g * (d + 2) * 4;
-      t.Write(&TrafficBytes::partials, kSplit, partials);
-      t.Read(&TrafficBytes::partials, kCombine, partials);
-      t.Read(&TrafficBytes::io, kSplit, segments * g * d * 4);  // queries, per segment
-      t.Write(&TrafficBytes::io, kCombine, g * d * 4);          // outputs
+      t.Write(kPartials, kSplit, partials);
+      t.Read(kPartials, kCombine, partials);
+      t.Read(kIo, kSplit, segments * g * d * 4);  // queries, per segment
+      t.Write(kIo, kCombine, g * d * 4);          // outputs
     }
   }
   return t.Take();
@@ -159,9 +162,6 @@ TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_le
                                  const uint8_t* value_depths_host) {
   enum { kPrepare, kLogits, kSelect, kValues };  // Values: with the row's finish
   Ledger t({"Prepare", "Logits", "Select", "Values"});
-  constexpr auto kPayload = &TrafficBytes::payload, kMetadata = &TrafficBytes::metadata,
-                 kScores = &TrafficBytes::scores, kSchedule = &TrafficBytes::schedule,
-                 kPartials = &TrafficBytes::partials, kIo = &TrafficBytes::io;
   // What a Logits block reads to find its planes: the row's entry list, or (LogitsMma) its
   // Key depths, from which it builds its k-slots itself.
   const int chunk = ReadKvChunkTokens(shape);
