@@ -183,10 +183,11 @@ elif [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
 fi
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 if [[ "${PROFILE:-0}" == 1 ]]; then
-  # Per-kernel GPU time and DRAM bytes of one ReadKV call at a few points (ncu replays each kernel
-  # with its caches flushed: slow, so few): the seventh call's four launches (the FP8 kernels'
-  # names are here for PROFILE_KV=fp8, whose call is two launches: then it shows two calls),
-  # set against the traffic model by readkv/cuda/bench/ncu_kernel_ledger.py.
+  # Per-kernel GPU time, DRAM bytes and the bytes the kernel's stores write into L2 (spilled
+  # registers included) of one ReadKV call at a few points (ncu replays each kernel with its
+  # caches flushed: slow, so few): the seventh call's four launches (the FP8 kernels' names are
+  # here for PROFILE_KV=fp8, whose call is two launches: then it shows two calls), set against the
+  # traffic model, per kernel too, by readkv/cuda/bench/ncu_kernel_ledger.py.
   # PROFILE_POINTS="ARGS1;ARGS2;..." gives the points as `kvgate bench attention` arguments, each
   # with one --kv (default: 32K x 16 and 32K x 1 of the 32/8/128 geometry at PROFILE_KV).
   kv=${PROFILE_KV:-readkv:8:4}
@@ -196,7 +197,8 @@ if [[ "${PROFILE:-0}" == 1 ]]; then
   for point in "${profile_points[@]}"; do
     read -r -a args <<< "$point"
     rm -f "$LOGS/ncu-bench.json"
-    "$NCU" --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum --csv \
+    metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
+    "$NCU" --metrics "$metrics,lts__t_sectors_srcunit_tex_op_write.sum" --csv \
       --launch-skip 24 --launch-count 4 \
       -k 'regex:Prepare|Logits|Select|Values|SplitDecode|CombineSplits' \
       "$B/apps/kvgate" bench attention "${args[@]}" --iters 20 --min-total-ms 1 --no-anchor \

@@ -2,9 +2,10 @@
 """Each kernel's time and measured DRAM traffic in an Nsight Compute run, against the traffic model.
 
 Reads the CSV that `ncu --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,
-dram__bytes_write.sum` prints for the launches it profiled (the profiled program's own output may
-come before and between its lines), and prints per launch: the kernel, its time, the bytes it read
-from and wrote to DRAM and the rate they make. The launches form calls: a call starts at each
+dram__bytes_write.sum[,lts__t_sectors_srcunit_tex_op_write.sum]` prints for the launches it
+profiled (the profiled program's own output may come before and between its lines), and prints per
+launch: the kernel, its time, the bytes it read from and wrote to DRAM, the rate they make, and
+(with the fourth metric) the bytes its stores wrote into L2, spilled registers included. The launches form calls: a call starts at each
 launch of the first launch's kernel (Prepare for ReadKV, the split kernel for dense and FP8).
 With --bench, the JSON that `kvgate bench attention --json` wrote in the same run (one row: the
 profiled point), it then sets one call's measured bytes against the row's modelled physical
@@ -28,6 +29,10 @@ import sys
 from compare_bench import BadInput, load_bench
 
 METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum")
+# Optional: the L2 sectors the kernel's own stores write (all it writes, spilled registers
+# included, whether or not they reach DRAM before it ends).
+L2_WRITE = "lts__t_sectors_srcunit_tex_op_write.sum"
+SECTOR_BYTES = {"sector": 32, "Ksector": 32e3, "Msector": 32e6, "Gsector": 32e9}
 TIME_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3,
            "second": 1e6, "s": 1e6}
 BYTES = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12,
@@ -84,9 +89,10 @@ def read_launches(path):
         if len(row) != len(header):
             continue
         metric, unit = row[col["Metric Name"]], row[col["Metric Unit"]]
-        if metric not in METRICS:
+        if metric not in METRICS and metric != L2_WRITE:
             continue
-        scale = TIME_US if metric.startswith("gpu__time") else BYTES
+        scale = (TIME_US if metric.startswith("gpu__time") else
+                 SECTOR_BYTES if metric == L2_WRITE else BYTES)
         if unit not in scale:
             fail(f"{path}: unit '{unit}' of {metric} is not one this script knows")
         try:
@@ -129,9 +135,12 @@ def model_row(path):
 
 def print_by_kernel(kernels, launches, calls):
     """The model's bytes per launch (traffic_kernels) against the measured ones, per call: a
-    measured launch counts for the model's kernel its name starts with."""
-    print(f"{'by kernel, per call (MB)':<26} {'read model':>11} {'measured':>9} {'ratio':>7} "
-          f"{'write model':>12} {'measured':>9} {'ratio':>7}")
+    measured launch counts for the model's kernel its name starts with. Writes are the L2 sectors
+    the kernel wrote when the CSV has them (what the model counts), else its DRAM writes."""
+    l2 = all(L2_WRITE in m for _, _, m in launches)
+    written = "L2 written" if l2 else "DRAM write"
+    print(f"{'by kernel, per call (MB)':<26} {'read model':>11} {'DRAM read':>9} {'ratio':>7} "
+          f"{'write model':>12} {written:>10} {'ratio':>7}")
 
     def ratio(measured, model):
         return f"{measured / model:6.3f}x" if model > 0 else f"{'--':>7}"
@@ -142,11 +151,11 @@ def print_by_kernel(kernels, launches, calls):
         for launch_id, kernel, m in launches:
             if kernel.startswith(k["kernel"]):
                 read += m["dram__bytes_read.sum"]
-                write += m["dram__bytes_write.sum"]
+                write += m[L2_WRITE] if l2 else m["dram__bytes_write.sum"]
                 matched.add(launch_id)
         read, write = read / calls, write / calls
         print(f"{k['kernel']:<26} {k['read'] / 1e6:11.2f} {read / 1e6:9.2f} "
-              f"{ratio(read, k['read'])} {k['write'] / 1e6:12.2f} {write / 1e6:9.2f} "
+              f"{ratio(read, k['read'])} {k['write'] / 1e6:12.2f} {write / 1e6:10.2f} "
               f"{ratio(write, k['write'])}")
     for kernel in sorted({kernel for i, kernel, _ in launches if i not in matched}):
         print(f"{kernel}: profiled, but no kernel of the model's is a prefix of its name")
@@ -161,13 +170,16 @@ def main():
     launches = read_launches(args.csv)
     first = launches[0][1]
     calls = sum(1 for _, kernel, _ in launches if kernel == first)
-    print(f"{'kernel':<44} {'time us':>9} {'DRAM read MB':>13} {'write MB':>9} {'GB/s':>7}")
+    l2 = all(L2_WRITE in m for _, _, m in launches)
+    print(f"{'kernel':<44} {'time us':>9} {'DRAM read MB':>13} {'write MB':>9} {'GB/s':>7}" +
+          (f" {'L2 written MB':>14}" if l2 else ""))
     total_time = total_read = total_write = 0.0
     for _, kernel, m in launches:
         time_us = m["gpu__time_duration.sum"]
         read, write = m["dram__bytes_read.sum"], m["dram__bytes_write.sum"]
         rate = (read + write) / (time_us * 1e3) if time_us > 0 else 0.0
-        print(f"{kernel:<44} {time_us:9.1f} {read / 1e6:13.2f} {write / 1e6:9.2f} {rate:7.0f}")
+        print(f"{kernel:<44} {time_us:9.1f} {read / 1e6:13.2f} {write / 1e6:9.2f} {rate:7.0f}" +
+              (f" {m[L2_WRITE] / 1e6:14.2f}" if l2 else ""))
         total_time += time_us
         total_read += read
         total_write += write

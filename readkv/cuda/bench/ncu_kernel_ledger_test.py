@@ -19,15 +19,17 @@ PREPARE = "readkv::cuda::readkv_kernels::Prepare(readkv::cuda::readkv_kernels::A
 
 
 def ncu_csv(launches, program_output="  8192 x 1 readkv:8:4  63.9 us\n"):
-    """launches: [(id, kernel, time (unit, value), read (unit, value), write (unit, value))]."""
+    """launches: [(id, kernel, time (unit, value), read (unit, value), write (unit, value)
+    [, L2 sectors written (unit, value)])]."""
     out = io.StringIO()
     out.write("==PROF== Connected to process 4242\n" + program_output)
     writer = csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n")
     writer.writerow(HEADER)
-    for launch_id, kernel, time, read, write in launches:
-        for metric, (unit, value) in (("gpu__time_duration.sum", time),
-                                      ("dram__bytes_read.sum", read),
-                                      ("dram__bytes_write.sum", write)):
+    for launch_id, kernel, time, read, write, *l2 in launches:
+        metrics = [("gpu__time_duration.sum", time), ("dram__bytes_read.sum", read),
+                   ("dram__bytes_write.sum", write)]
+        metrics += [("lts__t_sectors_srcunit_tex_op_write.sum", value) for value in l2]
+        for metric, (unit, value) in metrics:
             writer.writerow([launch_id, 4242, "kvgate", "127.0.0.1", kernel, 1, 7, "(256, 1, 1)",
                              "(8, 8, 1)", 0, "9.0", "Command line profiler metrics", metric, unit,
                              value])
@@ -107,6 +109,30 @@ class NcuKernelLedgerTest(ScriptTestCase):
                                  self.write("bad.json", bad))
         self.assertEqual(result.returncode, 2)
         self.assertIn("traffic_kernels entry", result.stderr)
+
+    def test_l2_writes_when_the_csv_has_them(self):
+        # The fourth metric (sectors of 32 bytes) adds a column, and the by-kernel writes are
+        # then what the kernels wrote into L2 (3,000 sectors = 0.096 MB for Select, whose DRAM
+        # writes were 1 MB: lines still dirty from before, say).
+        launches = [
+            (0, PREPARE, ("usecond", "10"), ("Kbyte", "500"), ("byte", "0"), ("sector", "1,000")),
+            (1, SELECT, ("usecond", "20"), ("Mbyte", "3.5"), ("Mbyte", "1"), ("Ksector", "3")),
+        ]
+        model = [{"kernel": "Prepare", "read": 500_000, "write": 32_000},
+                 {"kernel": "Select", "read": 3_500_000, "write": 48_000}]
+        result = self.run_script(self.write("ncu.csv", ncu_csv(launches)), "--bench",
+                                 self.write("bench.json", bench_doc(4_000_000, kernels=model)))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        lines = result.stdout.splitlines()
+        self.assertTrue(lines[0].endswith("L2 written MB"), lines[0])
+        self.assertEqual(lines[1].split()[-1], "0.03")  # 1,000 sectors
+        self.assertEqual(lines[2].split()[-1], "0.10")
+        at = next(i for i, line in enumerate(lines) if line.startswith("by kernel"))
+        self.assertIn("L2 written", lines[at])
+        self.assertEqual(lines[at + 1].split(),
+                         ["Prepare", "0.50", "0.50", "1.000x", "0.03", "0.03", "1.000x"])
+        self.assertEqual(lines[at + 2].split(),
+                         ["Select", "3.50", "3.50", "1.000x", "0.05", "0.10", "2.000x"])
 
     def test_base_units_short_names_and_no_bench(self):
         launches = [(5, PREPARE, ("nsecond", "2000"), ("byte", "4000000"), ("byte", "0")),
