@@ -34,13 +34,14 @@ inline constexpr SelectGrid kSelectShapes[] = {
 };
 inline constexpr int kSelectShapeCount = sizeof(kSelectShapes) / sizeof(kSelectShapes[0]);
 
-// The Select launch shape (its index in kSelectShapes) of a call with `rows` rows (sequences x KV heads) of at most max_tokens
-// tokens, from the 132 SMs of an H100/H200 (kAssumedSms):
+// The Select launch shape (its index in kSelectShapes) of a call with `rows` rows (sequences x
+// KV heads) of at most max_tokens tokens, from the 132 SMs of an H100/H200 (kAssumedSms):
 // - rows x kSelectCluster blocks fit on the SMs one to an SM: twice the warps per block;
 // - else, while half the blocks per row still more than fill the SMs and a share at
 //   kSelectCluster is under 2048 tokens: kSelectNarrowCluster blocks per row, each with a share
 //   twice as long (the grid queues blocks anyway; what fewer blocks save is the passes' fixed
-//   work per block, its cluster barriers and histogram sums);
+//   work per block, its cluster barriers and histogram sums), and the same step once more to
+//   kSelectNarrowestCluster while it holds at kSelectNarrowCluster;
 // - else kSelectCluster blocks of kSelectThreads.
 // On the H200 (BENCHMARKS.md, issue 8's twelfth round), each shape for every call against
 // 8 x 256: 8 x 512 -0.5 to -4.8% for the whole ReadKV call at 8 rows, +8.7 to +11.5% at 32 and
@@ -49,7 +50,9 @@ inline constexpr int kSelectShapeCount = sizeof(kSelectShapes) / sizeof(kSelectS
 // leave SMs idle) and +3.8 to +13.4% at 8 rows. These rules against 8 x 256, one run each:
 // 32K x 1 -4.0 to -4.3%, 8K x 1 +0.1 to +0.4%, 16 rows (x 2) 32K -0.9 to -1.2%, 8K +0.9 to
 // +1.0% (the first); 64-128 rows at 4K and 8K tokens -3.8 to -9.7% (32/8/128), 64 rows at 8K
-// -5.8 to -6.0% (8/2/64) (the second).
+// -5.8 to -6.0% (8/2/64) (the second). The 2-block step (thirteenth round, against the rule
+// without it): 4K x 16 (128 rows, shares of 1024 at 4 blocks) -4.2 / -4.7%, every other point
+// measured within noise.
 constexpr int SelectShapeFor(long long rows, int max_tokens) {
   if (rows * kSelectCluster <= kAssumedSms) return 1;
   if (rows * kSelectNarrowCluster > kAssumedSms &&

@@ -174,8 +174,8 @@ TEST(KernelTrafficTest, EachLaunchMovesItsShareAndTheSharesAddUpToTheTotal) {
 
 // Select's launch shape: twice the warps while the grid (kSelectCluster blocks per row) fits on
 // the 132 SMs one block to an SM; past that, half the blocks per row while they still more than
-// fill the SMs and a share at kSelectCluster is under 2048 tokens; else kSelectCluster blocks of
-// kSelectThreads.
+// fill the SMs and a share at kSelectCluster is under 2048 tokens, and half again while that
+// holds at kSelectNarrowCluster; else kSelectCluster blocks of kSelectThreads.
 TEST(SelectGridTest, FollowsTheGridAndTheShares) {
   using internal::SelectGridFor;
   const int c = internal::kSelectCluster, narrow = internal::kSelectNarrowCluster;
