@@ -15,8 +15,8 @@
 //                                     of exps). When R_K <= 2 or chunks are at most 512 tokens
 //                                     (ReadKvUsesMmaLogits): on tensor cores (LogitsMma), the
 //                                     channels of depth <= 2 as table-free sign features
-//   3. Select    (C, H_kv, B) x 256    a cluster of C = 8 blocks per row (512 threads for few
-//                                     rows, C = 4 for many short rows; SelectShapeOf): softmax
+//   3. Select    (C, H_kv, B) x 256    a cluster of C = 8 blocks per row (other shapes of
+//                                     kSelectShapes follow the grid: SelectShapeOf): softmax
 //                                     statistics, a_i = sum_q p_qi^2 in double (each block a
 //                                     share of the row's tokens, in its shared memory), the
 //                                     Value cut by radix selection over the bits of the positive
@@ -365,8 +365,8 @@ cudaError_t ReadKvDecodeAttention(const DecodeShape& requested, const DecodeInpu
 #undef KVGATE_LOGITS_CASE
   if (status != cudaSuccess) return status;
   // Select: a cluster of blocks per row, its importances in shared memory when they fit
-  // (SelectInShared), else in the workspace. Its shape follows the grid (SelectShapeOf): 8 blocks
-  // of 256 threads, of 512 when the grid leaves SMs idle, 4 of 256 for many short rows.
+  // (SelectInShared), else in the workspace. Its shape (blocks per row, threads per block) is
+  // the one of kSelectShapes that SelectShapeOf picks for the grid.
   constexpr auto kShapes = std::make_index_sequence<internal::kSelectShapeCount>();
   static const SelectKernels kSelects[4] = {SelectInstances<1>(kShapes),
                                             SelectInstances<2>(kShapes),

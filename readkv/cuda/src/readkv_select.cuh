@@ -14,9 +14,9 @@ namespace readkv::cuda::readkv_kernels {
 
 // ---- 3. Select -------------------------------------------------------------------------------
 //
-// One launch, grid (kCluster, H_kv, B) x kThreads (SelectGridFor: 8 x 256, 8 x 512 for few rows,
-// 4 x 256 for many short rows): a thread block cluster per row (sequence b, KV head h), block r
-// of it owning the r-th share of the row's tokens (SelectShare tokens each). Every block computes
+// One launch, grid (kCluster, H_kv, B) x kThreads (one of kSelectShapes, as SelectShapeFor picks
+// it for the call's grid): a thread block cluster per row (sequence b, KV head h), block r of it
+// owning the r-th share of the row's tokens (SelectShare tokens each). Every block computes
 // the row's softmax statistics, its tokens' importances a_i = sum_q p_qi^2 (in double, kept in
 // its shared memory) and their positive steps; the cluster then finds the steps-th element of
 // greedy's order (readkv_device.cuh) by radix selection, 8 bits a pass: each block counts its

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <initializer_list>
 
 #include "split_work.h"  // KVGATE_HOST_DEVICE
 
@@ -41,7 +42,8 @@ inline constexpr int kSelectShapeCount = sizeof(kSelectShapes) / sizeof(kSelectS
 //   kSelectCluster is under 2048 tokens: kSelectNarrowCluster blocks per row, each with a share
 //   twice as long (the grid queues blocks anyway; what fewer blocks save is the passes' fixed
 //   work per block, its cluster barriers and histogram sums), and the same step once more to
-//   kSelectNarrowestCluster while it holds at kSelectNarrowCluster;
+//   kSelectNarrowestCluster while it holds at kSelectNarrowCluster (each narrow shape halves the
+//   one before it: static_assert below);
 // - else kSelectCluster blocks of kSelectThreads.
 // On the H200 (BENCHMARKS.md, issue 8's twelfth round), each shape for every call against
 // 8 x 256: 8 x 512 -0.5 to -4.8% for the whole ReadKV call at 8 rows, +8.7 to +11.5% at 32 and
@@ -55,17 +57,24 @@ inline constexpr int kSelectShapeCount = sizeof(kSelectShapes) / sizeof(kSelectS
 // measured within noise.
 constexpr int SelectShapeFor(long long rows, int max_tokens) {
   if (rows * kSelectCluster <= kAssumedSms) return 1;
-  if (rows * kSelectNarrowCluster > kAssumedSms &&
-      (max_tokens + kSelectCluster - 1) / kSelectCluster < 2048) {
-    // The same step again while it holds at 4 blocks per row (shares at 4 under 2048 tokens).
-    if (rows * kSelectNarrowestCluster > kAssumedSms &&
-        (max_tokens + kSelectNarrowCluster - 1) / kSelectNarrowCluster < 2048) {
-      return 3;
+  // From 8 blocks of 256, one step at a time to the next narrower shape (2, then 3): half the
+  // blocks per row, while those still more than fill the SMs and a share is under 2048 tokens.
+  int shape = 0;
+  for (const int next : {2, 3}) {
+    const int cluster = kSelectShapes[shape].cluster;
+    if (rows * kSelectShapes[next].cluster <= kAssumedSms ||
+        (max_tokens + cluster - 1) / cluster >= 2048) {
+      break;
     }
-    return 2;
+    shape = next;
   }
-  return 0;
+  return shape;
 }
+static_assert(kSelectShapes[2].cluster * 2 == kSelectShapes[0].cluster &&
+                  kSelectShapes[3].cluster * 2 == kSelectShapes[2].cluster &&
+                  kSelectShapes[2].threads == kSelectThreads &&
+                  kSelectShapes[3].threads == kSelectThreads,
+              "SelectShapeFor's steps: shapes 2 and 3 halve the blocks per row, 256 threads each");
 constexpr SelectGrid SelectGridFor(long long rows, int max_tokens) {
   return kSelectShapes[SelectShapeFor(rows, max_tokens)];
 }
