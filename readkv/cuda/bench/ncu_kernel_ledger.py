@@ -105,10 +105,12 @@ def read_launches(path):
         launch[metric] = value
     if not launches:
         fail(f"{path}: no launch with {', '.join(METRICS)}")
+    # The L2 metric is optional for the whole run, not per launch: all have it or none.
+    required = METRICS + ((L2_WRITE,) if any(L2_WRITE in m for m in launches.values()) else ())
     result = []
     for launch_id in sorted(launches):
         launch = launches[launch_id]
-        missing = [m for m in METRICS if m not in launch]
+        missing = [m for m in required if m not in launch]
         if missing:
             fail(f"{path}: launch {launch_id} ({launch['kernel']}) lacks {', '.join(missing)}")
         result.append((launch_id, launch["kernel"], launch))
@@ -133,11 +135,10 @@ def model_row(path):
     return f"{row['kv']} {row['tokens']} x {row['batch']}", float(total), kernels
 
 
-def print_by_kernel(kernels, launches, calls):
+def print_by_kernel(kernels, launches, calls, l2):
     """The model's bytes per launch (traffic_kernels) against the measured ones, per call: a
     measured launch counts for the model's kernel its name starts with. Writes are the L2 sectors
-    the kernel wrote when the CSV has them (what the model counts), else its DRAM writes."""
-    l2 = all(L2_WRITE in m for _, _, m in launches)
+    the kernel wrote when the CSV has them (l2; what the model counts), else its DRAM writes."""
     written = "L2 written" if l2 else "DRAM write"
     print(f"{'by kernel, per call (MB)':<26} {'read model':>11} {'DRAM read':>9} {'ratio':>7} "
           f"{'write model':>12} {written:>10} {'ratio':>7}")
@@ -163,14 +164,14 @@ def print_by_kernel(kernels, launches, calls):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("csv", help="ncu --csv output with the three metrics")
+    parser.add_argument("csv", help="ncu --csv output with the three metrics (and the L2 one)")
     parser.add_argument("--bench", help="the same run's `kvgate bench attention --json` file")
     args = parser.parse_args()
 
     launches = read_launches(args.csv)
     first = launches[0][1]
     calls = sum(1 for _, kernel, _ in launches if kernel == first)
-    l2 = all(L2_WRITE in m for _, _, m in launches)
+    l2 = L2_WRITE in launches[0][2]  # then in every launch (read_launches)
     print(f"{'kernel':<44} {'time us':>9} {'DRAM read MB':>13} {'write MB':>9} {'GB/s':>7}" +
           (f" {'L2 written MB':>14}" if l2 else ""))
     total_time = total_read = total_write = 0.0
@@ -192,7 +193,7 @@ def main():
         print(f"model ({label}): {model / 1e6:.2f} MB physical traffic per call; "
               f"measured DRAM read + write {per_call / 1e6:.2f} MB = {ratio:.3f}x the model")
         if kernels:
-            print_by_kernel(kernels, launches, calls)
+            print_by_kernel(kernels, launches, calls, l2)
 
 
 if __name__ == "__main__":

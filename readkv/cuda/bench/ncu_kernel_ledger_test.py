@@ -133,6 +133,13 @@ class NcuKernelLedgerTest(ScriptTestCase):
                          ["Prepare", "0.50", "0.50", "1.000x", "0.03", "0.03", "1.000x"])
         self.assertEqual(lines[at + 2].split(),
                          ["Select", "3.50", "3.50", "1.000x", "0.05", "0.10", "2.000x"])
+        # Some launches with the L2 metric and some without: refused, not a silently dropped
+        # column.
+        partial = [launches[0], launches[1][:5]]
+        result = self.run_script(self.write("partial.csv", ncu_csv(partial)))
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("launch 1 (Select<4, 256, 8>) lacks lts__t_sectors_srcunit_tex_op_write.sum",
+                      result.stderr)
 
     def test_base_units_short_names_and_no_bench(self):
         launches = [(5, PREPARE, ("nsecond", "2000"), ("byte", "4000000"), ("byte", "0")),
