@@ -168,8 +168,21 @@ TEST(KernelTrafficTest, EachLaunchMovesItsShareAndTheSharesAddUpToTheTotal) {
   EXPECT_EQ(full.kernels[1].write, g * rows_tokens * 4 + g * rows_chunks * 8);
   EXPECT_EQ(full.kernels[2].write, rows_tokens + 2 * 8 * g * 8);
   EXPECT_EQ(full.kernels[3].write, g * rows_chunks * 129 * 4 + outputs);
-  EXPECT_GE(full.kernels[2].read, g * rows_tokens * 4);
   EXPECT_GE(full.kernels[3].read, value_payload + g * rows_tokens * 4 + 2 * rows_tokens);
+  // Reads, worked out per row (16 rows) where they do not depend on the depths: Prepare reads the
+  // Key calibration and signs (3 x 128 floats), the centroid table (511 floats) and the group's
+  // queries, and writes the Key depths, the row's entry list (2696 bytes), a_qc and the bias.
+  const int64_t centroids = 511 * 4, per_chunk_qa = g * 129 * 4;
+  EXPECT_EQ(full.kernels[0].read, 16 * (3 * 128 * 4 + centroids + g * 128 * 4));
+  EXPECT_EQ(full.kernels[0].write, 16 * (128 + 2696 + per_chunk_qa));
+  // Logits, per chunk: the centroids, the entry list (the transposed reader at R_K = 4, chunks of
+  // 1024) and a_qc with the bias; a page-table entry per 256 tokens; the Key planes.
+  const int64_t pages = 8 * blocks;
+  EXPECT_EQ(full.kernels[1].read,
+            key_payload + rows_chunks * (centroids + 2696 + per_chunk_qa) + pages * 4);
+  // Select (16 rows: clusters of 8 blocks, importances in shared memory): the logits, and every
+  // block of the cluster reads each chunk's (m, l) of each head.
+  EXPECT_EQ(full.kernels[2].read, g * rows_tokens * 4 + g * rows_chunks * 8 * 8);
 }
 
 // Select's launch shape: twice the warps while the grid (kSelectCluster blocks per row) fits on
