@@ -170,7 +170,7 @@ PointGeometry MakeGeometry(const BenchConfig& config, int64_t tokens, int64_t ba
   codec::SplitMix64 rng(codec::DeriveSeed(config.seed, 101, static_cast<uint64_t>(tokens),
                                           static_cast<uint64_t>(batch)));
   g.seq_lens.resize(static_cast<size_t>(batch));
-  int64_t max_len = 0;
+  int64_t max_len = 0, min_len = tokens;
   for (auto& len : g.seq_lens) {
     int64_t l = tokens;
     if (config.ragged) {
@@ -179,10 +179,12 @@ PointGeometry MakeGeometry(const BenchConfig& config, int64_t tokens, int64_t ba
     }
     len = static_cast<int32_t>(l);
     max_len = std::max(max_len, l);
+    min_len = std::min(min_len, l);
     g.context_tokens += l;
     g.num_pages += (l + kPageTokens - 1) / kPageTokens;
   }
   g.shape.max_tokens = static_cast<int>(max_len);
+  g.shape.min_tokens = static_cast<int>(min_len);  // the dense and FP8 kernels' schedule hint
   std::vector<int32_t> perm(static_cast<size_t>(g.num_pages));
   for (size_t p = 0; p < perm.size(); ++p) perm[p] = static_cast<int32_t>(p);
   for (size_t p = perm.size(); p > 1; --p) {

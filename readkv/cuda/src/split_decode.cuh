@@ -33,7 +33,8 @@ inline bool ValidShape(const DecodeShape& s) {
   const int g = s.heads_kv > 0 ? s.heads_q / s.heads_kv : 0;
   return s.batch >= 1 && s.heads_kv >= 1 && s.heads_q == g * s.heads_kv &&
          (g == 1 || g == 2 || g == 4 || g == 8) && (s.head_dim == 64 || s.head_dim == 128) &&
-         s.max_pages >= 1 && s.max_tokens >= 1 &&
+         s.max_pages >= 1 && s.max_tokens >= 1 && s.min_tokens >= 0 &&
+         s.min_tokens <= s.max_tokens &&
          s.max_tokens <= static_cast<int64_t>(s.max_pages) * kPageTokens &&
          s.chunk_tokens >= kPageTokens && s.chunk_tokens % kPageTokens == 0;
 }

@@ -24,6 +24,7 @@
 // (bf16 MMA); FP8 e4m3 codes convert exactly to f16 (f16 MMA).
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -117,8 +118,12 @@ struct SplitArgs {
   const float* queries;
   const int32_t* page_table;
   const int32_t* seq_lens;
-  float* partial_out;  // [B][H_q][slots][warps][d]
+  float* partial_out;  // [B][H_q][slots][warps][d] (persistent schedule)
   float* partial_ml;   // [B][H_q][slots][warps][2]
+  int cluster;         // 0: persistent schedule; else blocks per head (cluster schedule), which
+                       // then writes the outputs itself:
+  float* out;                // [B][H_q][d]
+  const float* out_scales;   // [H_kv] or null (1)
 };
 
 // Walks the real tiles of one block's range in order: head, tile within the head, and the end
@@ -232,8 +237,32 @@ __global__ void __launch_bounds__(kSplitThreads, Rows::kMinBlocks)
   float logit_scale = 0.0f;
   float m_run = -INFINITY;  // running max (log2 units) of this lane's row over the warp's tokens
   float l_run = 0.0f;       // this lane's share of the running sum of exps
-  float acc[kNTiles][4];
+  float acc[kNTiles][4] = {};  // stays 0 in a cluster schedule's block without tiles
   int q_head = -1;
+  // The warp's partial for query head `row` (lanes with row < G write): its output into
+  // out_row[0, D) and (m x m_unit, l) into ml[0], ml[1].
+  const auto put_partial = [&](float* out_row, float* ml, float m_unit) {
+    float l = l_run + __shfl_xor_sync(0xffffffffu, l_run, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+#pragma unroll
+    for (int t = 0; t < kNTiles; ++t) {
+      const int group = t / 4, j = t % 4;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float o;
+        if constexpr (G == 8) {
+          o = acc[t][i] + acc[t][2 + i];
+        } else {
+          o = acc[t][i] + __shfl_xor_sync(0xffffffffu, acc[t][i], 4 * G);
+        }
+        if (row < G) out_row[32 * group + 4 * (2 * quad + i) + j] = o;
+      }
+    }
+    if (row < G && quad == 0) {
+      ml[0] = m_run * m_unit;
+      ml[1] = l;
+    }
+  };
   for (int step = 0; !compute.done; ++step) {
     CpAsyncWait<Stages - 2>();
     __syncthreads();  // this step's tile landed for every thread; the previous stage is free
@@ -389,38 +418,81 @@ __global__ void __launch_bounds__(kSplitThreads, Rows::kMinBlocks)
       }
     }
 
-    if (compute.tile + 1 == compute.end) {
+    if (compute.tile + 1 == compute.end && a.cluster == 0) {
       // The head's last tile in this block: the warp's partial (max, sum, output) goes to its
-      // slot. Lane (row, quad) holds output rows row and row + 8, channels
+      // slot (the cluster schedule merges after the loop instead). Lane (row, quad) holds output rows row and row + 8, channels
       // 32 group + 4 (2 quad + i) + j in acc[4 group + j][i] (and [2 + i] for row + 8).
-      float l = l_run + __shfl_xor_sync(0xffffffffu, l_run, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
       const int slot = blockIdx.x - a.work.BlockOf(static_cast<int64_t>(compute.head) *
                                                    a.work.per_head);
       const size_t base =
           ((head_row + row % G) * a.work.slots + slot) * kSplitWarps + warp;  // for row < G
-#pragma unroll
-      for (int t = 0; t < kNTiles; ++t) {
-        const int group = t / 4, j = t % 4;
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          float o;
-          if constexpr (G == 8) {
-            o = acc[t][i] + acc[t][2 + i];
-          } else {
-            o = acc[t][i] + __shfl_xor_sync(0xffffffffu, acc[t][i], 4 * G);
-          }
-          if (row < G) a.partial_out[base * D + 32 * group + 4 * (2 * quad + i) + j] = o;
-        }
-      }
-      if (row < G && quad == 0) {
-        a.partial_ml[base * 2] = m_run * 0.6931471805599453f;  // natural-log units
-        a.partial_ml[base * 2 + 1] = l;
-      }
+      put_partial(a.partial_out + base * D, a.partial_ml + base * 2,
+                  0.6931471805599453f);  // m in natural-log units
     }
     compute.Next(a);
   }
   CpAsyncWait<0>();
+  if (a.cluster == 0) return;
+
+  // The cluster schedule: this block held one head's tiles (or none), and the warps' partials
+  // are still in registers. Each block puts its warps' partials into its stage ring, and block r
+  // of the cluster then writes the r-th share of the head's G x D outputs from all the cluster's
+  // partials, read through distributed shared memory.
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int clusters = a.cluster;
+  const int parts = clusters * kSplitWarps;
+  float* part_o = reinterpret_cast<float*>(shared_bytes);  // [warp][G][D], remote-read
+  float* part_ml = part_o + kSplitWarps * G * D;           // [warp][G][2] (m log2 units, l)
+  float* weight = part_ml + kSplitWarps * G * 2;           // [part][G] local: m, then e^(m - M)
+  float* sums = weight + kMaxSplitCluster * kSplitWarps * G;  // [part][G] local: l
+  float* inv_l = sums + kMaxSplitCluster * kSplitWarps * G;   // [G] local: scale / L
+  static_assert((kSplitWarps * G * (D + 2) + 2 * kMaxSplitCluster * kSplitWarps * G + G) * 4 <=
+                    Stages * kStageBytes,
+                "the cluster merge's partials must fit in the stage ring");
+  __syncthreads();  // every warp's reads of the ring are done
+  put_partial(part_o + (warp * G + row % G) * D, part_ml + (warp * G + row % G) * 2, 1.0f);
+  cluster.sync();  // every block's partials are written
+  // Partial k = (block k / W of the cluster, warp k % W); its row q starts at G k + q of the
+  // block's arrays (k % W = warp).
+  const auto remote = [&](float* local, int k) {
+    return cluster.map_shared_rank(local, static_cast<unsigned>(k / kSplitWarps));
+  };
+  for (int e = threadIdx.x; e < parts * G; e += kSplitThreads) {
+    const float* ml = remote(part_ml, e / G) + (e % (kSplitWarps * G)) * 2;
+    weight[e] = ml[0];
+    sums[e] = ml[1];
+  }
+  __syncthreads();
+  const int head = blockIdx.x / clusters;
+  const int b = head / a.heads_kv, h = head - b * a.heads_kv;
+  if (threadIdx.x < G) {
+    const int q = threadIdx.x;
+    float m = -INFINITY;
+    for (int k = 0; k < parts; ++k) m = fmaxf(m, weight[k * G + q]);
+    float l = 0.0f;
+    for (int k = 0; k < parts; ++k) {
+      const float mk = weight[k * G + q];
+      const float f = mk == -INFINITY ? 0.0f : exp2f(mk - m);
+      weight[k * G + q] = f;
+      l += f * sums[k * G + q];
+    }
+    inv_l[q] = (a.out_scales != nullptr ? a.out_scales[h] : 1.0f) / l;
+  }
+  __syncthreads();
+  const size_t head_row = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
+  const int share = G * D / clusters;  // powers of two: exact
+  const int rank = static_cast<int>(cluster.block_rank());
+  for (int e = rank * share + threadIdx.x; e < (rank + 1) * share; e += kSplitThreads) {
+    const int q = e / D, c = e % D;
+    float o = 0.0f;
+    for (int k = 0; k < parts; ++k) {
+      const float f = weight[k * G + q];
+      if (f != 0.0f) o += f * remote(part_o, k)[((k % kSplitWarps) * G + q) * D + c];
+    }
+    a.out[(head_row + q) * D + c] = o * inv_l[q];
+  }
+  cluster.sync();  // no block leaves while another still reads its partials
 }
 
 // How many blocks of SplitDecodeKernel<Rows, D, G, Stages> the current device holds at once, all
@@ -453,14 +525,73 @@ cudaError_t ResidentBlocks(size_t shared, int* blocks) {
   return cudaSuccess;
 }
 
+// A launch of `grid` blocks of the split kernel in clusters of `cluster` (the attribute lives in
+// *attribute, which must outlive the config's use).
+inline cudaLaunchConfig_t ClusterLaunch(int grid, int cluster, size_t shared, cudaStream_t stream,
+                                        cudaLaunchAttribute* attribute) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(grid));
+  config.blockDim = dim3(kSplitThreads);
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  *attribute = {};
+  attribute->id = cudaLaunchAttributeClusterDimension;
+  attribute->val.clusterDim.x = static_cast<unsigned>(cluster);
+  attribute->val.clusterDim.y = 1;
+  attribute->val.clusterDim.z = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  return config;
+}
+
+// Whether the current device keeps `clusters` clusters of `cluster` blocks of
+// SplitDecodeKernel<Rows, D, G, Stages> resident at once (one wave); asked once per kernel,
+// device and cluster size, like ResidentBlocks.
+template <class Rows, int D, int G, int Stages>
+cudaError_t ClustersFit(size_t shared, int cluster, int64_t clusters, bool* fit) {
+  constexpr int kDevices = 64;
+  constexpr int kSizes = 4;  // cluster sizes 1, 2, 4, 8
+  static std::atomic<int> cached[kDevices][kSizes] = {};
+  int device = 0;
+  cudaError_t status = cudaGetDevice(&device);
+  if (status != cudaSuccess) return status;
+  const int size = cluster == 1 ? 0 : cluster == 2 ? 1 : cluster == 4 ? 2 : 3;
+  int most = device < kDevices ? cached[device][size].load(std::memory_order_relaxed) : 0;
+  if (most == 0) {
+    cudaLaunchAttribute attribute;
+    const cudaLaunchConfig_t config = ClusterLaunch(cluster, cluster, shared, nullptr, &attribute);
+    status = cudaOccupancyMaxActiveClusters(&most, SplitDecodeKernel<Rows, D, G, Stages>, &config);
+    if (status != cudaSuccess) return status;
+    most = most > 0 ? most : -1;  // cached: "none fit" is an answer too
+    if (device < kDevices) cached[device][size].store(most, std::memory_order_relaxed);
+  }
+  *fit = most >= clusters;
+  return cudaSuccess;
+}
+
+// Launches the split kernel in the schedule the call takes; *work is its partition and
+// *cluster its cluster size (0: the persistent schedule, whose partials need the combine).
 template <class Rows, int D, int G, int Stages>
 cudaError_t LaunchSplitKernel(const DecodeShape& shape, const DecodeInputs& in, const Rows& rows,
-                              void* workspace, cudaStream_t stream, SplitWork* work) {
+                              const float* out_scales, void* workspace, cudaStream_t stream,
+                              SplitWork* work, int* cluster) {
   const size_t shared = SplitSharedBytes(Stages, D, Rows::kElementBytes);
   int blocks = 0;
   cudaError_t status = ResidentBlocks<Rows, D, G, Stages>(shared, &blocks);
   if (status != cudaSuccess) return status;
-  *work = MakeSplitWork(shape.batch, shape.heads_kv, shape.max_tokens, blocks);
+  int choice = -1;
+  if (!SplitClusterOverride(&choice)) return cudaErrorInvalidValue;
+  const int64_t heads = static_cast<int64_t>(shape.batch) * shape.heads_kv;
+  *cluster = choice >= 0 ? choice
+                         : SplitClusterSize(heads, blocks, shape.min_tokens, shape.max_tokens);
+  if (choice < 0 && *cluster > 0) {
+    bool fit = false;
+    status = ClustersFit<Rows, D, G, Stages>(shared, *cluster, heads, &fit);
+    if (status != cudaSuccess) return status;
+    if (!fit) *cluster = 0;
+  }
+  *work = *cluster > 0 ? MakeClusterWork(shape.batch, shape.heads_kv, shape.max_tokens, *cluster)
+                       : MakeSplitWork(shape.batch, shape.heads_kv, shape.max_tokens, blocks);
   const SplitArgs args{shape.heads_q,
                        shape.heads_kv,
                        shape.max_pages,
@@ -471,9 +602,18 @@ cudaError_t LaunchSplitKernel(const DecodeShape& shape, const DecodeInputs& in, 
                        in.seq_lens,
                        static_cast<float*>(workspace),
                        reinterpret_cast<float*>(static_cast<char*>(workspace) +
-                                                PartialOutBytes(shape))};
-  SplitDecodeKernel<Rows, D, G, Stages><<<work->grid, kSplitThreads, shared, stream>>>(args, rows);
-  return cudaGetLastError();
+                                                PartialOutBytes(shape)),
+                       *cluster,
+                       in.out,
+                       out_scales};
+  const auto kernel = SplitDecodeKernel<Rows, D, G, Stages>;
+  if (*cluster == 0) {
+    kernel<<<work->grid, kSplitThreads, shared, stream>>>(args, rows);
+    return cudaGetLastError();
+  }
+  cudaLaunchAttribute attribute;
+  const cudaLaunchConfig_t config = ClusterLaunch(work->grid, *cluster, shared, stream, &attribute);
+  return cudaLaunchKernelEx(&config, kernel, args, rows);
 }
 
 // Validates and launches both kernels of one call.
@@ -487,16 +627,18 @@ cudaError_t LaunchSplitDecode(const DecodeShape& requested, const DecodeInputs& 
     return cudaErrorInvalidValue;
   }
   SplitWork work;
+  int cluster = 0;
   cudaError_t status = cudaSuccess;
-#define KVGATE_SPLIT_CASE(D, G)                                                             \
-  if (shape.head_dim == D && shape.group() == G) {                                          \
-    status = LaunchSplitKernel<Rows, D, G, Stages>(shape, in, rows, workspace, stream, &work); \
+#define KVGATE_SPLIT_CASE(D, G)                                                            \
+  if (shape.head_dim == D && shape.group() == G) {                                         \
+    status = LaunchSplitKernel<Rows, D, G, Stages>(shape, in, rows, out_scales, workspace, \
+                                                   stream, &work, &cluster);               \
   } else
   KVGATE_SPLIT_CASE(128, 1) KVGATE_SPLIT_CASE(128, 2) KVGATE_SPLIT_CASE(128, 4)
   KVGATE_SPLIT_CASE(128, 8) KVGATE_SPLIT_CASE(64, 1) KVGATE_SPLIT_CASE(64, 2)
   KVGATE_SPLIT_CASE(64, 4) KVGATE_SPLIT_CASE(64, 8) { return cudaErrorInvalidValue; }
 #undef KVGATE_SPLIT_CASE
-  if (status != cudaSuccess) return status;
+  if (status != cudaSuccess || cluster > 0) return status;
   return LaunchCombineSplits(shape, work, in.seq_lens, static_cast<const float*>(workspace),
                              reinterpret_cast<const float*>(static_cast<const char*>(workspace) +
                                                             PartialOutBytes(shape)),

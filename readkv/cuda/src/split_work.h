@@ -11,6 +11,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #define KVGATE_HOST_DEVICE __host__ __device__
@@ -58,6 +60,54 @@ inline SplitWork MakeSplitWork(int batch, int heads_kv, int64_t max_tokens, int 
   if (w.grid < 1) w.grid = 1;
   w.slots = SplitSlots(w.tiles, w.per_head, static_cast<int>(most));
   return w;
+}
+
+// The cluster schedule (split_decode_kernel.cuh): head (b, h) = b * H_kv + h gets blocks
+// [head * cluster, (head + 1) * cluster), one thread block cluster, and block r of it the tiles
+// [r * per_head / cluster, (r + 1) * per_head / cluster) of the head: the partition above with
+// grid = heads * cluster, whose ranges then never cross a head (some are empty when per_head <
+// cluster). `slots` is unused: the partials stay in the cluster's shared memory.
+inline constexpr int kMaxSplitCluster = 8;  // the portable cluster size
+
+inline SplitWork MakeClusterWork(int batch, int heads_kv, int64_t max_tokens, int cluster) {
+  SplitWork w;
+  w.per_head = static_cast<int>((max_tokens + kSplitTileTokens - 1) / kSplitTileTokens);
+  w.tiles = static_cast<int64_t>(batch) * heads_kv * w.per_head;
+  w.grid = batch * heads_kv * cluster;
+  return w;
+}
+
+// The cluster size the cluster schedule takes for `heads` = B * H_kv heads on a device that
+// holds `resident` blocks at once, or 0 for the persistent schedule. The cluster schedule has no
+// merge launch and no partials in memory, but a head's blocks all start together and none takes
+// other work when it ends, so it pays only when the heads' work is even and one wave fills the
+// device: the sequences' lengths within 10% of each other (min_tokens, a caller's hint; 0 =
+// unknown), and the largest cluster of 1, 2, 4 or 8 blocks per head whose blocks fit in one wave
+// filling at least 90% of it. Dense at 32K x 16 (32/8/128) on an H200: 128 heads x 2 = 256 of
+// 264 blocks.
+inline int SplitClusterSize(int64_t heads, int resident, int64_t min_tokens, int64_t max_tokens) {
+  if (min_tokens <= 0 || 10 * min_tokens < 9 * max_tokens) return 0;
+  for (int c = kMaxSplitCluster; c >= 1; c /= 2) {
+    if (heads * c <= resident) return 10 * heads * c >= 9 * static_cast<int64_t>(resident) ? c : 0;
+  }
+  return 0;
+}
+
+// KVGATE_SPLIT_CLUSTER, read per call so a bench compares the schedules in one process: unset
+// or "auto" gives -1 (SplitClusterSize decides), "off" 0 (the persistent schedule), "1", "2",
+// "4" or "8" that cluster size for any shape. Anything else: false, and *choice is untouched.
+inline bool SplitClusterOverride(int* choice) {
+  const char* v = std::getenv("KVGATE_SPLIT_CLUSTER");
+  if (v == nullptr || std::strcmp(v, "auto") == 0) {
+    *choice = -1;
+  } else if (std::strcmp(v, "off") == 0) {
+    *choice = 0;
+  } else if (std::strlen(v) == 1 && (v[0] == '1' || v[0] == '2' || v[0] == '4' || v[0] == '8')) {
+    *choice = v[0] - '0';
+  } else {
+    return false;
+  }
+  return true;
 }
 
 }  // namespace readkv::cuda::internal

@@ -45,15 +45,26 @@ constexpr auto kPayload = &TrafficBytes::payload, kMetadata = &TrafficBytes::met
 // by Prepare, copied by every Logits block of the row.
 constexpr int64_t kKeyListBytes = 2696;
 
-// The dense and FP8 kernels' partition (split_work.h) with the grid they get on an H100/H200
-// (132 SMs; dense holds two blocks per SM, FP8 three): the model counts one partial per (block,
-// head it holds tiles of, warp), written once and read once by the combine.
+// The dense and FP8 kernels' schedule (split_work.h) with the grid they get on an H100/H200
+// (132 SMs; dense holds two blocks per SM, FP8 three). The persistent schedule: one partial per
+// (block, head it holds tiles of, warp), written once and read once by the combine. The cluster
+// schedule: one launch whose partials stay in the clusters' shared memory, each head's outputs
+// written by its cluster.
 TrafficBytes SplitTraffic(const DecodeShape& shape, const int32_t* seq_lens, int element_bytes,
                           bool scales, int blocks_per_sm) {
   enum { kSplit, kCombine };
-  Ledger t({"SplitDecodeKernel", "CombineSplits"});
-  const internal::SplitWork work = internal::MakeSplitWork(
-      shape.batch, shape.heads_kv, shape.max_tokens, blocks_per_sm * internal::kAssumedSms);
+  const int resident = blocks_per_sm * internal::kAssumedSms;
+  const int64_t heads = static_cast<int64_t>(shape.batch) * shape.heads_kv;
+  int cluster = -1;
+  if (!internal::SplitClusterOverride(&cluster)) cluster = 0;  // the launcher refuses the call
+  if (cluster < 0) {
+    cluster = internal::SplitClusterSize(heads, resident, shape.min_tokens, shape.max_tokens);
+  }
+  Ledger t = cluster > 0 ? Ledger({"SplitDecodeKernel"})
+                         : Ledger({"SplitDecodeKernel", "CombineSplits"});
+  const internal::SplitWork work =
+      cluster > 0 ? internal::MakeClusterWork(shape.batch, shape.heads_kv, shape.max_tokens, cluster)
+                  : internal::MakeSplitWork(shape.batch, shape.heads_kv, shape.max_tokens, resident);
   const int64_t d = shape.head_dim;
   const int64_t g = shape.heads_q / shape.heads_kv;
   for (int b = 0; b < shape.batch; ++b) {
@@ -72,12 +83,16 @@ TrafficBytes SplitTraffic(const DecodeShape& shape, const int32_t* seq_lens, int
         const int64_t hi = std::min(end - start, real);
         if (lo < hi) ++segments;
       }
+      t.Read(kIo, kSplit, segments * g * d * 4);  // queries, per segment
+      if (cluster > 0) {
+        t.Write(kIo, kSplit, g * d * 4);  // outputs, merged in the cluster
+        continue;
+      }
       // Partials: each warp's output and (m, l) per segment, written and read back.
       const int64_t partials = segments * internal::kSplitWarpsPerBlock * g * (d + 2) * 4;
       t.Write(kPartials, kSplit, partials);
       t.Read(kPartials, kCombine, partials);
-      t.Read(kIo, kSplit, segments * g * d * 4);  // queries, per segment
-      t.Write(kIo, kCombine, g * d * 4);          // outputs
+      t.Write(kIo, kCombine, g * d * 4);  // outputs
     }
   }
   return t.Take();

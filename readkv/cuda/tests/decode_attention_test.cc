@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -110,7 +111,8 @@ Workload MakeWorkload(const Case& c, uint64_t seed) {
   const int batch = static_cast<int>(c.lens.size());
   const int max_tokens = *std::max_element(c.lens.begin(), c.lens.end());
   w.shape = DecodeShape{batch, c.heads_q, c.heads_kv, c.head_dim,
-                        (max_tokens + kPageTokens - 1) / kPageTokens, max_tokens, c.chunk_tokens};
+                        (max_tokens + kPageTokens - 1) / kPageTokens, max_tokens, c.chunk_tokens,
+                        *std::min_element(c.lens.begin(), c.lens.end())};
   codec::SyntheticConfig config;
   config.geometry = w.geometry;
   config.seed = seed;
@@ -479,20 +481,6 @@ TEST_P(SplitKernelTest, DenseAndFp8MatchCpuBackends) {
   DeviceBuffer<float> d_ks(kscale), d_vs(vscale), d_queries(w.queries);
   DeviceBuffer<int32_t> d_pages(w.page_table), d_lens(w.seq_lens);
   const size_t out_size = static_cast<size_t>(s.batch) * c.heads_q * d;
-  DeviceBuffer<float> d_dense(std::vector<float>(out_size, kNaNs[0]));
-  DeviceBuffer<float> d_fp8(std::vector<float>(out_size, kNaNs[0]));
-  DeviceBuffer<char> d_work(SplitDecodeWorkspaceBytes(s));
-  CUDA_OK(DenseDecodeAttention(s, {d_queries.get(), d_pages.get(), d_lens.get(), d_dense.get()},
-                               {d_kb.get(), d_vb.get()}, d_work.get(), nullptr));
-  CUDA_OK(cudaDeviceSynchronize());
-  CUDA_OK(Fp8DecodeAttention(s, {d_queries.get(), d_pages.get(), d_lens.get(), d_fp8.get()},
-                             {d_k8.get(), d_v8.get(), d_ks.get(), d_vs.get()}, d_work.get(),
-                             nullptr));
-  CUDA_OK(cudaDeviceSynchronize());
-  const auto dense = d_dense.Download(out_size);
-  const auto fp8 = d_fp8.Download(out_size);
-  ASSERT_TRUE(AllFinite(dense));
-  ASSERT_TRUE(AllFinite(fp8));
 
   codec::LayerCacheConfig config;
   config.geometry = w.geometry;
@@ -502,21 +490,66 @@ TEST_P(SplitKernelTest, DenseAndFp8MatchCpuBackends) {
   codec::LayerCacheConfig fp8_config = config;
   fp8_config.backend = codec::KvBackend::kFp8;
   fp8_config.fp8_scale = codec::Fp8ScaleGranularity::kHead;
+  std::vector<float> dense_cpu(out_size), fp8_cpu(out_size);
+  const size_t per_sequence = static_cast<size_t>(c.heads_q) * d;
   for (size_t b = 0; b < w.layers.size(); ++b) {
     const auto& layer = w.layers[b];
-    auto dense_cpu = codec::MakeLayerKvCache(config);
-    auto fp8_cpu = codec::MakeLayerKvCache(fp8_config);
-    dense_cpu->AppendTokens(layer.keys, layer.values);
-    fp8_cpu->AppendTokens(layer.keys, layer.values);
-    std::vector<float> expect(static_cast<size_t>(c.heads_q) * d);
-    const std::span<const float> q(w.queries.data() + b * expect.size(), expect.size());
-    dense_cpu->Attend(q, expect);
-    EXPECT_LT(MaxHeadError(dense, expect, b * expect.size(), c.heads_q, d), 1e-4)
-        << "dense, sequence " << b;
-    fp8_cpu->Attend(q, expect);
-    EXPECT_LT(MaxHeadError(fp8, expect, b * expect.size(), c.heads_q, d), 1e-4)
-        << "fp8, sequence " << b;
+    auto dense_cache = codec::MakeLayerKvCache(config);
+    auto fp8_cache = codec::MakeLayerKvCache(fp8_config);
+    dense_cache->AppendTokens(layer.keys, layer.values);
+    fp8_cache->AppendTokens(layer.keys, layer.values);
+    const std::span<const float> q(w.queries.data() + b * per_sequence, per_sequence);
+    dense_cache->Attend(q, std::span<float>(dense_cpu.data() + b * per_sequence, per_sequence));
+    fp8_cache->Attend(q, std::span<float>(fp8_cpu.data() + b * per_sequence, per_sequence));
   }
+
+  // Every schedule (KVGATE_SPLIT_CLUSTER, split_work.h), each from a poisoned workspace and
+  // poisoned outputs: the persistent one merges partials from the workspace; the cluster ones
+  // must not touch it.
+  const size_t work_bytes = SplitDecodeWorkspaceBytes(s);
+  DeviceBuffer<char> d_work(work_bytes);
+  for (const char* schedule : {"auto", "off", "1", "2", "4", "8"}) {
+    SCOPED_TRACE(std::string("KVGATE_SPLIT_CLUSTER=") + schedule);
+    ASSERT_EQ(setenv("KVGATE_SPLIT_CLUSTER", schedule, 1), 0);
+    const std::vector<char> poison(work_bytes, static_cast<char>(0x7f));
+    d_work.Upload(poison);
+    DeviceBuffer<float> d_dense(std::vector<float>(out_size, kNaNs[0]));
+    DeviceBuffer<float> d_fp8(std::vector<float>(out_size, kNaNs[0]));
+    CUDA_OK(DenseDecodeAttention(s, {d_queries.get(), d_pages.get(), d_lens.get(), d_dense.get()},
+                                 {d_kb.get(), d_vb.get()}, d_work.get(), nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(Fp8DecodeAttention(s, {d_queries.get(), d_pages.get(), d_lens.get(), d_fp8.get()},
+                               {d_k8.get(), d_v8.get(), d_ks.get(), d_vs.get()}, d_work.get(),
+                               nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    const bool untouched = d_work.Download(work_bytes) == poison;
+    if (std::strcmp(schedule, "off") == 0) {
+      EXPECT_FALSE(untouched) << "the persistent schedule wrote no partials";
+    }
+    if (std::isdigit(static_cast<unsigned char>(schedule[0]))) {
+      EXPECT_TRUE(untouched) << "a cluster schedule wrote the workspace";
+    }
+    const auto dense = d_dense.Download(out_size);
+    const auto fp8 = d_fp8.Download(out_size);
+    ASSERT_TRUE(AllFinite(dense));
+    ASSERT_TRUE(AllFinite(fp8));
+    for (size_t b = 0; b < w.layers.size(); ++b) {
+      const std::vector<float> dense_b(dense_cpu.begin() + b * per_sequence,
+                                       dense_cpu.begin() + (b + 1) * per_sequence);
+      const std::vector<float> fp8_b(fp8_cpu.begin() + b * per_sequence,
+                                     fp8_cpu.begin() + (b + 1) * per_sequence);
+      EXPECT_LT(MaxHeadError(dense, dense_b, b * per_sequence, c.heads_q, d), 1e-4)
+          << "dense, sequence " << b;
+      EXPECT_LT(MaxHeadError(fp8, fp8_b, b * per_sequence, c.heads_q, d), 1e-4)
+          << "fp8, sequence " << b;
+    }
+  }
+  ASSERT_EQ(setenv("KVGATE_SPLIT_CLUSTER", "nine", 1), 0);  // not a schedule: refused
+  DeviceBuffer<float> d_out(out_size);
+  EXPECT_EQ(DenseDecodeAttention(s, {d_queries.get(), d_pages.get(), d_lens.get(), d_out.get()},
+                                 {d_kb.get(), d_vb.get()}, d_work.get(), nullptr),
+            cudaErrorInvalidValue);
+  ASSERT_EQ(unsetenv("KVGATE_SPLIT_CLUSTER"), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -527,7 +560,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{16, 2, 64, {1000, 255, 3000}, 8, 4.0, 512},
                       Case{16, 16, 64, {257, 40}, 8, 4.0, 0},
                       Case{64, 8, 128, {4096, 100}, 8, 4.0, 1024},
-                      Case{16, 8, 128, {700, 3, 64}, 8, 4.0, 0}),
+                      Case{16, 8, 128, {700, 3, 64}, 8, 4.0, 0},
+                      // 128 equal heads: on an H200 the dense kernel's automatic schedule is
+                      // clusters of 2 (SplitClusterSize), as at the bench's 32K x 16.
+                      Case{32, 8, 128, std::vector<int>(16, 640), 8, 4.0, 0}),
     [](const ::testing::TestParamInfo<Case>& param) { return param.param.Name(); });
 
 TEST(DecodeAttentionTest, LaunchersRefuseUnsafeShapes) {

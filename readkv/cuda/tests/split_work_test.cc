@@ -1,10 +1,12 @@
-// The persistent split of the dense and FP8 kernels (src/split_work.h): host math shared by the
+// The schedules of the dense and FP8 kernels (src/split_work.h): host math shared by the
 // kernels, the combine and the traffic model, so it is pinned here in every build.
 #include "split_work.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <utility>
 #include <vector>
 
 namespace readkv::cuda::internal {
@@ -61,6 +63,65 @@ TEST(SplitWorkTest, SlotsHoldEveryBlockThatMeetsAHeadForAnyGrid) {
       }
     }
   }
+}
+
+TEST(SplitWorkTest, ClusterRangesSplitEachHeadAmongItsOwnBlocks) {
+  for (const int cluster : {1, 2, 4, 8}) {
+    for (const int64_t tokens : {1, 64, 65, 300, 8192, 32768}) {
+      const SplitWork w = MakeClusterWork(3, 8, tokens, cluster);
+      ASSERT_EQ(w.grid, 3 * 8 * cluster);
+      ASSERT_EQ(w.per_head, (tokens + 63) / 64);
+      for (int head = 0; head < 24; ++head) {
+        // Block r of the head's cluster: tiles [r per_head / C, (r + 1) per_head / C) of it, so
+        // the cluster covers the head exactly and no block reaches another head.
+        EXPECT_EQ(w.Begin(head * cluster), int64_t{head} * w.per_head);
+        EXPECT_EQ(w.Begin((head + 1) * cluster), int64_t{head + 1} * w.per_head);
+        for (int r = 0; r < cluster; ++r) {
+          const int64_t size = w.Begin(head * cluster + r + 1) - w.Begin(head * cluster + r);
+          EXPECT_GE(size, w.per_head / cluster) << "head " << head << " block " << r;
+          EXPECT_LE(size, (w.per_head + cluster - 1) / cluster) << "head " << head;
+        }
+      }
+    }
+  }
+}
+
+TEST(SplitWorkTest, ClusterScheduleOnlyForEvenHeadsThatFillOneWave) {
+  // The bench's 32K x 16 (128 heads): dense holds 264 blocks on an H200, 2 per head fill 97%.
+  EXPECT_EQ(SplitClusterSize(128, 264, 32768, 32768), 2);
+  // FP8 holds 396: 2 per head fill 65%, 4 per head need two waves.
+  EXPECT_EQ(SplitClusterSize(128, 396, 32768, 32768), 0);
+  // Batch 1 (8 heads): even 8 per head fill a quarter of the device.
+  EXPECT_EQ(SplitClusterSize(8, 264, 8192, 8192), 0);
+  EXPECT_EQ(SplitClusterSize(33, 264, 8192, 8192), 8);  // 264 of 264
+  EXPECT_EQ(SplitClusterSize(264, 264, 100, 100), 1);
+  EXPECT_EQ(SplitClusterSize(265, 264, 100, 100), 0);  // more heads than blocks: persistent
+  // Lengths unknown (0) or more than 10% apart: persistent, whatever the fill.
+  EXPECT_EQ(SplitClusterSize(128, 264, 0, 32768), 0);
+  EXPECT_EQ(SplitClusterSize(128, 264, 29490, 32768), 0);
+  EXPECT_EQ(SplitClusterSize(128, 264, 29492, 32768), 2);
+}
+
+TEST(SplitWorkTest, ClusterOverrideReadsTheEnvironmentAndRefusesTheRest) {
+  int choice = 99;
+  ASSERT_EQ(unsetenv("KVGATE_SPLIT_CLUSTER"), 0);
+  ASSERT_TRUE(SplitClusterOverride(&choice));
+  EXPECT_EQ(choice, -1);
+  const std::pair<const char*, int> valid[] = {{"auto", -1}, {"off", 0}, {"1", 1},
+                                               {"2", 2},     {"4", 4},    {"8", 8}};
+  for (const auto& [text, expected] : valid) {
+    ASSERT_EQ(setenv("KVGATE_SPLIT_CLUSTER", text, 1), 0);
+    choice = 99;
+    ASSERT_TRUE(SplitClusterOverride(&choice)) << text;
+    EXPECT_EQ(choice, expected) << text;
+  }
+  for (const char* text : {"", "3", "16", "0", "on", "2 ", "cluster"}) {
+    ASSERT_EQ(setenv("KVGATE_SPLIT_CLUSTER", text, 1), 0);
+    choice = 99;
+    EXPECT_FALSE(SplitClusterOverride(&choice)) << "'" << text << "'";
+    EXPECT_EQ(choice, 99) << text;
+  }
+  ASSERT_EQ(unsetenv("KVGATE_SPLIT_CLUSTER"), 0);
 }
 
 }  // namespace

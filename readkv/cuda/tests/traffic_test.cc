@@ -111,6 +111,39 @@ TEST(ReadKvSelectTrafficTest, ImportancesCountOnlyWhenTheyLeaveSharedMemory) {
   EXPECT_EQ(scores(most + 1), logits(most + 1) + 2 * (int64_t{most + 1} * 16));
 }
 
+// The dense kernel's cluster schedule at the bench's 32K x 16 (equal lengths, 128 heads x 2
+// blocks): one launch that reads what the persistent one reads and writes only the outputs; the
+// persistent schedule (lengths not known to be even) adds the partials' round trip and the merge
+// launch.
+TEST(KernelTrafficTest, ClusterScheduleMovesNoPartials) {
+  ASSERT_EQ(unsetenv("KVGATE_SPLIT_CLUSTER"), 0);
+  DecodeShape shape = LlamaShape(16, 32768, 1024);
+  const std::vector<int32_t> lens(16, 32768);
+  shape.min_tokens = 32768;
+  const TrafficBytes cluster = DenseDecodeTraffic(shape, lens.data());
+  shape.min_tokens = 0;
+  const TrafficBytes persistent = DenseDecodeTraffic(shape, lens.data());
+  ASSERT_NE(cluster.kernels[0].kernel, nullptr);
+  EXPECT_STREQ(cluster.kernels[0].kernel, "SplitDecodeKernel");
+  EXPECT_EQ(cluster.kernels[1].kernel, nullptr);
+  EXPECT_EQ(cluster.partials, 0);
+  const int64_t outputs = int64_t{16} * 32 * 128 * 4;
+  EXPECT_EQ(cluster.kernels[0].write, outputs);
+  // Each of a head's 2 blocks reads the head's 4 queries.
+  const int64_t queries = int64_t{16} * 8 * 2 * 4 * 128 * 4;
+  EXPECT_EQ(cluster.io, queries + outputs);
+  EXPECT_EQ(cluster.payload, persistent.payload);
+  EXPECT_EQ(cluster.metadata, persistent.metadata);
+  EXPECT_GT(persistent.partials, 0);
+  ASSERT_NE(persistent.kernels[1].kernel, nullptr);
+  EXPECT_STREQ(persistent.kernels[1].kernel, "CombineSplits");
+  // The override forces either schedule in the model as in the launcher.
+  ASSERT_EQ(setenv("KVGATE_SPLIT_CLUSTER", "off", 1), 0);
+  shape.min_tokens = 32768;
+  EXPECT_EQ(DenseDecodeTraffic(shape, lens.data()).partials, persistent.partials);
+  ASSERT_EQ(unsetenv("KVGATE_SPLIT_CLUSTER"), 0);
+}
+
 // The model by launch (TrafficBytes::kernels): every term is some kernel's read or write, each
 // cache payload goes to its reader, and what one launch writes for another is read there.
 TEST(KernelTrafficTest, EachLaunchMovesItsShareAndTheSharesAddUpToTheTotal) {

@@ -32,8 +32,11 @@ torch::Tensor Upload(const std::vector<T>& host, torch::Device device) {
       .to(device);
 }
 
-// A call's geometry; ReadKV chunks are the kernels' automatic split.
-rc::DecodeShape Shape(const GpuKvConfig& c, int batch, int max_pages, int max_tokens) {
+// A call's geometry; ReadKV chunks are the kernels' automatic split. min_tokens (the shortest
+// sequence, 0 if unknown) lets the dense and FP8 kernels take their cluster schedule when the
+// batch's lengths are even.
+rc::DecodeShape Shape(const GpuKvConfig& c, int batch, int max_pages, int max_tokens,
+                      int min_tokens = 0) {
   rc::DecodeShape shape;
   shape.batch = batch;
   shape.heads_q = c.heads_q;
@@ -41,6 +44,7 @@ rc::DecodeShape Shape(const GpuKvConfig& c, int batch, int max_pages, int max_to
   shape.head_dim = c.head_dim;
   shape.max_pages = max_pages;
   shape.max_tokens = max_tokens;
+  shape.min_tokens = min_tokens;
   shape.chunk_tokens = 0;
   return shape;
 }
@@ -334,7 +338,8 @@ torch::Tensor GpuKvCache::AttendGroup(const Step& step, int layer, const torch::
   for (int r : rows) lengths.push_back(step.lengths[static_cast<size_t>(r)]);
   const rc::DecodeShape shape =
       Shape(config_, static_cast<int>(rows.size()), step.max_pages,
-            *std::max_element(lengths.begin(), lengths.end()));
+            *std::max_element(lengths.begin(), lengths.end()),
+            *std::min_element(lengths.begin(), lengths.end()));
   torch::Tensor qg = q, table = step.page_table, lens = step.seq_lens;
   if (shape.batch != step.batch) {
     const torch::Tensor index =

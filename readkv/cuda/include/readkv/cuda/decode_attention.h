@@ -14,11 +14,15 @@
 // i % 256. Pages are shared by nothing; a sequence's last page may be partly filled (ragged).
 //
 // Every kernel splits the tokens over thread blocks (flash-decoding) and combines the blocks'
-// partial results in a later launch; the workspace holds the partials. The dense and FP8 kernels
-// run a persistent grid (as many blocks as the device holds at once) that gives every block an
-// equal share of the call's 64-token tiles; the ReadKV kernels split each sequence into chunks
-// of `chunk_tokens` (a multiple of 256). All launches of one call go to `stream`, in order, so a
-// call can be captured in a CUDA graph.
+// partial results; the workspace holds partials that cross launches. The dense and FP8 kernels
+// have two schedules. The persistent one runs as many blocks as the device holds at once, gives
+// every block an equal share of the call's 64-token tiles, and merges their partials in a second
+// launch. The cluster one, taken when the sequences are about equally long (min_tokens) and one
+// block cluster of 1-8 blocks per (sequence, KV head) fills the device, splits each head's tiles
+// among its cluster and merges them in distributed shared memory: one launch, no workspace
+// traffic (KVGATE_SPLIT_CLUSTER=off|1|2|4|8 overrides the choice, for benches and tests). The
+// ReadKV kernels split each sequence into chunks of `chunk_tokens` (a multiple of 256). All
+// launches of one call go to `stream`, in order, so a call can be captured in a CUDA graph.
 //
 // Thread-safety: launchers are reentrant; two calls that share a workspace must be ordered.
 #pragma once
@@ -48,6 +52,10 @@ struct DecodeShape {
   int max_tokens = 256;    // an upper bound of every seq_lens[b] (sizes the workspace)
   int chunk_tokens = 1024; // ReadKV: tokens per thread block, a multiple of 256 (0: automatic,
                            // ReadKvChunkTokens)
+  int min_tokens = 0;      // a lower bound of every seq_lens[b] when the caller knows one (0:
+                           // unknown); the dense and FP8 kernels take the cluster schedule only
+                           // when it is within 10% of max_tokens. A hint: outputs do not depend
+                           // on it, and a wrong one costs time, not correctness.
 
   int group() const { return heads_q / heads_kv; }
   int max_chunks() const { return (max_tokens + chunk_tokens - 1) / chunk_tokens; }
