@@ -253,11 +253,19 @@ bool ChainedLaunches() {
   return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
-// Select<G, threads, cluster> of every launch shape, in kSelectShapes' order.
+// Whether Select lists a block's last gains in shared memory instead of rescanning its share in
+// every radix pass: only with KVGATE_READKV_SELECT=list (the same cut either way; off until an
+// H200 round measures it). Read per call like LogitsVariant.
+bool SelectListing() {
+  const char* v = std::getenv("KVGATE_READKV_SELECT");
+  return v != nullptr && std::strcmp(v, "list") == 0;
+}
+
+// Select<G, threads, cluster, kList> of every launch shape, in kSelectShapes' order.
 using SelectKernels = std::array<void (*)(Args), internal::kSelectShapeCount>;
-template <int G, size_t... S>
+template <int G, bool kList, size_t... S>
 SelectKernels SelectInstances(std::index_sequence<S...>) {
-  return {Select<G, kSelectShapes[S].threads, kSelectShapes[S].cluster>...};
+  return {Select<G, kSelectShapes[S].threads, kSelectShapes[S].cluster, kList>...};
 }
 
 }  // namespace
@@ -366,33 +374,39 @@ cudaError_t ReadKvDecodeAttention(const DecodeShape& requested, const DecodeInpu
   if (status != cudaSuccess) return status;
   // Select: a cluster of blocks per row, its importances in shared memory when they fit
   // (SelectInShared), else in the workspace. Its shape (blocks per row, threads per block) is
-  // the one of kSelectShapes that SelectShapeOf picks for the grid.
+  // the one of kSelectShapes that SelectShapeOf picks for the grid; the listing instances
+  // (KVGATE_READKV_SELECT=list) take kSelectListBytes more.
   constexpr auto kShapes = std::make_index_sequence<internal::kSelectShapeCount>();
-  static const SelectKernels kSelects[4] = {SelectInstances<1>(kShapes),
-                                            SelectInstances<2>(kShapes),
-                                            SelectInstances<4>(kShapes),
-                                            SelectInstances<8>(kShapes)};
+  static const SelectKernels kSelects[2][4] = {
+      {SelectInstances<1, false>(kShapes), SelectInstances<2, false>(kShapes),
+       SelectInstances<4, false>(kShapes), SelectInstances<8, false>(kShapes)},
+      {SelectInstances<1, true>(kShapes), SelectInstances<2, true>(kShapes),
+       SelectInstances<4, true>(kShapes), SelectInstances<8, true>(kShapes)}};
+  const int list = SelectListing() ? 1 : 0;
   const int group_index = s.group() == 1 ? 0 : s.group() == 2 ? 1 : s.group() == 4 ? 2 : 3;
   const int shape = SelectShapeOf(s);
   const SelectGrid grid = kSelectShapes[shape];
   // Its importances pass 48 KB of shared memory from ~45K tokens per row: every instance opts in
   // to the most it may take, once.
   static const cudaError_t select_opt_in = [] {
-    for (const SelectKernels& row : kSelects) {
-      for (void (*kernel)(Args) : row) {
-        const cudaError_t e = cudaFuncSetAttribute(
-            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-            static_cast<int>(kSelectMaxSharedBytes));
-        if (e != cudaSuccess) return e;
+    for (int listing = 0; listing < 2; ++listing) {
+      for (const SelectKernels& row : kSelects[listing]) {
+        for (void (*kernel)(Args) : row) {
+          const cudaError_t e = cudaFuncSetAttribute(
+              kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+              static_cast<int>(kSelectMaxSharedBytes + (listing ? kSelectListBytes : 0)));
+          if (e != cudaSuccess) return e;
+        }
       }
     }
     return cudaSuccess;
   }();
   if (select_opt_in != cudaSuccess) return select_opt_in;
-  const size_t select_shared = SelectInShared(s.max_tokens, grid.cluster)
-                                   ? SelectShare(s.max_tokens, grid.cluster) * sizeof(double)
-                                   : 0;
-  status = Launch(kSelects[group_index][shape], dim3(grid.cluster, s.heads_kv, s.batch),
+  const size_t select_shared = (SelectInShared(s.max_tokens, grid.cluster)
+                                    ? SelectShare(s.max_tokens, grid.cluster) * sizeof(double)
+                                    : 0) +
+                               (list ? kSelectListBytes : 0);
+  status = Launch(kSelects[list][group_index][shape], dim3(grid.cluster, s.heads_kv, s.batch),
                   grid.threads, select_shared, stream, chain, a);
   if (status != cudaSuccess) return status;
   // Values readers (KVGATE_READKV_VALUES, for same-run comparisons): lanes (CUDA cores, lane

@@ -48,6 +48,8 @@ __device__ __forceinline__ unsigned PackChannel(int shift, int t) {
 
 // The Value cut's selection (section 3): a cluster of blocks per row (SelectShapeOf), each with
 // its share of the row's importances in shared memory when they fit (select_share.h).
+using internal::kSelectListBytes;
+using internal::kSelectListEntries;
 using internal::kSelectMaxSharedBytes;
 using internal::kSelectShapes;
 using internal::SelectGrid;

@@ -29,7 +29,12 @@ namespace readkv::cuda::readkv_kernels {
 // go/no-go model's 16K x 16: the kernel 37.8 -> 31.5 us, issue 8's ninth round). Tried and slower
 // on the H200 (BENCHMARKS): warp-aggregated adds (match_any, 3-9%), 11- and 12-bit first digits
 // (1.1-2.8x), and the first digit taken from the gains' 11-bit exponents counted during the scan
-// (slower at 6 of 8 points, by up to 3.6%).
+// (slower at 6 of 8 points, by up to 3.6%). Every pass rescans the whole share, its steps
+// recomputed from the importances: ~37% of the kernel's stall samples at 32K x 16 (8,2) (the
+// fifteenth round's source profile). The instances with kList (KVGATE_READKV_SELECT=list) list a
+// block's gains in shared memory once a pass's bin holds at most kSelectListEntries of them, and
+// the later passes and the gathering go over the list (same cut; not yet measured on a GPU, so
+// off; without kList the code is the rescanning one, unchanged).
 
 namespace cg = cooperative_groups;
 
@@ -48,6 +53,24 @@ __device__ __forceinline__ void WriteValueDepth(const Args& a, size_t row, int t
   if (a.debug.value_depths != nullptr) a.debug.value_depths[row + token] = depth;
 }
 
+// Where a listing Select block (kList) keeps its remaining gains: kSelectListEntries of each half
+// and their count, in the kSelectListBytes of its dynamic shared memory past the importances
+// (past none when they are kept in the workspace).
+struct SelectList {
+  unsigned long long* hi;
+  unsigned* lo;
+  unsigned* count;
+};
+static_assert(kSelectListBytes >= kSelectListEntries * (8 + 4) + 4, "the list and its count");
+
+__device__ SelectList ListAfter(const Args& a, int cluster, double* dynamic_shared) {
+  const bool in_shared = SelectInShared(a.max_tokens, cluster);
+  auto* hi = reinterpret_cast<unsigned long long*>(
+      dynamic_shared + (in_shared ? SelectShare(a.max_tokens, cluster) : 0));
+  auto* lo = reinterpret_cast<unsigned*>(hi + kSelectListEntries);
+  return {hi, lo, lo + kSelectListEntries};
+}
+
 // Shared memory of a Select block that other blocks of its cluster read.
 struct SelectClusterShared {
   unsigned hist[2][internal::kSelectDigitBins];  // this pass's digit counts; the next pass's
@@ -62,12 +85,15 @@ struct SelectClusterShared {
 // composites (hi = gain bits, lo = ~key) that the blocks' for_each yield and that match the
 // prefix (hi's bits [top, 64) equal prefix_hi; `count` elements in all): BlockSelect's passes
 // with the digit histograms summed over the cluster. Every thread of every block of the cluster
-// calls it with the same arguments, and every block returns the same cut.
-template <int kCluster, typename ForEach>
+// calls it with the same arguments, and every block returns the same cut. With kList, a block
+// whose share of a pass's bin is at most kSelectListEntries gains lists them in `list` and goes
+// over the list from then on instead of calling for_each (`list` is unused without kList).
+template <int kCluster, bool kList, typename ForEach>
 __device__ internal::GreedyCut ClusterSelect(const ForEach& for_each, int top,
                                              unsigned long long prefix_hi,
                                              unsigned long long mask_hi, long long rank,
-                                             long long count, SelectClusterShared& sh) {
+                                             long long count, SelectClusterShared& sh,
+                                             SelectList list) {
   using internal::kSelectDigitBins;
   using internal::kSelectFinal;
   const cg::cluster_group cluster = cg::this_cluster();
@@ -77,17 +103,30 @@ __device__ internal::GreedyCut ClusterSelect(const ForEach& for_each, int top,
   __shared__ unsigned total[kSelectDigitBins];
   __shared__ internal::BinPick picked;
   __shared__ internal::GreedyCut cut;
+  [[maybe_unused]] bool on_list = false;  // the same in every thread of the block
+  const auto each = [&](auto&& f) {
+    if constexpr (kList) {
+      if (on_list) {
+        for (unsigned k = tid; k < *list.count; k += blockDim.x) f(list.hi[k], list.lo[k]);
+        return;
+      }
+    }
+    for_each(f);
+  };
   // No other block reads this block's histograms before the first pass's cluster barrier.
   for (int j = tid; j < 2 * kSelectDigitBins; j += blockDim.x) {
     sh.hist[j / kSelectDigitBins][j % kSelectDigitBins] = 0;
   }
-  if (tid == 0) sh.gathered = 0;
+  if (tid == 0) {
+    sh.gathered = 0;
+    if constexpr (kList) *list.count = 0;
+  }
   __syncthreads();
   internal::RadixPrefix p(top, prefix_hi, mask_hi, rank, count);
   int cur = 0;
   while (p.Narrowing()) {
     p.NextDigit();
-    for_each([&](unsigned long long hi, unsigned lo) {
+    each([&](unsigned long long hi, unsigned lo) {
       if (p.Matches(hi, lo)) atomicAdd(&sh.hist[cur][p.Digit(hi, lo)], 1u);
     });
     cluster.sync();  // every block's counts of this digit are complete
@@ -109,12 +148,28 @@ __device__ internal::GreedyCut ClusterSelect(const ForEach& for_each, int top,
     }
     __syncthreads();
     p.Take(picked);
+    // This block's gains in the taken bin are its own count of that bin (complete since the
+    // barrier; the histogram is cleared only in the next pass): list them if few enough and
+    // another pass follows. Uniform over the block: shared values only.
+    if constexpr (kList) {
+      if (!on_list && p.Narrowing() &&
+          sh.hist[cur][picked.bin] <= static_cast<unsigned>(kSelectListEntries)) {
+        for_each([&](unsigned long long hi, unsigned lo) {
+          if (!p.Matches(hi, lo)) return;
+          const unsigned at = atomicAdd(list.count, 1u);
+          list.hi[at] = hi;
+          list.lo[at] = lo;
+        });
+        on_list = true;
+        __syncthreads();
+      }
+    }
     cur ^= 1;
   }
   // At most kSelectFinal elements match in the whole cluster (composites are distinct): each
   // block lists its own, and warp 0 of every block ranks the cluster's lists; the one with
   // rank - 1 elements above it is the cut.
-  internal::GatherMatches(for_each, p, sh.gathered, sh.final_hi, sh.final_lo);
+  internal::GatherMatches(each, p, sh.gathered, sh.final_hi, sh.final_lo);
   cluster.sync();
   if (warp == 0) {
     unsigned long long hi = 0;
@@ -144,8 +199,8 @@ __device__ internal::GreedyCut ClusterSelect(const ForEach& for_each, int top,
 }
 
 // The Select launch. Dynamic shared memory: SelectShare(max_tokens, kCluster) doubles when
-// SelectInShared, else none.
-template <int G, int kThreads, int kCluster>
+// SelectInShared, else none; then kSelectListBytes with kList.
+template <int G, int kThreads, int kCluster, bool kList>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
     Select(Args a) {
   ChainEntry();
@@ -260,7 +315,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
   // Selection starts below the bits every positive gain of the row shares.
   const int top = 64 - __clzll(static_cast<long long>(all ^ any));
   const unsigned long long shared_mask = top >= 64 ? 0ull : ~0ull << top;
-  const internal::GreedyCut cut = ClusterSelect<kCluster>(
+  const internal::GreedyCut cut = ClusterSelect<kCluster, kList>(
       [&](auto&& f) {
         for (int i = begin + tid; i < end; i += kThreads) {
           const double w = importance[i - begin];
@@ -270,7 +325,8 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
           });
         }
       },
-      top, all & shared_mask, shared_mask, steps, positive_row, sh);
+      top, all & shared_mask, shared_mask, steps, positive_row, sh,
+      kList ? ListAfter(a, kCluster, shared_importance) : SelectList{});
   for (int i = begin + tid; i < end; i += kThreads) {
     WriteValueDepth(a, row, i,
                     internal::StepsTaken<kMaxValueSteps>(

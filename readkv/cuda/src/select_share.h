@@ -15,6 +15,12 @@ inline constexpr int kSelectCluster = 8;  // blocks per row: the portable cluste
 inline constexpr int kSelectNarrowCluster = 4;  // ... when the grid has blocks to spare
 inline constexpr int kSelectNarrowestCluster = 2;  // ... and the shares are still short
 inline constexpr size_t kSelectMaxSharedBytes = 160 * 1024;  // a block's importances, at most
+// With KVGATE_READKV_SELECT=list (readkv_attention.cu): once a radix pass's bin holds at most
+// kSelectListEntries of a block's remaining gains, the block lists them (8 + 4 bytes each, and
+// their count) in dynamic shared memory after its importances, and the later passes go over the
+// list.
+inline constexpr int kSelectListEntries = 512;
+inline constexpr size_t kSelectListBytes = kSelectListEntries * (8 + 4) + 16;
 
 // Threads per Select block: kSelectThreads, or kSelectWideThreads when the grid leaves SMs idle.
 inline constexpr int kSelectThreads = 256;

@@ -281,22 +281,27 @@ TEST_P(ReadKvKernelTest, AppendMatchesCodecPlanesAndDecodeMatchesCpuReader) {
   // Every logits kernel (KVGATE_READKV_LOGITS): the per-bit reader, the transposed one with 1, 2
   // and 4 pages per pass and the tensor-core one, each with the tensor-core Values reader; and the
   // CUDA-core Values reader (KVGATE_READKV_VALUES=lanes); both Values readers once more with the
-  // launches chained by programmatic dependent launch (KVGATE_READKV_PDL=1).
+  // launches chained by programmatic dependent launch (KVGATE_READKV_PDL=1); Select listing its
+  // last gains (KVGATE_READKV_SELECT=list) under two logits readers.
   struct Variant {
     const char* logits;
     const char* values;
     const char* pdl;
+    const char* select;
   };
-  const Variant variants[] = {{"plain", "mma", "0"},  {"wide1", "mma", "0"},
-                              {"wide2", "mma", "0"},  {"wide4", "mma", "0"},
-                              {"wide4", "lanes", "0"}, {"mma", "mma", "0"},
-                              {"mma", "mma", "1"},    {"wide4", "lanes", "1"}};
-  for (const auto& [logits_variant, values_variant, pdl] : variants) {
+  const Variant variants[] = {
+      {"plain", "mma", "0", "scan"},  {"wide1", "mma", "0", "scan"},
+      {"wide2", "mma", "0", "scan"},  {"wide4", "mma", "0", "scan"},
+      {"wide4", "lanes", "0", "scan"}, {"mma", "mma", "0", "scan"},
+      {"mma", "mma", "1", "scan"},    {"wide4", "lanes", "1", "scan"},
+      {"mma", "mma", "0", "list"},    {"wide4", "mma", "1", "list"}};
+  for (const auto& [logits_variant, values_variant, pdl, select] : variants) {
     SCOPED_TRACE(std::string("logits ") + logits_variant + ", values " + values_variant +
-                 ", pdl " + pdl);
+                 ", pdl " + pdl + ", select " + select);
     setenv("KVGATE_READKV_LOGITS", logits_variant, 1);
     setenv("KVGATE_READKV_VALUES", values_variant, 1);
     setenv("KVGATE_READKV_PDL", pdl, 1);
+    setenv("KVGATE_READKV_SELECT", select, 1);
     // One decode step on the GPU with poisoned outputs, and on the CPU per sequence.
     const ReadKvReadPolicy policy{c.KeyBits(), c.ValueBits(), d_kinc.get(),
                                   static_cast<int>(key_inc.size()), d_vinc.get(),
@@ -400,6 +405,7 @@ TEST_P(ReadKvKernelTest, AppendMatchesCodecPlanesAndDecodeMatchesCpuReader) {
   unsetenv("KVGATE_READKV_LOGITS");
   unsetenv("KVGATE_READKV_VALUES");
   unsetenv("KVGATE_READKV_PDL");
+  unsetenv("KVGATE_READKV_SELECT");
 }
 
 INSTANTIATE_TEST_SUITE_P(
