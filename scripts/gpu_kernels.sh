@@ -5,8 +5,8 @@
 # then `kvgate bench attention` on the issue's grid. Everything lands in $OUT: tests.json,
 # sanitizer logs, bench.json and bench.txt, bench_VARIANT.* for LOGITS_VARIANTS and
 # values_VARIANT.* for VALUES_VARIANTS, bench_baseline.* for BASELINE (and, with PROFILE=1,
-# per-kernel times and DRAM bytes from ncu at PROFILE_POINTS against the traffic model,
-# profile.txt). Run from the repository root with .devdeps carried:
+# per-kernel times, DRAM bytes and issue floors from ncu at PROFILE_POINTS against the traffic
+# model, profile.txt). Run from the repository root with .devdeps carried:
 #   OUT=/tmp/kernels bash scripts/gpu_kernels.sh
 # BASELINE=.baseline/baseline.tar.gz (a `git archive` of another commit, made and carried as
 # scripts/gpu_trees.sh does; BASELINE_COMMIT names it in the JSON) builds that tree beside this
@@ -18,8 +18,11 @@
 # POINTS="standard;ARGS;..." those and more) benches several point sets (each a `kvgate bench
 # attention` argument list, e.g. one geometry each) instead of BENCH_ARGS, this tree and the
 # others one after the other per set, into bench_pN.*, bench_baseline_pN.* and bench_LABEL_pN.*.
-# Every bench's medians also go to summary.txt, and with a baseline or candidates each set's trees
-# side by side (readkv/cuda/bench/compare_bench.py, this tree the reference).
+# SWITCHES="NAME=VALUE[,NAME=VALUE...] ..." (with POINTS) benches this tree once more per entry,
+# with those kernel switches set (decode_attention.h's kKernelSwitches, e.g.
+# KVGATE_READKV_SELECT=list), into bench_swK_pN.* (K counts the entries from 0).
+# Every bench's medians also go to summary.txt, and with a baseline, candidates or switches each
+# set's runs side by side (readkv/cuda/bench/compare_bench.py, this tree the reference).
 # SOURCE_PROFILE="REGEX|ARGS" samples where the warps of the kernels matching REGEX wait (ncu
 # SourceCounters + WarpStateStats) in one call of `kvgate bench attention ARGS` (SOURCE_COUNT
 # kernels from the SOURCE_SKIP-th matching launch on, default 1 and 20): the SASS table as
@@ -61,6 +64,11 @@ wait_tree() {  # wait_tree LABEL: its build's end (the round stops if it failed)
   wait "${TREE_PID[$1]}" || { grep -B2 -A12 "error" "$LOGS/build-$1.log" | head -80; exit 1; }
   echo "$1 build done: $(( $(date +%s) - start )) s"
 }
+for entry in ${SWITCHES:-}; do  # checked before anything is built
+  [[ $entry =~ ^KVGATE_[A-Z_]+=[A-Za-z0-9_-]+(,KVGATE_[A-Z_]+=[A-Za-z0-9_-]+)*$ ]] ||
+    { echo "SWITCHES: bad entry '$entry' (NAME=VALUE[,NAME=VALUE...])"; exit 1; }
+  [[ -n "${POINTS:-}" ]] || { echo "SWITCHES needs POINTS"; exit 1; }
+done
 if [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
   # A label names build directories ($B-LABEL, beside $B-logs) and output files: letters, digits,
   # - and _, once each, and not "baseline" (BASELINE's) or "logs". Every entry is checked before
@@ -148,13 +156,22 @@ if [[ "${KERNELS_ONLY:-0}" != 1 && -n "${POINTS:-}" ]]; then
     for label in "${CANDIDATE_LABELS[@]}"; do
       bench_into "bench_${label}_p$i" "${TREE_DIR[$label]}/apps/kvgate" "${args[@]}"
     done
+    k=0
+    for entry in ${SWITCHES:-}; do
+      (IFS=',' read -r -a assignments <<< "$entry"
+       for assignment in "${assignments[@]}"; do export "${assignment?}"; done
+       bench_into "bench_sw${k}_p$i" "$B/apps/kvgate" "${args[@]}")
+      k=$((k + 1))
+    done
   done
-  # Each set's trees side by side, this one the reference (also into summary.txt).
-  if [[ -n "${BASELINE:-}" || ${#CANDIDATE_LABELS[@]} -gt 0 ]]; then
+  # Each set's runs side by side, this tree's first (also into summary.txt).
+  if [[ -n "${BASELINE:-}${SWITCHES:-}" || ${#CANDIDATE_LABELS[@]} -gt 0 ]]; then
     for i in "${!point_sets[@]}"; do
       runs=("$OUT/bench_p$i.json")
       [[ -n "${BASELINE:-}" ]] && runs+=("$OUT/bench_baseline_p$i.json")
       for label in "${CANDIDATE_LABELS[@]}"; do runs+=("$OUT/bench_${label}_p$i.json"); done
+      k=0
+      for entry in ${SWITCHES:-}; do runs+=("$OUT/bench_sw${k}_p$i.json"); k=$((k + 1)); done
       { echo "== compared, set $i (readkv/cuda/bench/compare_bench.py)"
         python3 readkv/cuda/bench/compare_bench.py "${runs[@]}" 2>&1; } | tee -a "$OUT/summary.txt"
     done
@@ -185,8 +202,9 @@ elif [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
 fi
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 if [[ "${PROFILE:-0}" == 1 ]]; then
-  # Per-kernel GPU time, DRAM bytes and the bytes the kernel's stores write into L2 (spilled
-  # registers included) of one ReadKV call at a few points (ncu replays each kernel with its
+  # Per-kernel GPU time, DRAM bytes, the bytes the kernel's stores write into L2 (spilled
+  # registers included), its warp instructions and SM clock (its issue floor) of one ReadKV call
+  # at a few points (ncu replays each kernel with its
   # caches flushed: slow, so few): the seventh call's four launches (the FP8 kernels' names are
   # here for PROFILE_KV=fp8, whose call is two launches: then it shows two calls), set against the
   # traffic model, per kernel too, by readkv/cuda/bench/ncu_kernel_ledger.py.
@@ -200,7 +218,9 @@ if [[ "${PROFILE:-0}" == 1 ]]; then
     read -r -a args <<< "$point"
     rm -f "$LOGS/ncu-bench.json"
     metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
-    "$NCU" --metrics "$metrics,lts__t_sectors_srcunit_tex_op_write.sum" --csv \
+    metrics+=,lts__t_sectors_srcunit_tex_op_write.sum,smsp__inst_executed.sum
+    metrics+=,sm__cycles_elapsed.avg.per_second
+    "$NCU" --metrics "$metrics" --csv \
       --launch-skip 24 --launch-count 4 \
       -k 'regex:Prepare|Logits|Select|Values|SplitDecode|CombineSplits' \
       "$B/apps/kvgate" bench attention "${args[@]}" --iters 20 --min-total-ms 1 --no-anchor \

@@ -5,7 +5,9 @@ Input: JSON files written by `kvgate bench attention --json` (e.g. one per tree 
 scripts/gpu_kernels.sh's bench_pN.json, bench_baseline_pN.json, bench_LABEL_pN.json). The first
 is the reference. Output, per point (tokens x batch, kv): each run's median time in us and, for
 the others, its change against the reference in percent; with --markdown a table to paste into
-BENCHMARKS.md. Each column is named by its file's git_commit unless --labels names them.
+BENCHMARKS.md. Each column is named by its file's git_commit, followed by the kernel switches the
+run had set (its "kernel_switches", e.g. "abc123 KVGATE_READKV_SELECT=list"), unless --labels
+names them.
 
     python3 compare_bench.py REFERENCE.json OTHER.json [OTHER.json ...] [--labels A,B,...]
                              [--markdown]
@@ -43,8 +45,17 @@ def load_bench(path):
     return doc
 
 
+def run_label(doc):
+    """A run's default column name: its git_commit and the kernel switches it had set."""
+    switches = doc.get("kernel_switches") or {}
+    if not isinstance(switches, dict):
+        raise BadInput(f"kernel_switches is not an object: {switches!r}")
+    return " ".join([str(doc.get("git_commit", "?"))] +
+                    [f"{name}={value}" for name, value in sorted(switches.items())])
+
+
 def load_run(path):
-    """(git_commit, config, {(tokens, batch, kv): median_us}) of one bench JSON file."""
+    """(label, config, {(tokens, batch, kv): median_us}) of one bench JSON file."""
     doc = load_bench(path)
     rows = {}
     for i, row in enumerate(doc.get("rows", [])):
@@ -58,7 +69,11 @@ def load_run(path):
         rows[key] = median
     if not rows:
         raise BadInput(f"{path}: no rows")
-    return str(doc.get("git_commit", "?")), doc.get("config", {}), rows
+    try:
+        label = run_label(doc)
+    except BadInput as e:
+        raise BadInput(f"{path}: {e}")
+    return label, doc.get("config", {}), rows
 
 
 def check_configs(paths, configs):
@@ -107,7 +122,7 @@ def main(argv):
         raise BadInput("give the reference run and at least one other")
     loaded = [load_run(path) for path in args.files]
     check_configs(args.files, [config for _, config, _ in loaded])
-    labels = [commit for commit, _, _ in loaded]
+    labels = [label for label, _, _ in loaded]
     if args.labels is not None:
         labels = args.labels.split(",")
         if len(labels) != len(args.files):

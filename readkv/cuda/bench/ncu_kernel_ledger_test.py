@@ -20,15 +20,17 @@ PREPARE = "readkv::cuda::readkv_kernels::Prepare(readkv::cuda::readkv_kernels::A
 
 def ncu_csv(launches, program_output="  8192 x 1 readkv:8:4  63.9 us\n"):
     """launches: [(id, kernel, time (unit, value), read (unit, value), write (unit, value)
-    [, L2 sectors written (unit, value)])]."""
+    [, L2 sectors written (unit, value) or {other metric: (unit, value)}]...)]."""
     out = io.StringIO()
     out.write("==PROF== Connected to process 4242\n" + program_output)
     writer = csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n")
     writer.writerow(HEADER)
-    for launch_id, kernel, time, read, write, *l2 in launches:
+    for launch_id, kernel, time, read, write, *more in launches:
         metrics = [("gpu__time_duration.sum", time), ("dram__bytes_read.sum", read),
                    ("dram__bytes_write.sum", write)]
-        metrics += [("lts__t_sectors_srcunit_tex_op_write.sum", value) for value in l2]
+        for value in more:
+            metrics += (list(value.items()) if isinstance(value, dict) else
+                        [("lts__t_sectors_srcunit_tex_op_write.sum", value)])
         for metric, (unit, value) in metrics:
             writer.writerow([launch_id, 4242, "kvgate", "127.0.0.1", kernel, 1, 7, "(256, 1, 1)",
                              "(8, 8, 1)", 0, "9.0", "Command line profiler metrics", metric, unit,
@@ -37,12 +39,20 @@ def ncu_csv(launches, program_output="  8192 x 1 readkv:8:4  63.9 us\n"):
     return out.getvalue()
 
 
-def bench_doc(total, rows=1, kernels=None):
+def bench_doc(total, rows=1, kernels=None, stream_gbps=None):
     row = {"kv": "readkv:8:4", "tokens": 8192, "batch": 1, "anchor": False,
            "traffic_bytes": {"total": total, "payload": total // 2}}
     if kernels is not None:
         row["traffic_kernels"] = kernels
-    return {"bench": "attention", "rows": [dict(row) for _ in range(rows)]}
+    doc = {"bench": "attention", "rows": [dict(row) for _ in range(rows)]}
+    if stream_gbps is not None:
+        doc["stream"] = {"gbps": stream_gbps}
+    return doc
+
+
+def issue(inst, clock):
+    """The instruction and clock metrics of a launch: each (unit, value)."""
+    return {"smsp__inst_executed.sum": inst, "sm__cycles_elapsed.avg.per_second": clock}
 
 
 class NcuKernelLedgerTest(ScriptTestCase):
@@ -140,6 +150,66 @@ class NcuKernelLedgerTest(ScriptTestCase):
         self.assertEqual(result.returncode, 2)
         self.assertIn("launch 1 (Select<4, 256, 8>) lacks lts__t_sectors_srcunit_tex_op_write.sum",
                       result.stderr)
+
+    def test_issue_floor_of_each_launch_and_of_a_call_beside_the_bytes_floor(self):
+        # 132 SMs x 4 schedulers = 528 warp instructions a cycle. Prepare: 1.056M instructions at
+        # 1 GHz = 2 us of its 10; Select: 5.28M at 1 GHz = 10 us of its 20. Units as ncu may
+        # print them (scaled, or base with thousands separators).
+        launches = [
+            (0, PREPARE, ("usecond", "10"), ("Kbyte", "500"), ("byte", "0"),
+             issue(("Minst", "1.056"), ("hz", "1,000,000,000"))),
+            (1, SELECT, ("usecond", "20"), ("Mbyte", "3.5"), ("Mbyte", "1"),
+             issue(("inst", "5,280,000"), ("Ghz", "1.00"))),
+        ]
+        csv_path = self.write("ncu.csv", ncu_csv(launches))
+        # The model's 5 MB at a streaming read of 500 GB/s: 10 us of the call's 30.
+        bench_path = self.write("bench.json", bench_doc(5_000_000, stream_gbps=500.0))
+        result = self.run_script(csv_path, "--bench", bench_path)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        lines = result.stdout.splitlines()
+        self.assertTrue(lines[0].endswith("M inst issue floor"), lines[0])
+        self.assertEqual(lines[1].split()[-2:], ["1.06", "20.0%"])
+        self.assertEqual(lines[2].split()[-2:], ["5.28", "50.0%"])
+        self.assertEqual(lines[4], "issue floor of one call: 12.0 us, 40.0% of its time (132 SMs "
+                                   "x 4 schedulers at each launch's SM clock)")
+        self.assertEqual(lines[6], "bytes floor of one call: 10.0 us, 33.3% of its time (the "
+                                   "model's bytes at the run's streaming read, 500 GB/s)")
+        # Half the SMs: twice the floor.
+        result = self.run_script(csv_path, "--sms", "66")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertTrue(result.stdout.splitlines()[4].startswith(
+            "issue floor of one call: 24.0 us, 80.0% of its time (66 SMs"))
+        self.assertNotIn("bytes floor", result.stdout)  # no bench, no bytes floor
+
+    def test_issue_metrics_come_as_a_pair_in_every_launch_or_are_refused(self):
+        clock_only = [(0, PREPARE, ("usecond", "1"), ("byte", "1"), ("byte", "1"),
+                       {"sm__cycles_elapsed.avg.per_second": ("Ghz", "1.9")})]
+        inst = {"smsp__inst_executed.sum": ("inst", "100")}
+        one_lacks = [(0, PREPARE, ("usecond", "1"), ("byte", "1"), ("byte", "1"),
+                      issue(("inst", "100"), ("Ghz", "1.9"))),
+                     (1, SELECT, ("usecond", "1"), ("byte", "1"), ("byte", "1"), inst)]
+        cases = [
+            ("clock alone", clock_only, "have sm__cycles_elapsed.avg.per_second but not "
+                                        "smsp__inst_executed.sum: the issue floor needs both"),
+            ("a launch lacks the clock", one_lacks,
+             "launch 1 (Select<4, 256, 8>) lacks sm__cycles_elapsed.avg.per_second"),
+            ("unknown unit", [(0, PREPARE, ("usecond", "1"), ("byte", "1"), ("byte", "1"),
+                               issue(("warps", "100"), ("Ghz", "1.9")))],
+             "unit 'warps' of smsp__inst_executed.sum"),
+        ]
+        for what, launches, message in cases:
+            with self.subTest(what):
+                result = self.run_script(self.write("bad.csv", ncu_csv(launches)))
+                self.assertEqual(result.returncode, 2)
+                self.assertIn(message, result.stderr)
+        good = self.write("good.csv", ncu_csv(one_lacks[:1]))
+        result = self.run_script(good, "--sms", "0")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--sms must be positive", result.stderr)
+        result = self.run_script(good, "--bench",
+                                 self.write("b.json", bench_doc(1000, stream_gbps="fast")))
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("stream.gbps is not a positive number: 'fast'", result.stderr)
 
     def test_base_units_short_names_and_no_bench(self):
         launches = [(5, PREPARE, ("nsecond", "2000"), ("byte", "4000000"), ("byte", "0")),

@@ -7,7 +7,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -147,12 +149,14 @@ TEST(BenchReportJsonTest, HoldsTheRunInfoDeviceStreamAndEveryRowWithItsLedgers) 
   BenchConfig config;
   config.kv = ParseKvSpecs("dense,fp8,readkv:8:4");
   const BenchRunInfo info{"0.1.0", "abcdef012345", "2026-11-29T18:00:00Z",
-                          "kvgate bench attention --kv dense,fp8,readkv:8:4"};
+                          "kvgate bench attention --kv dense,fp8,readkv:8:4",
+                          {{"KVGATE_READKV_SELECT", "list"}}};
   const nlohmann::json j = nlohmann::json::parse(BenchReportJson(config, SampleReport(), info));
   EXPECT_EQ(j.at("bench"), "attention");
   EXPECT_EQ(j.at("git_commit"), "abcdef012345");
   EXPECT_EQ(j.at("date_utc"), "2026-11-29T18:00:00Z");
   EXPECT_EQ(j.at("command_line"), info.command_line);
+  EXPECT_EQ(j.at("kernel_switches"), nlohmann::json({{"KVGATE_READKV_SELECT", "list"}}));
   EXPECT_EQ(j.at("device").at("name"), "NVIDIA H200 (sm_90)");
   EXPECT_EQ(j.at("device").at("driver_version"), 13000);
   EXPECT_EQ(j.at("device").at("runtime_version"), 13000);
@@ -180,6 +184,20 @@ TEST(BenchReportJsonTest, HoldsTheRunInfoDeviceStreamAndEveryRowWithItsLedgers) 
   EXPECT_TRUE(rows[1].at("anchor").get<bool>());
   EXPECT_TRUE(rows[1].at("time_vs_fp8").is_null());
   EXPECT_FALSE(rows[1].at("finite").get<bool>());
+}
+
+TEST(KernelSwitchesTest, RecordsTheSwitchesTheEnvironmentSetsAndNoOthers) {
+  for (const char* name : kKernelSwitches) ASSERT_EQ(unsetenv(name), 0) << name;
+  EXPECT_TRUE(KernelSwitchesSet().empty());
+  ASSERT_EQ(setenv("KVGATE_READKV_SELECT", "list", 1), 0);
+  ASSERT_EQ(setenv("KVGATE_SPLIT_CLUSTER", "2", 1), 0);
+  ASSERT_EQ(setenv("KVGATE_NOT_A_SWITCH", "1", 1), 0);
+  const std::map<std::string, std::string> expected = {{"KVGATE_READKV_SELECT", "list"},
+                                                       {"KVGATE_SPLIT_CLUSTER", "2"}};
+  EXPECT_EQ(KernelSwitchesSet(), expected);
+  for (const char* name : {"KVGATE_READKV_SELECT", "KVGATE_SPLIT_CLUSTER", "KVGATE_NOT_A_SWITCH"}) {
+    ASSERT_EQ(unsetenv(name), 0);
+  }
 }
 
 TEST(BenchTableTest, PrintsOneLinePerRowAndMarksNonFiniteOutputs) {

@@ -43,6 +43,15 @@ namespace readkv::cuda {
 inline constexpr int kPageTokens = 256;
 inline constexpr int kMaxStoreBits = 8;
 
+// The environment variables the launchers read on every call to pick among equivalent kernels
+// (same outputs up to summation order), for same-process comparisons in benches and tests:
+// KVGATE_SPLIT_CLUSTER (the dense and FP8 schedule), KVGATE_READKV_LOGITS, _VALUES, _PDL and
+// _SELECT (the ReadKV launches; readkv_attention.cu says what each value picks). A bench records
+// the ones set with its results.
+inline constexpr std::array<const char*, 5> kKernelSwitches = {
+    "KVGATE_SPLIT_CLUSTER", "KVGATE_READKV_LOGITS", "KVGATE_READKV_VALUES", "KVGATE_READKV_PDL",
+    "KVGATE_READKV_SELECT"};
+
 struct DecodeShape {
   int batch = 1;
   int heads_q = 32;
