@@ -2,10 +2,13 @@
 # Installs (as root, on Debian 12) whatever the build and the tests need and is missing.
 # Safe to run again: it only calls apt-get when a package is absent.
 set -euo pipefail
+# libopenblas0: the BLAS that Debian's libtorch recommends, which --no-install-recommends would
+# leave out. Without it libtorch's matrix products run on the reference libblas3 (netlib's
+# single-threaded sgemm_, 98% of a CPU server's samples under perf), about 10x slower.
 pkgs=(build-essential cmake ninja-build ccache pkg-config git
       libboost-dev libcli11-dev nlohmann-json3-dev libsqlite3-dev sqlite3 libtomlplusplus-dev
       libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev libspdlog-dev libxxhash-dev
-      libtorch-dev wrk chromium python3 prometheus prometheus-pushgateway
+      libtorch-dev libopenblas0 wrk chromium python3 prometheus prometheus-pushgateway
       clang-14 libfuzzer-14-dev libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
