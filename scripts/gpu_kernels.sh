@@ -204,10 +204,10 @@ NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 if [[ "${PROFILE:-0}" == 1 ]]; then
   # Per-kernel GPU time, DRAM bytes, the bytes the kernel's stores write into L2 (spilled
   # registers included), its warp instructions and SM clock (its issue floor) of one ReadKV call
-  # at a few points (ncu replays each kernel with its
-  # caches flushed: slow, so few): the seventh call's four launches (the FP8 kernels' names are
-  # here for PROFILE_KV=fp8, whose call is two launches: then it shows two calls), set against the
-  # traffic model, per kernel too, by readkv/cuda/bench/ncu_kernel_ledger.py.
+  # at a few points (ncu replays each kernel with its caches flushed: slow, so few): the seventh
+  # call's four launches (the FP8 kernels' names are here for PROFILE_KV=fp8, whose call is two
+  # launches: then it shows two calls), set against the traffic model, per kernel too, by
+  # readkv/cuda/bench/ncu_kernel_ledger.py.
   # PROFILE_POINTS="ARGS1;ARGS2;..." gives the points as `kvgate bench attention` arguments, each
   # with one --kv (default: 32K x 16 and 32K x 1 of the 32/8/128 geometry at PROFILE_KV).
   kv=${PROFILE_KV:-readkv:8:4}
