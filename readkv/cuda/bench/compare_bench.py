@@ -45,11 +45,11 @@ def load_bench(path):
     return doc
 
 
-def run_label(doc):
+def run_label(path, doc):
     """A run's default column name: its git_commit and the kernel switches it had set."""
     switches = doc.get("kernel_switches") or {}
     if not isinstance(switches, dict):
-        raise BadInput(f"kernel_switches is not an object: {switches!r}")
+        raise BadInput(f"{path}: kernel_switches is not an object: {switches!r}")
     return " ".join([str(doc.get("git_commit", "?"))] +
                     [f"{name}={value}" for name, value in sorted(switches.items())])
 
@@ -69,11 +69,7 @@ def load_run(path):
         rows[key] = median
     if not rows:
         raise BadInput(f"{path}: no rows")
-    try:
-        label = run_label(doc)
-    except BadInput as e:
-        raise BadInput(f"{path}: {e}")
-    return label, doc.get("config", {}), rows
+    return run_label(path, doc), doc.get("config", {}), rows
 
 
 def check_configs(paths, configs):

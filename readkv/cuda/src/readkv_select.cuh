@@ -34,7 +34,9 @@ namespace readkv::cuda::readkv_kernels {
 // fifteenth round's source profile). The instances with kList (KVGATE_READKV_SELECT=list) list a
 // block's gains in shared memory once a pass's bin holds at most kSelectListEntries of them, and
 // the later passes and the gathering go over the list (same cut; not yet measured on a GPU, so
-// off; without kList the code is the rescanning one, unchanged).
+// off; without kList the code is the rescanning one, unchanged). A block lists only when another
+// pass follows, so on data whose passes narrow fast it never does: ReadKvDebug::select_listed
+// counts the blocks that did.
 
 namespace cg = cooperative_groups;
 
@@ -60,6 +62,7 @@ struct SelectList {
   unsigned long long* hi;
   unsigned* lo;
   unsigned* count;
+  unsigned* blocks_listed;  // ReadKvDebug::select_listed, or null
 };
 static_assert(kSelectListBytes >= kSelectListEntries * (8 + 4) + 4, "the list and its count");
 
@@ -68,7 +71,7 @@ __device__ SelectList ListAfter(const Args& a, int cluster, double* dynamic_shar
   auto* hi = reinterpret_cast<unsigned long long*>(
       dynamic_shared + (in_shared ? SelectShare(a.max_tokens, cluster) : 0));
   auto* lo = reinterpret_cast<unsigned*>(hi + kSelectListEntries);
-  return {hi, lo, lo + kSelectListEntries};
+  return {hi, lo, lo + kSelectListEntries, a.debug.select_listed};
 }
 
 // Shared memory of a Select block that other blocks of its cluster read.
@@ -161,6 +164,7 @@ __device__ internal::GreedyCut ClusterSelect(const ForEach& for_each, int top,
           list.lo[at] = lo;
         });
         on_list = true;
+        if (tid == 0 && list.blocks_listed != nullptr) atomicAdd(list.blocks_listed, 1u);
         __syncthreads();
       }
     }

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -316,7 +317,9 @@ TEST_P(ReadKvKernelTest, AppendMatchesCodecPlanesAndDecodeMatchesCpuReader) {
     DeviceBuffer<double> d_importance(depth_rows * s.max_tokens);
     // Ledgers summed by the kernels, from a nonzero start (they add, never reset).
     DeviceBuffer<unsigned long long> d_totals(std::vector<unsigned long long>{7, 11});
-    const ReadKvDebug debug{d_kdepth.get(), d_vdepth.get(), d_importance.get(), d_totals.get()};
+    DeviceBuffer<unsigned> d_listed(std::vector<unsigned>{0});
+    const ReadKvDebug debug{d_kdepth.get(), d_vdepth.get(), d_importance.get(), d_totals.get(),
+                            d_listed.get()};
     // Two calls back to back on one stream and one workspace (the second's Prepare resets the
     // row state the first's last blocks used): same inputs, so bit-identical outputs.
     DeviceBuffer<float> d_first(std::vector<float>(out_size, kNaNs[0]));
@@ -335,6 +338,17 @@ TEST_P(ReadKvKernelTest, AppendMatchesCodecPlanesAndDecodeMatchesCpuReader) {
     const auto value_depths = d_vdepth.Download(depth_rows * s.max_tokens);
     const auto importance = d_importance.Download(depth_rows * s.max_tokens);
     const auto totals = d_totals.Download(2);
+    // Select blocks that listed their last gains: none unless asked; with the listing, at most
+    // one per Select block (8 per row at most). Whether any lists depends on how the gains fall
+    // into the radix bins, so the count is printed for the GPU round to read, not asserted > 0.
+    const unsigned listed = d_listed.Download(1)[0];
+    if (std::strcmp(select, "list") == 0) {
+      EXPECT_LE(listed, static_cast<unsigned>(s.batch * hkv * 8));
+      std::cout << "[ select   ] " << c.Name() << " logits " << logits_variant
+                << ": " << listed << " Select blocks listed their last gains\n";
+    } else {
+      EXPECT_EQ(listed, 0u) << "Select listed without KVGATE_READKV_SELECT=list";
+    }
     ASSERT_TRUE(AllFinite(out)) << "an output stayed poisoned or became NaN";
     // The device ledgers: exactly the host ledgers of the depths the call chose (the logical
     // one in bits: ReadKvLogicalBytes rounds each call down to bytes).

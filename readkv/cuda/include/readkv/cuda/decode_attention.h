@@ -173,6 +173,10 @@ struct ReadKvDebug {
   uint8_t* value_depths = nullptr;        // [B][H_kv][max_tokens]
   double* value_importance = nullptr;     // [B][H_kv][max_tokens], a_i = sum_h p_{h,i}^2
   unsigned long long* totals = nullptr;   // [2], device memory, added to (never reset)
+  // [1], device memory, added to: Select blocks that listed their last gains (only with
+  // KVGATE_READKV_SELECT=list; a block lists once its share of a radix pass's bin is small
+  // enough and another pass follows, so whether any does depends on the data).
+  unsigned* select_listed = nullptr;
 };
 
 size_t ReadKvDecodeWorkspaceBytes(const DecodeShape& shape);
