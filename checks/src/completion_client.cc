@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "kvgate/checks/errors.h"
+#include "kvgate/secrets/redact.h"
 
 namespace kvgate::checks {
 namespace {
@@ -221,18 +222,23 @@ std::string Lower(std::string text) {
 
 }  // namespace
 
-ServerUrl ServerUrl::Parse(const std::string& url) {
+ServerUrl ServerUrl::Parse(const std::string& raw_url) {
+  // Messages name the URL with its secrets redacted; the parse reads the raw one.
+  const std::string url = secrets::RedactUrl(raw_url);
   const std::string scheme =
-      Lower(url.substr(0, url.find("://") == std::string::npos ? 0 : url.find("://")));
+      Lower(raw_url.substr(0, raw_url.find("://") == std::string::npos ? 0 : raw_url.find("://")));
   if (scheme == "https") {
     throw InvalidSetting("url", "'" + url + "': https is not supported, use http://");
   }
   if (scheme != "http") {
     throw InvalidSetting("url", "'" + url + "' must start with http://");
   }
-  std::string rest = url.substr(7);
+  std::string rest = raw_url.substr(7);
   size_t slash = rest.find('/');
   std::string authority = rest.substr(0, slash);
+  if (authority.find('@') != std::string::npos) {
+    throw InvalidSetting("url", "'" + url + "': user info in the URL is not supported");
+  }
   std::string path = slash == std::string::npos ? "" : rest.substr(slash);
   ServerUrl out;
   std::string port;

@@ -9,6 +9,8 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "kvgate/secrets/redact.h"
+
 namespace kvgate::loadgen {
 namespace {
 
@@ -32,8 +34,10 @@ bool StartsWithNoCase(std::string_view text, std::string_view prefix) {
 
 }  // namespace
 
-ParsedUrl ParseUrl(const std::string& url) {
-  std::string_view rest = url;
+ParsedUrl ParseUrl(const std::string& raw_url) {
+  // Messages name the URL with its secrets redacted; the parse reads the raw one.
+  const std::string url = secrets::RedactUrl(raw_url);
+  std::string_view rest = raw_url;
   if (StartsWithNoCase(rest, "https://")) {
     throw TargetError("url '" + url + "': https is not supported (plain http:// only)");
   }
@@ -165,7 +169,7 @@ std::string DiscoverModel(const Target& target, double timeout_s) {
     });
   });
   io.run();
-  const std::string where = "GET " + target.url + " /v1/models";
+  const std::string where = "GET " + secrets::RedactUrl(target.url) + " /v1/models";
   if (result) throw TargetError(where + ": " + stage + " failed: " + result.message());
   if (response.result_int() != 200) {
     throw TargetError(where + ": HTTP " + std::to_string(response.result_int()) + ": " +

@@ -31,6 +31,7 @@
 #include "http_target.h"
 #include "kvgate/loadgen/schedule.h"
 #include "kvgate/loadgen/sse.h"
+#include "kvgate/secrets/redact.h"
 
 namespace kvgate::loadgen {
 namespace {
@@ -796,7 +797,7 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
   Workload workload = Workload::Create(settings.workload, settings.seed);
 
   LoadResult result;
-  result.url = target.url;
+  result.url = secrets::RedactUrl(target.url);  // recorded and printed: never a secret
   result.model = model;
 
   std::vector<int64_t> arrivals;
