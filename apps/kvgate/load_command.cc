@@ -3,8 +3,9 @@
 // (ending with "Result is : VALID/INVALID"), and optionally write JSON and the run history.
 //
 // Exit status: 0 every run VALID; 1 some run INVALID (the generator could not hold its
-// schedule, so its numbers describe the client, not the server); 2 bad arguments; 3 the target
-// could not be used at all.
+// schedule, so its numbers describe the client, not the server, or SIGINT/SIGTERM stopped it:
+// the run then ends within ~50 ms, its cut records printed and stored); 2 bad arguments; 3 the
+// target could not be used at all.
 #include <unistd.h>
 
 #include <atomic>
@@ -27,6 +28,7 @@
 #include "kvgate/loadgen/report.h"
 #include "kvgate/loadgen/run_load.h"
 #include "kvgate/loadgen/settings.h"
+#include "kvgate/suite/stop_signals.h"
 #include "kvgate/version.h"
 
 namespace kvgate {
@@ -265,6 +267,8 @@ int RunCommand(const LoadOptions& o, const std::string& command_line) {
   }
   loadgen::Target target{o.url, o.model, o.api_key};
   loadgen::LiveCounters counters;
+  suite::StopSignals signals;
+  const std::atomic<bool>* stop = &suite::StopSignals::Flag();
   HistoryWriter history(o.db_path, command_line);
   int exit_code = 0;
   try {
@@ -279,7 +283,7 @@ int RunCommand(const LoadOptions& o, const std::string& command_line) {
       loadgen::CapacityResult result;
       {
         ProgressBar bar(counters, !o.quiet && isatty(STDERR_FILENO));
-        result = loadgen::FindCapacity(settings, target, search, &counters);
+        result = loadgen::FindCapacity(settings, target, search, &counters, stop);
       }
       for (const auto& probe : result.probes) history.Add(probe.result, RateLabel(probe.rate_rps));
       if (!o.quiet) {
@@ -287,16 +291,16 @@ int RunCommand(const LoadOptions& o, const std::string& command_line) {
           std::cout << loadgen::FormatSummary(probe.result) << "\n";
       }
       std::cout << loadgen::FormatCapacity(result);
-      exit_code = result.limited_by_generator ? 1 : 0;
+      exit_code = result.limited_by_generator || result.stopped ? 1 : 0;
       if (!o.json_path.empty()) WriteJson(o.json_path, loadgen::CapacityToJson(result));
     } else {
       std::vector<LoadResult> results;
       {
         ProgressBar bar(counters, !o.quiet && isatty(STDERR_FILENO));
         if (!o.rates.empty()) {
-          results = loadgen::RunRates(settings, target, o.rates, &counters);
+          results = loadgen::RunRates(settings, target, o.rates, &counters, stop);
         } else {
-          results.push_back(loadgen::RunLoad(settings, target, &counters));
+          results.push_back(loadgen::RunLoad(settings, target, &counters, stop));
         }
       }
       for (const LoadResult& result : results) {

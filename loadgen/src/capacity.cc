@@ -23,7 +23,8 @@ Target WithModel(const Target& target) {
 }  // namespace
 
 std::vector<LoadResult> RunRates(const LoadSettings& settings, const Target& target,
-                                 const std::vector<double>& rates_rps, LiveCounters* counters) {
+                                 const std::vector<double>& rates_rps, LiveCounters* counters,
+                                 const std::atomic<bool>* stop) {
   if (rates_rps.empty()) throw SettingsError("rates", "needs at least one rate");
   for (double rate : rates_rps) {
     if (!(rate > 0) || !std::isfinite(rate)) {
@@ -37,13 +38,15 @@ std::vector<LoadResult> RunRates(const LoadSettings& settings, const Target& tar
   std::vector<LoadResult> results;
   for (double rate : rates_rps) {
     run_settings.rate_rps = rate;
-    results.push_back(RunLoad(run_settings, resolved, counters));
+    results.push_back(RunLoad(run_settings, resolved, counters, stop));
+    if (results.back().stopped) break;
   }
   return results;
 }
 
 CapacityResult FindCapacity(const LoadSettings& settings, const Target& target,
-                            const CapacitySearch& search, LiveCounters* counters) {
+                            const CapacitySearch& search, LiveCounters* counters,
+                            const std::atomic<bool>* stop) {
   if (search.slo.empty()) {
     throw SettingsError("slo", "a capacity search needs an SLO (e.g. ttft_ms=500,tpot_ms=50)");
   }
@@ -68,13 +71,20 @@ CapacityResult FindCapacity(const LoadSettings& settings, const Target& target,
     probe_settings.rate_rps = rate;
     CapacityProbe p;
     p.rate_rps = rate;
-    p.result = RunLoad(probe_settings, resolved, counters);
+    p.result = RunLoad(probe_settings, resolved, counters, stop);
     p.attainment = p.result.summary.slo_attainment;
     p.passed = p.attainment >= search.attainment && p.result.validity.valid;
+    result.stopped = result.stopped || p.result.stopped;
     result.probes.push_back(std::move(p));
     return result.probes.back().passed;
   };
-  auto probes_left = [&] { return static_cast<int>(result.probes.size()) < search.max_probes; };
+  auto probes_left = [&] {
+    return !result.stopped && static_cast<int>(result.probes.size()) < search.max_probes;
+  };
+  auto stopped_reason = [&](std::optional<double> passing) {
+    return "stopped by request after " + std::to_string(result.probes.size()) + " probes" +
+           (passing ? ": capacity is at least " + Rate(*passing) : std::string(": no rate passed"));
+  };
   auto failed_as_invalid = [&](double rate) {
     for (const CapacityProbe& p : result.probes) {
       if (p.rate_rps == rate) return !p.result.validity.valid;
@@ -83,6 +93,10 @@ CapacityResult FindCapacity(const LoadSettings& settings, const Target& target,
   };
 
   if (!probe(search.rate_min_rps)) {
+    if (result.stopped) {
+      result.reason = stopped_reason(std::nullopt);
+      return result;
+    }
     result.first_failing_rps = search.rate_min_rps;
     result.limited_by_generator = failed_as_invalid(search.rate_min_rps);
     result.reason = "even rate_min " + Rate(search.rate_min_rps) + " failed (attainment " +
@@ -104,6 +118,10 @@ CapacityResult FindCapacity(const LoadSettings& settings, const Target& target,
     }
   }
   result.capacity_rps = lo;
+  if (result.stopped) {
+    result.reason = stopped_reason(lo);
+    return result;
+  }
   if (!hi) {
     result.reason = lo >= search.rate_max_rps
                         ? "rate_max passed: capacity is at least " + Rate(lo)
@@ -120,6 +138,10 @@ CapacityResult FindCapacity(const LoadSettings& settings, const Target& target,
     }
   }
   result.capacity_rps = lo;
+  if (result.stopped) {
+    result.reason = stopped_reason(lo);
+    return result;
+  }
   result.first_failing_rps = *hi;
   result.limited_by_generator = failed_as_invalid(*hi);
   result.reason =

@@ -150,7 +150,7 @@ class Run {
  public:
   Run(asio::io_context& io, const LoadSettings& settings, tcp::resolver::results_type endpoints,
       RequestSource request_of, std::string header_prefix, std::deque<RequestRecord>& records,
-      LiveCounters* counters)
+      LiveCounters* counters, const std::atomic<bool>* stop)
       : io_(io),
         settings_(settings),
         endpoints_(std::move(endpoints)),
@@ -158,9 +158,11 @@ class Run {
         header_prefix_(std::move(header_prefix)),
         records_(records),
         counters_(counters),
+        stop_(stop),
         scheduler_(io),
         sweeper_(io),
-        watchdog_(io) {}
+        watchdog_(io),
+        stop_poll_(io) {}
 
   // Open loop: `arrivals` are the scheduled offsets. Closed loop: `total` requests (0 = until
   // the duration bound).
@@ -179,6 +181,8 @@ class Run {
   }
   // An exchange is over; `conn` is handed back (null when it was closed).
   void OnExchangeDone(const RequestRecord& record, std::unique_ptr<Connection> conn, bool reusable);
+  // Whether the run ended because its stop flag was set.
+  bool stopped() const { return stopped_; }
 
  private:
   void ScheduleNext();
@@ -193,6 +197,9 @@ class Run {
   void CountFinished(const RequestRecord& record);
   void MaybeShutdown();
   void OnWatchdog(beast::error_code ec);
+  void ArmStopPoll();
+  // Ends the run now: every unfinished request is "cancelled", the event loop stops.
+  void StopNow();
 
   asio::io_context& io_;
   const LoadSettings& settings_;
@@ -201,6 +208,8 @@ class Run {
   std::string header_prefix_;
   std::deque<RequestRecord>& records_;
   LiveCounters* counters_;
+  const std::atomic<bool>* stop_;  // may be null
+  bool stopped_ = false;
 
   Clock::time_point t0_;
   const std::vector<int64_t>* arrivals_ = nullptr;
@@ -220,6 +229,7 @@ class Run {
   asio::steady_timer scheduler_;
   asio::steady_timer sweeper_;
   asio::steady_timer watchdog_;
+  asio::steady_timer stop_poll_;
 };
 
 class Exchange final : public std::enable_shared_from_this<Exchange>, public ResponseSink {
@@ -530,6 +540,7 @@ void Run::StartOpenLoop(Clock::time_point t0, const std::vector<int64_t>& arriva
       std::chrono::nanoseconds(static_cast<int64_t>(settings_.request_timeout_s * 1e9));
   watchdog_.expires_at(last_deadline + kWatchdogGrace);
   watchdog_.async_wait([this](beast::error_code ec) { OnWatchdog(ec); });
+  ArmStopPoll();
   ScheduleNext();
 }
 
@@ -537,6 +548,7 @@ void Run::StartClosedLoop(Clock::time_point t0, int64_t total, double duration_s
   t0_ = t0;
   open_loop_ = false;
   total_ = total;
+  ArmStopPoll();
   if (duration_s > 0) {
     issue_until_ = t0 + std::chrono::nanoseconds(static_cast<int64_t>(duration_s * 1e9));
     watchdog_.expires_at(
@@ -701,6 +713,7 @@ void Run::MaybeShutdown() {
   scheduler_.cancel();
   sweeper_.cancel();
   watchdog_.cancel();
+  stop_poll_.cancel();
   for (auto& conn : idle_) {
     beast::error_code ignored;
     conn->stream.socket().close(ignored);
@@ -719,6 +732,32 @@ void Run::OnWatchdog(beast::error_code ec) {
       record.end_ns = NowNs();
     }
   }
+  shut_down_ = true;
+  io_.stop();
+}
+
+void Run::ArmStopPoll() {
+  if (stop_ == nullptr || shut_down_) return;
+  if (stop_->load()) return StopNow();
+  stop_poll_.expires_after(kStopLatency);
+  stop_poll_.async_wait([this](beast::error_code ec) {
+    if (ec || shut_down_) return;
+    ArmStopPoll();
+  });
+}
+
+void Run::StopNow() {
+  // Like the watchdog: every request without an end is closed here, so the records stay whole
+  // (one per scheduled request) and say why they have no result.
+  for (RequestRecord& record : records_) {
+    if (record.end_ns < 0 && record.error_cause.empty()) {
+      record.error_cause = "cancelled";
+      record.error_text = record.sent_ns >= 0 ? "in flight when the run was stopped"
+                                              : "not sent: the run was stopped first";
+      record.end_ns = NowNs();
+    }
+  }
+  stopped_ = true;
   shut_down_ = true;
   io_.stop();
 }
@@ -785,7 +824,8 @@ class RealtimePriorityGuard {
 
 }  // namespace
 
-LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCounters* counters) {
+LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCounters* counters,
+                   const std::atomic<bool>* stop) {
   LoadSettings settings = settings_in;
   ValidateSettings(settings);
   if (settings.requests == 0 && settings.duration_s == 0) {
@@ -879,7 +919,7 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
     RealtimePriorityGuard priority(settings.realtime_priority);
     asio::io_context io(1);
     Run run(io, settings, endpoints, request_of,
-            internal::RenderHeaderPrefix(url, target, settings.stream), records, counters);
+            internal::RenderHeaderPrefix(url, target, settings.stream), records, counters, stop);
     const Clock::time_point t0 = Clock::now() + kLead;
     result.start_steady_ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count();
@@ -892,6 +932,7 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
       run.StartClosedLoop(t0, settings.requests, settings.duration_s);
     }
     io.run();
+    result.stopped = run.stopped();
   }
 
   result.records.reserve(records.size());
@@ -899,6 +940,16 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
   result.settings = settings;
   result.summary = Summarize(result.records, settings.slo, MeasuredDurationSeconds(result.records));
   result.validity = CheckValidity(result.records, settings.mode, settings.validity);
+  if (result.stopped) {
+    int64_t cancelled = 0;
+    for (const RequestRecord& record : result.records) {
+      cancelled += record.error_cause == "cancelled";
+    }
+    result.validity.valid = false;
+    result.validity.reasons.insert(result.validity.reasons.begin(),
+                                   "stopped by request before the run ended (" +
+                                       std::to_string(cancelled) + " requests cancelled)");
+  }
   return result;
 }
 

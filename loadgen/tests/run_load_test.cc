@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -314,6 +315,64 @@ TEST(RunLoadTest, LiveCountersEndAtTheTotals) {
   EXPECT_EQ(counters.sent.load(), 15);
   EXPECT_EQ(counters.finished.load(), 15);
   EXPECT_EQ(counters.errored.load(), 0);
+}
+
+}  // namespace
+}  // namespace kvgate::loadgen
+
+namespace kvgate::loadgen {
+namespace {
+
+// Hostile-test finding (2026-12-02): a SIGTERM during a load run waited for the run to end (29 s
+// in one try; up to load.max_duration_s). The stop flag reaches into the running load: it ends
+// within a fraction of a second, every scheduled request has a record, the unfinished ones
+// "cancelled", and the run is INVALID saying why.
+TEST(RunLoadTest, AStopFlagEndsARunningLoadWithinASecond) {
+  for (const bool closed : {false, true}) {
+    FixtureServer server(Timed(5, 200));  // slow streams: requests are in flight when stopped
+    LoadSettings s = OpenLoop(5, 100);     // 20 s of schedule
+    s.workload.output.mean = 50;
+    if (closed) {
+      s.mode = LoadMode::kClosedLoop;
+      s.concurrency = 4;
+    }
+    std::atomic<bool> stop{false};
+    std::thread stopper([&stop] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(700));
+      stop.store(true);
+    });
+    const auto start = std::chrono::steady_clock::now();
+    LoadResult result = RunLoad(s, {server.url(), "fixture-model", ""}, nullptr, &stop);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    stopper.join();
+    EXPECT_LT(seconds, 0.7 + 1.0) << (closed ? "closed" : "open") << " loop";
+    EXPECT_TRUE(result.stopped);
+    EXPECT_FALSE(result.validity.valid);
+    ASSERT_FALSE(result.validity.reasons.empty());
+    EXPECT_NE(result.validity.reasons[0].find("stopped by request"), std::string::npos);
+    int64_t cancelled = 0;
+    for (const RequestRecord& r : result.records) {
+      EXPECT_GE(r.end_ns, 0) << "request " << r.index << " has no end";
+      cancelled += r.error_cause == "cancelled";
+    }
+    EXPECT_GT(cancelled, 0);
+    if (!closed) {
+      EXPECT_EQ(result.records.size(), 100u);  // one record per scheduled request
+    }
+  }
+}
+
+TEST(RunLoadTest, AFlagThatStaysClearChangesNothing) {
+  FixtureServer server;
+  std::atomic<bool> stop{false};
+  LoadResult result = RunLoad(OpenLoop(100, 15), {server.url(), "fixture-model", ""}, nullptr,
+                              &stop);
+  EXPECT_FALSE(result.stopped);
+  EXPECT_EQ(result.summary.completed, 15);
+  for (const std::string& reason : result.validity.reasons) {
+    EXPECT_EQ(reason.find("stopped by request"), std::string::npos) << reason;
+  }
 }
 
 }  // namespace

@@ -35,7 +35,8 @@ struct RequestRecord {
   // Empty when the request succeeded; otherwise one of: "connect", "timeout", "http_4xx",
   // "http_5xx", "reset", "malformed_sse", "incomplete" (stream ended without [DONE]),
   // "http_other" (a status other than 200 below 400), "http_protocol" (the response is not
-  // valid HTTP/1.1), "stream_error" (the server sent an {"error": …} event mid-stream).
+  // valid HTTP/1.1), "stream_error" (the server sent an {"error": …} event mid-stream),
+  // "cancelled" (the run was stopped by its stop flag before this request ended).
   std::string error_cause;
   std::string error_text;  // a human-readable detail of the error
 

@@ -6,11 +6,14 @@
 // KV caches or quality (checks/), and nothing about gates or verdicts (gates/).
 //
 // Thread-safety: each call runs its own event loop on the calling thread and blocks until the
-// run ends (every request finished, failed, or timed out; a run always ends by itself).
-// Independent calls may run concurrently on different threads.
+// run ends (every request finished, failed, or timed out; a run always ends by itself), or until
+// its `stop` flag is set (from any thread or a signal handler): then within kStopLatency it stops
+// sending, ends every unfinished request with cause "cancelled" and returns (LoadResult::stopped,
+// INVALID). Independent calls may run concurrently on different threads.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -47,6 +50,9 @@ struct LiveCounters {
   std::atomic<int64_t> errored{0};
 };
 
+// How soon a run notices its stop flag.
+inline constexpr std::chrono::milliseconds kStopLatency{50};
+
 struct LoadResult {
   LoadSettings settings;  // as run: bounds resolved (requests set when the default applied)
   std::string url;
@@ -58,17 +64,20 @@ struct LoadResult {
   std::vector<RequestRecord> records;  // in schedule order; warmup first
   Summary summary;    // Summarize(records, settings.slo, MeasuredDurationSeconds(records))
   Validity validity;  // CheckValidity(records, settings.mode, settings.validity)
+  bool stopped = false;  // cut short by its stop flag (then INVALID, saying so)
 };
 
 // Runs one load test. Throws SettingsError for bad settings and TargetError when the target is
 // unusable before the run starts.
 LoadResult RunLoad(const LoadSettings& settings, const Target& target,
-                   LiveCounters* counters = nullptr);
+                   LiveCounters* counters = nullptr, const std::atomic<bool>* stop = nullptr);
 
-// One open-loop run per offered rate, in the given order (settings.rate_rps is replaced).
+// One open-loop run per offered rate, in the given order (settings.rate_rps is replaced); a
+// stopped run is the last.
 std::vector<LoadResult> RunRates(const LoadSettings& settings, const Target& target,
                                  const std::vector<double>& rates_rps,
-                                 LiveCounters* counters = nullptr);
+                                 LiveCounters* counters = nullptr,
+                                 const std::atomic<bool>* stop = nullptr);
 
 // Capacity at an SLO (DistServe's definition): the highest offered rate at which at least
 // `attainment` of the measured requests meet the SLO (errors count as misses). Bracketing from
@@ -103,10 +112,13 @@ struct CapacityResult {
   // so the number bounds the generator, not the server.
   bool limited_by_generator = false;
   std::vector<CapacityProbe> probes;  // in the order run
+  bool stopped = false;  // the search was cut short by its stop flag
 };
 
+// A stopped probe ends the search (reason says so; the probe is kept, not counted as passed).
 CapacityResult FindCapacity(const LoadSettings& settings, const Target& target,
-                            const CapacitySearch& search, LiveCounters* counters = nullptr);
+                            const CapacitySearch& search, LiveCounters* counters = nullptr,
+                            const std::atomic<bool>* stop = nullptr);
 
 // GET {url}/v1/models and return the first model id; throws TargetError.
 std::string DiscoverModel(const Target& target, double timeout_s = 10.0);
