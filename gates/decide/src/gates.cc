@@ -136,9 +136,35 @@ GateResult PasskeyGate(int correct, int errored, int items, int required,
   return result;
 }
 
-GateResult QaF1Gate(std::span<const SubsetScores> subsets, double max_drop, double confidence,
-                    int resamples, uint64_t seed) {
-  if (subsets.empty()) return Inconclusive("qa_f1", max_drop, "no QA subsets were scored");
+GateResult QaF1Gate(std::span<const SubsetScores> subsets, const QaMissing& missing,
+                    double max_drop, double max_error_rate, double confidence, int resamples,
+                    uint64_t seed) {
+  const nlohmann::json missing_json = {{"items", missing.items},
+                                       {"baseline_errored", missing.baseline_errored},
+                                       {"candidate_errored", missing.candidate_errored},
+                                       {"unpaired", missing.unpaired},
+                                       {"unusable", missing.unusable}};
+  const std::string missing_text =
+      std::to_string(missing.unusable) + " of " + std::to_string(missing.items) +
+      " QA items have no answer from both sides (baseline errors " +
+      std::to_string(missing.baseline_errored) + ", candidate errors " +
+      std::to_string(missing.candidate_errored) + ", stored for one side only " +
+      std::to_string(missing.unpaired) + ")";
+  const double missing_share =
+      missing.items > 0 ? static_cast<double>(missing.unusable) / missing.items : 1.0;
+  if (subsets.empty() || missing.items == 0 || missing.unusable >= missing.items ||
+      missing_share > max_error_rate) {
+    GateResult result = Inconclusive(
+        "qa_f1", max_drop,
+        missing.items == 0 ? std::string("no QA items were run")
+        : missing.unusable >= missing.items || subsets.empty()
+            ? "no QA item was answered by both sides: " + missing_text +
+                  "; an errored item is missing evidence, fix the errors and rerun"
+            : missing_text + ", above the " + Fixed(100 * max_error_rate, 1) +
+                  "% error limit: an errored item is missing evidence; fix the errors and rerun");
+    result.details = {{"missing", missing_json}};
+    return result;
+  }
   struct Decided {
     stats::Interval drop;
     GateStatus status;
@@ -148,7 +174,7 @@ GateResult QaF1Gate(std::span<const SubsetScores> subsets, double max_drop, doub
   result.gate = "qa_f1";
   result.threshold = max_drop;
   result.status = GateStatus::kPass;
-  result.details = {{"subsets", nlohmann::json::array()}};
+  result.details = {{"subsets", nlohmann::json::array()}, {"missing", missing_json}};
   std::vector<Decided> decided;
   size_t all_items = 0;  // the largest subset ('all' when present): the run's QA items
   for (size_t s = 0; s < subsets.size(); ++s) {
@@ -233,6 +259,7 @@ GateResult QaF1Gate(std::span<const SubsetScores> subsets, double max_drop, doub
     result.reason = "every subset's F1 drop interval is within " + Fixed(max_drop, 2) +
                     " points (worst estimate " + Fixed(head.drop.estimate, 2) + ")";
   }
+  if (missing.unusable > 0) result.reason += "; left out: " + missing_text;
   return result;
 }
 

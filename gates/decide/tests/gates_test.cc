@@ -75,6 +75,15 @@ TEST(PasskeyGateTest, AFailSaysWhetherTheBaselineFoundTheKeys) {
   EXPECT_FALSE(PasskeyGate(199, 0, 200, 200).details.contains("baseline_correct"));
 }
 
+// Every item of the run answered by both sides (the largest subset is all of them).
+QaMissing NoneMissing(const std::vector<SubsetScores>& subsets) {
+  QaMissing missing;
+  for (const SubsetScores& subset : subsets) {
+    missing.items = std::max(missing.items, static_cast<int>(subset.baseline.size()));
+  }
+  return missing;
+}
+
 TEST(QaF1GateTest, DecidesEachSubsetByItsDropInterval) {
   std::vector<double> base(100), same(100), worse(100), noisy(100);
   for (int i = 0; i < 100; ++i) {
@@ -84,25 +93,26 @@ TEST(QaF1GateTest, DecidesEachSubsetByItsDropInterval) {
     noisy[i] = (i % 50 == 1) ? 0.0 : base[i];  // 2 items lost: drop 2 ± wide
   }
   std::vector<SubsetScores> ok = {{"short", base, same}, {"long", base, same}};
-  GateResult pass = QaF1Gate(ok, 1.0, 0.95, 1000, 7);
+  GateResult pass = QaF1Gate(ok, NoneMissing(ok), 1.0, 0.01, 0.95, 1000, 7);
   EXPECT_EQ(pass.status, GateStatus::kPass) << pass.reason;
   EXPECT_DOUBLE_EQ(pass.observed, 0.0);
 
   std::vector<SubsetScores> one_bad = {{"short", base, same}, {"long", base, worse}};
-  GateResult fail = QaF1Gate(one_bad, 1.0, 0.95, 1000, 7);
+  GateResult fail = QaF1Gate(one_bad, NoneMissing(one_bad), 1.0, 0.01, 0.95, 1000, 7);
   EXPECT_EQ(fail.status, GateStatus::kFail);
   EXPECT_NE(fail.reason.find("'long'"), std::string::npos) << fail.reason;
   EXPECT_GT(fail.observed, 20.0);
 
   std::vector<SubsetScores> unsure = {{"short", base, noisy}};
-  GateResult open = QaF1Gate(unsure, 1.0, 0.95, 1000, 7);
+  GateResult open = QaF1Gate(unsure, NoneMissing(unsure), 1.0, 0.01, 0.95, 1000, 7);
   EXPECT_EQ(open.status, GateStatus::kInconclusive) << open.reason;
   ASSERT_TRUE(open.interval.has_value());
   EXPECT_LE(open.interval->lo, 1.0);
   EXPECT_GT(open.interval->hi, 1.0);
 
   std::vector<SubsetScores> unpaired = {{"short", base, std::vector<double>(99, 100.0)}};
-  EXPECT_EQ(QaF1Gate(unpaired, 1.0, 0.95, 1000, 7).status, GateStatus::kInconclusive);
+  EXPECT_EQ(QaF1Gate(unpaired, NoneMissing(unpaired), 1.0, 0.01, 0.95, 1000, 7).status,
+            GateStatus::kInconclusive);
 }
 
 // The headline of the F1 gate -- observed, interval and reason -- is one subset: of those with
@@ -119,7 +129,7 @@ TEST(QaF1GateTest, ObservedIntervalAndReasonDescribeTheSameSubset) {
   lost_third[3] = lost_third[20] = 0.0;
   const std::vector<SubsetScores> subsets = {{"all", base, lost2},
                                              {"depth=0-33%", base_third, lost_third}};
-  GateResult open = QaF1Gate(subsets, 1.0, 0.95, 2000, 7);
+  GateResult open = QaF1Gate(subsets, NoneMissing(subsets), 1.0, 0.01, 0.95, 2000, 7);
   ASSERT_EQ(open.status, GateStatus::kInconclusive) << open.reason;
   const auto& third = open.details["subsets"][1];
   ASSERT_EQ(third["status"], "INCONCLUSIVE");
@@ -146,9 +156,9 @@ TEST(QaF1GateTest, ObservedIntervalAndReasonDescribeTheSameSubset) {
   lost600[7] = 0.0;
   const std::vector<double> base200(base600.begin(), base600.begin() + 200);
   const std::vector<double> lost200(lost600.begin(), lost600.begin() + 200);
-  GateResult scaled = QaF1Gate(
-      std::vector<SubsetScores>{{"all", base600, lost600}, {"depth=0-33%", base200, lost200}}, 1.0,
-      0.95, 2000, 7);
+  const std::vector<SubsetScores> by_third = {{"all", base600, lost600},
+                                              {"depth=0-33%", base200, lost200}};
+  GateResult scaled = QaF1Gate(by_third, NoneMissing(by_third), 1.0, 0.01, 0.95, 2000, 7);
   ASSERT_EQ(scaled.status, GateStatus::kInconclusive) << scaled.reason;
   ASSERT_EQ(scaled.details["subsets"][0]["status"], "PASS") << scaled.details.dump();
   const int64_t own = scaled.details["subsets"][1]["items_to_decide"].get<int64_t>();
@@ -156,7 +166,7 @@ TEST(QaF1GateTest, ObservedIntervalAndReasonDescribeTheSameSubset) {
       << scaled.reason;
   // No "-0": a subset whose scores agree item by item has a drop interval of exactly [0, 0].
   const std::vector<SubsetScores> same = {{"all", base, base}};
-  GateResult pass = QaF1Gate(same, 1.0, 0.95, 2000, 7);
+  GateResult pass = QaF1Gate(same, NoneMissing(same), 1.0, 0.01, 0.95, 2000, 7);
   ASSERT_EQ(pass.status, GateStatus::kPass);
   EXPECT_FALSE(std::signbit(pass.interval->lo));
   EXPECT_FALSE(std::signbit(pass.interval->hi));
@@ -171,7 +181,7 @@ TEST(QaF1GateTest, SaysHowManyItemsWouldSeparateTheEstimateFromTheLimit) {
   lost2[1] = lost2[51] = 0.0;  // a drop of 2 points, interval about [0, 5]
   lost1[7] = 0.0;              // a drop of exactly 1 point: on the limit
   const std::vector<SubsetScores> small = {{"all", base, lost2}};
-  GateResult open = QaF1Gate(small, 1.0, 0.95, 2000, 7);
+  GateResult open = QaF1Gate(small, NoneMissing(small), 1.0, 0.01, 0.95, 2000, 7);
   ASSERT_EQ(open.status, GateStatus::kInconclusive) << open.reason;
   const auto& detail = open.details["subsets"][0];
   ASSERT_TRUE(detail.contains("items_to_decide")) << detail.dump();
@@ -186,17 +196,54 @@ TEST(QaF1GateTest, SaysHowManyItemsWouldSeparateTheEstimateFromTheLimit) {
     lost4.insert(lost4.end(), lost2.begin(), lost2.end());
   }
   const std::vector<SubsetScores> large = {{"all", base4, lost4}};
-  GateResult open4 = QaF1Gate(large, 1.0, 0.95, 2000, 7);
+  GateResult open4 = QaF1Gate(large, NoneMissing(large), 1.0, 0.01, 0.95, 2000, 7);
   ASSERT_EQ(open4.status, GateStatus::kInconclusive) << open4.reason;
   const int64_t needed4 = open4.details["subsets"][0]["items_to_decide"];
   EXPECT_NEAR(static_cast<double>(needed4), static_cast<double>(needed), 0.35 * needed);
 
   const std::vector<SubsetScores> edge = {{"all", base, lost1}};
-  GateResult on_limit = QaF1Gate(edge, 1.0, 0.95, 2000, 7);
+  GateResult on_limit = QaF1Gate(edge, NoneMissing(edge), 1.0, 0.01, 0.95, 2000, 7);
   ASSERT_EQ(on_limit.status, GateStatus::kInconclusive) << on_limit.reason;
   EXPECT_NE(on_limit.reason.find("the estimate sits on the limit"), std::string::npos)
       << on_limit.reason;
   EXPECT_FALSE(on_limit.details["subsets"][0].contains("items_to_decide"));
+}
+
+// An item that errored is missing evidence, never "both scored 0, no drop": a run whose QA items
+// all failed (e.g. prompts past the model's context, HTTP 400 on both sides) once PASSed with an
+// observed drop of 0.000.
+TEST(QaF1GateTest, ErroredItemsAreMissingEvidenceNotAgreement) {
+  QaMissing all_failed;
+  all_failed.items = 100;
+  all_failed.baseline_errored = 100;
+  all_failed.candidate_errored = 100;
+  all_failed.unusable = 100;
+  GateResult none = QaF1Gate({}, all_failed, 1.0, 0.01, 0.95, 1000, 7);
+  EXPECT_EQ(none.status, GateStatus::kInconclusive) << none.reason;
+  EXPECT_NE(none.reason.find("no QA item was answered by both sides"), std::string::npos)
+      << none.reason;
+  EXPECT_NE(none.reason.find("baseline errors 100, candidate errors 100"), std::string::npos)
+      << none.reason;
+  EXPECT_EQ(none.details["missing"]["unusable"], 100);
+
+  // 3 of 100 items errored on the candidate: 97 agreeing items would pass, but 3% is above a
+  // 1% error limit, so the gate cannot decide; under a 5% limit the 97 decide it.
+  std::vector<double> scores(97, 100.0);
+  const std::vector<SubsetScores> answered = {{"all", scores, scores}};
+  QaMissing three;
+  three.items = 100;
+  three.candidate_errored = 3;
+  three.unusable = 3;
+  GateResult over = QaF1Gate(answered, three, 1.0, 0.01, 0.95, 1000, 7);
+  EXPECT_EQ(over.status, GateStatus::kInconclusive) << over.reason;
+  EXPECT_NE(over.reason.find("3 of 100 QA items have no answer from both sides"),
+            std::string::npos)
+      << over.reason;
+  EXPECT_NE(over.reason.find("above the 1.0% error limit"), std::string::npos) << over.reason;
+  GateResult within = QaF1Gate(answered, three, 1.0, 0.05, 0.95, 1000, 7);
+  EXPECT_EQ(within.status, GateStatus::kPass) << within.reason;
+  EXPECT_NE(within.reason.find("left out: 3 of 100"), std::string::npos) << within.reason;
+  EXPECT_EQ(within.details["subsets"][0]["items"], 97);
 }
 
 TEST(P99GateTest, PassesFailsOrWaitsAtTheThreshold) {

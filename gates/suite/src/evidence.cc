@@ -158,29 +158,45 @@ std::vector<gates::GateResult> DecideFromRows(history::HistoryDb& db, int64_t ru
       correct, errored, total, spec.passkey_required,
       baseline_total == total ? std::optional<int>(baseline_correct) : std::nullopt));
 
-  // QA F1: pair items by id; every key subset an item names is scored on its own.
-  std::map<std::string, const history::QualityItem*> baseline_by_id;
+  // QA F1: pair items by id; every key subset an item names is scored on its own. Only items
+  // both sides answered are scored: an errored or one-sided item is missing evidence.
+  std::map<std::string, std::pair<const history::QualityItem*, const history::QualityItem*>> qa;
   for (const auto& item : items) {
-    if (item.check == "qa" && item.label == kBaseline) baseline_by_id[item.item_id] = &item;
+    if (item.check != "qa") continue;
+    if (item.label == kBaseline) qa[item.item_id].first = &item;
+    if (item.label == kCandidate) qa[item.item_id].second = &item;
   }
+  auto errored_item = [](const history::QualityItem* item) {
+    return !item->extra.value("error", std::string()).empty();
+  };
+  gates::QaMissing missing;
   std::map<std::string, gates::SubsetScores> subsets;
-  for (const auto& item : items) {
-    if (item.check != "qa" || item.label != kCandidate) continue;
-    auto base = baseline_by_id.find(item.item_id);
-    if (base == baseline_by_id.end()) continue;  // unpaired: counted below
-    std::vector<std::string> names = SubsetsOf(item);
+  for (const auto& [id, pair] : qa) {
+    const auto [base, cand] = pair;
+    ++missing.items;
+    const bool unpaired = base == nullptr || cand == nullptr;
+    const bool base_err = base != nullptr && errored_item(base);
+    const bool cand_err = cand != nullptr && errored_item(cand);
+    missing.unpaired += unpaired;
+    missing.baseline_errored += base_err;
+    missing.candidate_errored += cand_err;
+    if (unpaired || base_err || cand_err) {
+      ++missing.unusable;
+      continue;
+    }
+    std::vector<std::string> names = SubsetsOf(*cand);
     names.insert(names.begin(), "all");
     for (const std::string& name : names) {
       gates::SubsetScores& scores = subsets[name];
       scores.subset = name;
-      scores.baseline.push_back(base->second->score);
-      scores.candidate.push_back(item.score);
+      scores.baseline.push_back(base->score);
+      scores.candidate.push_back(cand->score);
     }
   }
   std::vector<gates::SubsetScores> ordered;
   for (auto& [name, scores] : subsets) ordered.push_back(std::move(scores));
-  results.push_back(gates::QaF1Gate(ordered, spec.qa_max_f1_drop, spec.confidence,
-                                    spec.bootstrap_resamples, policy.seed));
+  results.push_back(gates::QaF1Gate(ordered, missing, spec.qa_max_f1_drop, spec.max_error_rate,
+                                    spec.confidence, spec.bootstrap_resamples, policy.seed));
 
   // Load pairs: the summary of each stored run is recomputed from its records.
   std::map<int, gates::LoadPair> pairs;

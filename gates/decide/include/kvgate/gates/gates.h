@@ -52,13 +52,27 @@ GateResult PasskeyGate(int correct, int errored, int items, int required,
 // QA F1 on every key subset: per item, the baseline's and the candidate's F1 in [0, 100] for the
 // same question. observed = the largest estimated drop (baseline − candidate, points) over the
 // subsets; each subset's drop has a paired bootstrap interval over items.
+//
+// Only items answered by both sides are scored. An item that errored (HTTP error, timeout,
+// malformed answer) on either side, or was stored on one side only, is missing evidence, never a
+// score of 0 on both sides (which would read as "no drop"): `missing` counts them, and above
+// `max_error_rate` of the run's items the gate is INCONCLUSIVE, as is a run with no item
+// answered by both.
 struct SubsetScores {
   std::string subset;
-  std::vector<double> baseline;   // F1 points per item
+  std::vector<double> baseline;   // F1 points per item answered by both sides
   std::vector<double> candidate;  // same items, same order
 };
-GateResult QaF1Gate(std::span<const SubsetScores> subsets, double max_drop, double confidence,
-                    int resamples, uint64_t seed);
+struct QaMissing {
+  int items = 0;              // distinct QA items the run asked
+  int baseline_errored = 0;   // items the baseline gave no usable answer to
+  int candidate_errored = 0;  // ... the candidate
+  int unpaired = 0;           // items stored for one side only
+  int unusable = 0;           // items left out of the scoring for any of these reasons
+};
+GateResult QaF1Gate(std::span<const SubsetScores> subsets, const QaMissing& missing,
+                    double max_drop, double max_error_rate, double confidence, int resamples,
+                    uint64_t seed);
 
 // Evidence of one interleaved A/B pair of load runs.
 struct LoadPair {
