@@ -13,6 +13,7 @@
 #include "kvgate/command.h"
 #include "kvgate/default_policy.h"
 #include "kvgate/policy/policy.h"
+#include "kvgate/secrets/redact.h"
 #include "kvgate/suite/run_suite.h"
 #include "kvgate/version.h"
 
@@ -41,7 +42,7 @@ int Run(const RunFlags& flags) {
     policy = flags.policy.empty() ? policy::ParsePolicy(kDefaultPolicyToml, "<built-in default.toml>")
                                   : policy::LoadPolicyFile(flags.policy);
   } catch (const policy::PolicyError& e) {
-    std::cerr << "error: bad policy: " << e.what() << "\n";
+    std::cerr << "error: bad policy: " << secrets::RedactText(e.what()) << "\n";
     return 3;
   }
   suite::SuiteOptions options;
@@ -67,7 +68,7 @@ int Run(const RunFlags& flags) {
   try {
     outcome = suite::RunSuite(policy, options);
   } catch (const std::exception& e) {
-    std::cerr << "error: the suite could not run: " << e.what() << "\n";
+    std::cerr << "error: the suite could not run: " << secrets::RedactText(e.what()) << "\n";
     return 3;
   }
   if (!flags.pushgateway.empty()) {
@@ -75,8 +76,19 @@ int Run(const RunFlags& flags) {
     try {
       run_metrics.PushToGateway(flags.pushgateway, "kvgate_run");
     } catch (const std::exception& e) {
-      std::cerr << "warning: could not push to " << flags.pushgateway << ": " << e.what() << "\n";
+      std::cerr << "warning: could not push to " << secrets::RedactUrl(flags.pushgateway) << ": "
+                << secrets::RedactText(e.what()) << "\n";
     }
+  }
+  if (outcome.run_id == 0) {  // refused before it began: nothing was stored or written
+    if (flags.json) {
+      std::cout << nlohmann::json{{"run_id", nullptr}, {"exit_code", outcome.exit_code},
+                                  {"error", outcome.error}}.dump(2)
+                << "\n";
+    } else {
+      std::cerr << "error: the suite could not run: " << outcome.error << "\n";
+    }
+    return outcome.exit_code;
   }
   if (flags.json) {
     nlohmann::json out = {{"run_id", outcome.run_id},

@@ -14,41 +14,20 @@
 #include <optional>
 
 #include "evidence.h"
+#include "output_lock.h"
 #include "kvgate/checks/errors.h"
 #include "kvgate/checks/ledgers.h"
 #include "kvgate/checks/qa_set.h"
 #include "kvgate/loadgen/metrics.h"
 #include "kvgate/loadgen/report.h"
 #include "kvgate/loadgen/run_load.h"
+#include "kvgate/secrets/redact.h"
 #include "kvgate/report/report.h"
 #include "kvgate/suite/server_process.h"
+#include "kvgate/suite/stop_signals.h"
 
 namespace kvgate::suite {
 namespace {
-
-std::atomic<bool> g_stop_requested{false};
-
-extern "C" void OnSuiteStopSignal(int) { g_stop_requested.store(true); }
-
-// Installs the stop handlers for the lifetime of one run and restores the old ones after.
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_requested.store(false);
-    struct sigaction action {};
-    action.sa_handler = OnSuiteStopSignal;
-    sigemptyset(&action.sa_mask);
-    sigaction(SIGINT, &action, &old_int_);
-    sigaction(SIGTERM, &action, &old_term_);
-  }
-  ~StopSignals() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-  }
-
- private:
-  struct sigaction old_int_ {}, old_term_ {};
-};
 
 class Interrupted : public std::runtime_error {
  public:
@@ -56,7 +35,7 @@ class Interrupted : public std::runtime_error {
 };
 
 void ThrowIfStopped() {
-  if (g_stop_requested.load()) throw Interrupted();
+  if (StopSignals::Requested()) throw Interrupted();
 }
 
 // One side of the comparison: a server the suite started, or an external URL.
@@ -172,12 +151,23 @@ RegateComparison CompareRegate(history::HistoryDb& db, int64_t run_id) {
 }
 
 SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options) {
+  // Every line, stored text and error leaves through secrets::Redact*: a policy's URL may carry
+  // a password or a token, which the connections need and nothing written may show.
   auto say = [&](const std::string& line) {
-    if (options.progress) options.progress(line);
+    if (options.progress) options.progress(secrets::RedactText(line));
   };
   SuiteOutcome outcome;
+  // The output folder is this run's alone (server logs, reports) until it returns; a run that
+  // cannot have it writes nothing, not even a history row.
+  std::optional<OutputFolderLock> folder_lock;
+  try {
+    folder_lock.emplace(options.out_dir);
+  } catch (const std::exception& e) {
+    outcome.exit_code = 3;
+    outcome.error = secrets::RedactText(e.what());
+    return outcome;
+  }
   StopSignals signals;
-  std::filesystem::create_directories(options.out_dir);
   history::HistoryDb db = history::HistoryDb::Open(options.db_path);
   for (int64_t id : db.MarkInterruptedRuns()) {
     say("history: run " + std::to_string(id) + " was left running by a dead process: marked interrupted");
@@ -192,15 +182,16 @@ SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options)
       argv.insert(argv.end(), system.spec->serve_args.begin(), system.spec->serve_args.end());
       std::string line;
       for (const auto& a : argv) line += (line.empty() ? "" : " ") + a;
-      commands.push_back({{"label", system.label}, {"command", line + " --host 127.0.0.1 --port 0"}});
+      commands.push_back({{"label", system.label},
+                          {"command", secrets::RedactText(line + " --host 127.0.0.1 --port 0")}});
     } else {
-      commands.push_back({{"label", system.label}, {"url", system.spec->url}});
+      commands.push_back({{"label", system.label}, {"url", secrets::RedactUrl(system.spec->url)}});
     }
   }
   history::RunInfo info;
   info.kind = "run";
-  info.policy_text = policy.text;
-  XXH128_hash_t digest = XXH3_128bits(policy.text.data(), policy.text.size());
+  info.policy_text = secrets::RedactText(policy.text);
+  XXH128_hash_t digest = XXH3_128bits(info.policy_text.data(), info.policy_text.size());
   char hex[40];
   std::snprintf(hex, sizeof(hex), "%016llx%016llx", static_cast<unsigned long long>(digest.high64),
                 static_cast<unsigned long long>(digest.low64));
@@ -228,9 +219,11 @@ SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options)
         std::vector<std::string> argv = {options.kvgate_binary, "serve"};
         argv.insert(argv.end(), system.spec->serve_args.begin(), system.spec->serve_args.end());
         say(system.label + ": starting " + argv[0] + " serve ...");
+        // Each run's log holds its own server's output only (the folder is locked to this run).
+        const std::filesystem::path log = options.out_dir / (system.label + ".log");
+        std::ofstream(log, std::ios::trunc).close();
         system.process = std::make_unique<ServerProcess>(
-            argv, std::chrono::duration<double>(system.spec->startup_timeout_s),
-            (options.out_dir / (system.label + ".log")).string());
+            argv, std::chrono::duration<double>(system.spec->startup_timeout_s), log.string());
         system.url = system.process->url();
       } else {
         system.url = system.spec->url;
@@ -269,7 +262,7 @@ SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options)
       checks::ClientOptions client;
       client.model = system.model;
       client.concurrency = 2;
-      client.stop_requested = [] { return g_stop_requested.load(); };
+      client.stop_requested = [] { return StopSignals::Requested(); };
       // Live progress: a line at every tenth of a check (they take minutes on a CPU).
       auto tenths = [&say, &system](const std::string& check) {
         return [&say, &system, check](size_t done, size_t total) {
@@ -309,7 +302,10 @@ SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options)
         ThrowIfStopped();
         loadgen::LoadSettings settings = LoadSettingsFor(policy, pair);
         if (system.label == kCandidate) settings.extra_body = candidate_extra;
-        loadgen::LoadResult result = loadgen::RunLoad(settings, {system.url, system.model, ""});
+        // A SIGINT/SIGTERM reaches into the running load (within loadgen::kStopLatency), not
+        // only between runs: a run can last load.max_duration_s.
+        loadgen::LoadResult result = loadgen::RunLoad(settings, {system.url, system.model, ""},
+                                                      nullptr, &StopSignals::Flag());
         history::LoadRunMeta meta;
         meta.label = system.label;
         meta.pair_index = pair;
@@ -337,6 +333,7 @@ SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options)
             std::to_string(result.summary.errored) + " errors" +
             (result.validity.valid ? "" : ", INVALID: " + meta.invalid_reason));
         // After storing it: the cut load run, with a record per scheduled request, is evidence.
+        ThrowIfStopped();
         RequireServersAlive(systems, "load pair " + std::to_string(pair) + " (" + system.label +
                                          ")");
       }
@@ -382,7 +379,7 @@ SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options)
                  outcome.exit_code);
   } catch (const std::exception& e) {
     outcome.exit_code = 3;
-    outcome.error = e.what();
+    outcome.error = secrets::RedactText(e.what());
     for (System& system : systems) {
       if (system.process) system.process->Stop(std::chrono::seconds(5));
     }

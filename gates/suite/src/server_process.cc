@@ -13,10 +13,13 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "kvgate/suite/spawn.h"
+#include "listening_sockets.h"
 
 
 namespace kvgate::suite {
@@ -81,12 +84,24 @@ ServerProcess::ServerProcess(std::vector<std::string> argv,
       Clock::now() + std::chrono::duration_cast<Clock::duration>(startup_timeout);
   std::smatch match;
   std::string output;
-  while (!std::regex_search(output = OutputTail(), match, listening)) {
+  // The port is the one the server printed AND one its own process tree listens on: a line
+  // copied from elsewhere, or another process's port, is never taken for this server's.
+  auto owns_printed_port = [&] {
+    if (!std::regex_search(output = OutputTail(), match, listening)) return false;
+    const std::optional<std::set<int>> ports = ListeningPortsOfTree(pid_);
+    return !ports || ports->count(std::stoi(match[2].str())) > 0;
+  };
+  while (!owns_printed_port()) {
     if (Clock::now() > deadline) {
       std::string tail = OutputTail();
+      const bool printed = std::regex_search(tail, match, listening);
       Stop(std::chrono::seconds(2));
-      throw ServerStartError("'" + CommandLine() + "' did not print 'listening on' within the " +
-                             "startup timeout; it printed:\n" + tail);
+      throw ServerStartError(
+          "'" + CommandLine() + "' " +
+          (printed ? "printed 'listening on " + match[1].str() + ":" + match[2].str() +
+                         "' but none of its processes listens on that port"
+                   : std::string("did not print 'listening on' within the startup timeout")) +
+          "; it printed:\n" + tail);
     }
     if (!Alive()) {
       throw ServerStartError("'" + CommandLine() + "' exited during start-up (status " +

@@ -3,10 +3,12 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 
@@ -14,6 +16,9 @@ extern char** environ;
 
 namespace kvgate::suite {
 namespace {
+
+// close_range(2)'s CLOSE_RANGE_CLOEXEC (Linux 5.11), spelled out for headers that predate it.
+constexpr unsigned kCloseRangeCloexec = 1U << 2;
 
 // argv[0] as execvp would run it: as given if it names a path, else the first executable match on
 // PATH (default "/bin:/usr/bin"). Resolved here, before fork: the child may only make
@@ -60,6 +65,8 @@ int SpawnChild(const std::vector<std::string>& argv, int stdout_fd, int stderr_f
   int report[2];
   if (pipe2(report, O_CLOEXEC) != 0) return errno;
   const pid_t parent = getpid();
+  const long open_max = sysconf(_SC_OPEN_MAX);  // before fork: sysconf is not async-signal-safe
+  const long fd_limit = open_max > 0 ? std::min(open_max, 1L << 20) : 65536;
   const pid_t child = fork();
   if (child < 0) {
     const int error = errno;
@@ -76,6 +83,15 @@ int SpawnChild(const std::vector<std::string>& argv, int stdout_fd, int stderr_f
     if (error == 0 && getppid() != parent) error = ESRCH;
     if (error == 0 && (dup2(stdout_fd, STDOUT_FILENO) < 0 || dup2(stderr_fd, STDERR_FILENO) < 0)) {
       error = errno;
+    }
+    // The child inherits nothing else: no listening socket of the parent's (a --metrics-port
+    // exposer), no lock file, no history connection. Close-on-exec on every descriptor from 3
+    // up; the exec-failure pipe is close-on-exec already and still usable until the exec.
+    if (error == 0 && syscall(SYS_close_range, 3U, ~0U, kCloseRangeCloexec) != 0) {
+      for (long fd = 3; fd < fd_limit; ++fd) {
+        const int flags = fcntl(static_cast<int>(fd), F_GETFD);
+        if (flags >= 0) fcntl(static_cast<int>(fd), F_SETFD, flags | FD_CLOEXEC);
+      }
     }
     if (error == 0) {
       execve(program.c_str(), raw.data(), environ);

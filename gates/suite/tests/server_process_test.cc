@@ -32,6 +32,42 @@ std::string LogPath(const std::string& name) {
       .string();
 }
 
+// Hostile-test finding (2026-12-02): two `kvgate run` sharing an output folder read each other's
+// "listening on" lines from one log, and one measured the other's server. The port a server
+// prints is taken only if its own process tree listens on it: here an impostor prints the port
+// of a real server it does not own, and is refused instead of being handed that server's URL.
+TEST(ServerProcessTest, APrintedPortThatAnotherProcessOwnsIsNeverTaken) {
+  const std::string real_log = LogPath("real");
+  ServerProcess real(HealthServer(), std::chrono::seconds(30), real_log, /*append_address=*/false);
+  const std::string impostor_log = LogPath("impostor");
+  const std::vector<std::string> impostor = {
+      "python3", "-c",
+      "import time\nprint('listening on 127.0.0.1:" + std::to_string(real.port()) +
+          "', flush=True)\ntime.sleep(60)\n"};
+  try {
+    ServerProcess wrong(impostor, std::chrono::seconds(3), impostor_log, /*append_address=*/false);
+    ADD_FAILURE() << "took " << wrong.url() << ", a port its process does not listen on";
+  } catch (const ServerStartError& e) {
+    EXPECT_NE(std::string(e.what()).find("none of its processes listens on that port"),
+              std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove(real_log);
+  std::filesystem::remove(impostor_log);
+}
+
+// The server may run under a wrapper (a shell, a launcher): the port is found in the tree.
+TEST(ServerProcessTest, APortOpenedByAGrandchildIsTheServersOwn) {
+  const std::string log = LogPath("wrapped");
+  std::vector<std::string> python = HealthServer();
+  std::string quoted;
+  for (char c : python[2]) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  ServerProcess server({"sh", "-c", "python3 -c '" + quoted + "'; exit 0"},
+                       std::chrono::seconds(30), log, /*append_address=*/false);
+  EXPECT_GT(server.port(), 0);
+  std::filesystem::remove(log);
+}
+
 TEST(ServerProcessTest, ExitDescriptionSaysHowAServerDied) {
   const std::string log = LogPath("kill");
   ServerProcess server(HealthServer(), std::chrono::seconds(30), log, /*append_address=*/false);

@@ -68,6 +68,37 @@ TEST(SpawnChildTest, ReportsWhatPosixSpawnpWouldAndLeavesNothingRunning) {
   EXPECT_EQ(errno, ECHILD);
 }
 
+// Hostile-test finding (2026-12-02): `kvgate run --metrics-port` left its exposer's listening
+// socket open in both servers it started. A child inherits no descriptor but 0, 1 and 2.
+TEST(SpawnChildTest, TheChildInheritsNoOtherDescriptor) {
+  int leaky[2];
+  ASSERT_EQ(pipe(leaky), 0);  // no O_CLOEXEC: what a library's socket may look like
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  pid_t pid = -1;
+  const std::string probe =
+      "import os, sys\n"
+      "for fd in sys.argv[1:]:\n"
+      "  try:\n"
+      "    os.fstat(int(fd)); print(fd, 'open')\n"
+      "  except OSError:\n"
+      "    print(fd, 'closed')\n";
+  ASSERT_EQ(SpawnChild({"python3", "-c", probe, std::to_string(leaky[0]), std::to_string(leaky[1]),
+                        "1"},
+                       out[1], out[1], &pid),
+            0);
+  close(out[1]);
+  std::string text;
+  char buf[256];
+  for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  close(out[0]);
+  close(leaky[0]);
+  close(leaky[1]);
+  Wait(pid);
+  EXPECT_EQ(text, std::to_string(leaky[0]) + " closed\n" + std::to_string(leaky[1]) +
+                      " closed\n1 open\n");
+}
+
 // A parent that starts a long child and is then SIGKILLed, as `kvgate run` may be: the child gets
 // SIGTERM. This process becomes a subreaper so the orphan is re-parented to it and can be reaped.
 TEST(SpawnChildTest, TheChildGetsSigtermWhenItsParentIsKilled) {

@@ -26,7 +26,9 @@ namespace kvgate::suite {
 
 struct SuiteOptions {
   std::filesystem::path db_path = "kvgate.db";
-  std::filesystem::path out_dir = "kvgate-out";  // report.json, report.html, server logs
+  // report.json, report.html, server logs. Held by one run at a time (a lock file inside it): a
+  // run given a folder another run holds is refused (exit_code 3, run_id 0, nothing written).
+  std::filesystem::path out_dir = "kvgate-out";
   std::string kvgate_binary;  // runs local servers as `<kvgate_binary> serve <args>`
   std::string version;        // of the running kvgate, recorded with the run
   std::string git_commit;
@@ -44,7 +46,9 @@ struct SuiteOutcome {
 };
 
 // Never throws for problems of the run itself (servers failing, bad answers): those end as
-// exit_code 3 with `error` set and the run row marked interrupted. Throws history::HistoryError
+// exit_code 3 with `error` set and the run row marked interrupted. Text that leaves the run
+// (progress lines, errors, the stored policy text and server commands) has its secrets redacted
+// (secrets/). Throws history::HistoryError
 // only when the history cannot be opened at all.
 SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options);
 

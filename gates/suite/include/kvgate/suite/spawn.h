@@ -3,7 +3,8 @@
 // Ctrl-C at the terminal reaches only the parent, which then stops its children in order), and
 // SIGTERM delivered to the child when the parent dies without stopping it (Linux
 // PR_SET_PDEATHSIG): a `kvgate run` killed with SIGKILL leaves no server behind holding its port
-// or GPU memory.
+// or GPU memory. The child inherits no other descriptor of the parent's (stdin aside): no
+// listening socket, lock or database handle stays open in it.
 //
 // The death signal follows the *thread* that started the child: start children from a thread
 // that outlives them (the suite's and the scenarios' main threads do).
