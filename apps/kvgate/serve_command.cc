@@ -115,7 +115,12 @@ void AddServeCommand(CLI::App& app, CommandContext& context) {
                   "cancelled (their streams end with an error event)")
       ->capture_default_str();
   cmd->add_option("--retry-after", options->server.retry_after_seconds,
-                  "Retry-After seconds of a 429")
+                  "Retry-After seconds of a 429 or a connection-limit 503")
+      ->capture_default_str();
+  cmd->add_option("--max-connections", options->server.max_connections,
+                  "open connections at once; one more gets 503 too_many_connections at once "
+                  "(0 = the open-file limit, raised to its hard limit, less " +
+                      std::to_string(readkv::server::kReservedDescriptors) + ")")
       ->capture_default_str();
   cmd->add_option("--log-level", options->log_level, "stderr log level: debug|info|warn|error")
       ->capture_default_str();
@@ -138,6 +143,7 @@ void AddServeCommand(CLI::App& app, CommandContext& context) {
       throw UsageError("--max-header-bytes must be >= 512");
     }
     if (options->server.retry_after_seconds < 0) throw UsageError("--retry-after must be >= 0");
+    if (options->server.max_connections < 0) throw UsageError("--max-connections must be >= 0");
     const auto level = spdlog::level::from_str(options->log_level);
     if (level == spdlog::level::off && options->log_level != "off") {
       throw UsageError("--log-level: unknown level \"" + options->log_level + "\"");
@@ -167,9 +173,12 @@ void AddServeCommand(CLI::App& app, CommandContext& context) {
 
     options->server.idle_timeout =
         std::chrono::milliseconds(static_cast<int64_t>(options->idle_timeout_s * 1000.0));
+    const long open_files = readkv::server::RaiseOpenFileLimit();
     readkv::server::Server server(engine, tokenizer, options->server);
     server.Start();
     std::cout << "listening on " << server.address() << std::endl;  // endl: scripts wait on it
+    spdlog::info("open-file limit {}, at most {} connections", open_files,
+                 server.max_connections());
     spdlog::info(
         "serving {} (kv={} store_bits={} read_bits={} reader={}) max_batch={} "
         "max_waiting={} prefill_chunk={}",

@@ -260,6 +260,14 @@ CompletionCall ParseCompletionRequest(std::string_view body_text, const engine::
   if (!Absent(body, "readkv")) {
     request.read_policy = ParseReadPolicy(body.at("readkv"));
     call.has_read_policy = true;
+    // Only a ReadKV cache has a read policy: another server accepting (and echoing) one it does
+    // not apply would let a misconfigured comparison look like a ReadKV run.
+    if (model.kv_backend != "readkv") {
+      Invalid("readkv",
+              "this server's KV cache is '" + model.kv_backend +
+                  "'; the readkv extension applies only to a server started with --kv readkv",
+              "readkv_not_supported");
+    }
   }
 
   call.stream = GetBool(body, "stream", false);

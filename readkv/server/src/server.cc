@@ -2,8 +2,12 @@
 
 #include <prometheus/text_serializer.h>
 #include <spdlog/spdlog.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <boost/asio.hpp>
@@ -59,6 +63,10 @@ struct Shared {
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
   std::atomic<uint64_t> next_id{1};
 
+  // Open connections (Sessions alive) and the most allowed at once (set at Start).
+  std::atomic<int> connections{0};
+  int max_connections = 0;
+
   // Responses whose request reached the engine and whose last byte is not yet written.
   std::mutex in_flight_mu;
   std::condition_variable in_flight_cv;
@@ -102,11 +110,14 @@ ApiError ErrorFromEngine(const engine::GenerationEvent& event) {
 // One TCP connection: reads requests one at a time and answers each, on its own strand.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, Shared& shared) : stream_(std::move(socket)), shared_(shared) {}
+  Session(tcp::socket socket, Shared& shared) : stream_(std::move(socket)), shared_(shared) {
+    shared_.connections.fetch_add(1);
+  }
 
   ~Session() {
     // The engine must not keep generating for a connection that no longer exists.
     if (channel_) channel_->Cancel();
+    shared_.connections.fetch_sub(1);
   }
 
   void Start() {
@@ -194,13 +205,18 @@ class Session : public std::enable_shared_from_this<Session> {
     const std::string_view target(request.target().data(), request.target().size());
     const std::string_view path = target.substr(0, target.find('?'));
     const http::verb method = request.method();
+    // HEAD is GET without the body (RFC 9110 9.3.2): the same status and headers, and no body
+    // on any answer to it, errors included.
+    head_ = method == http::verb::head;
 
     auto only = [&](http::verb allowed, const char* allow) {
-      if (method == allowed) return true;
+      if (method == allowed || (head_ && allowed == http::verb::get)) return true;
+      const std::string allow_header =
+          allowed == http::verb::get ? std::string(allow) + ", HEAD" : std::string(allow);
       Fail(ApiError(405, "method_not_allowed",
                     std::string(request.method_string()) + " is not allowed on " +
-                        std::string(path) + " (allowed: " + allow + ")"),
-           {{"Allow", allow}});
+                        std::string(path) + " (allowed: " + allow_header + ")"),
+           {{"Allow", allow_header}});
       return false;
     };
     if (path == "/v1/completions") {
@@ -315,15 +331,31 @@ class Session : public std::enable_shared_from_this<Session> {
       if (ec == net::error::operation_aborted) return;
       return ClientGone();
     }
-    // Readable during a response means either EOF (the client left) or a pipelined request,
-    // which stays in the socket for the next read.
+    // Readable during a response means EOF, a reset, or a pipelined request (which stays in the
+    // socket for the next read). EOF alone is a half-close: HTTP/1.1 lets a client shut down its
+    // sending side and still read the answer, so the request goes on and the connection closes
+    // after it; a client that really left is found by the next write, which then fails and
+    // cancels the request (a streamed one at its next chunk). A reset is a client gone.
     char byte = 0;
     const ssize_t n = ::recv(stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0) return ClientGone();
+    if (n == 0) {
+      keep_alive_ = false;
+      // Nothing of Asio's holds this session now (no read or wait pending until the answer is
+      // written): hold it ourselves, to the end of the request.
+      half_closed_hold_ = shared_from_this();
+      return;
+    }
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return WatchForDisconnect();
       return ClientGone();
     }
+  }
+
+  // Drops the half-close hold, if any, without destroying the session inside its own call: the
+  // hold may be its last owner, so it is released from a posted handler.
+  void ReleaseHold() {
+    if (!half_closed_hold_) return;
+    net::post(stream_.get_executor(), [hold = std::move(half_closed_hold_)] {});
   }
 
   void ClientGone() {
@@ -551,6 +583,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // The request is over (answered, cancelled or failed): later events and waits are stale.
   void EndRequest() {
     ++generation_;
+    ReleaseHold();
     if (channel_) {
       channel_->Cancel();  // a no-op if it already finished
       channel_.reset();
@@ -579,6 +612,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void SendBody(http::status status, std::string body, const char* content_type,
                 std::vector<std::pair<std::string, std::string>> headers = {}) {
+    if (head_) return SendHead(status, body.size(), content_type, std::move(headers));
     auto response = std::make_shared<http::response<http::string_body>>(status, version_);
     response->set(http::field::server, "kvgate");
     response->set(http::field::content_type, content_type);
@@ -586,6 +620,23 @@ class Session : public std::enable_shared_from_this<Session> {
     response->keep_alive(keep_alive_);
     response->body() = std::move(body);
     response->prepare_payload();
+    Write(response);
+  }
+
+  // The answer to HEAD: the headers GET would have had, Content-Length included, and no body.
+  void SendHead(http::status status, size_t body_bytes, const char* content_type,
+                std::vector<std::pair<std::string, std::string>> headers) {
+    auto response = std::make_shared<http::response<http::empty_body>>(status, version_);
+    response->set(http::field::server, "kvgate");
+    response->set(http::field::content_type, content_type);
+    for (const auto& [name, value] : headers) response->set(name, value);
+    response->keep_alive(keep_alive_);
+    response->content_length(body_bytes);
+    Write(response);
+  }
+
+  template <class Response>
+  void Write(std::shared_ptr<Response> response) {
     stream_.expires_after(shared_.options.write_timeout);
     http::async_write(stream_, *response,
                       [self = shared_from_this(), response](beast::error_code ec, std::size_t) {
@@ -621,6 +672,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void Close() {
     if (closed_) return;
     closed_ = true;
+    ReleaseHold();
     if (channel_) channel_->Cancel();
     in_flight_.reset();
     beast::error_code ignored;
@@ -634,11 +686,14 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<http::request_parser<http::string_body>> parser_;
   unsigned version_ = 11;
   bool keep_alive_ = true;
+  bool head_ = false;  // the request being answered is a HEAD
   bool closed_ = false;
 
   // The completion in flight (at most one per connection).
   std::shared_ptr<engine::RequestChannel> channel_;
   std::optional<InFlightToken> in_flight_;
+  // Set while a half-closed client's request is answered (see OnPeerReadable).
+  std::shared_ptr<Session> half_closed_hold_;
   uint64_t generation_ = 0;
   bool streaming_ = false;
   bool include_usage_ = false;
@@ -671,23 +726,112 @@ class Session : public std::enable_shared_from_this<Session> {
   size_t lingered_ = 0;
 };
 
+// The whole answer to a connection over the limit: 503 and close (built once).
+std::string TooManyConnectionsResponse(int retry_after_seconds) {
+  const std::string body =
+      ApiError(503, "too_many_connections",
+               "the server has as many open connections as it allows; close idle ones or retry "
+               "after " +
+                   std::to_string(retry_after_seconds) + " s")
+          .Body();
+  return "HTTP/1.1 503 Service Unavailable\r\nServer: kvgate\r\nContent-Type: application/json\r\n"
+         "Retry-After: " +
+         std::to_string(retry_after_seconds) + "\r\nConnection: close\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+// A connection turned away: the 503 written, the sending side shut, what the client still sends
+// read and dropped for a moment (so the close does not reset the connection before the client
+// read the answer), then closed.
+class Refusal : public std::enable_shared_from_this<Refusal> {
+ public:
+  Refusal(tcp::socket socket, const std::string& response)
+      : stream_(std::move(socket)), response_(response) {}
+  void Start() {
+    stream_.expires_after(kLingerTime);
+    net::async_write(stream_, net::buffer(response_),
+                     [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                       if (ec) return self->Close();
+                       beast::error_code ignored;
+                       self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+                       self->Discard();
+                     });
+  }
+
+ private:
+  void Discard() {
+    stream_.async_read_some(net::buffer(scratch_),
+                            [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                              if (ec) return self->Close();
+                              self->Discard();
+                            });
+  }
+  void Close() {
+    beast::error_code ignored;
+    stream_.socket().close(ignored);
+  }
+  beast::tcp_stream stream_;
+  const std::string& response_;
+  std::array<char, 1024> scratch_{};
+};
+
+}  // namespace
+
+long RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return -1;
+  const rlim_t cap = rlim_t{1} << 20;
+  const rlim_t want = limit.rlim_max == RLIM_INFINITY ? cap : std::min(limit.rlim_max, cap);
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < want) {
+    rlimit raised = limit;
+    raised.rlim_cur = want;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  return limit.rlim_cur == RLIM_INFINITY ? static_cast<long>(cap)
+                                         : static_cast<long>(limit.rlim_cur);
+}
+
+namespace {
+
+// max_connections when the options leave it to the open-file limit.
+int ConnectionLimitFromDescriptors() {
+  rlimit limit{};
+  long soft = 1024;
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    soft = limit.rlim_cur == RLIM_INFINITY ? 1L << 20 : static_cast<long>(limit.rlim_cur);
+  }
+  return static_cast<int>(std::max<long>(16, std::min<long>(soft, 1L << 20) -
+                                                 kReservedDescriptors));
+}
+
 }  // namespace
 
 struct Server::Impl {
   Impl(engine::Engine& engine, const engine::Tokenizer& tokenizer, ServerOptions options)
       : shared(engine, tokenizer, std::move(options)) {}
+  ~Impl() {
+    if (reserve_fd >= 0) ::close(reserve_fd);
+  }
 
   void Accept() {
     acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
       if (ec) {
         if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
-        // Out of descriptors and the like: back off briefly instead of spinning.
-        spdlog::warn("accept failed: {}", ec.message());
-        shared.CountError("accept_failed");
+        if (ec == net::error::no_descriptors || ec.value() == ENFILE) {
+          RefuseOneWithTheReserve();
+        } else {
+          WarnAcceptFailed(ec.message());
+        }
+        // Back off briefly instead of spinning on a condition that persists.
         auto timer = std::make_shared<net::steady_timer>(acceptor.get_executor(),
                                                          std::chrono::milliseconds(50));
         timer->async_wait([this, timer](beast::error_code) { Accept(); });
         return;
+      }
+      if (shared.connections.load() >= shared.max_connections) {
+        shared.CountError("too_many_connections");
+        std::make_shared<Refusal>(std::move(socket), too_many_response)->Start();
+        return Accept();
       }
       // Each SSE chunk is one small write. With Nagle's algorithm a chunk written while the
       // previous segment is unacknowledged (the header just before the first chunk; the
@@ -700,8 +844,42 @@ struct Server::Impl {
     });
   }
 
+  // Out of descriptors with a connection waiting: give the reserved descriptor up for a moment,
+  // take the connection, answer it 503 and close it, and reserve again. The waiting client gets
+  // an answer instead of a hang, and the backlog drains instead of failing 20 times a second.
+  void RefuseOneWithTheReserve() {
+    shared.CountError("too_many_connections");
+    if (reserve_fd >= 0) {
+      ::close(reserve_fd);
+      reserve_fd = -1;
+    }
+    const int fd = ::accept4(acceptor.native_handle(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd >= 0) {
+      // A fresh socket's send buffer takes the few hundred bytes at once.
+      (void)!::send(fd, too_many_response.data(), too_many_response.size(),
+                    MSG_DONTWAIT | MSG_NOSIGNAL);
+      ::shutdown(fd, SHUT_WR);
+      ::close(fd);
+    }
+    reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    WarnAcceptFailed("out of file descriptors (" + std::to_string(shared.connections.load()) +
+                     " connections open); answered 503");
+  }
+
+  // At most one warning a second: a condition that persists must not flood the log.
+  void WarnAcceptFailed(const std::string& what) {
+    shared.CountError("accept_failed");
+    const auto now = Clock::now();
+    if (now - last_accept_warning < std::chrono::seconds(1)) return;
+    last_accept_warning = now;
+    spdlog::warn("accept failed: {}", what);
+  }
+
   // Declared first so that it is destroyed last: sessions destroyed with `ioc` still touch it.
   Shared shared;
+  std::string too_many_response;
+  int reserve_fd = -1;
+  Clock::time_point last_accept_warning{};
   net::io_context ioc;
   tcp::acceptor acceptor{net::make_strand(ioc)};
   std::vector<std::thread> threads;
@@ -721,6 +899,7 @@ Server::Server(engine::Engine& engine, const engine::Tokenizer& tokenizer, Serve
   if (options.retry_after_seconds < 0) {
     throw std::invalid_argument("retry_after_seconds must be >= 0");
   }
+  if (options.max_connections < 0) throw std::invalid_argument("max_connections must be >= 0");
   impl_ = std::make_unique<Impl>(engine, tokenizer, std::move(options));
 }
 
@@ -751,6 +930,10 @@ void Server::Start() {
                              ": " + ec.message());
   }
   impl.acceptor.listen(net::socket_base::max_listen_connections);
+  impl.shared.max_connections = options.max_connections > 0 ? options.max_connections
+                                                            : ConnectionLimitFromDescriptors();
+  impl.too_many_response = TooManyConnectionsResponse(options.retry_after_seconds);
+  impl.reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   const tcp::endpoint bound = impl.acceptor.local_endpoint();
   impl.port = bound.port();
   const std::string host = bound.address().to_string();
@@ -764,6 +947,8 @@ void Server::Start() {
 }
 
 uint16_t Server::port() const { return impl_->port; }
+
+int Server::max_connections() const { return impl_->shared.max_connections; }
 
 std::string Server::address() const { return impl_->address; }
 

@@ -15,6 +15,7 @@ class CompletionRequestTest : public ::testing::Test {
  protected:
   CompletionRequestTest() {
     model_.model_id = "m";
+    model_.kv_backend = "readkv";
     model_.vocab_size = 258;
     model_.max_context = 64;
     model_.bos_token = 256;
@@ -48,6 +49,19 @@ TEST_F(CompletionRequestTest, DefaultsFollowOpenAi) {
   EXPECT_FALSE(call.request.params.seed.has_value());
   EXPECT_FALSE(call.stream);
   EXPECT_FALSE(call.has_read_policy);
+}
+
+// Hostile-test finding (2026-12-02): fp8 and dense servers accepted and echoed a `readkv`
+// object they do not apply. A valid one is refused by name on any other KV cache.
+TEST_F(CompletionRequestTest, AReadPolicyOnAnotherKvCacheIsRefused) {
+  for (const char* backend : {"fp8", "dense"}) {
+    model_.kv_backend = backend;
+    const ApiError error = ErrorOf(R"({"prompt": "x", "readkv": {"read_bits": 2}})");
+    EXPECT_EQ(error.status(), 400) << backend;
+    EXPECT_EQ(error.code(), "readkv_not_supported") << backend;
+    EXPECT_NE(std::string(error.what()).find(backend), std::string::npos) << error.what();
+    EXPECT_FALSE(Parse({{"prompt", "x"}}).has_read_policy) << backend;  // and no object is fine
+  }
 }
 
 TEST_F(CompletionRequestTest, DefaultMaxTokensIsCappedByTheContextLeft) {

@@ -79,6 +79,14 @@ class HttpConnection {
     return ToResult(parser.release());
   }
 
+  // The response to a HEAD: header only, whatever Content-Length says (RFC 9110 9.3.2).
+  HttpResult ReadHeadResponse() {
+    http::response_parser<http::string_body> parser;
+    parser.skip(true);
+    http::read(socket_, buffer_, parser);
+    return ToResult(parser.release());
+  }
+
   // Streaming: reads the header, then returns body bytes as they arrive.
   void BeginStream() {
     stream_parser_.emplace();
@@ -114,6 +122,22 @@ class HttpConnection {
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
   }
+
+  // A client that aborts: the close resets the connection (SO_LINGER 0) instead of a FIN.
+  void Abort() {
+    beast::error_code ec;
+    socket_.set_option(net::socket_base::linger(true, 0), ec);
+    socket_.close(ec);
+  }
+
+  // A half-close: no more bytes from this side, the answer may still come.
+  void ShutdownSend() {
+    beast::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
+  }
+
+  // Bytes buffered but not yet parsed (what a response left over on the connection).
+  size_t Buffered() const { return buffer_.size(); }
 
  private:
   static HttpResult ToResult(http::response<http::string_body> response) {

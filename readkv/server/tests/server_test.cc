@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <chrono>
@@ -218,7 +219,9 @@ TEST_F(ServerTest, AcceptedConnectionsHaveNagleOff) {
 }
 
 TEST_F(ServerTest, StreamingWithIncludeUsageEndsWithAUsageChunk) {
-  StartServer();
+  ServerSetup setup;
+  setup.kv = "readkv";  // the chunk echoes the request's read policy
+  StartServer(setup);
   HttpConnection connection(port());
   auto result = connection.Post("/v1/completions", {{"prompt", "Hi"},
                                                     {"max_tokens", 4},
@@ -366,7 +369,7 @@ TEST_F(ServerTest, UnknownPathIs404AndWrongMethodIs405WithAllow) {
   EXPECT_EQ(wrong.Json()["error"]["code"], "method_not_allowed");
   auto wrong2 = connection.Request(http::verb::delete_, "/metrics");
   EXPECT_EQ(wrong2.status, 405);
-  EXPECT_EQ(wrong2.headers["allow"], "GET");
+  EXPECT_EQ(wrong2.headers["allow"], "GET, HEAD");
   EXPECT_EQ(connection.Get("/health").status, 200);
   EXPECT_EQ(engine_->metrics().ErrorCount("not_found"), 1.0);
   EXPECT_EQ(engine_->metrics().ErrorCount("method_not_allowed"), 2.0);
@@ -468,15 +471,103 @@ TEST_F(ServerTest, ClientDisconnectCancelsTheRequestAndFreesItsKv) {
   EXPECT_EQ(HttpConnection(port()).Get("/health").status, 200);
 }
 
-TEST_F(ServerTest, NonStreamingClientDisconnectAlsoCancels) {
+TEST_F(ServerTest, NonStreamingClientThatResetsIsCancelled) {
   StartServer();
   HttpConnection connection(port());
   connection.SendRequest(http::verb::post, "/v1/completions", LongRequest(false).dump());
   ASSERT_TRUE(Eventually([&] { return engine_->counters().running == 1; }));
-  connection.Close();
+  connection.Abort();
   ASSERT_TRUE(Eventually([&] { return engine_->counters().cancelled == 1; }));
   EXPECT_LT(Metric("vllm:generation_tokens_total"), kTinyLlamaContext / 2);
   ExpectKvFreed();
+}
+
+// Hostile-test finding (2026-12-02): a client that shut down its sending side after its request
+// (HTTP/1.1 allows it; `curl` piped input and some proxies do it) got no answer: the server took
+// the FIN for a departure and cancelled. It is answered, then the connection closes.
+TEST_F(ServerTest, AHalfClosedClientGetsItsAnswer) {
+  StartServer();
+  for (const bool stream : {false, true}) {
+    HttpConnection connection(port());
+    connection.SendRequest(http::verb::post, "/v1/completions",
+                           json({{"prompt", "Hi"},
+                                 {"max_tokens", 6},
+                                 {"temperature", 0},
+                                 {"ignore_eos", true},
+                                 {"stream", stream}})
+                               .dump());
+    connection.ShutdownSend();
+    const auto result = connection.ReadResponse();
+    EXPECT_EQ(result.status, 200) << result.body;
+    if (stream) {
+      EXPECT_EQ(SseData(result.body).back(), "[DONE]") << result.body;
+    } else {
+      EXPECT_EQ(result.Json()["usage"]["completion_tokens"], 6) << result.body;
+    }
+    // Then the connection ends (with "Connection: close" when the server saw the half-close
+    // before answering; after the answer's keep-alive otherwise, at its next read).
+    EXPECT_TRUE(connection.ServerClosed());
+  }
+  EXPECT_EQ(engine_->counters().cancelled, 0);
+}
+
+// Hostile-test finding (2026-12-02): ~1,100 idle connections under a 1024 open-file limit left
+// the server logging "accept failed: Too many open files" ~30 times a second and serving nobody.
+// Connections past the limit are answered 503 at once; when one closes, service resumes.
+TEST_F(ServerTest, ConnectionsPastTheLimitGet503AndServiceResumes) {
+  ServerSetup setup;
+  setup.server.max_connections = 3;
+  StartServer(setup);
+  EXPECT_EQ(server_->max_connections(), 3);
+  std::vector<std::unique_ptr<HttpConnection>> idle;
+  for (int i = 0; i < 3; ++i) idle.push_back(std::make_unique<HttpConnection>(port()));
+  EXPECT_EQ(idle[0]->Get("/health").status, 200);  // all three accepted and served
+  ASSERT_TRUE(Eventually([&] {
+    HttpConnection extra(port(), milliseconds(2000));
+    return extra.Get("/health").status == 503;
+  }));
+  HttpConnection extra(port(), milliseconds(2000));
+  const auto refused = extra.Get("/health");
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_EQ(refused.Json()["error"]["code"], "too_many_connections");
+  EXPECT_EQ(refused.headers.count("retry-after"), 1u);
+  EXPECT_TRUE(extra.ServerClosed());
+  EXPECT_GE(engine_->metrics().ErrorCount("too_many_connections"), 1.0);
+  idle.pop_back();
+  EXPECT_TRUE(Eventually([&] { return HttpConnection(port()).Get("/health").status == 200; }));
+}
+
+TEST_F(ServerTest, ConnectionLimitDefaultsToTheOpenFileLimit) {
+  const long limit = RaiseOpenFileLimit();
+  ASSERT_GT(limit, 0);
+  rlimit now{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &now), 0);
+  EXPECT_EQ(static_cast<long>(now.rlim_cur), limit);
+  EXPECT_TRUE(now.rlim_max == RLIM_INFINITY || now.rlim_cur == now.rlim_max ||
+              now.rlim_cur == (rlim_t{1} << 20));
+  StartServer();
+  EXPECT_EQ(server_->max_connections(), std::max<long>(16, limit - kReservedDescriptors));
+}
+
+// HEAD is GET without a body: same status and headers, nothing after them on the connection.
+TEST_F(ServerTest, HeadIsAnsweredLikeGetWithoutABody) {
+  StartServer();
+  HttpConnection connection(port());
+  auto get = connection.Get("/health");
+  connection.SendRequest(http::verb::head, "/health");
+  auto head = connection.ReadHeadResponse();
+  EXPECT_EQ(head.status, 200);
+  EXPECT_EQ(head.headers["content-length"], std::to_string(get.body.size()));
+  EXPECT_EQ(head.headers["content-type"], get.headers["content-type"]);
+  EXPECT_TRUE(head.body.empty());
+  EXPECT_EQ(connection.Buffered(), 0u);
+  // HEAD on a POST-only endpoint: 405, still with no body; the connection stays in step.
+  connection.SendRequest(http::verb::head, "/v1/completions");
+  auto wrong = connection.ReadHeadResponse();
+  EXPECT_EQ(wrong.status, 405);
+  EXPECT_EQ(wrong.headers["allow"], "POST");
+  EXPECT_EQ(connection.Buffered(), 0u);
+  EXPECT_EQ(connection.Get("/v1/models").status, 200);
 }
 
 TEST_F(ServerTest, AFullQueueAnswers429WithRetryAfter) {

@@ -9,10 +9,16 @@
 // counted in kvgate_request_errors_total{cause=code}. Unknown path 404, wrong method 405 (with
 // Allow), body over max_body_bytes 413, header over max_header_bytes 431, malformed HTTP 400,
 // queue full 429 with Retry-After, draining 503. After a 4xx on a well-formed request the
-// connection stays usable (keep-alive); after a framing error (400/413/431) it is closed.
+// connection stays usable (keep-alive); after a framing error (400/413/431) it is closed. HEAD is
+// answered wherever GET is, with GET's headers and no body.
 //
-// A client that disconnects while its request is in flight cancels it (the engine frees its KV
-// at the next step). Connections idle for idle_timeout, or whose request does not arrive in full
+// Connections: at most max_connections are open at once; one more is answered at once with 503
+// `too_many_connections` (Retry-After) and closed, and so is one accepted while the process is
+// out of descriptors (one descriptor is held in reserve for that), so idle connections can never
+// lock everyone out. A client that resets its connection while its request is in flight cancels
+// it (the engine frees its KV at the next step); one that only half-closes (shuts down its
+// sending side after the request, as HTTP/1.1 allows) gets its answer, and is cancelled once a
+// write to it fails. Connections idle for idle_timeout, or whose request does not arrive in full
 // within it, are closed; so is one whose writes stall for write_timeout.
 #pragma once
 
@@ -35,8 +41,20 @@ struct ServerOptions {
   size_t max_header_bytes = size_t{16} << 10;
   std::chrono::milliseconds idle_timeout{30000};
   std::chrono::milliseconds write_timeout{30000};
-  int retry_after_seconds = 1;  // the Retry-After of a 429
+  int retry_after_seconds = 1;  // the Retry-After of a 429 or a connection-limit 503
+  // Open connections at once; 0 = the process's open-file limit (RLIMIT_NOFILE, soft) less
+  // kReservedDescriptors, read at Start().
+  int max_connections = 0;
 };
+
+// Descriptors left to the rest of the process (model files, logs, the cache directory, the
+// engine's threads) when max_connections comes from the open-file limit.
+inline constexpr int kReservedDescriptors = 128;
+
+// Raises the process's soft open-file limit (RLIMIT_NOFILE) to its hard limit (at most 2^20),
+// as servers do: a soft limit of 1024 would otherwise cap connections near 900. Returns the soft
+// limit now in force.
+long RaiseOpenFileLimit();
 
 // Start() and Shutdown() are called from one controlling thread; the handlers run on the
 // server's own I/O threads. The engine and tokenizer must outlive the server.
@@ -52,6 +70,7 @@ class Server {
   void Start();
   uint16_t port() const;
   std::string address() const;  // the bound "IP:PORT" ("[IPv6]:PORT"), e.g. "127.0.0.1:40123"
+  int max_connections() const;  // in force since Start()
 
   // Stops accepting, drains the engine (in-flight requests get up to `grace` to finish, then end
   // with an error event), waits briefly for their last bytes to be written, and stops. Idempotent.
