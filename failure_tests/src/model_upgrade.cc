@@ -5,15 +5,20 @@
 //   rope      config.json rope_theta 10000 -> 20000 (same weights)
 //   weights   every value of model.norm.weight nudged by one bf16 step (new weights digest)
 //   geometry  the last decoder layer dropped (num_hidden_layers 4 -> 3, weights rewritten)
-// For each, every stale object must be refused as identity_mismatch (counted per object,
-// quarantined, the warning naming the field: rope_theta for rope, weights_digest otherwise), and
-// the answers must equal those of a fresh server of the same copy on an empty cache directory.
+// Objects are named by the writer's identity: for each, the upgraded server on (a copy of) the
+// stale cache must read none of the old objects (no loads, no refusals) and leave them whole,
+// and answer as a fresh server of the same copy on an empty cache directory; then, the old
+// objects copied under the upgraded identity's names must each be refused as identity_mismatch
+// (counted per object, quarantined, the warning naming the field: rope_theta for rope,
+// weights_digest otherwise) with the answers again equal to the fresh server's.
 #include <chrono>
 #include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <string>
 
 #include "child_process.h"
 #include "kvgate/failure_tests/scenario.h"
@@ -120,7 +125,8 @@ ScenarioResult RunModelUpgrade(const ScenarioContext& context) {
       pc::Complete(writer->url(), prompts);
       writer->Stop();
     }
-    const int64_t stale = pc::CountObjects(cache);
+    const std::map<std::string, std::string> stale_objects = pc::ObjectDigests(cache);
+    const auto stale = static_cast<int64_t>(stale_objects.size());
     ev["stale_objects"] = stale;
     if (stale == 0) return result.Done(false, "the original model's server stored no objects");
 
@@ -144,62 +150,95 @@ ScenarioResult RunModelUpgrade(const ScenarioContext& context) {
           {context.kvgate_binary, "calibrate", "--model", model.string(), "--samples", "2",
            "--max-bytes", "1024", "--threads", std::to_string(std::max(1, context.threads))},
           context.work_dir, std::string("calibrate_") + v.name, std::chrono::seconds(120));
-      if (calibrated.timed_out || ExitCode(calibrated.status) != 0) {
-        return result.Done(false, std::string(v.name) + ": kvgate calibrate failed (" +
-                                 DescribeWaitStatus(calibrated.status) + "): " + calibrated.err);
-      }
       const std::string stale_copy = (work / (std::string("cache_") + v.name)).string();
       pc::CopyFiles(cache, stale_copy);
-      auto upgraded = pc::StartServer(context, std::string("upgraded_") + v.name,
-                                      {model.string(), stale_copy, 8, 4.0});
+      const pc::ServeSettings upgraded_settings{model.string(), stale_copy, 8, 4.0};
       auto fresh = pc::StartServer(
           context, std::string("fresh_") + v.name,
           {model.string(), (work / (std::string("fresh_cache_") + v.name)).string(), 8, 4.0});
-      const auto got = pc::Complete(upgraded->url(), prompts);
       const auto expected = pc::Complete(fresh->url(), prompts);
-      const auto rejections = pc::Rejections(upgraded->url());
-      upgraded->Stop();
       fresh->Stop();
-      const pc::PrefixLog log = pc::ReadPrefixLog(upgraded->log_path());
-      const double mismatches = pc::RejectionCount(rejections, "identity_mismatch");
       nlohmann::json& entry = ev["variants"][v.name];
-      entry["rejections"] = rejections;
-      entry["quarantined"] = pc::CountQuarantined(stale_copy);
-      entry["log"] = log.ToJson();
-      entry["answers_equal"] = pc::FirstDifference(got, expected) < 0;
-      if (mismatches != static_cast<double>(stale) ||
+      // 1. Beside the old objects: none read, none touched.
+      {
+        auto upgraded = pc::StartServer(context, std::string("upgraded_") + v.name,
+                                        upgraded_settings);
+        const auto got = pc::Complete(upgraded->url(), prompts);
+        const auto rejections = pc::Rejections(upgraded->url());
+        upgraded->Stop();
+        const pc::PrefixLog log = pc::ReadPrefixLog(upgraded->log_path());
+        entry["beside"] = {{"rejections", rejections},
+                           {"log", log.ToJson()},
+                           {"answers_equal", pc::FirstDifference(got, expected) < 0}};
+        if (pc::RejectionCount(rejections, "identity_mismatch") != 0.0 ||
+            pc::RejectionCount(rejections, "corrupt") != 0.0 || log.loaded != 0) {
+          return result.Done(false, std::string(v.name) +
+                                        ": the upgraded server read the old model's objects (" +
+                                        log.ToJson().dump() + ")");
+        }
+        if (!pc::Untouched(stale_copy, stale_objects)) {
+          return result.Done(false, std::string(v.name) +
+                                        ": the upgraded server removed or rewrote old objects");
+        }
+        if (const int i = pc::FirstDifference(got, expected); i >= 0) {
+          return result.Done(false, std::string(v.name) + ": prompt " + std::to_string(i) +
+                                        " answered differently from a fresh server of the upgrade");
+        }
+      }
+      // 2. Behind the name: the old objects under the upgraded identity's names.
+      const std::string identity = pc::NewIdentity(stale_copy, stale_objects);
+      if (identity.empty()) {
+        return result.Done(false, std::string(v.name) +
+                                      ": could not tell the upgraded server's objects by name");
+      }
+      const int64_t planted = pc::PlantUnderIdentity(stale_copy, stale_objects, identity);
+      auto misnamed = pc::StartServer(context, std::string("misnamed_") + v.name,
+                                      upgraded_settings);
+      const auto got = pc::Complete(misnamed->url(), prompts);
+      const auto rejections = pc::Rejections(misnamed->url());
+      misnamed->Stop();
+      const pc::PrefixLog log = pc::ReadPrefixLog(misnamed->log_path());
+      const double mismatches = pc::RejectionCount(rejections, "identity_mismatch");
+      entry["misnamed"] = {{"planted", planted},
+                           {"rejections", rejections},
+                           {"quarantined", pc::CountQuarantined(stale_copy)},
+                           {"log", log.ToJson()},
+                           {"answers_equal", pc::FirstDifference(got, expected) < 0}};
+      if (mismatches != static_cast<double>(planted) ||
           pc::RejectionCount(rejections, "corrupt") != 0.0) {
         return result.Done(false, std::string(v.name) + ": " + std::to_string(mismatches) +
-                                 " identity_mismatch rejections, expected " +
-                                 std::to_string(stale));
+                                      " identity_mismatch rejections, expected " +
+                                      std::to_string(planted));
       }
-      if (pc::CountQuarantined(stale_copy) != stale || log.loaded != 0) {
+      if (pc::CountQuarantined(stale_copy) != planted || log.loaded != 0) {
         return result.Done(false, std::string(v.name) +
-                                 ": stale objects were not all quarantined, "
-                                 "or some were loaded");
+                                      ": misnamed objects were not all quarantined, or some were "
+                                      "loaded");
       }
       const auto named = log.refused_fields.find(v.field);
-      if (named == log.refused_fields.end() || named->second != stale) {
+      if (named == log.refused_fields.end() || named->second != planted) {
         return result.Done(false, std::string(v.name) + ": the refusals do not name " + v.field +
-                                 " (log: " + log.ToJson().dump() + ")");
+                                      " (log: " + log.ToJson().dump() + ")");
       }
       if (const int i = pc::FirstDifference(got, expected); i >= 0) {
         return result.Done(false, std::string(v.name) + ": prompt " + std::to_string(i) +
-                                 " answered differently from a fresh server of the upgrade");
+                                      " answered differently from a fresh server of the upgrade");
       }
     }
-    return result.Done(true, "rope_theta, weights and geometry upgrades each refused all " +
-                            std::to_string(stale) +
-                            " stale objects (identity_mismatch, quarantined) and answered as a "
-                            "fresh server of the upgraded model");
+    return result.Done(true, "rope_theta, weights and geometry upgrades each read none of the " +
+                                 std::to_string(stale) +
+                                 " old objects and left them whole, refused them by header "
+                                 "(identity_mismatch, quarantined) under their own names, and "
+                                 "answered as a fresh server of the upgraded model");
   } catch (const std::exception& e) {
     return result.Done(false, std::string("error: ") + e.what());
   }
 }
 
 KVGATE_REGISTER_SCENARIO("model_upgrade",
-                         "weights, geometry or RoPE change between restarts: every stale cache "
-                         "object is refused and answers equal a fresh server's",
+                         "weights, geometry or RoPE change between restarts: no stale cache "
+                         "object is read (each refused by header when misnamed) and answers "
+                         "equal a fresh server's",
                          &RunModelUpgrade);
 
 }  // namespace

@@ -209,6 +209,43 @@ void CopyFiles(const std::string& from, const std::string& to) {
   }
 }
 
+std::string NewIdentity(const std::string& cache_dir,
+                        const std::map<std::string, std::string>& before) {
+  std::string identity;
+  for (const auto& [name, digest] : ObjectDigests(cache_dir)) {
+    if (before.count(name) != 0) continue;
+    const size_t dash = name.find('-');
+    if (dash == std::string::npos) return "";
+    const std::string id = name.substr(0, dash);
+    if (!identity.empty() && id != identity) return "";
+    identity = id;
+  }
+  return identity;
+}
+
+int64_t PlantUnderIdentity(const std::string& cache_dir,
+                           const std::map<std::string, std::string>& from_names,
+                           const std::string& identity) {
+  int64_t planted = 0;
+  for (const auto& [name, digest] : from_names) {
+    const size_t dash = name.find('-');
+    if (dash == std::string::npos) continue;
+    fs::copy_file(fs::path(cache_dir) / name, fs::path(cache_dir) / (identity + name.substr(dash)),
+                  fs::copy_options::overwrite_existing);
+    ++planted;
+  }
+  return planted;
+}
+
+bool Untouched(const std::string& cache_dir, const std::map<std::string, std::string>& before) {
+  const std::map<std::string, std::string> now = ObjectDigests(cache_dir);
+  for (const auto& [name, digest] : before) {
+    const auto it = now.find(name);
+    if (it == now.end() || it->second != digest) return false;
+  }
+  return true;
+}
+
 int FirstDifference(const std::vector<std::string>& a, const std::vector<std::string>& b) {
   const size_t n = std::max(a.size(), b.size());
   for (size_t i = 0; i < n; ++i) {

@@ -66,6 +66,20 @@ std::map<std::string, std::string> ObjectDigests(const std::string& cache_dir);
 // Copies a directory's regular files (not sub-folders) into a new folder.
 void CopyFiles(const std::string& from, const std::string& to);
 
+// Objects are named "<identity digest>-<prefix digest>.rkv" (the store's contract): the
+// identity part of the objects in DIR that `before` (an earlier ObjectDigests) did not hold; ""
+// if none or several identities appeared. How a scenario learns a restarted server's identity.
+std::string NewIdentity(const std::string& cache_dir,
+                        const std::map<std::string, std::string>& before);
+// Copies every object of `from_names` (names in DIR) to the same prefix under `identity`,
+// replacing what is there: objects of one identity misnamed as another's, as a copy or a bug
+// might leave them. Returns how many were planted.
+int64_t PlantUnderIdentity(const std::string& cache_dir,
+                           const std::map<std::string, std::string>& from_names,
+                           const std::string& identity);
+// Whether every object of `before` is still in DIR with the same bytes.
+bool Untouched(const std::string& cache_dir, const std::map<std::string, std::string>& before);
+
 // Index of the first differing output, or -1 when both lists are equal.
 int FirstDifference(const std::vector<std::string>& a, const std::vector<std::string>& b);
 

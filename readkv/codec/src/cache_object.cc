@@ -260,7 +260,8 @@ std::vector<uint8_t> SerializeCacheObject(const CacheObject& object) {
   PutU32(out, id.format_version);
   PutU32(out, static_cast<uint32_t>(header_text.size()));
   PutBytes(out, header_text.data(), header_text.size());
-  PutU64(out, XXH3_64bits(header_text.data(), header_text.size()));
+  // The preamble's checksum: from the version field to the end of the header.
+  PutU64(out, XXH3_64bits(out.data() + sizeof(kMagic), out.size() - sizeof(kMagic)));
   PutU32(out, static_cast<uint32_t>(object.blocks.size()));
   for (const auto& block : object.blocks) {
     PutU64(out, block.size());
@@ -281,15 +282,20 @@ CacheObject ParseCacheObject(std::span<const uint8_t> bytes, const CacheIdentity
     throw CorruptObject("magic", "not a ReadKV cache object");
   }
   const uint32_t version = in.U32("format_version");
-  if (version != expected.format_version) {
-    throw IdentityMismatch("format_version", std::to_string(expected.format_version),
-                           std::to_string(version));
-  }
   const uint32_t header_bytes = in.U32("header");
   const auto header_span = in.Take(header_bytes, "header");
   const uint64_t header_sum = in.U64("header");
-  if (XXH3_64bits(header_span.data(), header_span.size()) != header_sum) {
-    throw CorruptObject("header", "checksum mismatch");
+  // From the version field to the end of the header, as every version since 2 sums it.
+  const uint64_t preamble_sum =
+      XXH3_64bits(bytes.data() + sizeof(kMagic), 8 + static_cast<size_t>(header_bytes));
+  if (version == 1 && XXH3_64bits(header_span.data(), header_span.size()) == header_sum) {
+    // A whole object of the first format (its checksum covered the header alone).
+    throw IdentityMismatch("format_version", std::to_string(expected.format_version), "1");
+  }
+  if (preamble_sum != header_sum) throw CorruptObject("header", "checksum mismatch");
+  if (version != expected.format_version) {
+    throw IdentityMismatch("format_version", std::to_string(expected.format_version),
+                           std::to_string(version));
   }
   const std::string_view header_text(reinterpret_cast<const char*>(header_span.data()),
                                      header_span.size());

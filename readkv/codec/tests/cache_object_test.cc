@@ -72,6 +72,33 @@ Layout LayoutOf(const std::vector<uint8_t>& bytes) {
   return l;
 }
 
+// A whole object of another format version: the version field set and the checksum made the way
+// that version makes it (version 1 summed the header alone; later ones the whole preamble).
+std::vector<uint8_t> WithVersion(std::vector<uint8_t> bytes, uint32_t version) {
+  for (int i = 0; i < 4; ++i) bytes[8 + i] = static_cast<uint8_t>(version >> (8 * i));
+  const Layout l = LayoutOf(bytes);
+  const uint64_t sum = version == 1
+                           ? XXH3_64bits(bytes.data() + l.header_begin, l.header_end - l.header_begin)
+                           : XXH3_64bits(bytes.data() + 8, l.header_end - 8);
+  for (int i = 0; i < 8; ++i) bytes[l.header_end + i] = static_cast<uint8_t>(sum >> (8 * i));
+  return bytes;
+}
+
+TEST(CacheObjectTest, AnObjectOfAnotherFormatVersionIsAMismatchNotDamage) {
+  const CacheIdentity id = BaseIdentity();
+  const auto bytes = SerializeCacheObject(MakeObject(id));
+  for (const uint32_t version : {1u, kCacheFormatVersion + 1, 77u}) {
+    try {
+      ParseCacheObject(WithVersion(bytes, version), id);
+      ADD_FAILURE() << "version " << version << " accepted";
+    } catch (const IdentityMismatch& e) {
+      EXPECT_EQ(e.field(), "format_version");
+      EXPECT_EQ(e.expected(), std::to_string(kCacheFormatVersion));
+      EXPECT_EQ(e.found(), std::to_string(version));
+    }
+  }
+}
+
 TEST(CacheObjectTest, RoundTripsThroughBytes) {
   const CacheIdentity id = BaseIdentity();
   const CacheObject object = MakeObject(id);
@@ -146,7 +173,7 @@ std::vector<FieldChange> AllFieldChanges() {
       {"codebook_id", [](CacheIdentity& i) { i.codebook_id = "uniform"; }},
       {"codebook_version", [](CacheIdentity& i) { i.codebook_version = 2; }},
       {"store_bits", [](CacheIdentity& i) { i.store_bits = 8; }},
-      {"format_version", [](CacheIdentity& i) { i.format_version = 2; }},
+      {"format_version", [](CacheIdentity& i) { i.format_version = kCacheFormatVersion + 1; }},
   };
 }
 
@@ -167,9 +194,8 @@ TEST(CacheObjectTest, EachChangedIdentityFieldIsRefusedByName) {
     // And through a stored object written under the changed identity.
     std::vector<uint8_t> bytes;
     if (std::string(change.name) == "format_version") {
-      // The writer only writes version 1; patch the version field of a valid object.
-      bytes = SerializeCacheObject(MakeObject(expected));
-      bytes[8] = 2;
+      // The writer only writes its own version: make a whole object of the next one.
+      bytes = WithVersion(SerializeCacheObject(MakeObject(expected)), kCacheFormatVersion + 1);
     } else {
       bytes = SerializeCacheObject(MakeObject(found));
     }
@@ -220,14 +246,18 @@ TEST(CacheObjectTest, FlippedMagicVersionOrCountIsNamed) {
       EXPECT_EQ(e.where(), "magic");
     }
   }
+  // Hostile-test finding (2026-12-02): a flipped version byte read as another format version
+  // (IdentityMismatch) instead of damage. The version is under the preamble's checksum.
   for (size_t i = 8; i < 12; ++i) {
-    auto damaged = bytes;
-    damaged[i] ^= 0x04;
-    try {
-      ParseCacheObject(damaged, id);
-      ADD_FAILURE();
-    } catch (const IdentityMismatch& e) {
-      EXPECT_EQ(e.field(), "format_version");
+    for (uint8_t mask : {0x01, 0x02, 0x04, 0x80}) {
+      auto damaged = bytes;
+      damaged[i] ^= mask;
+      try {
+        ParseCacheObject(damaged, id);
+        ADD_FAILURE();
+      } catch (const CorruptObject& e) {
+        EXPECT_EQ(e.where(), "header") << "flip at " << i;
+      }
     }
   }
   auto damaged = bytes;
@@ -294,7 +324,8 @@ TEST(CacheObjectTest, BlockSizeDisagreeingWithHeaderIsCorrupt) {
   std::vector<uint8_t> forged(bytes.begin(), bytes.begin() + 12);
   for (int i = 0; i < 4; ++i) forged.push_back(static_cast<uint8_t>(text.size() >> (8 * i)));
   forged.insert(forged.end(), text.begin(), text.end());
-  const uint64_t sum = XXH3_64bits(text.data(), text.size());
+  // The preamble's checksum, from the version field to the end of the header.
+  const uint64_t sum = XXH3_64bits(forged.data() + 8, forged.size() - 8);
   for (int i = 0; i < 8; ++i) forged.push_back(static_cast<uint8_t>(sum >> (8 * i)));
   forged.insert(forged.end(), bytes.begin() + static_cast<std::ptrdiff_t>(layout.blocks_begin),
                 bytes.end());
@@ -327,7 +358,7 @@ TEST(CacheObjectTest, SerializeRefusesInconsistentObjects) {
   o.tokens = 0;
   EXPECT_EQ(field_of(o), "tokens");
   o = MakeObject(id);
-  o.identity.format_version = 2;
+  o.identity.format_version = kCacheFormatVersion + 1;
   EXPECT_EQ(field_of(o), "format_version");
 }
 

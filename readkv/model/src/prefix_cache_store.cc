@@ -103,7 +103,9 @@ std::string PrefixDigest(std::span<const int32_t> tokens) {
 }
 
 PrefixCacheStore::PrefixCacheStore(PrefixCacheStoreOptions options, codec::CacheIdentity identity)
-    : options_(std::move(options)), identity_(std::move(identity)) {
+    : options_(std::move(options)),
+      identity_(std::move(identity)),
+      identity_digest_(identity_.Digest()) {
   if (options_.directory.empty()) throw std::invalid_argument("cache_dir: must not be empty");
   if (options_.max_bytes < 0) throw std::invalid_argument("cache_max_bytes: must be >= 0");
   std::error_code ec;
@@ -116,7 +118,9 @@ PrefixCacheStore::PrefixCacheStore(PrefixCacheStoreOptions options, codec::Cache
 }
 
 std::string PrefixCacheStore::PathOf(const std::string& prefix_digest) const {
-  return (fs::path(options_.directory) / (prefix_digest + std::string(kObjectSuffix))).string();
+  return (fs::path(options_.directory) /
+          (identity_digest_ + "-" + prefix_digest + std::string(kObjectSuffix)))
+      .string();
 }
 
 PrefixCacheCounters PrefixCacheStore::counters() const {
@@ -217,7 +221,7 @@ std::optional<codec::CacheObject> PrefixCacheStore::Load(const std::string& pref
   ++counters_.rejections[reason];
   Warn("prefix cache: refused " + path + " (" + reason + "; " + detail +
        "); moved to quarantine/, recomputing");
-  Quarantine(path, prefix_digest, reason);
+  Quarantine(path, identity_digest_ + "-" + prefix_digest, reason);
   return std::nullopt;
 }
 

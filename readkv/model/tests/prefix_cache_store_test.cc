@@ -86,23 +86,62 @@ TEST(PrefixCacheStoreTest, StoredObjectsLoadBackEqualAndAbsentOnesAreMisses) {
   EXPECT_EQ(CountFiles(dir.path() + "/cache"), 1u);
 }
 
-TEST(PrefixCacheStoreTest, AnObjectOfAnotherIdentityIsRefusedQuarantinedAndCountedOnce) {
+// Hostile-test finding (2026-12-02): names depended on the prompt prefix only, so a server of
+// another identity on the same --cache-dir refused, quarantined and overwrote every object of
+// the first, and two alternating configurations got 0 hits forever. Names carry the identity.
+TEST(PrefixCacheStoreTest, StoresOfTwoIdentitiesShareADirectoryWithoutTouchingEachOther) {
   TempDir dir;
   const codec::CacheObject object = MakeObject(2);
+  codec::CacheIdentity other_id = SmallIdentity();
+  other_id.calibration_digest = std::string(32, 'd');
+  codec::CacheObject other = object;
+  other.identity = other_id;
+  for (int round = 0; round < 2; ++round) {  // alternating configurations
+    PrefixCacheStore first({dir.path(), 0, {}}, SmallIdentity());
+    PrefixCacheStore second({dir.path(), 0, {}}, other_id);
+    if (round == 0) {
+      ASSERT_TRUE(first.Store(object));
+      EXPECT_FALSE(second.Load(object.prefix_digest, 0, codec::kBlockTokens).has_value());
+      EXPECT_EQ(second.counters().misses, 1);  // a miss, not a refusal
+      ASSERT_TRUE(second.Store(other));
+    }
+    const auto mine = first.Load(object.prefix_digest, 0, codec::kBlockTokens);
+    const auto theirs = second.Load(object.prefix_digest, 0, codec::kBlockTokens);
+    ASSERT_TRUE(mine.has_value()) << "round " << round;
+    ASSERT_TRUE(theirs.has_value()) << "round " << round;
+    EXPECT_EQ(mine->identity, SmallIdentity());
+    EXPECT_EQ(theirs->identity, other_id);
+    EXPECT_TRUE(first.counters().rejections.empty());
+    EXPECT_TRUE(second.counters().rejections.empty());
+    EXPECT_NE(first.PathOf(object.prefix_digest), second.PathOf(object.prefix_digest));
+  }
+  EXPECT_EQ(CountFiles(dir.path()), 2u);
+  EXPECT_EQ(CountFiles(dir.path() + "/quarantine"), 0u);
+}
+
+// The header is what decides, not the name: an object of another identity copied or renamed
+// under this identity's name is refused (naming the field), quarantined and counted once.
+TEST(PrefixCacheStoreTest, AnObjectOfAnotherIdentityUnderThisNameIsRefusedQuarantinedOnce) {
+  TempDir dir;
+  const codec::CacheObject object = MakeObject(2);
+  std::string foreign;
   {
     PrefixCacheStore writer({dir.path(), 0, {}}, SmallIdentity());
     ASSERT_TRUE(writer.Store(object));
+    foreign = writer.PathOf(object.prefix_digest);
   }
   codec::CacheIdentity other = SmallIdentity();
   other.calibration_digest = std::string(32, 'd');
   std::vector<std::string> warnings;
   PrefixCacheStore reader({dir.path(), 0, [&](std::string_view l) { warnings.emplace_back(l); }},
                           other);
+  fs::copy_file(foreign, reader.PathOf(object.prefix_digest));
   EXPECT_FALSE(reader.Load(object.prefix_digest, 0, codec::kBlockTokens).has_value());
   EXPECT_EQ(reader.counters().rejections.at("identity_mismatch"), 1);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("calibration_digest"), std::string::npos) << warnings[0];
   EXPECT_FALSE(fs::exists(reader.PathOf(object.prefix_digest)));
+  EXPECT_TRUE(fs::exists(foreign));  // the writer's own object is untouched
   EXPECT_EQ(CountFiles(dir.path() + "/quarantine"), 1u);
   // Gone from the cache: the next lookup is a plain miss, not a second rejection.
   EXPECT_FALSE(reader.Load(object.prefix_digest, 0, codec::kBlockTokens).has_value());

@@ -9,8 +9,13 @@
 //
 // Layout (little-endian):
 //   "RKVCACHE" | u32 format_version | u32 header_bytes | header (canonical JSON) |
-//   u64 XXH3-64 of the header | u32 block_count |
+//   u64 XXH3-64 of (format_version, header_bytes, header) | u32 block_count |
 //   block_count x ( u64 payload_bytes | u64 XXH3-64 of the payload | payload )
+// Version 2 put format_version and header_bytes under the header's checksum (version 1 summed the
+// header alone), so a flipped byte anywhere before the blocks reads as CorruptObject("header"),
+// never as another format version. Every later version keeps this preamble: an object of another
+// version whose preamble checksum holds is IdentityMismatch("format_version"); so is a version-1
+// object whose own checksum holds.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +25,7 @@
 
 namespace readkv::codec {
 
-inline constexpr uint32_t kCacheFormatVersion = 1;
+inline constexpr uint32_t kCacheFormatVersion = 2;
 
 struct CacheIdentity {
   std::string model_id;
@@ -66,12 +71,12 @@ struct CacheObject {
 // exactly layers * heads_kv blocks, each of BitPlaneStore::BlockBytes size for `tokens`.
 std::vector<uint8_t> SerializeCacheObject(const CacheObject& object);
 
-// Parses and verifies an object against the reader's identity. Checks, in order: magic, format
-// version, header checksum, identity (field by field), block count, every block checksum, no
-// trailing bytes, every block's size. Truncation anywhere throws CorruptObject naming the part
-// ("magic", "format_version", "header", "block_count", "block <i>"); nothing is read out of
-// bounds. Throws InvalidArgument("format_version") if `expected` asks for a version this codec
-// cannot read.
+// Parses and verifies an object against the reader's identity. Checks, in order: magic, the
+// preamble's checksum (format version, header length and header), format version, identity (field
+// by field), block count, every block checksum, no trailing bytes, every block's size.
+// Truncation anywhere throws CorruptObject naming the part ("magic", "format_version", "header",
+// "block_count", "block <i>"); nothing is read out of bounds. Throws
+// InvalidArgument("format_version") if `expected` asks for a version this codec cannot read.
 CacheObject ParseCacheObject(std::span<const uint8_t> bytes, const CacheIdentity& expected);
 
 // XXH3-128 of bytes as 32 hex digits; the project's one content digest.

@@ -4,19 +4,22 @@
 // testable on its own; the runtime (runtime.h) decides what a block holds and when to store it.
 //
 // Layout of DIR:
-//   <prefix digest>.rkv        one object; the digest is PrefixDigest() of the token ids up to the
-//                              end of the block. The identity is NOT in the name: a server
-//                              restarted under another identity finds the stale object and must
-//                              refuse it.
-//   .<digest>.rkv.tmp.<pid>.<n> a write in progress (or left by a crash; see below)
+//   <identity>-<prefix>.rkv    one object: <identity> is the writer's CacheIdentity::Digest(),
+//                              <prefix> PrefixDigest() of the token ids up to the end of the
+//                              block. Servers of different identities sharing DIR (a codebook,
+//                              model or W change, alternating configurations) each see only their
+//                              own objects and never destroy each other's; stale ones stay until
+//                              max_bytes evicts them.
+//   .<prefix>.rkv.tmp.<pid>.<n> a write in progress (or left by a crash; see below)
 //   quarantine/                refused objects, kept as evidence:
-//                              <digest>.<reason>.<unix ns>.rkv; at most kQuarantineFiles are kept
-//                              (oldest deleted first).
+//                              <identity>-<prefix>.<reason>.<unix ns>.rkv; at most
+//                              kQuarantineFiles are kept (oldest deleted first).
 //
-// Loading: the file is read whole and parsed against the running identity. An object whose
-// identity differs (IdentityMismatch) is refused with reason "identity_mismatch" (the warn sink
-// gets the differing field); a torn, truncated, bit-flipped or misnamed object (CorruptObject, or
-// a prefix digest / position that is not what the name promises) with reason "corrupt". A refused
+// Loading: the file is read whole and parsed against the running identity, whatever its name
+// says. An object whose header identity differs (IdentityMismatch: a file copied or renamed
+// under this identity's name) is refused with reason "identity_mismatch" (the warn sink gets the
+// differing field); a torn, truncated, bit-flipped or misnamed object (CorruptObject, or a prefix
+// digest / position that is not what the name promises) with reason "corrupt". A refused
 // object is counted in rejections(), moved to quarantine/, and never decoded; the caller
 // recomputes the block.
 // Writing is crash-safe: write to a unique temporary name in DIR, fsync the file, rename over the
@@ -84,6 +87,7 @@ class PrefixCacheStore {
 
   const std::string& directory() const { return options_.directory; }
   const codec::CacheIdentity& identity() const { return identity_; }
+  // Where this store keeps (and looks for) the object of `prefix_digest`.
   std::string PathOf(const std::string& prefix_digest) const;
   PrefixCacheCounters counters() const;
 
@@ -95,6 +99,7 @@ class PrefixCacheStore {
 
   PrefixCacheStoreOptions options_;
   codec::CacheIdentity identity_;
+  std::string identity_digest_;  // identity_.Digest(), the first part of every name
   mutable std::mutex mutex_;
   PrefixCacheCounters counters_;
 };
