@@ -31,10 +31,29 @@ std::string EscapeHtml(std::string_view text) {
 
 std::string EmbeddableJson(const nlohmann::json& json) {
   // error_handler replace: invalid UTF-8 in a model's output must not abort the report.
-  std::string text = json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  ReplaceAll(text, "</", "<\\/");
-  ReplaceAll(text, "<!--", "<\\!--");
-  return text;
+  const std::string text = json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // '<', '>' and '&' can only stand inside JSON strings, where \uXXXX is the same character: so
+  // the text keeps its meaning while no "</script", "<!--" or character reference can form in
+  // it. U+2028 and U+2029 (E2 80 A8/A9) too, which older JavaScript parsers take as line ends.
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '<') {
+      out += "\\u003c";
+    } else if (c == '>') {
+      out += "\\u003e";
+    } else if (c == '&') {
+      out += "\\u0026";
+    } else if (c == '\xE2' && i + 2 < text.size() && text[i + 1] == '\x80' &&
+               (text[i + 2] == '\xA8' || text[i + 2] == '\xA9')) {
+      out += text[i + 2] == '\xA8' ? "\\u2028" : "\\u2029";
+      i += 2;
+    } else {
+      out += c;
+    }
+  }
+  return out;
 }
 
 std::string RenderHtml(const nlohmann::json& report_json) {

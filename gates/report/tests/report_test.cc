@@ -9,6 +9,7 @@
 #include <memory>
 #include <regex>
 #include <string>
+#include <vector>
 
 namespace kvgate::report {
 namespace {
@@ -45,6 +46,33 @@ TEST(ReportTest, EmbeddedJsonCannotCloseItsScriptElement) {
   std::string text = EmbeddableJson({{"reason", "</script><script>alert(1)</script>"}});
   EXPECT_EQ(text.find("</"), std::string::npos);
   EXPECT_EQ(nlohmann::json::parse(text)["reason"], "</script><script>alert(1)</script>");
+}
+
+// Any text a model or a user can put in the data -- an HTML comment opener, a script end tag,
+// a CDATA end, U+2028 -- must come back out of the page's data element as the same JSON.
+TEST(ReportTest, EmbeddedDataParsesBackWhateverTheTextHolds) {
+  const std::vector<std::string> hostile = {
+      "<!--", "<!-- x -->", "</script>", "<script>", "]]>", "&lt;", "a<b>c&d",
+      "\u2028 \u2029", "<\\!--", "\"</ScRiPt>", "<!--<script>"};
+  for (const std::string& text : hostile) {
+    nlohmann::json report = SampleReport();
+    report["gates"][0]["reason"] = text;
+    report["quality"]["disagreements"] = {{"items", {{{"baseline", {{"prediction", text}}}}}}};
+    const std::string html = RenderHtml(report);
+    const std::string open = "<script type=\"application/json\" id=\"report-data\">";
+    const size_t begin = html.find(open);
+    ASSERT_NE(begin, std::string::npos);
+    const size_t end = html.find("</script>", begin + open.size());
+    ASSERT_NE(end, std::string::npos);
+    const std::string embedded = html.substr(begin + open.size(), end - begin - open.size());
+    // An HTML parser ends the script element's text only at "</script"; "<!--" inside it
+    // changes how that end is found, so neither may appear.
+    EXPECT_EQ(embedded.find("<!--"), std::string::npos) << text;
+    EXPECT_EQ(embedded.find("</"), std::string::npos) << text;
+    nlohmann::json parsed;
+    ASSERT_NO_THROW(parsed = nlohmann::json::parse(embedded)) << "not JSON for " << text;
+    EXPECT_EQ(parsed, report) << text;
+  }
 }
 
 TEST(ReportTest, PageIsSelfContainedAndCarriesTheData) {

@@ -18,7 +18,9 @@ namespace kvgate::report {
 // reads; missing sections are shown as "not run"). Pure function; thread-safe.
 std::string RenderHtml(const nlohmann::json& report_json);
 
-// The JSON text embedded in a <script> element: "</" is escaped so the text cannot close it.
+// The JSON text embedded in a <script type="application/json"> element: '<', '>', '&', U+2028
+// and U+2029 are written as \uXXXX escapes, so no text in the data can end the element, open an
+// HTML comment or form markup, and JSON.parse of the element's text gives the data back exactly.
 std::string EmbeddableJson(const nlohmann::json& json);
 
 }  // namespace kvgate::report
