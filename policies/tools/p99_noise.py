@@ -17,6 +17,7 @@ Usage: p99_noise.py DB [--run ID] [--sizes 64,128,256,512,1024] [--resamples 400
 import argparse
 import json
 import math
+import os
 import random
 import sqlite3
 import statistics
@@ -34,7 +35,12 @@ def percentile(samples, p):
 
 def load(db_path, run_id):
     try:
-        db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+        # Read-only. A read-only connection to a WAL database creates -wal and -shm files it then
+        # cannot remove, which would be left beside a stored history (in the repository, say):
+        # with no -wal file there is nothing to replay, so the file is opened as immutable and
+        # nothing is created; with one (a live or crashed writer's), it is read as SQLite must.
+        immutable = "" if os.path.exists(db_path + "-wal") else "&immutable=1"
+        db = sqlite3.connect(f"file:{db_path}?mode=ro{immutable}", uri=True)
         if run_id is None:
             row = db.execute("SELECT MAX(run_id) FROM load_runs").fetchone()
             run_id = row[0]

@@ -29,6 +29,10 @@ def check(cond, what):
 
 done = run(DB, "--sizes", "64,1024", "--resamples", "200")
 check(done.returncode == 0, f"the tool reads the stored run (stderr: {done.stderr.strip()})")
+# Hostile-test finding (2026-12-02): the read-only open left a -shm (and an empty -wal) beside
+# the stored history in the repository.
+check(not os.path.exists(DB + "-shm") and not os.path.exists(DB + "-wal"),
+      "reading the stored history leaves no -shm or -wal file behind")
 ROW = r"^\s+(baseline|candidate)\s+(\d)\s+(\d+)\s+([\d.]+)\s+([\d.]+)$"
 rows = re.findall(ROW, done.stdout, re.M)
 check(len(rows) == 10, f"10 load runs listed (got {len(rows)})")

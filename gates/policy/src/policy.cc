@@ -3,6 +3,7 @@
 #include <toml++/toml.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -289,6 +290,20 @@ Policy ParsePolicy(const std::string& text, const std::string& source) {
 }
 
 Policy LoadPolicyFile(const std::string& path) {
+  // An ifstream opens a directory and reads nothing from it, which would then be reported as a
+  // policy without tables: say what the path is instead.
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) {
+    throw PolicyError(path, 0, "file", "does not exist");
+  }
+  if (std::filesystem::is_directory(status)) {
+    throw PolicyError(path, 0, "file",
+                      "is a directory, not a policy file (e.g. policies/default.toml)");
+  }
+  if (!std::filesystem::is_regular_file(status)) {
+    throw PolicyError(path, 0, "file", "is not a regular file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw PolicyError(path, 0, "file", "cannot be opened for reading");
   std::ostringstream text;

@@ -152,6 +152,19 @@ TEST(PolicyTest, MissingServerAndBadTomlAreRejected) {
   ExpectError("[baseline\n", 1, "toml", "");
 }
 
+// Hostile-test finding (2026-12-02): `--policy DIR` said "missing table", as if the file were an
+// empty policy. The path is named for what it is.
+TEST(PolicyTest, ADirectoryIsNamedAsOneNotReadAsAnEmptyPolicy) {
+  const std::string dir = std::string(KVGATE_SOURCE_DIR) + "/policies";
+  try {
+    LoadPolicyFile(dir);
+    FAIL();
+  } catch (const PolicyError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir + ":0: file: is a directory"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(PolicyTest, UnreadableFileNamesThePath) {
   try {
     LoadPolicyFile("/nonexistent/policy.toml");
