@@ -1,4 +1,4 @@
-// ReadKV decode attention with the constrained reader (spec/readkv.md, "Read path"): four
+// ReadKV decode attention with the constrained reader (docs/readkv.md, "Read path"): four
 // launches per call, all on one stream (chained by programmatic dependent launch with
 // KVGATE_READKV_PDL=1; ChainEntry). This file holds Prepare and the launcher; the
 // shared state is readkv_attention_state.cuh, the other launches readkv_logits.cuh,

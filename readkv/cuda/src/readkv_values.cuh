@@ -327,7 +327,7 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
 
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
   // Depth-1 tiles ("sign tiles") skip the table when the two depth-1 centroids are -c1 and +c1
-  // (the spec's tree is antisymmetric, codebook.cc): A is then the bits, exact in f16.
+  // (the Lloyd tree is antisymmetric, codebook.cc): A is then the bits, exact in f16.
   const float c1 = a.codec.centroids[2];
   const bool signs = a.codec.centroids[1] == -c1;
   for (int j = tid; j < (2 << W) - 1; j += kThreads) {
