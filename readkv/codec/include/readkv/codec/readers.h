@@ -15,8 +15,8 @@
 // The constrained reader's split defaults to R_K = R_V = R, its definition in docs/readkv.md
 // ("Readers"). A policy may give it an unequal split too: the per-head budgets, t_min = 1 and the V
 // packets that make it the GPU kernel's reader are unchanged, only the two budgets move. Measured
-// on the built-in 8K model (BENCHMARKS.md, "A K/V split for the per-head reader"), 6:2 at R = 4
-// found 38/40 passkeys where 4:4 found 12/40: retrieval needs the keys' precision.
+// on the built-in 8K model (BENCHMARKS.md, "Quality scans", 2026-11-30), 6:2 at R = 4 found 38/40
+// passkeys where 4:4 found 12/40: retrieval needs the keys' precision.
 #pragma once
 
 #include <cstdint>
