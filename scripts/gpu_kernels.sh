@@ -134,9 +134,9 @@ bench_into() {  # bench_into STEM KVGATE ARGS...
       awk '{printf "  %s x %s %s: %s us\n", $1, $2, $3, $4}'; } | tee -a "$OUT/summary.txt"
   echo "bench ($stem): $(( $(date +%s) - start )) s"
 }
-# POINTS=standard: the kernel rounds' sets since the tenth (BENCHMARKS.md): 32/8/128 at 8K and 32K
-# x 1 and 16 for FP8 and three ReadKV reads, then the go/no-go model's geometry twice.
-# "standard;ARGS;..." adds sets after them.
+# POINTS=standard: the kernel rounds' usual sets (BENCHMARKS.md, "Decode-attention kernels"):
+# 32/8/128 at 8K and 32K x 1 and 16 for FP8 and three ReadKV reads, then the go/no-go model's
+# geometry twice. "standard;ARGS;..." adds sets after them.
 if [[ "${POINTS:-}" == standard || "${POINTS:-}" == "standard;"* ]]; then
   more=${POINTS#standard}
   POINTS="--tokens 8192,32768 --batch 1,16 --heads-q 32 --heads-kv 8 --head-dim 128 \

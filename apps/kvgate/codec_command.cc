@@ -1,6 +1,6 @@
 // `kvgate codec table|account|attention`: the ReadKV CPU reference from the command line.
 //   table      the Lloyd tree of W bits: D(t), thresholds and centroids per depth.
-//   account    the paper's payload-only write/read model (spec/readkv.md, "Accounting").
+//   account    the paper's payload-only write/read model (docs/ledgers.md).
 //   attention  one seeded single-layer attention step on synthetic data with the chosen backend:
 //              error vs exact FP64 attention and the four ledgers.
 // Scripts rely on the JSON keys printed with --json. Bad arguments exit 2 naming the flag.

@@ -1,5 +1,5 @@
 // Scenario "budget_change" (issue 6, failure 3): the read policy is not part of a stored object's
-// identity (spec/readkv.md, "Cache identity"), so a cache written at one budget must be reused at
+// identity (docs/cache-identity.md), so a cache written at one budget must be reused at
 // another without re-encoding. A server at R = 4 fills the cache; a server restarted on it at
 // R = 2 must load every block (no rejection, nothing stored, every object byte-identical
 // afterwards) and answer exactly as a fresh R = 2 server on an empty directory; the same server

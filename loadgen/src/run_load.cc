@@ -426,7 +426,7 @@ class Exchange final : public std::enable_shared_from_this<Exchange>, public Res
   }
 
   void Succeed(int64_t now, bool reusable) {
-    // E2E ends at the stream's last event ([DONE]), product.md's "last chunk".
+    // E2E ends at the stream's last event ([DONE]), as docs/definitions.md says.
     record_.end_ns = sse_->done_ns() >= 0 ? sse_->done_ns() : now;
     Done(reusable);
   }

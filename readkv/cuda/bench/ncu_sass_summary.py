@@ -11,8 +11,8 @@ stall reason.
 
     python3 ncu_sass_summary.py source.csv [FILTER] [--top N]
 
-Used for the kernel rounds of BENCHMARKS.md (e.g. "SelectNarrow 26% of its stall samples on one
-branch after an ATOMG"); scripts/gpu_kernels.sh runs it for SOURCE_PROFILE.
+Used for the source profiles docs/performance-notes.md cites (e.g. "the radix passes' rescans,
+~37% of Select's stall samples"); scripts/gpu_kernels.sh runs it for SOURCE_PROFILE.
 """
 import argparse
 import collections

@@ -1,4 +1,4 @@
-// ReadKV encode/append (spec/readkv.md, "Write path"): one thread block per (token, KV head),
+// ReadKV encode/append (docs/readkv.md, "Write path"): one thread block per (token, KV head),
 // one thread per channel. Transform (signs, FWHT, scale: the codec's exact float operations),
 // standardise with the frozen calibration, encode on the Lloyd tree by the codec's branch-light
 // search over the sorted leaf boundaries, then write the bit planes: key bits with atomicOr

@@ -1,4 +1,4 @@
-// ReadKV decode attention with the constrained reader (spec/readkv.md, "Read path"): four
+// ReadKV decode attention with the constrained reader (docs/readkv.md, "Read path"): four
 // launches per call, all on one stream (chained by programmatic dependent launch with
 // KVGATE_READKV_PDL=1; ChainEntry). This file holds Prepare and the launcher; the
 // shared state is readkv_attention_state.cuh, the other launches readkv_logits.cuh,
@@ -223,7 +223,8 @@ using internal::Launch;
 // KVGATE_READKV_LOGITS=plain is the per-bit reader (0), wide1 / wide2 / wide4 the transposed
 // reader with 1, 2 or 4 pages per pass, mma the tensor-core reader (LogitsMma, 5). Unset: mma
 // when ReadKvUsesMmaLogits says so (at most 2 Key bits per channel, or chunks of 1-2 pages),
-// else wide4, the fastest transposed reader on the H200 (BENCHMARKS.md, issue 8's third round).
+// else wide4, the fastest transposed reader on the H200 (2026-11-30; docs/performance-notes.md,
+// "Logits readers").
 int LogitsVariant(double key_bits, int chunk_tokens) {
   if (ReadKvUsesMmaLogits(key_bits, chunk_tokens)) return 5;
   const char* v = std::getenv("KVGATE_READKV_LOGITS");
@@ -236,8 +237,8 @@ int LogitsVariant(double key_bits, int chunk_tokens) {
 
 // Which Values kernel runs, read per call like LogitsVariant: KVGATE_READKV_VALUES=lanes is the
 // CUDA-core reader (0); unset or anything else: mma, the tensor-core reader (1), 1.39x faster
-// for the whole ReadKV(8,4) call at 32K x 16 and 2.2x at 8K x 1 (BENCHMARKS.md, issue 8's
-// fourth round).
+// for the whole ReadKV(8,4) call at 32K x 16 and 2.2x at 8K x 1 (H200, 2026-11-30;
+// docs/performance-notes.md, "Values reader").
 int ValuesVariant() {
   const char* v = std::getenv("KVGATE_READKV_VALUES");
   return v != nullptr && std::strcmp(v, "lanes") == 0 ? 0 : 1;
@@ -245,8 +246,9 @@ int ValuesVariant() {
 
 // Whether the launches use programmatic dependent launch (each kernel scheduled while the one
 // before it ends; ChainEntry keeps the order): only with KVGATE_READKV_PDL=1. Measured on the
-// H200 (BENCHMARKS.md, issue 8's seventh round) it was at most 1% faster anywhere and 1-5% slower
-// for ReadKV(8,2) (8K x 1: 73.6 against 70.2 us), so it is off.
+// H200 (2026-11-30 and 2026-12-01; docs/performance-notes.md, "Programmatic dependent launch")
+// it was at most 1% faster anywhere and up to 18% slower where grids are small (8K x 1 (8,2):
+// 73.6 against 70.2 us), so it is off.
 // Read per call like LogitsVariant.
 bool ChainedLaunches() {
   const char* v = std::getenv("KVGATE_READKV_PDL");

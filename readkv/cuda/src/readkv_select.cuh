@@ -26,17 +26,17 @@ namespace readkv::cuda::readkv_kernels {
 // remaining gain into a 256-bin shared histogram, one add per lane. A token's steps (at most
 // kMaxValueSteps) are unrolled in every pass over the share: with a loop that broke at the first
 // non-positive gain, each step's product, compare and branch waited on the one before (ncu at the
-// go/no-go model's 16K x 16: the kernel 37.8 -> 31.5 us, issue 8's ninth round). Tried and slower
-// on the H200 (BENCHMARKS): warp-aggregated adds (match_any, 3-9%), 11- and 12-bit first digits
-// (1.1-2.8x), and the first digit taken from the gains' 11-bit exponents counted during the scan
-// (slower at 6 of 8 points, by up to 3.6%). Every pass rescans the whole share, its steps
-// recomputed from the importances: ~37% of the kernel's stall samples at 32K x 16 (8,2) (the
-// fifteenth round's source profile). The instances with kList (KVGATE_READKV_SELECT=list) list a
-// block's gains in shared memory once a pass's bin holds at most kSelectListEntries of them, and
-// the later passes and the gathering go over the list (same cut; not yet measured on a GPU, so
-// off; without kList the code is the rescanning one, unchanged). A block lists only when another
-// pass follows, so on data whose passes narrow fast it never does: ReadKvDebug::select_listed
-// counts the blocks that did.
+// go/no-go model's 16K x 16: the kernel 37.8 -> 31.5 us, H200, 2026-11-30). Tried and slower on the
+// H200 (docs/performance-notes.md, "Select's passes"): warp-aggregated adds (match_any, 3-9%),
+// 11- and 12-bit first digits (1.1-2.8x), and the first digit taken from the gains' 11-bit
+// exponents counted during the scan (slower at 6 of 8 points, by up to 3.6%). Every pass rescans
+// the whole share, its steps recomputed from the importances: ~37% of the kernel's stall samples at
+// 32K x 16 (8,2) (a source profile of 2026-12-01, ac4cfee). The instances with kList
+// (KVGATE_READKV_SELECT=list) list a block's gains in shared memory once a pass's bin holds at most
+// kSelectListEntries of them, and the later passes and the gathering go over the list (same cut;
+// not yet measured on a GPU, so off; without kList the code is the rescanning one, unchanged). A
+// block lists only when another pass follows, so on data whose passes narrow fast it never does:
+// ReadKvDebug::select_listed counts the blocks that did.
 
 namespace cg = cooperative_groups;
 

@@ -327,7 +327,7 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
 
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
   // Depth-1 tiles ("sign tiles") skip the table when the two depth-1 centroids are -c1 and +c1
-  // (the spec's tree is antisymmetric, codebook.cc): A is then the bits, exact in f16.
+  // (the Lloyd tree is antisymmetric, codebook.cc): A is then the bits, exact in f16.
   const float c1 = a.codec.centroids[2];
   const bool signs = a.codec.centroids[1] == -c1;
   for (int j = tid; j < (2 << W) - 1; j += kThreads) {
@@ -483,7 +483,7 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
       // s_r = 4 (r & 1) ^ 2 (r >> 1). So the row is (F ^ s_r kPlaneBytes ^ p kPlaneBytes ^
       // u kPlaneBytes) + u 8 kPlaneBytes: one lop3 per load and the load's immediate offset,
       // where the index arithmetic took four instructions per load (ncu's SASS counts at
-      // 32K x 16 (8,4), eleventh round).
+      // 32K x 16 (8,4), H200, 2026-12-01).
       const unsigned lane_rows =
           (static_cast<unsigned>(__cvta_generic_to_shared(st.planes)) +
            static_cast<unsigned>(4 * r * kMaxStoreBits * kPlaneBytes)) ^
@@ -610,7 +610,7 @@ __global__ void __launch_bounds__(kMmaValueWarps* kWarp, G == 8 ? 2 : 3) ValuesM
   // lane to lane (the same lane of every warp holds the same fragment elements), so the sum is
   // ((w0 + w4) + (w2 + w6)) + ((w1 + w5) + (w3 + w7)) in 5 barriers, where one warp at a time
   // adding into O^T took 9 (their waits: 5.0% of the kernel's stall samples at 32K x 16 (8,4),
-  // tenth round). The first level writes regions 0 .. 3; later, a writer reuses the region it
+  // H200, 2026-11-30). The first level writes regions 0 .. 3; later, a writer reuses the region it
   // read itself (its lanes' own elements), so only the barrier between write and read is needed.
   __syncthreads();  // every warp is done with the stages
 #pragma unroll

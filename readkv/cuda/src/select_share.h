@@ -51,14 +51,14 @@ inline constexpr int kSelectShapeCount = sizeof(kSelectShapes) / sizeof(kSelectS
 //   kSelectNarrowestCluster while it holds at kSelectNarrowCluster (each narrow shape halves the
 //   one before it: static_assert below);
 // - else kSelectCluster blocks of kSelectThreads.
-// On the H200 (BENCHMARKS.md, issue 8's twelfth round), each shape for every call against
+// On the H200 (2026-12-01; docs/performance-notes.md, "Select's launch shape"), each shape against
 // 8 x 256: 8 x 512 -0.5 to -4.8% for the whole ReadKV call at 8 rows, +8.7 to +11.5% at 32 and
 // 128; 4 x 256 -3.1 to -4.2% at 8K x 16 (128 rows, shares of 1024), +1.0 to +2.0% at 32K x 16
 // (shares of 4096), +4.3 to +5.0% at the go/no-go model's 16K x 16 (32 rows; 4-block clusters
 // leave SMs idle) and +3.8 to +13.4% at 8 rows. These rules against 8 x 256, one run each:
 // 32K x 1 -4.0 to -4.3%, 8K x 1 +0.1 to +0.4%, 16 rows (x 2) 32K -0.9 to -1.2%, 8K +0.9 to
 // +1.0% (the first); 64-128 rows at 4K and 8K tokens -3.8 to -9.7% (32/8/128), 64 rows at 8K
-// -5.8 to -6.0% (8/2/64) (the second). The 2-block step (thirteenth round, against the rule
+// -5.8 to -6.0% (8/2/64) (the second). The 2-block step (d664b83, 2026-12-01, against the rule
 // without it): 4K x 16 (128 rows, shares of 1024 at 4 blocks) -4.2 / -4.7%, every other point
 // measured within noise.
 constexpr int SelectShapeFor(long long rows, int max_tokens) {

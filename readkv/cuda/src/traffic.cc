@@ -137,14 +137,15 @@ TrafficBytes Fp8DecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_
   return SplitTraffic(shape, seq_lens_host, 1, true, 3);
 }
 
-// The tensor-core Logits reader pays when most Key channels are sign features (depth <= 2): on
-// the H200 (BENCHMARKS.md, issue 8's fifth round, 32K x 16) it took 0.84x the transposed reader's
-// whole-call time at R_K = 2 and 1.05x at R_K = 4, 1.18x at R_K = 7 (table channels dominate).
-// And when a chunk is one or two pages: the transposed reader (LogitsTransposed<G, 4>) reads 4
-// pages per pass, so half or more of its page lanes idle. At 8K x 1 the tensor-core reader took
-// 0.81x its whole-call time at R_K = 4 and 0.76x at 7:2 with chunks of 256, 0.92x and 0.86x with
-// chunks of 512, while at chunks of 1024 or 2048 it lost at every point measured (32K x 1,
-// 8K x 16, 32K x 16, the 16K x 16 model shape: 1.04x-1.18x; issue 8's seventh round).
+// The tensor-core Logits reader pays when most Key channels are sign features (depth <= 2): on the
+// H200 (2026-11-30, 32K x 16; docs/performance-notes.md, "Logits readers") it took 0.84x the
+// transposed reader's whole-call time at R_K = 2 and 1.05x at R_K = 4, 1.18x at R_K = 7 (table
+// channels dominate). And when a chunk is one or two pages: the transposed reader
+// (LogitsTransposed<G, 4>) reads 4 pages per pass, so half or more of its page lanes idle. At
+// 8K x 1 the tensor-core reader took 0.81x its whole-call time at R_K = 4 and 0.76x at 7:2 with
+// chunks of 256, 0.92x and 0.86x with chunks of 512, while at chunks of 1024 or 2048 it lost at
+// every point measured (32K x 1, 8K x 16, 32K x 16, the 16K x 16 model shape: 1.04x-1.18x;
+// 2026-11-30).
 constexpr double kMmaLogitsMaxKeyBits = 2.0;
 constexpr int kMmaLogitsMaxChunk = 2 * kPageTokens;
 
@@ -165,7 +166,7 @@ int ReadKvChunkTokens(const DecodeShape& shape) {
   // ...but no more than 32 chunks per row: measured when Select was three launches over the
   // chunk grid, each block adding its histograms into the row's and reading the row's chunk
   // statistics (32K x 1: 1024 took 126.1 us for ReadKV(8,4) against 160.3 at 512). Re-swept
-  // at the go/no-go model's 16K x 16 only, with issue 8's ninth-round kernels: 2048 was 1.2%
+  // at the go/no-go model's 16K x 16 only, with the kernels of 07b6ca1: 2048 was 1.2%
   // faster than this rule's 1024 for 7:2, 512 1.3x slower; left as it is.
   while (chunk < 2048 && Chunks(shape.max_tokens, chunk) > 32) chunk *= 2;
   return chunk;

@@ -249,9 +249,9 @@ TEST(SelectGridTest, FollowsTheGridAndTheShares) {
 
 // The automatic chunk (what kvgate serve's calls use, and the bench's default): the largest of
 // 2048 .. 256 that leaves ~2 blocks per SM of 132, raised until a row has at most 32 chunks. The
-// H200 sweeps of 2026-11-30 (BENCHMARKS.md, sixth and seventh rounds) found it the fastest
-// measured choice at 32K x 16 (32/8/128), 16K x 16 (8/2/64) and 32K x 1, and within 8% of the
-// best at 8K x 1.
+// H200 sweeps of 2026-11-30 (docs/performance-notes.md, "The chunk per thread block") found it
+// the fastest measured choice at 32K x 16 (32/8/128), 16K x 16 (8/2/64) and 32K x 1, and within
+// 8% of the best at 8K x 1.
 TEST(ReadKvChunkTokensTest, PicksTheLargestChunkThatStillFillsTheGpu) {
   DecodeShape shape;
   shape.chunk_tokens = 0;

@@ -143,7 +143,8 @@ struct LlamaDecodeModel::Impl {
   internal::LlamaWeights weights;
   // Per layer, wq, wk and wv stacked [(Hq + 2 Hkv) hd, D]: one projection matmul instead of
   // three. On the H200 the three small fp32 matmuls of a 16-row decode step went to cuBLAS
-  // kernels of one or two thread blocks (38-64 us each under ncu, BENCHMARKS.md).
+  // kernels of one or two thread blocks (38-64 us each under ncu, 2026-11-30;
+  // BENCHMARKS.md, "The served decode step").
   std::vector<torch::Tensor> wqkv;
   internal::RopeTables rope;
   std::string digest;

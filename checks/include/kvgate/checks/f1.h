@@ -1,7 +1,7 @@
-// QA scoring as SQuAD v1.1 defines it (the official evaluate-v1.1.py; spec/product.md,
-// "Definitions to use"): normalise = lower-case, remove ASCII punctuation, remove the articles
-// a/an/the, collapse white space; token-multiset F1 between prediction and one gold answer; the
-// item score is the maximum over its gold answers; a dataset score is 100 × the mean.
+// QA scoring as SQuAD v1.1 defines it (the official evaluate-v1.1.py; docs/definitions.md,
+// "QA F1"): normalise = lower-case, remove ASCII punctuation, remove the articles a/an/the,
+// collapse white space; token-multiset F1 between prediction and one gold answer; the item
+// score is the maximum over its gold answers; a dataset score is 100 × the mean.
 //
 // Text is treated as bytes: lower-casing and white space are ASCII-only (bytes ≥ 0x80 pass
 // through unchanged), where the Python script is Unicode-aware. Pure functions, thread-safe.

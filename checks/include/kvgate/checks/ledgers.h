@@ -1,5 +1,5 @@
 // Resource ledgers read from a server's /metrics: our server's readkv_* series (capacity,
-// logical reads, physical traffic, workspace peak, encode cost; spec/readkv.md "ledgers") and
+// logical reads, physical traffic, workspace peak, encode cost; docs/ledgers.md) and
 // vLLM's vllm:* counters and gauges, so a run can record them for either kind of server.
 #pragma once
 

@@ -1,6 +1,6 @@
-// Passkey retrieval: the Landmark-Attention / LongLoRA template (spec/product.md). A needle with a
-// numeric key is hidden at a chosen depth inside repeated filler; the model is asked for the key;
-// an item is correct iff the first integer in the output equals the key.
+// Passkey retrieval: the Landmark-Attention / LongLoRA template (docs/definitions.md). A needle
+// with a numeric key is hidden at a chosen depth inside repeated filler; the model is asked for
+// the key; an item is correct iff the first integer in the output equals the key.
 //
 // Items form a seeded grid: item i takes cell i mod (|lengths| × |depths|) in length-major order
 // and a key drawn from a generator seeded with `seed`, so the same settings give the same items on

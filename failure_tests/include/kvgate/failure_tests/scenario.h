@@ -1,7 +1,7 @@
 // One failure scenario (issue 6): something that starts real servers (child `kvgate serve`
 // processes on loopback, through kvgate::suite::ServerProcess) and breaks things on purpose, then
 // says whether nothing wrong was served and nothing recorded was lost. Scenarios talk to servers
-// over HTTP only and never link readkv/ (spec/architecture.md: HTTP is the only door).
+// over HTTP only and never link readkv/ (docs/architecture.md: HTTP is the only door).
 //
 // Each scenario is a function registered under a stable name with KVGATE_REGISTER_SCENARIO in its
 // own .cc file; `kvgate check failures` runs all of them (or those named) and stores the results

@@ -1,6 +1,6 @@
 // Metrics of a run, computed from per-request records only, so the gates can recompute them from
-// stored records (gates/history) exactly as the generator did. Definitions: spec/product.md,
-// "Definitions to use" — latency from the scheduled send time, percentiles by the floor(n·p) rule
+// stored records (gates/history) exactly as the generator did. Definitions:
+// docs/definitions.md — latency from the scheduled send time, percentiles by the floor(n·p) rule
 // of kvgate::stats (the only percentile implementation), goodput per vLLM/AIPerf.
 //
 // Thread-safety: pure functions.

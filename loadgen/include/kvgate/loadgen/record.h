@@ -6,7 +6,7 @@
 // Latency counts from the *scheduled* send time, not the actual one (MLPerf LoadGen's rule,
 // which prevents coordinated omission): TTFT = first_token_ns - scheduled_ns,
 // E2E = end_ns - scheduled_ns, TPOT = (E2E - TTFT) / (completion_tokens - 1),
-// ITL = gaps between successive token chunks (spec/product.md, "Definitions to use").
+// ITL = gaps between successive token chunks (docs/definitions.md, "Latency").
 #pragma once
 
 #include <cstdint>

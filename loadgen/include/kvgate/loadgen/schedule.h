@@ -31,7 +31,7 @@ struct RequestSpec {
   int64_t passkey = -1;  // the hidden key for passkey prompts, -1 otherwise
 };
 
-// The passkey prompt of product.md ("Definitions to use"; the Landmark-Attention/LongLoRA
+// The passkey prompt of docs/definitions.md ("Passkey"; the Landmark-Attention/LongLoRA
 // template): task description, filler sentences to about `length_words` words, the needle at
 // `depth` (0 = before all filler, 1 = after all filler), and the question. Lines are joined by
 // newlines as in LongLoRA's passkey_retrieval.

@@ -57,7 +57,7 @@ struct LengthDistribution {
 
 enum class WorkloadKind {
   kSynthetic,   // seeded text of words drawn from a fixed vocabulary, lengths from `input`
-  kPasskey,     // product.md's passkey template at the given lengths and depths
+  kPasskey,     // docs/definitions.md's passkey template at the given lengths and depths
   kPromptFile,  // JSONL: {"prompt": string or [token ids], "max_tokens": int (optional)}
 };
 

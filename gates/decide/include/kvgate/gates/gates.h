@@ -1,4 +1,4 @@
-// The four go/no-go gates and the verdict (spec/product.md, "How go/no-go is decided").
+// The four go/no-go gates and the verdict (docs/gates.md).
 //
 // Each gate takes plain evidence (counts, per-item scores, per-pair metrics), never a server or
 // a database, so the same function decides a live run and `kvgate history regate` from stored

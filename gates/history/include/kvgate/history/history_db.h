@@ -1,6 +1,6 @@
 // The run history: every kvgate run and its raw evidence in one SQLite file (default
 // ./kvgate.db), so that any gate can be recomputed later from the database alone
-// (spec/product.md, "Run history").
+// (docs/product.md, "The run history").
 //
 // The file is in WAL mode with foreign keys on and a busy timeout; its schema is versioned
 // (PRAGMA user_version, PRAGMA application_id marks it as a kvgate history) and upgraded on open

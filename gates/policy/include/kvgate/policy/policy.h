@@ -110,7 +110,7 @@ struct Policy {
   std::string text;    // the exact TOML text, stored with every run
 };
 
-// The minimum number of interleaved pairs the perf gates accept (product.md: R >= 5). Fewer
+// The minimum number of interleaved pairs the perf gates accept (docs/gates.md: R >= 5). Fewer
 // pairs run, but the perf gates are then INCONCLUSIVE.
 inline constexpr int kMinPairs = 5;
 

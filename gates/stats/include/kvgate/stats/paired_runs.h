@@ -1,7 +1,7 @@
 // Analysis of R interleaved A/B run pairs (ABAB…, the same seeded schedule for both members of a
 // pair): one value per pair, so drift over time hits both members alike and the pairs are
 // independent draws. Used by the P99 gate (ratio of candidate to baseline P99) and the goodput
-// gate (ratio and difference of goodput); spec/product.md, "How go/no-go is decided".
+// gate (ratio and difference of goodput); docs/gates.md, "The four gates".
 #pragma once
 
 #include <span>

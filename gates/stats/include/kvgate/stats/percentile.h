@@ -1,4 +1,4 @@
-// Percentiles, the one way kvgate computes them (spec/product.md, "Definitions to use").
+// Percentiles, the one way kvgate computes them (docs/definitions.md, "Percentiles").
 //
 // Percentile p of n samples is the sorted sample at 0-based index floor(n * p), clamped to
 // n - 1 — the rule MLPerf LoadGen uses. No interpolation: the value is always an observed sample.

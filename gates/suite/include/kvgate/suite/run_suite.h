@@ -1,4 +1,4 @@
-// `kvgate run`: the go/no-go suite end to end (spec/architecture.md, walk 2). It opens the
+// `kvgate run`: the go/no-go suite end to end (docs/architecture.md, walk 2). It opens the
 // history, starts the servers the policy names (or reaches external ones), runs the quality
 // checks on both, then the interleaved A/B load pairs, stores every raw record, decides the gates
 // FROM THE STORED ROWS (the same code path as `kvgate history regate`), and writes report.json

@@ -1,4 +1,4 @@
-// The ReadKV depth allocator (spec/readkv.md, "Allocator"): given objects j (Key channels or
+// The ReadKV depth allocator (docs/readkv.md, "Allocator"): given objects j (Key channels or
 // Value tokens) with weights w_j >= 0 and a budget of depth units, choose integer read depths
 // that maximise sum_j w_j * (1 - D(t_j)) subject to sum_j t_j <= B.
 //

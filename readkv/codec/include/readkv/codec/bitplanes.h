@@ -1,4 +1,4 @@
-// Bit-plane storage of ReadKV codes for one (layer, KV head) (spec/readkv.md, step 4).
+// Bit-plane storage of ReadKV codes for one (layer, KV head) (docs/readkv.md, "Bit planes").
 //
 // Plane p (0-based) holds bit p of each W-bit code counted from the most significant bit, so
 // reading planes [0, t) gives the depth-t prefix of every code.

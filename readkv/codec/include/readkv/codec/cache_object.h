@@ -1,5 +1,5 @@
 // Cache identity and the versioned on-disk format of a stored cache object
-// (spec/readkv.md, "Cache identity").
+// (docs/cache-identity.md).
 //
 // A stored object is valid only for the exact thing that wrote it. Loading an object whose
 // identity differs from the reader's throws IdentityMismatch naming the first differing field

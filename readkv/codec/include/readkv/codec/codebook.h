@@ -1,4 +1,4 @@
-// The Gaussian Lloyd binary tree: ReadKV's progressive scalar codebook (spec/readkv.md, step 3).
+// The Gaussian Lloyd binary tree: ReadKV's progressive scalar codebook (docs/readkv.md).
 //
 // A node is an interval (a, b) of N(0,1); its reconstruction is the centroid E[Z | a<Z<b]. A node
 // splits at the tau that satisfies the two-cell Lloyd condition inside it,

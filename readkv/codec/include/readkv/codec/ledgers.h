@@ -1,4 +1,4 @@
-// The four ledgers of spec/readkv.md ("Accounting"), kept apart and never substituted for one
+// The four ledgers of docs/ledgers.md, kept apart and never substituted for one
 // another, plus the encode cost. Every LayerKvCache::Attend returns one AttentionLedgers for that
 // call: one decode step of one layer of one sequence, all KV heads. All sizes are bytes unless the
 // name says bits. Plain values; no thread-safety concerns.
@@ -97,7 +97,7 @@ struct AttentionLedgers {
   ReadDepthStats depths;
 };
 
-// The payload-only write/read model of the paper (spec/readkv.md, "Accounting"), per scalar
+// The payload-only write/read model of the paper (docs/ledgers.md), per scalar
 // lane: N prompt tokens, L decode steps, every step reads the whole history.
 struct PayloadWriteReadModel {
   int64_t prompt_tokens = 0;                 // N

@@ -1,4 +1,4 @@
-// The ReadKV readers (spec/readkv.md, "Read path" and "Two readers"): how one decode step turns a
+// The ReadKV readers (docs/readkv.md, "Read path" and "Readers"): how one decode step turns a
 // read policy into Key channel depths (stage 1) and Value token depths (stage 2).
 //
 // | reader      | K/V split              | budget scope                | t_min | V step |
@@ -12,11 +12,11 @@
 // (for W = 8), see allocator.h. The read policy is per request and never part of the storage
 // identity. Everything here is pure; functions are thread-safe.
 //
-// The constrained reader's split defaults to R_K = R_V = R, the spec's definition (its "equal"
-// row). A policy may give it an unequal split too: the per-head budgets, t_min = 1 and the V
+// The constrained reader's split defaults to R_K = R_V = R, its definition in docs/readkv.md
+// ("Readers"). A policy may give it an unequal split too: the per-head budgets, t_min = 1 and the V
 // packets that make it the GPU kernel's reader are unchanged, only the two budgets move. Measured
-// on the built-in 8K model (BENCHMARKS.md, "A K/V split for the per-head reader"), 6:2 at R = 4
-// found 38/40 passkeys where 4:4 found 12/40: retrieval needs the keys' precision.
+// on the built-in 8K model (BENCHMARKS.md, "Quality scans", 2026-11-30), 6:2 at R = 4 found 38/40
+// passkeys where 4:4 found 12/40: retrieval needs the keys' precision.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // The ReadKV layer cache: the codec's write path and both readers for one layer of one sequence
-// (spec/readkv.md). Append: transform (Hadamard with the layer/head sign vectors) -> standardise
+// (docs/readkv.md). Append: transform (Hadamard with the layer/head sign vectors) -> standardise
 // with the frozen calibration -> LloydTree::Encode -> BitPlaneStore per KV head. With the residual
 // window on, the tokens of the newest incomplete 256-token block are kept unencoded as BF16 values
 // in the transformed domain and encoded when the block fills; off, every token goes straight into

@@ -1,5 +1,5 @@
 // The ReadKV rotation: x' = (1/sqrt(d)) * H_d * diag(s) * x, with H_d the Sylvester
-// Walsh-Hadamard matrix and s in {+1,-1}^d drawn from a seed (spec/readkv.md, "Write path" 1).
+// Walsh-Hadamard matrix and s in {+1,-1}^d drawn from a seed (docs/readkv.md, "Write path").
 // The transform is orthogonal, so inner products (q . k) are preserved. Keys and queries share
 // one sign vector (s_K); values use another (s_V) and the attention output is mapped back with
 // the inverse. Immutable after construction; safe to share between threads.

@@ -1,7 +1,7 @@
 // The decode-attention benchmark behind `kvgate bench attention` (issue 8): for every (tokens,
 // batch, KV backend) point it builds the paged caches on the GPU from seeded data, times each
-// kernel over many cold-L2 launches, and reports the kernel's ledgers (spec/readkv.md,
-// "Accounting") next to the device's streaming-read bandwidth and an outside anchor (torch's
+// kernel over many cold-L2 launches, and reports the kernel's ledgers (docs/ledgers.md)
+// next to the device's streaming-read bandwidth and an outside anchor (torch's
 // scaled_dot_product_attention, passed in by the caller so this library stays torch-free).
 //
 // Cold L2: each timed launch reads a copy of its whole input set (cache pages, queries, page

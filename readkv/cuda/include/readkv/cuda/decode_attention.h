@@ -1,11 +1,11 @@
 // Batched decode attention over a paged KV cache on the GPU, for the three KV backends of
-// spec/readkv.md: dense BF16, FP8 e4m3 (per-tensor or per-KV-head scales) and ReadKV with the
+// docs/readkv.md: dense BF16, FP8 e4m3 (per-tensor or per-KV-head scales) and ReadKV with the
 // constrained reader. Framework-free: raw device pointers, host launchers that return
 // cudaError_t and never synchronise. Shapes and pointers are checked once by the caller (the
 // binding layer or the bench); a launcher only rejects what would make a kernel unsafe
 // (cudaErrorInvalidValue).
 //
-// Geometry (spec/readkv.md, "Geometry"): B sequences, H_q query heads, H_kv KV heads, head dim
+// Geometry (docs/readkv.md, "Geometry"): B sequences, H_q query heads, H_kv KV heads, head dim
 // d in {64, 128}, GQA group g = H_q / H_kv in {1, 2, 4, 8}. Query head h reads KV head h / g.
 // Scores use the scale 1/sqrt(d) and an exact softmax over all of a sequence's tokens.
 //
@@ -146,8 +146,8 @@ struct ReadKvCodec {
   const float* boundaries = nullptr;   // [2^W - 1] sorted leaf boundaries (for encoding)
 };
 
-// The constrained reader's policy (spec/readkv.md, "Two readers"): per-head budgets
-// B_K = floor(R_K d), B_V = floor(R_V T), t_min = 1, Value packets of 2 planes. The spec's reader
+// The constrained reader's policy (docs/readkv.md, "Readers"): per-head budgets
+// B_K = floor(R_K d), B_V = floor(R_V T), t_min = 1, Value packets of 2 planes. Its definition
 // has R_K = R_V = R; a policy may split R unequally (readkv/codec/readers.h), the same two budgets
 // moved, nothing else.
 // key_increments / value_increments, in device memory: the allocators' step increments
@@ -202,7 +202,7 @@ cudaError_t ReadKvAppend(const DecodeShape& shape, int tokens, const float* keys
 
 // ---- Traffic model ---------------------------------------------------------------------------
 // The bytes each call moves through device memory by the kernels' own buffers (physical-traffic
-// ledger, spec/readkv.md "Accounting"): cache payload in 32-byte sectors as the kernels touch
+// ledger, docs/ledgers.md): cache payload in 32-byte sectors as the kernels touch
 // them, codec metadata, scores/logits written and read back, depth schedules, chunk partials, and
 // queries/outputs. Host functions over host copies of seq_lens (and, for ReadKV, of the depths
 // the call chose: ReadKvDebug); they compile without CUDA.

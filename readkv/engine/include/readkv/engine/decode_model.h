@@ -25,7 +25,7 @@ struct ReadPolicy {
   std::optional<double> value_bits;   // R_V of the K/V split (flexible reader)
 };
 
-// Cumulative resource ledgers of a KV backend (spec/readkv.md, "Accounting"): bytes, never mixed.
+// Cumulative resource ledgers of a KV backend (docs/ledgers.md): bytes, never mixed.
 struct KvLedgers {
   int64_t capacity_bytes = 0;              // persistent payload + metadata + residual, now
   int64_t logical_read_bytes = 0;          // payload the readers chose, summed over steps

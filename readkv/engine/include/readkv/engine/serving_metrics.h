@@ -10,7 +10,7 @@
 // kvgate series:
 //   kvgate_request_errors_total{cause}: every request that failed, by cause (bad input, queue
 //   full, cancellation, model failure, ...); cause="internal" is always exported, from 0.
-// ReadKV ledgers (DecodeModel::ledgers(), spec/readkv.md "Accounting"), published by the worker:
+// ReadKV ledgers (DecodeModel::ledgers(), docs/ledgers.md), published by the worker:
 //   readkv_capacity_bytes, readkv_workspace_peak_bytes (gauges), readkv_logical_read_bytes_total,
 //   readkv_physical_traffic_bytes_total, readkv_encode_seconds_total (counters),
 //   readkv_read_depth (histogram over depths 0..W, from read_depth_counts),

@@ -1,4 +1,4 @@
-// The calibration of a model's KV cache (spec/readkv.md: FP8 amax scales and ReadKV mu/sigma),
+// The calibration of a model's KV cache (docs/readkv.md: FP8 amax scales and ReadKV mu/sigma),
 // measured once on a seeded calibration set and stored as `calibration.json` beside the model,
 // bound to the model by its weights digest and identity. Plain data; immutable after load.
 #pragma once

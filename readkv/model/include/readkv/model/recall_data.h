@@ -4,8 +4,8 @@
 //
 // Formats (the built-in model is trained on exactly these; a client that wants it to succeed
 // must ask in the same way):
-// - Passkey (product.md; the Landmark-Attention/LongLoRA template, joined with "\n", the filler
-//   repeated with single spaces and cut at a byte boundary, as their generator does):
+// - Passkey (docs/definitions.md; the Landmark-Attention/LongLoRA template, joined with "\n",
+//   the filler repeated with single spaces and cut at a byte boundary, as their generator does):
 //     <task>\n<filler prefix>\n<needle>\n<filler suffix>\n<question>
 //   answered by " K." where K is the key; correct iff the first integer of the output is K.
 // - QA: <task>\n<filler sentences with facts>\n\nQuestion: <question>\nAnswer:
@@ -81,7 +81,7 @@ class RecallCorpus {
   CorpusMix mix_;
 };
 
-// Scoring (product.md, "Definitions"). The first maximal run of ASCII digits, if any.
+// Scoring (docs/definitions.md, "Passkey"). The first maximal run of ASCII digits, if any.
 std::optional<std::string> FirstInteger(std::string_view text);
 // SQuAD normalisation: lower-case, drop ASCII punctuation, drop a/an/the, collapse spaces.
 std::string NormalizeAnswer(std::string_view text);

@@ -143,7 +143,7 @@ class LlamaDecodeModel final : public engine::DecodeModel {
   const std::string& weights_digest() const;
   // Tokens held by a live sequence; throws std::invalid_argument("sequence_id") if unknown.
   int64_t sequence_length(uint64_t sequence_id) const;
-  // The storage identity of this model's ReadKV caches (spec/readkv.md, "Cache identity");
+  // The storage identity of this model's ReadKV caches (docs/cache-identity.md);
   // store_bits and calibration fields are empty/0 for dense and fp8.
   codec::CacheIdentity cache_identity() const;
   // Counters of the persistent prefix cache since load (all zero when it is off).
