@@ -68,6 +68,7 @@ struct ServeOptions {
   int prefill_chunk = 0;
   double drain_timeout_s = 20.0;
   double idle_timeout_s = 30.0;
+  double inject_step_delay_ms = 0.0;  // test aid only
   readkv::server::ServerOptions server;
 };
 
@@ -124,6 +125,11 @@ void AddServeCommand(CLI::App& app, CommandContext& context) {
       ->capture_default_str();
   cmd->add_option("--log-level", options->log_level, "stderr log level: debug|info|warn|error")
       ->capture_default_str();
+  cmd->add_option("--inject-step-delay-ms", options->inject_step_delay_ms,
+                  "TEST AID, never for production: sleep this long after every decode step, so "
+                  "the server is slower by a known amount (latency up, throughput down); "
+                  "GET /v1/models shows it")
+      ->capture_default_str();
 
   cmd->callback([options, runtime_flags, &context] {
     readkv::model::RuntimeOptions runtime = runtime_flags->Resolve();
@@ -144,6 +150,9 @@ void AddServeCommand(CLI::App& app, CommandContext& context) {
     }
     if (options->server.retry_after_seconds < 0) throw UsageError("--retry-after must be >= 0");
     if (options->server.max_connections < 0) throw UsageError("--max-connections must be >= 0");
+    if (!(options->inject_step_delay_ms >= 0.0 && options->inject_step_delay_ms <= 60000.0)) {
+      throw UsageError("--inject-step-delay-ms must be in [0, 60000]");
+    }
     const auto level = spdlog::level::from_str(options->log_level);
     if (level == spdlog::level::off && options->log_level != "off") {
       throw UsageError("--log-level: unknown level \"" + options->log_level + "\"");
@@ -169,6 +178,12 @@ void AddServeCommand(CLI::App& app, CommandContext& context) {
     engine_options.max_waiting = options->max_waiting;
     engine_options.prefill_chunk = options->prefill_chunk;
     engine_options.model_name = options->served_model_name;
+    engine_options.inject_step_delay = std::chrono::microseconds(
+        static_cast<int64_t>(options->inject_step_delay_ms * 1000.0));
+    if (options->inject_step_delay_ms > 0) {
+      spdlog::warn("TEST AID: every decode step sleeps {} ms (--inject-step-delay-ms)",
+                   options->inject_step_delay_ms);
+    }
     readkv::engine::Engine engine(*model, tokenizer, engine_options);
 
     options->server.idle_timeout =

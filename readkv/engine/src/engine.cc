@@ -5,6 +5,7 @@
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 
 #include "readkv/engine/completion_text.h"
@@ -63,6 +64,9 @@ Engine::Engine(DecodeModel& model, const Tokenizer& tokenizer, EngineOptions opt
   if (options_.max_batch < 1) throw std::invalid_argument("max_batch must be >= 1");
   if (options_.max_waiting < 0) throw std::invalid_argument("max_waiting must be >= 0");
   if (options_.prefill_chunk < 0) throw std::invalid_argument("prefill_chunk must be >= 0");
+  if (options_.inject_step_delay.count() < 0) {
+    throw std::invalid_argument("inject_step_delay must be >= 0");
+  }
   // Read before the worker starts; afterwards only the worker touches the model.
   info_.model_id = model_.model_id();
   info_.kv_backend = model_.kv_backend();
@@ -284,6 +288,9 @@ void Engine::Step(std::vector<std::unique_ptr<Active>>& admitted) {
   }
   try {
     model_.Forward(steps);
+    if (options_.inject_step_delay.count() > 0) {
+      std::this_thread::sleep_for(options_.inject_step_delay);
+    }
   } catch (const std::exception& e) {
     // One failed call fails its whole batch: the KV state of each member is now suspect (a
     // prompt that sat the step out is not).

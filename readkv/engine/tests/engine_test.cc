@@ -101,6 +101,27 @@ TEST_F(EngineTest, CompletesToMaxTokensWithUsage) {
   EXPECT_EQ(engine.counters().finished, 1);
 }
 
+// The known-truth test aid: each step sleeps the injected delay after the forward pass, so a
+// request of N tokens (one prefill step and N - 1 decode steps) takes at least N delays longer,
+// and its text is the same.
+TEST_F(EngineTest, AnInjectedStepDelaySlowsEveryStepAndChangesNoToken) {
+  TableDecodeModel model;
+  EngineOptions slow;
+  slow.inject_step_delay = std::chrono::milliseconds(40);
+  Engine delayed(model, tokenizer_, slow);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string text = Complete(delayed, Request("Hello", 6));
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, 6 * std::chrono::milliseconds(40));
+  delayed.Shutdown(milliseconds(1000));
+  Engine plain(model, tokenizer_, EngineOptions{});
+  EXPECT_EQ(Complete(plain, Request("Hello", 6)), text);
+  plain.Shutdown(milliseconds(1000));
+  EngineOptions negative;
+  negative.inject_step_delay = std::chrono::microseconds(-1);
+  EXPECT_THROW(Engine(model, tokenizer_, negative), std::invalid_argument);
+}
+
 TEST_F(EngineTest, GreedyOutputIsTheSameAloneAndInABatchThatNeverExceedsMaxBatch) {
   TableDecodeModel::Options options;
   options.step_delay = std::chrono::microseconds(2000);  // a window for the batch to fill

@@ -238,6 +238,10 @@ class Session : public std::enable_shared_from_this<Session> {
                   {"created", shared_.created},   {"owned_by", "kvgate"},
                   {"root", info.model_id},        {"max_model_len", info.max_context},
                   {"kv_backend", info.kv_backend}};
+    // A server slowed on purpose says so to anyone who asks (kvgate serve's test aid).
+    if (const auto delay = shared_.engine.options().inject_step_delay; delay.count() > 0) {
+      model["kvgate_test_aids"] = {{"inject_step_delay_ms", delay.count() / 1000.0}};
+    }
     SendBody(http::status::ok, Dump({{"object", "list"}, {"data", json::array({model})}}),
              "application/json");
   }

@@ -33,6 +33,11 @@ struct EngineOptions {
   int max_waiting = 64;    // accepted requests not yet running, >= 0; beyond -> kQueueFull
   int prefill_chunk = 0;   // prompt tokens per step over all new sequences; 0 = whole prompts
   std::string model_name;  // the served model id (metrics label); empty = model.model_id()
+  // A test aid, never for production (`kvgate serve --inject-step-delay-ms`): the worker sleeps
+  // this long after every step's forward pass, so each token of every running sequence comes
+  // that much later and the server's throughput falls accordingly: a server made slower by a
+  // known amount, for known-truth tests of the gates. 0 = off.
+  std::chrono::microseconds inject_step_delay{0};
 };
 
 // What a server needs to know about the model, read once at construction.
@@ -90,6 +95,7 @@ class Engine {
 
   bool draining() const;
   const ModelInfo& model_info() const { return info_; }
+  const EngineOptions& options() const { return options_; }
   // The served name (EngineOptions::model_name, or the model id).
   const std::string& model_name() const { return options_.model_name; }
   ServingMetrics& metrics() { return *metrics_; }
