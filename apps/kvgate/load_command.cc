@@ -70,6 +70,7 @@ struct LoadOptions {
   double tolerance = 0.05;
   int max_probes = 12;
   double max_send_lag_p99_ms = 1.0;
+  double max_send_lag_share = 0.02;
   double min_achieved = 0.99;
   int max_connections = 8192;
   int spin_us = 100;
@@ -165,6 +166,7 @@ LoadSettings ToSettings(const LoadOptions& o) {
   s.workload.distinct_prompts = o.distinct_prompts;
   s.slo = loadgen::ParseSlo(o.slo);
   s.validity.max_send_lag_p99_ms = o.max_send_lag_p99_ms;
+  s.validity.max_send_lag_share = o.max_send_lag_share;
   s.validity.min_achieved_rate_fraction = o.min_achieved;
   s.max_connections = o.max_connections;
   s.spin_us = o.spin_us;
@@ -387,7 +389,11 @@ void AddLoadCommand(CLI::App& app, CommandContext& context) {
                   "Capacity search: stop when the bracket is this narrow, relative (default 0.05)");
   cmd->add_option("--max-probes", o->max_probes, "Capacity search: most runs (default 12)");
   cmd->add_option("--max-send-lag-p99-ms", o->max_send_lag_p99_ms,
-                  "INVALID above this P99 send lag (default 1 ms)");
+                  "Open loop: INVALID above this P99 send lag, or above --max-send-lag-share of "
+                  "the run's P99 TTFT if that is larger (default 1 ms)");
+  cmd->add_option("--max-send-lag-share", o->max_send_lag_share,
+                  "Open loop: the P99 send lag bound relative to the run's P99 TTFT "
+                  "(default 0.02)");
   cmd->add_option("--min-achieved", o->min_achieved,
                   "INVALID below this achieved/scheduled send rate (default 0.99)");
   cmd->add_option("--max-connections", o->max_connections,

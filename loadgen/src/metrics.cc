@@ -143,11 +143,19 @@ Validity CheckValidity(std::span<const RequestRecord> records, LoadMode mode,
     v.reasons.push_back("no measured requests");
     return v;
   }
-  if (v.send_lag.count > 0 && v.send_lag.p99_ms > thresholds.max_send_lag_p99_ms) {
-    v.reasons.push_back("P99 send lag " + Fixed(v.send_lag.p99_ms, 3) + " ms > " +
-                        Fixed(thresholds.max_send_lag_p99_ms, 3) +
-                        " ms: the generator did not send on schedule (CPU busy, or every "
-                        "connection was in use)");
+  if (mode == LoadMode::kOpenLoop && v.send_lag.count > 0) {
+    const LatencyStats ttft = ComputeLatencyStats(MeasuredLatencies(records).ttft);
+    const double relative = ttft.count > 0 ? thresholds.max_send_lag_share * ttft.p99_ms : 0.0;
+    const double bound = std::max(thresholds.max_send_lag_p99_ms, relative);
+    if (v.send_lag.p99_ms > bound) {
+      v.reasons.push_back(
+          "P99 send lag " + Fixed(v.send_lag.p99_ms, 3) + " ms > " + Fixed(bound, 3) +
+          " ms (the larger of " + Fixed(thresholds.max_send_lag_p99_ms, 3) + " ms and " +
+          Fixed(100.0 * thresholds.max_send_lag_share, 1) + "% of the run's P99 TTFT " +
+          Fixed(ttft.p99_ms, 1) +
+          " ms): the generator did not send on schedule (CPU busy, or every connection was in "
+          "use)");
+    }
   }
   if (mode == LoadMode::kOpenLoop) {
     if (measured >= 2 && sched_last > sched_first) {

@@ -221,6 +221,7 @@ nlohmann::json SettingsToJson(const LoadSettings& s) {
             {"e2e_ms", opt(s.slo.e2e_ms)}}},
           {"validity",
            {{"max_send_lag_p99_ms", s.validity.max_send_lag_p99_ms},
+            {"max_send_lag_share", s.validity.max_send_lag_share},
             {"min_achieved_rate_fraction", s.validity.min_achieved_rate_fraction}}},
           {"stream", s.stream},
           {"temperature", s.temperature},

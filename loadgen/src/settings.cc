@@ -133,6 +133,9 @@ void ValidateSettings(const LoadSettings& s) {
   if (!(s.validity.max_send_lag_p99_ms > 0)) {
     throw SettingsError("max-send-lag-p99-ms", "must be > 0");
   }
+  if (!(s.validity.max_send_lag_share >= 0 && s.validity.max_send_lag_share < 1)) {
+    throw SettingsError("max-send-lag-share", "must be in [0, 1)");
+  }
   if (!(s.validity.min_achieved_rate_fraction > 0 && s.validity.min_achieved_rate_fraction <= 1)) {
     throw SettingsError("min-achieved", "must be in (0, 1]");
   }
