@@ -224,9 +224,15 @@ Policy ParsePolicy(const std::string& text, const std::string& source) {
 
   {
     TableReader slo = top.Sub("slo");
-    slo.Get("ttft_ms", policy.slo.ttft_ms, 0.0, 3.6e6, true);
-    slo.Get("tpot_ms", policy.slo.tpot_ms, 0.0, 3.6e6, true);
-    slo.Get("attainment", policy.slo.attainment, 0.0, 1.0, true);
+    // Each bound is optional in the SLO type; a policy that names none keeps the defaults.
+    for (auto [key, bound] : {std::pair{"ttft_ms", &policy.slo.ttft_ms},
+                              std::pair{"tpot_ms", &policy.slo.tpot_ms},
+                              std::pair{"e2e_ms", &policy.slo.e2e_ms}}) {
+      double value = bound->value_or(0.0);
+      slo.Get(key, value, 0.0, 3.6e6, true);
+      if (value > 0.0) *bound = value;
+    }
+    slo.Get("attainment", policy.slo_attainment, 0.0, 1.0, true);
     slo.Finish();
   }
   int passkey_line = 0;

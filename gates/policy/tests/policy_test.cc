@@ -59,6 +59,8 @@ TEST(PolicyTest, LongContextDiffersFromTheDefaultOnlyInTheQualityLengths) {
   EXPECT_EQ(l.candidate.serve_args, d.candidate.serve_args);
   EXPECT_EQ(l.baseline.serve_args, d.baseline.serve_args);
   EXPECT_EQ(l.load.requests, d.load.requests);
+  EXPECT_EQ(l.load.concurrency, d.load.concurrency);
+  EXPECT_EQ(l.load.pairs, d.load.pairs);
 }
 
 TEST(PolicyTest, H200LongKeepsTheDefaultGatesOnTheGpuAt16K) {

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "kvgate/loadgen/settings.h"
+
 namespace kvgate::policy {
 
 class PolicyError : public std::invalid_argument {
@@ -46,13 +48,6 @@ struct ReadPolicySpec {
   std::optional<double> key_bits;
   std::optional<double> value_bits;
   bool empty() const { return !read_bits && !reader && !key_bits && !value_bits; }
-};
-
-// The SLO a request must meet to count as good (goodput, capacity).
-struct SloSpec {
-  double ttft_ms = 2000.0;
-  double tpot_ms = 200.0;
-  double attainment = 0.90;  // share of requests meeting the SLO, for capacity search
 };
 
 struct PasskeyWorkload {
@@ -100,7 +95,10 @@ struct Policy {
   ServerSpec baseline;
   ServerSpec candidate;
   ReadPolicySpec candidate_read_policy;
-  SloSpec slo;
+  // [slo]: the SLO a request must meet to count as good (goodput), the load generator's own type.
+  loadgen::Slo slo{2000.0, 200.0, std::nullopt};
+  double slo_attainment = 0.90;  // [slo] attainment: share of requests meeting it, for capacity
+
   PasskeyWorkload passkey;
   QaWorkload qa;
   LoadWorkload load;
