@@ -128,13 +128,6 @@ gates::GateResult FromHistoryGate(const history::GateResult& row) {
   return gates::GateResultFromJson(row.details);
 }
 
-loadgen::Slo ToLoadSlo(const policy::SloSpec& slo) {
-  loadgen::Slo out;
-  out.ttft_ms = slo.ttft_ms;
-  out.tpot_ms = slo.tpot_ms;
-  return out;
-}
-
 std::vector<gates::GateResult> DecideFromRows(history::HistoryDb& db, int64_t run_id,
                                               const policy::Policy& policy) {
   std::vector<gates::GateResult> results;
@@ -202,7 +195,7 @@ std::vector<gates::GateResult> DecideFromRows(history::HistoryDb& db, int64_t ru
   std::map<int, gates::LoadPair> pairs;
   loadgen::LatencySamples pooled_baseline, pooled_candidate;  // TTFT and TPOT only
   int64_t measured = 0, measured_runs = 0;
-  loadgen::Slo slo = ToLoadSlo(policy.slo);
+  const loadgen::Slo& slo = policy.slo;
   for (const history::LoadRunRow& run : db.LoadRuns(run_id)) {
     if (!run.meta.pair_index) continue;
     std::vector<loadgen::RequestRecord> records = db.LoadRecords(run.id);

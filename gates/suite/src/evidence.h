@@ -22,8 +22,6 @@ history::QualityItem ToHistoryItem(const checks::QualityRecord& record, const st
 history::GateResult ToHistoryGate(const gates::GateResult& result);
 gates::GateResult FromHistoryGate(const history::GateResult& row);
 
-loadgen::Slo ToLoadSlo(const policy::SloSpec& slo);
-
 // The key subsets a stored quality item names (extra["subsets"]; none when absent).
 std::vector<std::string> SubsetsOf(const history::QualityItem& item);
 
