@@ -27,7 +27,18 @@ for kv in dense fp8; do
   "$KVGATE" serve --model "$MODEL" --device "${DEVICE:-cuda}" --max-batch 16 --kv "$kv" --host 127.0.0.1 \
     --port 0 > "$log" 2> "$log.err" &
   pid=$!
-  for _ in $(seq 600); do grep -q "listening on" "$log" && break; sleep 0.2; done
+  for _ in $(seq 600); do
+    grep -q "listening on" "$log" && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  if ! grep -q "listening on" "$log"; then
+    # A server that died or never listened is the model gate's failure, said with its reason.
+    echo "$kv: kvgate serve did not start (exit $(wait "$pid"; echo $?)); its stderr:" \
+      | tee -a "$OUT/model_gate.txt"
+    tail -5 "$log.err" | sed "s/^/  /" | tee -a "$OUT/model_gate.txt"
+    kill "$pid" 2>/dev/null; status=1; continue
+  fi
   url="http://$(grep -o 'listening on [0-9.:]*' "$log" | cut -d' ' -f3)"
   "$KVGATE" check passkey --url "$url" --items "${PASSKEY_ITEMS:-200}" --seed "$seed" --lengths "$lengths" \
     --depths "$depths" --key-digits "$digits" --max-tokens "$max_tokens" --concurrency 16 \
@@ -38,3 +49,4 @@ for kv in dense fp8; do
     | sed "s/^/$kv qa (dev seed): /" | tee -a "$OUT/model_gate.txt"
   kill "$pid"; wait "$pid" 2>/dev/null
 done
+exit "${status:-0}"
