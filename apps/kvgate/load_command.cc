@@ -182,12 +182,6 @@ LoadSettings ToSettings(const LoadOptions& o) {
   return s;
 }
 
-std::string JoinReasons(const loadgen::Validity& validity) {
-  std::string out;
-  for (const std::string& reason : validity.reasons) out += (out.empty() ? "" : "; ") + reason;
-  return out;
-}
-
 // Records the runs in the SQLite history: one history run of kind "load" holding every load run.
 class HistoryWriter {
  public:
@@ -217,21 +211,7 @@ class HistoryWriter {
 
   void Add(const LoadResult& result, const std::string& label) {
     if (!db_) return;
-    history::LoadRunMeta meta;
-    meta.label = label;
-    const bool open = result.settings.mode == loadgen::LoadMode::kOpenLoop;
-    meta.arrival = open ? std::string(loadgen::ArrivalName(result.settings.arrival)) : "closed";
-    if (open) meta.offered_rate = result.settings.rate_rps;
-    meta.seed = result.settings.seed;
-    meta.duration_s = result.summary.duration_s;
-    meta.valid = result.validity.valid;
-    meta.invalid_reason = JoinReasons(result.validity);
-    meta.settings = loadgen::SettingsToJson(result.settings);
-    meta.settings["url"] = result.url;
-    meta.settings["model"] = result.model;
-    meta.summary = loadgen::SummaryToJson(result.summary);
-    meta.summary["validity"] = loadgen::ValidityToJson(result.validity);
-    db_->AddLoadRun(run_id_, meta, result.records);
+    db_->AddLoadRun(run_id_, history::LoadRunMetaOf(result, label), result.records);
   }
 
   void Finish(int exit_code) {

@@ -7,12 +7,11 @@
 #include <ctime>
 #include <utility>
 
-#include "chunk_times.h"
+#include "history_impl.h"
 #include "schema.h"
 #include "sqlite_connection.h"
 
 namespace kvgate::history {
-namespace {
 
 using nlohmann::json;
 using Kind = HistoryError::Kind;
@@ -51,8 +50,6 @@ void RequireNotNan(const std::optional<double>& value, const std::string& field)
   }
 }
 
-std::string Dump(const json& value) { return value.dump(); }
-
 json ParseJson(const std::string& text, const std::filesystem::path& path,
                const std::string& where) {
   try {
@@ -62,7 +59,6 @@ json ParseJson(const std::string& text, const std::filesystem::path& path,
   }
 }
 
-// Seeds are uint64 but SQLite integers are int64: store the same 64 bits.
 int64_t SeedToDb(uint64_t seed) {
   int64_t out;
   std::memcpy(&out, &seed, sizeof(out));
@@ -74,7 +70,27 @@ uint64_t SeedFromDb(int64_t stored) {
   return out;
 }
 
-}  // namespace
+RunRow ReadRunRow(sqlite::Statement& stmt, const std::filesystem::path& path) {
+  RunRow row;
+  row.id = stmt.Int(0);
+  row.info.kind = stmt.Text(1);
+  row.started_at = stmt.Text(2);
+  row.ended_at = stmt.OptionalText(3);
+  row.status = ParseRunStatus(stmt.Text(4));
+  row.status_reason = stmt.Text(5);
+  row.info.policy_text = stmt.Text(6);
+  row.info.policy_digest = stmt.Text(7);
+  row.info.git_commit = stmt.Text(8);
+  const std::string where = "run " + std::to_string(row.id);
+  row.info.machine = ParseJson(stmt.Text(9), path, where + " machine_json");
+  row.info.device = ParseJson(stmt.Text(10), path, where + " device_json");
+  row.info.server_commands = ParseJson(stmt.Text(11), path, where + " server_commands_json");
+  row.verdict = stmt.OptionalText(12);
+  if (auto code = stmt.OptionalInt(13)) row.exit_code = static_cast<int>(*code);
+  row.info.notes = stmt.Text(14);
+  row.info.owner = ProcessIdentity{stmt.Text(15), stmt.Int(16), stmt.Text(17)};
+  return row;
+}
 
 HistoryError::HistoryError(Kind kind, std::filesystem::path path, const std::string& message)
     : std::runtime_error("history " + path.string() + ": " + message),
@@ -127,38 +143,6 @@ RunStatus ParseRunStatus(std::string_view text) {
                               std::string(text) + "'");
 }
 
-struct HistoryDb::Impl {
-  Impl(const std::filesystem::path& path, const Options& options)
-      : connection(path, options.create_if_missing, options.busy_timeout_ms) {}
-
-  sqlite::Connection connection;
-  int schema_version = 0;
-
-  const std::filesystem::path& path() const { return connection.path(); }
-
-  [[noreturn]] void Throw(Kind kind, const std::string& message) const {
-    throw HistoryError(kind, path(), message);
-  }
-
-  // Within a write transaction: the run must exist and still be running.
-  void RequireRunning(int64_t run_id) {
-    sqlite::Statement stmt(connection, "SELECT status FROM runs WHERE id = ?", "read run status");
-    stmt.Bind(1, run_id);
-    if (!stmt.Step()) Throw(Kind::kNotFound, "no run " + std::to_string(run_id));
-    std::string status = stmt.Text(0);
-    if (status != "running") {
-      Throw(Kind::kWrongState, "run " + std::to_string(run_id) + " is " + status +
-                                   "; evidence can only be added to a running run");
-    }
-  }
-
-  void RequireRunExists(int64_t run_id) {
-    sqlite::Statement stmt(connection, "SELECT 1 FROM runs WHERE id = ?", "look up run");
-    stmt.Bind(1, run_id);
-    if (!stmt.Step()) Throw(Kind::kNotFound, "no run " + std::to_string(run_id));
-  }
-};
-
 namespace {
 
 // Refuses a file that is a valid SQLite database of some other application, before anything is
@@ -192,52 +176,6 @@ void ConfigureConnection(sqlite::Connection& connection) {
   connection.Exec("PRAGMA foreign_keys = ON", "enable foreign keys");
   if (connection.QueryInt("PRAGMA foreign_keys", "read foreign_keys").value_or(0) != 1) {
     throw HistoryError(Kind::kSql, connection.path(), "this SQLite cannot enforce foreign keys");
-  }
-}
-
-RunRow ReadRunRow(sqlite::Statement& stmt, const std::filesystem::path& path) {
-  RunRow row;
-  row.id = stmt.Int(0);
-  row.info.kind = stmt.Text(1);
-  row.started_at = stmt.Text(2);
-  row.ended_at = stmt.OptionalText(3);
-  row.status = ParseRunStatus(stmt.Text(4));
-  row.status_reason = stmt.Text(5);
-  row.info.policy_text = stmt.Text(6);
-  row.info.policy_digest = stmt.Text(7);
-  row.info.git_commit = stmt.Text(8);
-  const std::string where = "run " + std::to_string(row.id);
-  row.info.machine = ParseJson(stmt.Text(9), path, where + " machine_json");
-  row.info.device = ParseJson(stmt.Text(10), path, where + " device_json");
-  row.info.server_commands = ParseJson(stmt.Text(11), path, where + " server_commands_json");
-  row.verdict = stmt.OptionalText(12);
-  if (auto code = stmt.OptionalInt(13)) row.exit_code = static_cast<int>(*code);
-  row.info.notes = stmt.Text(14);
-  row.info.owner = ProcessIdentity{stmt.Text(15), stmt.Int(16), stmt.Text(17)};
-  return row;
-}
-
-constexpr const char* kRunColumns =
-    "id, kind, started_at, ended_at, status, status_reason, policy_text, policy_digest, "
-    "git_commit, machine_json, device_json, server_commands_json, verdict, exit_code, notes, "
-    "owner_host, owner_pid, owner_start_token";
-
-void ValidateLoadRunMeta(const LoadRunMeta& meta) {
-  RequireNonEmpty(meta.label, "load run label");
-  RequireNonEmpty(meta.arrival, "load run arrival");
-  if (meta.pair_index && *meta.pair_index < 0) {
-    throw std::invalid_argument("load run pair_index must be >= 0, got " +
-                                std::to_string(*meta.pair_index));
-  }
-  if (meta.offered_rate && !(std::isfinite(*meta.offered_rate) && *meta.offered_rate >= 0)) {
-    throw std::invalid_argument("load run offered_rate must be finite and >= 0");
-  }
-  if (!(std::isfinite(meta.duration_s) && meta.duration_s >= 0)) {
-    throw std::invalid_argument("load run duration_s must be finite and >= 0, got " +
-                                std::to_string(meta.duration_s));
-  }
-  if (!meta.valid && meta.invalid_reason.empty()) {
-    throw std::invalid_argument("load run invalid_reason must say why a run is not valid");
   }
 }
 
@@ -299,222 +237,6 @@ int64_t HistoryDb::BeginRun(const RunInfo& info) {
   return id;
 }
 
-int64_t HistoryDb::AddLoadRun(int64_t run_id, const LoadRunMeta& meta,
-                              std::span<const loadgen::RequestRecord> records) {
-  ValidateLoadRunMeta(meta);
-  auto& c = impl_->connection;
-  sqlite::Transaction transaction(c);
-  impl_->RequireRunning(run_id);
-  sqlite::Statement run_stmt(
-      c,
-      "INSERT INTO load_runs (run_id, label, pair_index, arrival, offered_rate, seed, duration_s, "
-      "valid, invalid_reason, settings_json, summary_json, request_count) "
-      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-      "insert load run");
-  run_stmt.Bind(1, run_id)
-      .Bind(2, meta.label)
-      .Bind(3, meta.pair_index)
-      .Bind(4, meta.arrival)
-      .Bind(5, meta.offered_rate)
-      .Bind(6, SeedToDb(meta.seed))
-      .Bind(7, meta.duration_s)
-      .Bind(8, meta.valid ? 1 : 0)
-      .Bind(9, meta.invalid_reason)
-      .Bind(10, Dump(meta.settings))
-      .Bind(11, Dump(meta.summary))
-      .Bind(12, static_cast<int64_t>(records.size()));
-  run_stmt.Run();
-  const int64_t load_run_id = sqlite3_last_insert_rowid(c.handle());
-
-  sqlite::Statement stmt(
-      c,
-      "INSERT INTO load_requests (load_run_id, seq, record_index, warmup, scheduled_ns, "
-      "issued_ns, sent_ns, first_token_ns, end_ns, chunk_ns, prompt_tokens, completion_tokens, "
-      "max_tokens, http_status, error_cause, error_text) "
-      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-      "insert load request");
-  for (size_t seq = 0; seq < records.size(); ++seq) {
-    const loadgen::RequestRecord& r = records[seq];
-    stmt.SetRowContext("record " + std::to_string(seq) + ", index " + std::to_string(r.index));
-    stmt.Bind(1, load_run_id)
-        .Bind(2, static_cast<int64_t>(seq))
-        .Bind(3, r.index)
-        .Bind(4, r.warmup ? 1 : 0)
-        .Bind(5, r.scheduled_ns)
-        .Bind(6, r.issued_ns)
-        .Bind(7, r.sent_ns)
-        .Bind(8, r.first_token_ns)
-        .Bind(9, r.end_ns)
-        .BindBlob(10, chunk_times::Encode(r.chunk_ns))
-        .Bind(11, r.prompt_tokens)
-        .Bind(12, r.completion_tokens)
-        .Bind(13, r.max_tokens)
-        .Bind(14, r.http_status)
-        .Bind(15, r.error_cause)
-        .Bind(16, r.error_text);
-    stmt.Run();
-  }
-  transaction.Commit();
-  return load_run_id;
-}
-
-std::vector<loadgen::RequestRecord> HistoryDb::LoadRecords(int64_t load_run_id) {
-  auto& c = impl_->connection;
-  sqlite::Statement exists(c, "SELECT 1 FROM load_runs WHERE id = ?", "look up load run");
-  exists.Bind(1, load_run_id);
-  if (!exists.Step()) impl_->Throw(Kind::kNotFound, "no load run " + std::to_string(load_run_id));
-  sqlite::Statement stmt(
-      c,
-      "SELECT seq, record_index, warmup, scheduled_ns, issued_ns, sent_ns, first_token_ns, "
-      "end_ns, chunk_ns, prompt_tokens, completion_tokens, max_tokens, http_status, error_cause, "
-      "error_text FROM load_requests WHERE load_run_id = ? ORDER BY seq",
-      "read load requests");
-  stmt.Bind(1, load_run_id);
-  std::vector<loadgen::RequestRecord> records;
-  while (stmt.Step()) {
-    loadgen::RequestRecord r;
-    r.index = stmt.Int(1);
-    r.warmup = stmt.Int(2) != 0;
-    r.scheduled_ns = stmt.Int(3);
-    r.issued_ns = stmt.Int(4);
-    r.sent_ns = stmt.Int(5);
-    r.first_token_ns = stmt.Int(6);
-    r.end_ns = stmt.Int(7);
-    auto chunks = chunk_times::Decode(stmt.Blob(8));
-    if (!chunks) {
-      impl_->Throw(Kind::kCorrupt, "load run " + std::to_string(load_run_id) + " record " +
-                                       std::to_string(stmt.Int(0)) +
-                                       ": chunk_ns is not a valid chunk-time encoding");
-    }
-    r.chunk_ns = std::move(*chunks);
-    r.prompt_tokens = static_cast<int>(stmt.Int(9));
-    r.completion_tokens = static_cast<int>(stmt.Int(10));
-    r.max_tokens = static_cast<int>(stmt.Int(11));
-    r.http_status = static_cast<int>(stmt.Int(12));
-    r.error_cause = stmt.Text(13);
-    r.error_text = stmt.Text(14);
-    records.push_back(std::move(r));
-  }
-  return records;
-}
-
-void HistoryDb::AddQualityItems(int64_t run_id, std::span<const QualityItem> items) {
-  for (size_t i = 0; i < items.size(); ++i) {
-    const std::string field = "quality item " + std::to_string(i);
-    RequireNonEmpty(items[i].check, field + " check");
-    RequireNonEmpty(items[i].label, field + " label");
-    if (!std::isfinite(items[i].score)) {
-      throw std::invalid_argument(field + " (" + items[i].item_id + ") score must be finite");
-    }
-  }
-  auto& c = impl_->connection;
-  sqlite::Transaction transaction(c);
-  impl_->RequireRunning(run_id);
-  sqlite::Statement stmt(c,
-                         "INSERT INTO quality_items (run_id, check_name, label, item_id, subset, "
-                         "prediction, reference_json, score, correct, extra_json) "
-                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                         "insert quality item");
-  for (size_t i = 0; i < items.size(); ++i) {
-    const QualityItem& item = items[i];
-    stmt.SetRowContext("item " + std::to_string(i) + ": " + item.check + "/" + item.label + "/" +
-                       item.item_id);
-    stmt.Bind(1, run_id)
-        .Bind(2, item.check)
-        .Bind(3, item.label)
-        .Bind(4, item.item_id)
-        .Bind(5, item.subset)
-        .Bind(6, item.prediction)
-        .Bind(7, Dump(item.reference))
-        .Bind(8, item.score);
-    if (item.correct) {
-      stmt.Bind(9, *item.correct ? 1 : 0);
-    } else {
-      stmt.BindNull(9);
-    }
-    stmt.Bind(10, Dump(item.extra));
-    stmt.Run();
-  }
-  transaction.Commit();
-}
-
-void HistoryDb::AddGateResults(int64_t run_id, std::span<const GateResult> results) {
-  for (const GateResult& g : results) {
-    RequireNonEmpty(g.gate, "gate name");
-    RequireOneOf(g.status, {"PASS", "FAIL", "INCONCLUSIVE"}, "gate " + g.gate + " status");
-    if (g.status != "PASS" && g.reason.empty()) {
-      throw std::invalid_argument("gate " + g.gate + " is " + g.status +
-                                  " and needs a reason a person can act on");
-    }
-    RequireNotNan(g.observed, "gate " + g.gate + " observed");
-    RequireNotNan(g.threshold, "gate " + g.gate + " threshold");
-    RequireNotNan(g.interval_lo, "gate " + g.gate + " interval_lo");
-    RequireNotNan(g.interval_hi, "gate " + g.gate + " interval_hi");
-  }
-  auto& c = impl_->connection;
-  sqlite::Transaction transaction(c);
-  impl_->RequireRunning(run_id);
-  sqlite::Statement stmt(c,
-                         "INSERT INTO gate_results (run_id, gate, status, observed, threshold, "
-                         "interval_lo, interval_hi, reason, details_json) "
-                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                         "insert gate result");
-  for (const GateResult& g : results) {
-    stmt.SetRowContext("gate " + g.gate);
-    stmt.Bind(1, run_id)
-        .Bind(2, g.gate)
-        .Bind(3, g.status)
-        .Bind(4, g.observed)
-        .Bind(5, g.threshold)
-        .Bind(6, g.interval_lo)
-        .Bind(7, g.interval_hi)
-        .Bind(8, g.reason)
-        .Bind(9, Dump(g.details));
-    stmt.Run();
-  }
-  transaction.Commit();
-}
-
-void HistoryDb::AddLedgers(int64_t run_id, std::span<const Ledger> ledgers) {
-  for (const Ledger& l : ledgers) {
-    RequireNonEmpty(l.label, "ledger label");
-    RequireNonEmpty(l.name, "ledger name");
-    RequireNotNan(l.value, "ledger " + l.label + "/" + l.name + " value");
-  }
-  auto& c = impl_->connection;
-  sqlite::Transaction transaction(c);
-  impl_->RequireRunning(run_id);
-  sqlite::Statement stmt(c, "INSERT INTO ledgers (run_id, label, name, value) VALUES (?, ?, ?, ?)",
-                         "insert ledger");
-  for (const Ledger& l : ledgers) {
-    stmt.SetRowContext("ledger " + l.label + "/" + l.name);
-    stmt.Bind(1, run_id).Bind(2, l.label).Bind(3, l.name).Bind(4, l.value);
-    stmt.Run();
-  }
-  transaction.Commit();
-}
-
-void HistoryDb::AddCheckResult(int64_t run_id, const CheckResult& result) {
-  RequireNonEmpty(result.name, "check result name");
-  RequireOneOf(result.status, {"PASS", "FAIL", "INCONCLUSIVE", "SKIPPED"},
-               "check " + result.name + " status");
-  auto& c = impl_->connection;
-  sqlite::Transaction transaction(c);
-  impl_->RequireRunning(run_id);
-  sqlite::Statement stmt(c,
-                         "INSERT INTO check_results (run_id, name, status, reason, details_json) "
-                         "VALUES (?, ?, ?, ?, ?)",
-                         "insert check result");
-  stmt.SetRowContext("check " + result.name);
-  stmt.Bind(1, run_id)
-      .Bind(2, result.name)
-      .Bind(3, result.status)
-      .Bind(4, result.reason)
-      .Bind(5, Dump(result.details));
-  stmt.Run();
-  transaction.Commit();
-}
-
 void HistoryDb::FinishRun(int64_t run_id, RunStatus status, std::optional<std::string> verdict,
                           std::optional<int> exit_code, const std::string& status_reason) {
   if (status == RunStatus::kRunning) {
@@ -574,174 +296,6 @@ std::vector<int64_t> HistoryDb::MarkInterruptedRuns() {
   return marked;
 }
 
-std::vector<RunRow> HistoryDb::ListRuns(int limit) {
-  if (limit <= 0) throw std::invalid_argument("ListRuns limit must be > 0");
-  sqlite::Statement stmt(
-      impl_->connection,
-      std::string("SELECT ") + kRunColumns + " FROM runs ORDER BY id DESC LIMIT ?", "list runs");
-  stmt.Bind(1, limit);
-  std::vector<RunRow> rows;
-  while (stmt.Step()) rows.push_back(ReadRunRow(stmt, path()));
-  return rows;
-}
-
-RunRow HistoryDb::GetRun(int64_t run_id) {
-  sqlite::Statement stmt(impl_->connection,
-                         std::string("SELECT ") + kRunColumns + " FROM runs WHERE id = ?",
-                         "read run");
-  stmt.Bind(1, run_id);
-  if (!stmt.Step()) impl_->Throw(Kind::kNotFound, "no run " + std::to_string(run_id));
-  return ReadRunRow(stmt, path());
-}
-
-std::optional<int64_t> HistoryDb::LatestRunId() {
-  sqlite::Statement stmt(impl_->connection, "SELECT max(id) FROM runs", "find latest run");
-  stmt.Step();  // an aggregate always yields one row; NULL when there are no runs
-  return stmt.OptionalInt(0);
-}
-
-std::vector<LoadRunRow> HistoryDb::LoadRuns(int64_t run_id) {
-  impl_->RequireRunExists(run_id);
-  sqlite::Statement stmt(
-      impl_->connection,
-      "SELECT id, run_id, label, pair_index, arrival, offered_rate, seed, duration_s, valid, "
-      "invalid_reason, settings_json, summary_json, request_count FROM load_runs "
-      "WHERE run_id = ? ORDER BY id",
-      "read load runs");
-  stmt.Bind(1, run_id);
-  std::vector<LoadRunRow> rows;
-  while (stmt.Step()) {
-    LoadRunRow row;
-    row.id = stmt.Int(0);
-    row.run_id = stmt.Int(1);
-    row.meta.label = stmt.Text(2);
-    if (auto pair = stmt.OptionalInt(3)) row.meta.pair_index = static_cast<int>(*pair);
-    row.meta.arrival = stmt.Text(4);
-    row.meta.offered_rate = stmt.OptionalDouble(5);
-    row.meta.seed = SeedFromDb(stmt.Int(6));
-    row.meta.duration_s = stmt.Double(7);
-    row.meta.valid = stmt.Int(8) != 0;
-    row.meta.invalid_reason = stmt.Text(9);
-    const std::string where = "load run " + std::to_string(row.id);
-    row.meta.settings = ParseJson(stmt.Text(10), path(), where + " settings_json");
-    row.meta.summary = ParseJson(stmt.Text(11), path(), where + " summary_json");
-    row.request_count = stmt.Int(12);
-    rows.push_back(std::move(row));
-  }
-  return rows;
-}
-
-std::vector<QualityItem> HistoryDb::QualityItems(int64_t run_id) {
-  impl_->RequireRunExists(run_id);
-  sqlite::Statement stmt(impl_->connection,
-                         "SELECT check_name, label, item_id, subset, prediction, reference_json, "
-                         "score, correct, extra_json, id FROM quality_items WHERE run_id = ? "
-                         "ORDER BY id",
-                         "read quality items");
-  stmt.Bind(1, run_id);
-  std::vector<QualityItem> items;
-  while (stmt.Step()) {
-    QualityItem item;
-    item.check = stmt.Text(0);
-    item.label = stmt.Text(1);
-    item.item_id = stmt.Text(2);
-    item.subset = stmt.Text(3);
-    item.prediction = stmt.Text(4);
-    const std::string where = "quality item row " + std::to_string(stmt.Int(9));
-    item.reference = ParseJson(stmt.Text(5), path(), where + " reference_json");
-    item.score = stmt.Double(6);
-    if (auto correct = stmt.OptionalInt(7)) item.correct = *correct != 0;
-    item.extra = ParseJson(stmt.Text(8), path(), where + " extra_json");
-    items.push_back(std::move(item));
-  }
-  return items;
-}
-
-std::vector<GateResult> HistoryDb::GateResults(int64_t run_id) {
-  impl_->RequireRunExists(run_id);
-  sqlite::Statement stmt(impl_->connection,
-                         "SELECT gate, status, observed, threshold, interval_lo, interval_hi, "
-                         "reason, details_json FROM gate_results WHERE run_id = ? ORDER BY id",
-                         "read gate results");
-  stmt.Bind(1, run_id);
-  std::vector<GateResult> results;
-  while (stmt.Step()) {
-    GateResult g;
-    g.gate = stmt.Text(0);
-    g.status = stmt.Text(1);
-    g.observed = stmt.OptionalDouble(2);
-    g.threshold = stmt.OptionalDouble(3);
-    g.interval_lo = stmt.OptionalDouble(4);
-    g.interval_hi = stmt.OptionalDouble(5);
-    g.reason = stmt.Text(6);
-    g.details = ParseJson(stmt.Text(7), path(), "gate " + g.gate + " details_json");
-    results.push_back(std::move(g));
-  }
-  return results;
-}
-
-std::vector<Ledger> HistoryDb::Ledgers(int64_t run_id) {
-  impl_->RequireRunExists(run_id);
-  sqlite::Statement stmt(impl_->connection,
-                         "SELECT label, name, value FROM ledgers WHERE run_id = ? ORDER BY id",
-                         "read ledgers");
-  stmt.Bind(1, run_id);
-  std::vector<Ledger> ledgers;
-  while (stmt.Step()) ledgers.push_back({stmt.Text(0), stmt.Text(1), stmt.Double(2)});
-  return ledgers;
-}
-
-std::vector<CheckResult> HistoryDb::CheckResults(int64_t run_id) {
-  impl_->RequireRunExists(run_id);
-  sqlite::Statement stmt(impl_->connection,
-                         "SELECT name, status, reason, details_json FROM check_results "
-                         "WHERE run_id = ? ORDER BY id",
-                         "read check results");
-  stmt.Bind(1, run_id);
-  std::vector<CheckResult> results;
-  while (stmt.Step()) {
-    CheckResult r;
-    r.name = stmt.Text(0);
-    r.status = stmt.Text(1);
-    r.reason = stmt.Text(2);
-    r.details = ParseJson(stmt.Text(3), path(), "check " + r.name + " details_json");
-    results.push_back(std::move(r));
-  }
-  return results;
-}
-
-json HistoryDb::Export(int64_t run_id) {
-  // One read transaction, so the export is a consistent snapshot even while a run is writing.
-  auto& c = impl_->connection;
-  c.Exec("BEGIN", "begin read");
-  try {
-    json out;
-    out["schema_version"] = impl_->schema_version;
-    out["run"] = ToJson(GetRun(run_id));
-    out["load_runs"] = json::array();
-    for (const LoadRunRow& load_run : LoadRuns(run_id)) {
-      json entry = ToJson(load_run);
-      entry["requests"] = json::array();
-      for (const auto& record : LoadRecords(load_run.id))
-        entry["requests"].push_back(ToJson(record));
-      out["load_runs"].push_back(std::move(entry));
-    }
-    out["quality_items"] = json::array();
-    for (const auto& item : QualityItems(run_id)) out["quality_items"].push_back(ToJson(item));
-    out["gate_results"] = json::array();
-    for (const auto& g : GateResults(run_id)) out["gate_results"].push_back(ToJson(g));
-    out["ledgers"] = json::array();
-    for (const auto& l : Ledgers(run_id)) out["ledgers"].push_back(ToJson(l));
-    out["check_results"] = json::array();
-    for (const auto& r : CheckResults(run_id)) out["check_results"].push_back(ToJson(r));
-    c.Exec("COMMIT", "end read");
-    return out;
-  } catch (...) {
-    sqlite3_exec(c.handle(), "ROLLBACK", nullptr, nullptr, nullptr);
-    throw;
-  }
-}
-
 std::vector<std::string> HistoryDb::CheckIntegrity() {
   std::vector<std::string> problems;
   {
@@ -757,96 +311,6 @@ std::vector<std::string> HistoryDb::CheckIntegrity() {
                        " refers to a missing row of " + fk.Text(2));
   }
   return problems;
-}
-
-json ToJson(const RunRow& run) {
-  json out = {{"id", run.id},
-              {"kind", run.info.kind},
-              {"started_at", run.started_at},
-              {"ended_at", run.ended_at ? json(*run.ended_at) : json(nullptr)},
-              {"status", ToString(run.status)},
-              {"status_reason", run.status_reason},
-              {"policy_text", run.info.policy_text},
-              {"policy_digest", run.info.policy_digest},
-              {"git_commit", run.info.git_commit},
-              {"machine", run.info.machine},
-              {"device", run.info.device},
-              {"server_commands", run.info.server_commands},
-              {"verdict", run.verdict ? json(*run.verdict) : json(nullptr)},
-              {"exit_code", run.exit_code ? json(*run.exit_code) : json(nullptr)},
-              {"notes", run.info.notes}};
-  if (run.info.owner) {
-    out["owner"] = {{"host", run.info.owner->host},
-                    {"pid", run.info.owner->pid},
-                    {"start_token", run.info.owner->start_token}};
-  }
-  return out;
-}
-
-json ToJson(const LoadRunRow& load_run) {
-  const LoadRunMeta& m = load_run.meta;
-  return {{"id", load_run.id},
-          {"run_id", load_run.run_id},
-          {"label", m.label},
-          {"pair_index", m.pair_index ? json(*m.pair_index) : json(nullptr)},
-          {"arrival", m.arrival},
-          {"offered_rate", m.offered_rate ? json(*m.offered_rate) : json(nullptr)},
-          {"seed", m.seed},
-          {"duration_s", m.duration_s},
-          {"valid", m.valid},
-          {"invalid_reason", m.invalid_reason},
-          {"settings", m.settings},
-          {"summary", m.summary},
-          {"request_count", load_run.request_count}};
-}
-
-json ToJson(const loadgen::RequestRecord& r) {
-  return {{"index", r.index},
-          {"warmup", r.warmup},
-          {"scheduled_ns", r.scheduled_ns},
-          {"issued_ns", r.issued_ns},
-          {"sent_ns", r.sent_ns},
-          {"first_token_ns", r.first_token_ns},
-          {"end_ns", r.end_ns},
-          {"chunk_ns", r.chunk_ns},
-          {"prompt_tokens", r.prompt_tokens},
-          {"completion_tokens", r.completion_tokens},
-          {"max_tokens", r.max_tokens},
-          {"http_status", r.http_status},
-          {"error_cause", r.error_cause},
-          {"error_text", r.error_text}};
-}
-
-json ToJson(const QualityItem& item) {
-  return {{"check", item.check},
-          {"label", item.label},
-          {"item_id", item.item_id},
-          {"subset", item.subset},
-          {"prediction", item.prediction},
-          {"reference", item.reference},
-          {"score", item.score},
-          {"correct", item.correct ? json(*item.correct) : json(nullptr)},
-          {"extra", item.extra}};
-}
-
-json ToJson(const GateResult& g) {
-  auto optional = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
-  return {{"gate", g.gate},
-          {"status", g.status},
-          {"observed", optional(g.observed)},
-          {"threshold", optional(g.threshold)},
-          {"interval_lo", optional(g.interval_lo)},
-          {"interval_hi", optional(g.interval_hi)},
-          {"reason", g.reason},
-          {"details", g.details}};
-}
-
-json ToJson(const Ledger& ledger) {
-  return {{"label", ledger.label}, {"name", ledger.name}, {"value", ledger.value}};
-}
-
-json ToJson(const CheckResult& r) {
-  return {{"name", r.name}, {"status", r.status}, {"reason", r.reason}, {"details", r.details}};
 }
 
 }  // namespace kvgate::history

@@ -277,22 +277,7 @@ void SuiteRun::RunLoadOnce(System& system, int pair) {
   // between runs: a run can last load.max_duration_s.
   const loadgen::LoadResult result = loadgen::RunLoad(settings, {system.url, system.model, ""},
                                                       nullptr, &StopSignals::Flag());
-  history::LoadRunMeta meta;
-  meta.label = system.label;
-  meta.pair_index = pair;
-  meta.arrival = settings.mode == loadgen::LoadMode::kClosedLoop
-                     ? "closed"
-                     : std::string(loadgen::ArrivalName(settings.arrival));
-  if (settings.mode == loadgen::LoadMode::kOpenLoop) meta.offered_rate = settings.rate_rps;
-  meta.seed = settings.seed;
-  meta.duration_s = result.summary.duration_s;
-  meta.valid = result.validity.valid;
-  for (const auto& reason : result.validity.reasons) {
-    meta.invalid_reason += (meta.invalid_reason.empty() ? "" : "; ") + reason;
-  }
-  meta.settings = loadgen::SettingsToJson(settings);
-  meta.summary = loadgen::SummaryToJson(result.summary);
-  meta.summary["validity"] = loadgen::ValidityToJson(result.validity);
+  const history::LoadRunMeta meta = history::LoadRunMetaOf(result, system.label, pair);
   db_.AddLoadRun(run_id_, meta, result.records);
   if (metrics_) {
     metrics_->AddRequestsDone(system.label, static_cast<int64_t>(result.records.size()));

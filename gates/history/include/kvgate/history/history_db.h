@@ -29,6 +29,7 @@
 
 #include "kvgate/history/process_identity.h"
 #include "kvgate/loadgen/record.h"
+#include "kvgate/loadgen/run_load.h"
 
 namespace kvgate::history {
 
@@ -226,6 +227,12 @@ nlohmann::json ToJson(const QualityItem& item);
 nlohmann::json ToJson(const GateResult& result);
 nlohmann::json ToJson(const Ledger& ledger);
 nlohmann::json ToJson(const CheckResult& result);
+
+// The metadata of a load run as the generator measured it (arrival, offered rate for an open
+// loop, seed, duration, validity and its reasons joined by "; ", the settings with the target's
+// URL and model, the summary with its validity): the one place a LoadResult becomes a row.
+LoadRunMeta LoadRunMetaOf(const loadgen::LoadResult& result, std::string label,
+                          std::optional<int> pair_index = std::nullopt);
 
 // A fingerprint of this machine for RunInfo::machine: host name, OS (uname), CPU model, logical
 // cores, total memory. Best effort: fields it cannot read are left out.
