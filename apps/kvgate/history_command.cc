@@ -2,7 +2,10 @@
 //
 //   kvgate history list [--db FILE] [--limit N] [--json]
 //   kvgate history show RUN [--db FILE] [--json]      metadata, gate results, load-run summaries
-//   kvgate history export RUN [--db FILE] [--json]    everything about a run as JSON
+//   kvgate history export RUN [--db FILE] [--format json|csv] [--table T]
+//                                                     everything about a run as JSON, or one
+//                                                     table (requests, load_runs, quality,
+//                                                     gates) as CSV
 //   kvgate history compare A B [--db FILE] [--json]   gates and ledgers side by side with deltas,
 //                                                     and what changed in policy/commit/machine
 //   kvgate history regate RUN [--db FILE] [--json]    decide every gate again from the run's raw
@@ -19,17 +22,17 @@
 #include <ctime>
 #include <iomanip>
 #include <iostream>
-#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "kvgate/command.h"
 #include "kvgate/gates/gates.h"
+#include "kvgate/history/compare.h"
+#include "kvgate/history/export_csv.h"
 #include "kvgate/history/history_db.h"
 #include "kvgate/suite/run_suite.h"
 
@@ -47,6 +50,8 @@ struct HistoryOptions {
   std::string run_a;
   std::string run_b;
   std::string out_dir;
+  std::string format = "json";     // export
+  std::string table = "requests";  // export --format csv
 };
 
 HistoryDb OpenExisting(const std::string& path) {
@@ -326,7 +331,11 @@ void Show(const HistoryOptions& o) {
 void Export(const HistoryOptions& o) {
   HistoryDb db = OpenExisting(o.db);
   const int64_t id = ResolveRun(db, o.run_a);
-  std::cout << db.Export(id).dump(2) << "\n";
+  if (o.format == "csv") {
+    history::WriteCsv(db, id, history::ParseCsvTable(o.table), std::cout);
+  } else {
+    std::cout << db.Export(id).dump(2) << "\n";
+  }
 }
 
 // --- regate ---
@@ -386,187 +395,66 @@ int Regate(const HistoryOptions& o) {
 
 // --- compare ---
 
-// Lines only in `a` ("-") or only in `b` ("+"), in order, from a longest common subsequence.
-// Policies are a few hundred lines at most, so the quadratic table is fine.
-std::vector<std::string> LineDiff(const std::string& a, const std::string& b) {
-  auto split = [](const std::string& text) {
-    std::vector<std::string> lines;
-    std::istringstream in(text);
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
-    return lines;
-  };
-  std::vector<std::string> x = split(a), y = split(b);
-  std::vector<std::vector<int>> lcs(x.size() + 1, std::vector<int>(y.size() + 1, 0));
-  for (size_t i = x.size(); i-- > 0;) {
-    for (size_t j = y.size(); j-- > 0;) {
-      lcs[i][j] = x[i] == y[j] ? lcs[i + 1][j + 1] + 1 : std::max(lcs[i + 1][j], lcs[i][j + 1]);
-    }
-  }
-  std::vector<std::string> out;
-  size_t i = 0, j = 0;
-  while (i < x.size() || j < y.size()) {
-    if (i < x.size() && j < y.size() && x[i] == y[j]) {
-      ++i, ++j;
-    } else if (j < y.size() && (i == x.size() || lcs[i][j + 1] >= lcs[i + 1][j])) {
-      out.push_back("+ " + y[j++]);
-    } else {
-      out.push_back("- " + x[i++]);
-    }
-  }
-  return out;
-}
-
-// Top-level keys whose values differ between two JSON objects.
-json ObjectChanges(const json& a, const json& b) {
-  json changes = json::object();
-  if (!a.is_object() || !b.is_object()) {
-    if (a != b) changes["value"] = {{"a", a}, {"b", b}};
-    return changes;
-  }
-  std::set<std::string> keys;
-  for (const auto& [key, value] : a.items()) keys.insert(key);
-  for (const auto& [key, value] : b.items()) keys.insert(key);
-  for (const std::string& key : keys) {
-    json va = a.contains(key) ? a[key] : json(nullptr);
-    json vb = b.contains(key) ? b[key] : json(nullptr);
-    if (va != vb) changes[key] = {{"a", va}, {"b", vb}};
-  }
-  return changes;
-}
-
-std::optional<double> Delta(std::optional<double> a, std::optional<double> b) {
-  if (!a || !b) return std::nullopt;
-  return *b - *a;
-}
-
 void Compare(const HistoryOptions& o) {
   HistoryDb db = OpenExisting(o.db);
-  const int64_t id_a = ResolveRun(db, o.run_a);
-  const int64_t id_b = ResolveRun(db, o.run_b);
-  history::RunRow a = db.GetRun(id_a);
-  history::RunRow b = db.GetRun(id_b);
-
-  json changed = json::object();
-  if (a.info.git_commit != b.info.git_commit) {
-    changed["git_commit"] = {{"a", a.info.git_commit}, {"b", b.info.git_commit}};
-  }
-  const bool policy_differs = a.info.policy_text != b.info.policy_text;
-  if (policy_differs) {
-    changed["policy"] = {{"a_digest", a.info.policy_digest},
-                         {"b_digest", b.info.policy_digest},
-                         {"diff", LineDiff(a.info.policy_text, b.info.policy_text)}};
-  }
-  if (json m = ObjectChanges(a.info.machine, b.info.machine); !m.empty()) changed["machine"] = m;
-  if (json d = ObjectChanges(a.info.device, b.info.device); !d.empty()) changed["device"] = d;
-  if (a.info.server_commands != b.info.server_commands) {
-    changed["server_commands"] = {{"a", a.info.server_commands}, {"b", b.info.server_commands}};
-  }
-
-  // Gates: A's order, then gates only B has.
-  std::vector<history::GateResult> gates_a = db.GateResults(id_a);
-  std::vector<history::GateResult> gates_b = db.GateResults(id_b);
-  std::vector<std::string> gate_names;
-  for (const auto& g : gates_a) gate_names.push_back(g.gate);
-  for (const auto& g : gates_b) {
-    if (std::find(gate_names.begin(), gate_names.end(), g.gate) == gate_names.end()) {
-      gate_names.push_back(g.gate);
-    }
-  }
-  auto find_gate = [](const std::vector<history::GateResult>& gates,
-                      const std::string& name) -> const history::GateResult* {
-    for (const auto& g : gates) {
-      if (g.gate == name) return &g;
-    }
-    return nullptr;
-  };
-
-  std::map<std::pair<std::string, std::string>,
-           std::pair<std::optional<double>, std::optional<double>>>
-      ledgers;
-  for (const auto& l : db.Ledgers(id_a)) ledgers[{l.label, l.name}].first = l.value;
-  for (const auto& l : db.Ledgers(id_b)) ledgers[{l.label, l.name}].second = l.value;
-
+  const history::RunComparison c =
+      history::CompareRuns(db, ResolveRun(db, o.run_a), ResolveRun(db, o.run_b));
   if (o.json) {
-    json out = {{"a", history::ToJson(a)}, {"b", history::ToJson(b)}, {"changed", changed}};
-    out["a"].erase("policy_text");
-    out["b"].erase("policy_text");
-    out["gates"] = json::array();
-    for (const std::string& name : gate_names) {
-      const auto* ga = find_gate(gates_a, name);
-      const auto* gb = find_gate(gates_b, name);
-      auto delta = Delta(ga ? ga->observed : std::nullopt, gb ? gb->observed : std::nullopt);
-      out["gates"].push_back({{"gate", name},
-                              {"a", ga ? history::ToJson(*ga) : json(nullptr)},
-                              {"b", gb ? history::ToJson(*gb) : json(nullptr)},
-                              {"observed_delta", delta ? json(*delta) : json(nullptr)}});
-    }
-    out["ledgers"] = json::array();
-    for (const auto& [key, values] : ledgers) {
-      auto delta = Delta(values.first, values.second);
-      out["ledgers"].push_back({{"label", key.first},
-                                {"name", key.second},
-                                {"a", values.first ? json(*values.first) : json(nullptr)},
-                                {"b", values.second ? json(*values.second) : json(nullptr)},
-                                {"delta", delta ? json(*delta) : json(nullptr)}});
-    }
-    std::cout << out.dump(2) << "\n";
+    std::cout << history::ToJson(c).dump(2) << "\n";
     return;
   }
-
+  const history::RunRow& a = c.a;
+  const history::RunRow& b = c.b;
   std::cout << "A = run " << a.id << " (" << a.started_at << ", " << StatusText(a) << ", verdict "
             << a.verdict.value_or("-") << ")\n";
   std::cout << "B = run " << b.id << " (" << b.started_at << ", " << StatusText(b) << ", verdict "
             << b.verdict.value_or("-") << ")\n";
 
   std::cout << "\nwhat changed:\n";
-  if (changed.empty()) std::cout << "  nothing: same commit, policy, machine, device and servers\n";
-  if (changed.contains("git_commit")) {
-    auto commit = [](const std::string& c) { return c.empty() ? std::string("-") : c; };
+  if (c.changed.empty()) std::cout << "  nothing: same commit, policy, machine, device and servers\n";
+  if (c.changed.contains("git_commit")) {
+    auto commit = [](const std::string& text) { return text.empty() ? std::string("-") : text; };
     std::cout << "  commit:  " << commit(a.info.git_commit) << " -> " << commit(b.info.git_commit)
               << "\n";
   }
-  if (policy_differs) {
+  if (c.changed.contains("policy")) {
     std::cout << "  policy:  " << (a.info.policy_digest.empty() ? "?" : a.info.policy_digest)
               << " -> " << (b.info.policy_digest.empty() ? "?" : b.info.policy_digest) << "\n";
-    for (const auto& line : changed["policy"]["diff"]) {
+    for (const auto& line : c.changed["policy"]["diff"]) {
       std::cout << "    " << line.get<std::string>() << "\n";
     }
   }
   for (const char* section : {"machine", "device"}) {
-    if (!changed.contains(section)) continue;
-    for (const auto& [key, values] : changed[section].items()) {
+    if (!c.changed.contains(section)) continue;
+    for (const auto& [key, values] : c.changed[section].items()) {
       std::cout << "  " << section << "." << key << ": " << values["a"].dump() << " -> "
                 << values["b"].dump() << "\n";
     }
   }
-  if (changed.contains("server_commands")) {
+  if (c.changed.contains("server_commands")) {
     std::cout << "  servers: " << a.info.server_commands.dump() << " -> "
               << b.info.server_commands.dump() << "\n";
   }
 
-  if (gate_names.empty()) {
+  if (c.gates.empty()) {
     std::cout << "\ngates: none recorded in either run\n";
   } else {
     std::cout << "\ngates:\n";
     TextTable table(
         {"GATE", "A", "B", "A OBSERVED", "B OBSERVED", "DELTA", "A INTERVAL", "B INTERVAL"});
-    for (const std::string& name : gate_names) {
-      const auto* ga = find_gate(gates_a, name);
-      const auto* gb = find_gate(gates_b, name);
-      table.Add(
-          {name, ga ? ga->status : "-", gb ? gb->status : "-",
-           Num(ga ? ga->observed : std::nullopt), Num(gb ? gb->observed : std::nullopt),
-           Num(Delta(ga ? ga->observed : std::nullopt, gb ? gb->observed : std::nullopt), "%+.4g"),
-           ga ? Interval(*ga) : "-", gb ? Interval(*gb) : "-"});
+    for (const history::GateComparison& g : c.gates) {
+      table.Add({g.gate, g.a ? g.a->status : "-", g.b ? g.b->status : "-",
+                 Num(g.a ? g.a->observed : std::nullopt), Num(g.b ? g.b->observed : std::nullopt),
+                 Num(g.observed_delta, "%+.4g"), g.a ? Interval(*g.a) : "-",
+                 g.b ? Interval(*g.b) : "-"});
     }
     table.Print(std::cout, "  ");
   }
-  if (!ledgers.empty()) {
+  if (!c.ledgers.empty()) {
     std::cout << "\nledgers:\n";
     TextTable table({"LABEL", "NAME", "A", "B", "DELTA"});
-    for (const auto& [key, values] : ledgers) {
-      table.Add({key.first, key.second, Num(values.first, "%.6g"), Num(values.second, "%.6g"),
-                 Num(Delta(values.first, values.second), "%+.6g")});
+    for (const history::LedgerComparison& l : c.ledgers) {
+      table.Add({l.label, l.name, Num(l.a, "%.6g"), Num(l.b, "%.6g"), Num(l.delta, "%+.6g")});
     }
     table.Print(std::cout, "  ");
   }
@@ -600,9 +488,17 @@ void AddHistoryCommand(CLI::App& app, CommandContext& context) {
   });
 
   auto* export_cmd = history_cmd->add_subcommand(
-      "export", "Print everything about a run (all raw samples included) as JSON");
+      "export", "Print a run: everything as JSON (raw samples included), or one table as CSV");
   add_common(export_cmd);
   export_cmd->add_option("RUN", options->run_a, "Run id or 'latest'")->required();
+  export_cmd->add_option("--format", options->format, "json (everything) or csv (one table)")
+      ->check(CLI::IsMember({"json", "csv"}))
+      ->capture_default_str();
+  export_cmd
+      ->add_option("--table", options->table,
+                   "With --format csv: requests | load_runs | quality | gates")
+      ->check(CLI::IsMember({"requests", "load_runs", "quality", "gates"}))
+      ->capture_default_str();
   export_cmd->callback([options, &context] {
     Export(*options);
     context.exit_code = 0;

@@ -9,6 +9,8 @@ and that a bad policy is refused with `file:line: key: what` and exit 3 before a
 
 usage: kvgate_run_test.py KVGATE_BINARY
 """
+import csv
+import io
 import json
 import math
 import os
@@ -148,6 +150,26 @@ def main():
               f"quality items of both systems stored ({len(export['quality_items'])})")
         check(len(export["gate_results"]) == len(outcome["gates"]), "every gate result stored")
         check(len(export["ledgers"]) > 0, f"ledgers stored ({len(export['ledgers'])})")
+
+        # The same rows as CSV tables, read back with Python's own csv module.
+        csv_requests = list(csv.DictReader(io.StringIO(
+            kvgate("history", "export", "latest", "--db", db, "--format", "csv").stdout)))
+        check(len(csv_requests) == sum(len(r["requests"]) for r in loads),
+              f"CSV requests: one row per stored request ({len(csv_requests)})")
+        first = loads[0]["requests"][0]
+        row = csv_requests[0]
+        check(int(row["scheduled_ns"]) == first["scheduled_ns"]
+              and int(row["end_ns"]) == first["end_ns"], "CSV request row equals the JSON record")
+        if first["first_token_ns"] >= 0:
+            want = (first["first_token_ns"] - first["scheduled_ns"]) / 1e6
+            check(abs(float(row["ttft_ms"]) - want) < 1e-9, f"CSV ttft_ms {row['ttft_ms']} = {want}")
+        csv_runs = list(csv.DictReader(io.StringIO(kvgate(
+            "history", "export", "latest", "--db", db, "--format", "csv", "--table",
+            "load_runs").stdout)))
+        check(len(csv_runs) == 2 * PAIRS and "summary.ttft.p99_ms" in csv_runs[0],
+              f"CSV load_runs: {len(csv_runs)} rows with the flattened summary")
+        bad = kvgate("history", "export", "latest", "--db", db, "--format", "csv", "--table", "x")
+        check(bad.returncode != 0 and "table" in bad.stderr, "an unknown CSV table is refused")
 
         regate = kvgate("history", "regate", "latest", "--db", db, "--json")
         again = json.loads(regate.stdout)
