@@ -104,6 +104,8 @@ void AddAccount(CLI::App& codec, CommandContext& context) {
     int store_bits = 8;
     double read_bits = 4.0;
     int baseline_bits = 4;
+    double outlier_rate = -1.0;
+    int head_dim = 128;
     bool json = false;
   };
   auto args = std::make_shared<Args>();
@@ -115,9 +117,42 @@ void AddAccount(CLI::App& codec, CommandContext& context) {
   cmd->add_option("--read-bits", args->read_bits, "R, read bits per scalar")->capture_default_str();
   cmd->add_option("--baseline-bits", args->baseline_bits, "bits stored and read by the baseline")
       ->capture_default_str();
+  cmd->add_option("--outlier-rate", args->outlier_rate,
+                  "also the outlier lists' cost per ledger: list entries per stored scalar "
+                  "(K and V; from `kvgate calibrate --check`)");
+  cmd->add_option("--head-dim", args->head_dim, "d, for the lists' block headers")
+      ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->callback([args, &context] {
     WithFlagNames([&] {
+      if (args->outlier_rate >= 0.0) {
+        const readkv::codec::OutlierListModel o = readkv::codec::ComputeOutlierListModel(
+            args->outlier_rate, args->head_dim, args->store_bits, args->read_bits);
+        if (args->json) {
+          std::cout << nlohmann::json{{"entries_per_scalar", o.entries_per_scalar},
+                                      {"head_dim", o.head_dim},
+                                      {"store_bits", o.store_bits},
+                                      {"read_bits", o.read_bits},
+                                      {"bytes_per_scalar", o.bytes_per_scalar},
+                                      {"capacity_share", o.capacity_share},
+                                      {"logical_read_share", o.logical_read_share},
+                                      {"physical_traffic_share", o.physical_traffic_share},
+                                      {"workspace_bytes", o.workspace_bytes}}
+                           .dump(2)
+                    << "\n";
+        } else {
+          std::cout << "outlier lists at " << o.entries_per_scalar << " entries per scalar (d="
+                    << o.head_dim << ", W=" << o.store_bits << ", R=" << o.read_bits << "):\n"
+                    << "  capacity:         " << 100.0 * o.capacity_share
+                    << "% of the W-bit payload\n"
+                    << "  logical reads:    " << 100.0 * o.logical_read_share
+                    << "% of the payload read at R\n"
+                    << "  physical traffic: " << 100.0 * o.physical_traffic_share
+                    << "% of the payload bytes moved at R\n"
+                    << "  workspace:        " << o.workspace_bytes << " bytes\n";
+        }
+        return;
+      }
       const readkv::codec::PayloadWriteReadModel m = readkv::codec::ComputePayloadWriteReadModel(
           args->prompt_tokens, args->decode_steps, args->store_bits, args->read_bits,
           args->baseline_bits);
@@ -180,11 +215,13 @@ nlohmann::json LedgersJson(const readkv::codec::AttentionLedgers& l) {
   return {{"capacity",
            {{"payload_bytes", l.capacity.payload_bytes},
             {"metadata_bytes", l.capacity.metadata_bytes},
-            {"residual_bytes", l.capacity.residual_bytes}}},
+            {"residual_bytes", l.capacity.residual_bytes},
+            {"outlier_bytes", l.capacity.outlier_bytes}}},
           {"logical_read_bits",
            {{"key", l.logical.key_bits},
             {"value", l.logical.value_bits},
-            {"residual", l.logical.residual_bits}}},
+            {"residual", l.logical.residual_bits},
+            {"outlier", l.logical.outlier_bits}}},
           {"physical_traffic",
            {{"key_payload_bytes", p.key_payload_bytes},
             {"value_payload_bytes", p.value_payload_bytes},
@@ -193,7 +230,8 @@ nlohmann::json LedgersJson(const readkv::codec::AttentionLedgers& l) {
             {"query_bytes", p.query_bytes},
             {"score_bytes", p.score_bytes},
             {"schedule_bytes", p.schedule_bytes},
-            {"output_bytes", p.output_bytes}}},
+            {"output_bytes", p.output_bytes},
+            {"outlier_bytes", p.outlier_bytes}}},
           {"encode",
            {{"seconds", l.encode.seconds},
             {"bytes_written", l.encode.bytes_written},
@@ -225,6 +263,7 @@ void AddAttention(CLI::App& codec, CommandContext& context) {
     std::string fp8_scale = "tensor";
     std::string dense_storage = "fp32";
     bool no_residual_window = false;
+    int outlier_cap = 0;
     int64_t calibration_samples = 4096;
     uint64_t seed = 1;
     bool json = false;
@@ -248,6 +287,9 @@ void AddAttention(CLI::App& codec, CommandContext& context) {
       ->capture_default_str();
   cmd->add_flag("--no-residual-window", args->no_residual_window,
                 "ReadKV: encode every token at once (no BF16 window)");
+  cmd->add_option("--outlier-cap", args->outlier_cap,
+                  "ReadKV outlier entries per (token, KV head) for K and for V (0 = off)")
+      ->capture_default_str();
   cmd->add_option("--calibration-samples", args->calibration_samples,
                   "Tokens in the calibration sample")
       ->capture_default_str();
@@ -296,6 +338,7 @@ void AddAttention(CLI::App& codec, CommandContext& context) {
       config.cache.store_bits = args->store_bits;
       config.cache.policy = policy;
       config.cache.residual_window = !args->no_residual_window;
+      config.cache.outliers.cap = args->outlier_cap;
       rc::ReaderPlan plan;
       if (config.cache.backend == rc::KvBackend::kReadKv) {
         plan = rc::MakeReaderPlan(policy, args->store_bits);
@@ -324,6 +367,7 @@ void AddAttention(CLI::App& codec, CommandContext& context) {
         out["reader"] = std::string(rc::ReaderName(plan.reader));
         out["kv_split"] = {plan.key_bits, plan.value_bits};
         out["residual_window"] = !args->no_residual_window;
+        out["outlier_cap"] = args->outlier_cap;
       } else if (config.cache.backend == rc::KvBackend::kFp8) {
         out["fp8_scale"] = args->fp8_scale;
       } else {
@@ -339,7 +383,8 @@ void AddAttention(CLI::App& codec, CommandContext& context) {
                   << "rel L2 error vs exact FP64:  " << r.rel_l2_error << "\n"
                   << "capacity bytes:              " << l.capacity.Total() << " (payload "
                   << l.capacity.payload_bytes << ", metadata " << l.capacity.metadata_bytes
-                  << ", residual " << l.capacity.residual_bytes << ")\n"
+                  << ", residual " << l.capacity.residual_bytes << ", outliers "
+                  << l.capacity.outlier_bytes << ")\n"
                   << "logical read bytes:          " << l.logical.Bytes() << "\n"
                   << "physical traffic bytes:      " << l.physical.Total() << "\n"
                   << "workspace peak bytes:        " << l.workspace_peak_bytes << "\n"

@@ -10,6 +10,7 @@
 
 #include "readkv/codec/bitplanes.h"
 #include "readkv/codec/errors.h"
+#include "readkv/codec/outliers.h"
 
 namespace readkv::codec {
 namespace {
@@ -46,6 +47,8 @@ void ForEachField(const CacheIdentity& id, Visit&& visit) {
   visit("codebook_id", id.codebook_id, OrderedJson(id.codebook_id));
   visit("codebook_version", std::to_string(id.codebook_version), OrderedJson(id.codebook_version));
   visit("store_bits", std::to_string(id.store_bits), OrderedJson(id.store_bits));
+  visit("outlier_cap", std::to_string(id.outlier_cap), OrderedJson(id.outlier_cap));
+  visit("outlier_threshold", DoubleText(id.outlier_threshold), OrderedJson(id.outlier_threshold));
   visit("format_version", std::to_string(id.format_version), OrderedJson(id.format_version));
 }
 
@@ -122,8 +125,10 @@ CacheIdentity IdentityFromObject(const Json& j, std::initializer_list<std::strin
   id.codebook_id = GetString(j, "codebook_id");
   id.codebook_version = GetInteger<int>(j, "codebook_version");
   id.store_bits = GetInteger<int>(j, "store_bits");
+  id.outlier_cap = GetInteger<int>(j, "outlier_cap");
+  id.outlier_threshold = GetDouble(j, "outlier_threshold");
   id.format_version = GetInteger<uint32_t>(j, "format_version");
-  size_t known = 16;
+  size_t known = 18;
   for (std::string_view key : extra) known += j.contains(key) ? 1 : 0;
   if (j.size() != known) BadHeader("unknown fields present");
   return id;
@@ -133,6 +138,17 @@ Json ParseJson(std::string_view text) {
   Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) BadHeader("not valid JSON");
   return j;
+}
+
+// The size an outlier section's two counts announce, or -1 when it is too short to hold them.
+int64_t AnnouncedOutlierBytes(std::span<const uint8_t> section) {
+  if (section.size() < size_t{kOutlierBlockHeaderBytes}) return -1;
+  const int64_t entries = (section[0] | (section[1] << 8)) + (section[2] | (section[3] << 8));
+  return kOutlierBlockHeaderBytes + entries * kOutlierEntryBytes;
+}
+
+size_t ExpectedOutlierSections(const CacheIdentity& id) {
+  return id.outlier_cap > 0 ? static_cast<size_t>(id.layers) * id.heads_kv : 0;
 }
 
 int64_t ExpectedBlockBytes(const CacheIdentity& id, int tokens) {
@@ -190,6 +206,24 @@ class ByteReader {
   size_t pos_ = 0;
 };
 
+// One checksummed section: u64 size | u64 XXH3-64 | bytes.
+void PutSection(std::vector<uint8_t>& out, const std::vector<uint8_t>& bytes) {
+  PutU64(out, bytes.size());
+  PutU64(out, XXH3_64bits(bytes.data(), bytes.size()));
+  PutBytes(out, bytes.data(), bytes.size());
+}
+
+std::span<const uint8_t> TakeSection(ByteReader& in, const std::string& part) {
+  const uint64_t size = in.U64(part);
+  const uint64_t sum = in.U64(part);
+  if (size > in.remaining()) throw CorruptObject(part, "truncated payload");
+  const auto bytes = in.Take(static_cast<size_t>(size), part);
+  if (XXH3_64bits(bytes.data(), bytes.size()) != sum) {
+    throw CorruptObject(part, "checksum mismatch");
+  }
+  return bytes;
+}
+
 }  // namespace
 
 std::string CacheIdentity::ToJson() const { return Dump(IdentityObject(*this)); }
@@ -209,7 +243,7 @@ void CacheIdentity::RequireSame(const CacheIdentity& found) const {
     std::string text;
   };
   std::vector<Entry> mine;
-  mine.reserve(16);
+  mine.reserve(18);
   ForEachField(*this, [&mine](const char* name, const std::string& text, const OrderedJson&) {
     mine.push_back({name, text});
   });
@@ -247,6 +281,20 @@ std::vector<uint8_t> SerializeCacheObject(const CacheObject& object) {
     }
   }
 
+  if (object.outliers.size() != ExpectedOutlierSections(id)) {
+    throw InvalidArgument("outliers", "expected " + std::to_string(ExpectedOutlierSections(id)) +
+                                          " outlier sections (outlier_cap " +
+                                          std::to_string(id.outlier_cap) + "), got " +
+                                          std::to_string(object.outliers.size()));
+  }
+  for (size_t i = 0; i < object.outliers.size(); ++i) {
+    const auto& section = object.outliers[i];
+    if (AnnouncedOutlierBytes(section) != static_cast<int64_t>(section.size())) {
+      throw InvalidArgument("outliers", "section " + std::to_string(i) +
+                                            " does not match its own counts");
+    }
+  }
+
   OrderedJson header = IdentityObject(id);
   header["prefix_digest"] = object.prefix_digest;
   header["first_token"] = object.first_token;
@@ -263,11 +311,9 @@ std::vector<uint8_t> SerializeCacheObject(const CacheObject& object) {
   // The preamble's checksum: from the version field to the end of the header.
   PutU64(out, XXH3_64bits(out.data() + sizeof(kMagic), out.size() - sizeof(kMagic)));
   PutU32(out, static_cast<uint32_t>(object.blocks.size()));
-  for (const auto& block : object.blocks) {
-    PutU64(out, block.size());
-    PutU64(out, XXH3_64bits(block.data(), block.size()));
-    PutBytes(out, block.data(), block.size());
-  }
+  for (const auto& block : object.blocks) PutSection(out, block);
+  PutU32(out, static_cast<uint32_t>(object.outliers.size()));
+  for (const auto& section : object.outliers) PutSection(out, section);
   return out;
 }
 
@@ -318,15 +364,21 @@ CacheObject ParseCacheObject(std::span<const uint8_t> bytes, const CacheIdentity
   std::vector<std::span<const uint8_t>> payloads;
   payloads.reserve(block_count);
   for (uint32_t i = 0; i < block_count; ++i) {
-    const std::string part = "block " + std::to_string(i);
-    const uint64_t size = in.U64(part);
-    const uint64_t sum = in.U64(part);
-    if (size > in.remaining()) throw CorruptObject(part, "truncated payload");
-    const auto payload = in.Take(static_cast<size_t>(size), part);
-    if (XXH3_64bits(payload.data(), payload.size()) != sum) {
-      throw CorruptObject(part, "checksum mismatch");
+    payloads.push_back(TakeSection(in, "block " + std::to_string(i)));
+  }
+  const uint32_t outlier_count = in.U32("outlier_count");
+  if (outlier_count != ExpectedOutlierSections(expected)) {
+    throw CorruptObject("outlier_count",
+                        "expected " + std::to_string(ExpectedOutlierSections(expected)) +
+                            ", found " + std::to_string(outlier_count));
+  }
+  for (uint32_t i = 0; i < outlier_count; ++i) {
+    const std::string part = "outliers " + std::to_string(i);
+    const auto section = TakeSection(in, part);
+    if (AnnouncedOutlierBytes(section) != static_cast<int64_t>(section.size())) {
+      throw CorruptObject(part, "size does not match its counts");
     }
-    payloads.push_back(payload);
+    object.outliers.emplace_back(section.begin(), section.end());
   }
   if (in.remaining() != 0) {
     throw CorruptObject("trailer", std::to_string(in.remaining()) + " bytes after the last block");

@@ -58,4 +58,27 @@ PayloadWriteReadModel ComputePayloadWriteReadModel(int64_t prompt_tokens, int64_
   return m;
 }
 
+OutlierListModel ComputeOutlierListModel(double entries_per_scalar, int head_dim, int store_bits,
+                                         double read_bits) {
+  if (!std::isfinite(entries_per_scalar) || entries_per_scalar < 0.0 || entries_per_scalar > 1.0) {
+    throw InvalidArgument("entries_per_scalar",
+                          "must be in [0, 1], got " + Num(entries_per_scalar));
+  }
+  if (head_dim < 8) throw InvalidArgument("head_dim", "must be >= 8");
+  if (store_bits < 1 || store_bits > 8) throw InvalidArgument("store_bits", "must be in [1, 8]");
+  if (!std::isfinite(read_bits) || read_bits <= 0.0 || read_bits > store_bits) {
+    throw InvalidArgument("read_bits", "must be in (0, W], got " + Num(read_bits));
+  }
+  OutlierListModel m;
+  m.entries_per_scalar = entries_per_scalar;
+  m.head_dim = head_dim;
+  m.store_bits = store_bits;
+  m.read_bits = read_bits;
+  m.bytes_per_scalar = 4.0 * entries_per_scalar + 4.0 / (2.0 * 256.0 * head_dim);
+  m.capacity_share = m.bytes_per_scalar / (store_bits / 8.0);
+  m.logical_read_share = 8.0 * m.bytes_per_scalar / read_bits;
+  m.physical_traffic_share = m.logical_read_share;
+  return m;
+}
+
 }  // namespace readkv::codec

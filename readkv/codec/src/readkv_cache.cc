@@ -38,7 +38,9 @@ ReadKvLayerCache::ReadKvLayerCache(const LayerGeometry& geometry,
                                           std::to_string(options.store_bits));
   }
   plan_ = MakeReaderPlan(options.policy, options.store_bits);
+  options_.outliers = ResolveOutlierOptions(options.outliers, *codebook_, geometry.head_dim);
   for (int h = 0; h < geometry.heads_kv; ++h) {
+    outliers_.emplace_back(geometry.head_dim, options_.outliers);
     key_transforms_.emplace_back(geometry.head_dim, calibration_->seeds.KeySeed(layer, h));
     value_transforms_.emplace_back(geometry.head_dim, calibration_->seeds.ValueSeed(layer, h));
     stores_.emplace_back(geometry.head_dim, options.store_bits);
@@ -56,14 +58,20 @@ void ReadKvLayerCache::EncodeToken(int head, const float* key_transformed,
   const auto v_std = calibration_->ValueStd(layer_, head);
   uint8_t key_codes[1024];
   uint8_t value_codes[1024];
+  float key_z[1024];
+  float value_z[1024];
   for (int c = 0; c < d; ++c) {
     const auto ch = static_cast<size_t>(c);
-    key_codes[c] = codebook_->Encode((key_transformed[c] - k_mean[ch]) / k_std[ch]);
-    value_codes[c] = codebook_->Encode((value_transformed[c] - v_mean[ch]) / v_std[ch]);
+    key_z[c] = (key_transformed[c] - k_mean[ch]) / k_std[ch];
+    value_z[c] = (value_transformed[c] - v_mean[ch]) / v_std[ch];
+    key_codes[c] = codebook_->Encode(key_z[c]);
+    value_codes[c] = codebook_->Encode(value_z[c]);
   }
-  stores_[static_cast<size_t>(head)].Append(
-      std::span<const uint8_t>(key_codes, static_cast<size_t>(d)),
-      std::span<const uint8_t>(value_codes, static_cast<size_t>(d)));
+  const auto n = static_cast<size_t>(d);
+  stores_[static_cast<size_t>(head)].Append(std::span<const uint8_t>(key_codes, n),
+                                            std::span<const uint8_t>(value_codes, n));
+  outliers_[static_cast<size_t>(head)].AppendToken(std::span<const float>(key_z, n),
+                                                   std::span<const float>(value_z, n));
   // Payload bits of one token of one head, K and V.
   encode_.bytes_written += 2LL * d * options_.store_bits / 8;
 }
@@ -118,8 +126,16 @@ void ReadKvLayerCache::Append(std::span<const float> keys, std::span<const float
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void ReadKvLayerCache::AppendEncodedBlock(std::span<const std::vector<uint8_t>> head_blocks) {
+void ReadKvLayerCache::AppendEncodedBlock(std::span<const std::vector<uint8_t>> head_blocks,
+                                          std::span<const std::vector<uint8_t>> outlier_blocks) {
   const int heads = geometry().heads_kv;
+  const size_t expected_outliers = options_.outliers.enabled() ? static_cast<size_t>(heads) : 0;
+  if (outlier_blocks.size() != expected_outliers) {
+    throw InvalidArgument("outlier_blocks",
+                          std::string("this cache ") + (expected_outliers ? "keeps" : "has no") +
+                              " outlier lists: expected " + std::to_string(expected_outliers) +
+                              " blocks, got " + std::to_string(outlier_blocks.size()));
+  }
   if (static_cast<int>(head_blocks.size()) != heads) {
     throw InvalidArgument("head_blocks", "must hold one block per KV head (" +
                                              std::to_string(heads) + "), got " +
@@ -138,10 +154,20 @@ void ReadKvLayerCache::AppendEncodedBlock(std::span<const std::vector<uint8_t>> 
     throw InvalidArgument("tokens", "an encoded block can only follow whole blocks (the cache "
                                     "holds " + std::to_string(tokens()) + " tokens)");
   }
+  // Parse every outlier section into copies first: a damaged one changes nothing.
+  std::vector<OutlierStore> parsed = outliers_;
+  for (size_t h = 0; h < expected_outliers; ++h) {
+    parsed[h].AppendBlockBytes(outlier_blocks[h], kBlockTokens);
+  }
   for (int h = 0; h < heads; ++h) {
     stores_[static_cast<size_t>(h)].AppendBlockBytes(head_blocks[static_cast<size_t>(h)],
                                                      kBlockTokens);
+    if (expected_outliers == 0) {  // an empty section keeps the lists' blocks in step
+      static constexpr uint8_t kEmpty[kOutlierBlockHeaderBytes] = {};
+      outliers_[static_cast<size_t>(h)].AppendBlockBytes(kEmpty, kBlockTokens);
+    }
   }
+  if (expected_outliers != 0) outliers_ = std::move(parsed);
   encoded_tokens_ += kBlockTokens;
 }
 
@@ -151,6 +177,7 @@ CapacityLedger ReadKvLayerCache::Capacity() const {
   const int64_t channels = static_cast<int64_t>(geometry().heads_kv) * geometry().head_dim;
   c.metadata_bytes = 4 * channels * 4;  // mu and sigma of K and V, float
   c.residual_bytes = residual_tokens_ * channels * 2 * 2;
+  for (const auto& list : outliers_) c.outlier_bytes += list.Bytes();
   return c;
 }
 
@@ -207,6 +234,7 @@ AttentionLedgers ReadKvLayerCache::DoAttend(std::span<const float> queries, std:
 
   // Stage 1b: logits from keys reconstructed at those depths, then the softmax.
   int64_t table_entries = 0;
+  int64_t outlier_read_bytes = 0;  // every block's lists, K and V, read once per call
   size_t table_size = 0;
   for (int h = 0; h < hkv; ++h) {
     size_t size = 0;
@@ -262,6 +290,9 @@ AttentionLedgers ReadKvLayerCache::DoAttend(std::span<const float> queries, std:
                          head_probs + q * stride + first, span8);
         }
       }
+      AddKeyOutlierLogits(outliers_[head].KeyEntries(b), *codebook_, depth, sd, scaled.data(), g,
+                          d, head_probs + first, stride);
+      outlier_read_bytes += outliers_[head].BlockReadBytes(b);
     }
     const uint16_t* residual = residual_keys_[head].data();
     for (int64_t r = 0; r < t_res; ++r) {
@@ -309,6 +340,11 @@ AttentionLedgers ReadKvLayerCache::DoAttend(std::span<const float> queries, std:
                        accumulators.data() + static_cast<size_t>(q) * ud, d);
       }
     }
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t first = b * kBlockTokens;
+      AddValueOutlierSums(outliers_[head].ValueEntries(b), *codebook_, depth + first,
+                          head_probs + first, g, stride, d, accumulators.data());
+    }
     const auto mean = calibration_->ValueMean(layer_, h);
     const auto sd = calibration_->ValueStd(layer_, h);
     for (int q = 0; q < g; ++q) {
@@ -342,10 +378,12 @@ AttentionLedgers ReadKvLayerCache::DoAttend(std::span<const float> queries, std:
   ledgers.logical.key_bits = key_depth_sum * t_enc;
   ledgers.logical.value_bits = value_depth_sum * d;
   ledgers.logical.residual_bits = t_res * channels * 16 * 2;
+  ledgers.logical.outlier_bits = outlier_read_bytes * 8;
   PhysicalTraffic& phys = ledgers.physical;
   phys.key_payload_bytes = key_depth_sum * blocks * kKeyPlaneBytes;
   phys.value_payload_bytes = value_depth_sum * (d / 8);
   phys.residual_bytes = t_res * channels * 2 * 2;
+  phys.outlier_bytes = outlier_read_bytes;
   const int64_t centroid_table_bytes = ((int64_t{2} << options_.store_bits) - 1) * 4;
   phys.metadata_bytes = 4 * channels * 4 + 2 * table_entries * 4 + hkv * centroid_table_bytes;
   const int64_t query_floats = static_cast<int64_t>(geo.heads_q) * d;

@@ -52,8 +52,20 @@ CacheObject MakeObject(const CacheIdentity& id, int tokens = 100, uint64_t seed 
       store.Append(k, v);
     }
     object.blocks.push_back(store.BlockBytes(0));
+    // With outliers on, a section of one entry (token 3, channel 1, z = -12) per block.
+    if (id.outlier_cap > 0) object.outliers.push_back({0, 0, 1, 0, 3, 1, 0x00, 0xca});
   }
   return object;
+}
+
+// The field SerializeCacheObject names when it refuses `o`, or "no error".
+std::string SerializeRefusal(const CacheObject& o) {
+  try {
+    SerializeCacheObject(o);
+  } catch (const InvalidArgument& e) {
+    return e.field();
+  }
+  return std::string("no error");
 }
 
 // Offsets of the fixed layout parts, read back from a serialised object.
@@ -173,6 +185,8 @@ std::vector<FieldChange> AllFieldChanges() {
       {"codebook_id", [](CacheIdentity& i) { i.codebook_id = "uniform"; }},
       {"codebook_version", [](CacheIdentity& i) { i.codebook_version = 2; }},
       {"store_bits", [](CacheIdentity& i) { i.store_bits = 8; }},
+      {"outlier_cap", [](CacheIdentity& i) { i.outlier_cap = 2; }},
+      {"outlier_threshold", [](CacheIdentity& i) { i.outlier_threshold = 4.5; }},
       {"format_version", [](CacheIdentity& i) { i.format_version = kCacheFormatVersion + 1; }},
   };
 }
@@ -180,7 +194,7 @@ std::vector<FieldChange> AllFieldChanges() {
 TEST(CacheObjectTest, EachChangedIdentityFieldIsRefusedByName) {
   const CacheIdentity expected = BaseIdentity();
   const auto changes = AllFieldChanges();
-  ASSERT_EQ(changes.size(), 16u);  // every field of CacheIdentity
+  ASSERT_EQ(changes.size(), 18u);  // every field of CacheIdentity
   for (const auto& change : changes) {
     CacheIdentity found = expected;
     change.change(found);
@@ -290,7 +304,7 @@ TEST(CacheObjectTest, FlippedBlockByteNamesThatBlock) {
     }
     pos += 16 + payload;
   }
-  EXPECT_EQ(pos, bytes.size());
+  EXPECT_EQ(pos + 4, bytes.size());  // then the outlier count, 0 here
 }
 
 TEST(CacheObjectTest, EveryTruncationIsCorruptAndNeverReadsOutOfBounds) {
@@ -339,27 +353,99 @@ TEST(CacheObjectTest, BlockSizeDisagreeingWithHeaderIsCorrupt) {
 
 TEST(CacheObjectTest, SerializeRefusesInconsistentObjects) {
   const CacheIdentity id = BaseIdentity();
-  const auto field_of = [](const CacheObject& o) {
-    try {
-      SerializeCacheObject(o);
-    } catch (const InvalidArgument& e) {
-      return e.field();
-    }
-    return std::string("no error");
-  };
   CacheObject o = MakeObject(id);
-  EXPECT_EQ(field_of(o), "no error");
+  EXPECT_EQ(SerializeRefusal(o), "no error");
   o.blocks.pop_back();
-  EXPECT_EQ(field_of(o), "blocks");
+  EXPECT_EQ(SerializeRefusal(o), "blocks");
   o = MakeObject(id);
   o.blocks[1].push_back(0);
-  EXPECT_EQ(field_of(o), "blocks");
+  EXPECT_EQ(SerializeRefusal(o), "blocks");
   o = MakeObject(id);
   o.tokens = 0;
-  EXPECT_EQ(field_of(o), "tokens");
+  EXPECT_EQ(SerializeRefusal(o), "tokens");
   o = MakeObject(id);
   o.identity.format_version = kCacheFormatVersion + 1;
-  EXPECT_EQ(field_of(o), "format_version");
+  EXPECT_EQ(SerializeRefusal(o), "format_version");
+}
+
+CacheIdentity OutlierIdentity() {
+  CacheIdentity id = BaseIdentity();
+  id.outlier_cap = 2;
+  id.outlier_threshold = 3.5;
+  return id;
+}
+
+TEST(CacheObjectTest, OutlierSectionsRoundTrip) {
+  const CacheIdentity id = OutlierIdentity();
+  const CacheObject object = MakeObject(id);
+  const CacheObject parsed = ParseCacheObject(SerializeCacheObject(object), id);
+  EXPECT_EQ(parsed.identity, id);
+  EXPECT_EQ(parsed.blocks, object.blocks);
+  ASSERT_EQ(parsed.outliers.size(), static_cast<size_t>(id.layers * id.heads_kv));
+  EXPECT_EQ(parsed.outliers, object.outliers);
+}
+
+TEST(CacheObjectTest, AnObjectWithoutOutliersIsRefusedByAReaderThatKeepsThem) {
+  const CacheIdentity with = OutlierIdentity();
+  const CacheIdentity without = BaseIdentity();
+  const auto field_of = [](const std::vector<uint8_t>& bytes, const CacheIdentity& expected) {
+    try {
+      ParseCacheObject(bytes, expected);
+    } catch (const IdentityMismatch& e) {
+      return e.field() + " expected " + e.expected() + " found " + e.found();
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(field_of(SerializeCacheObject(MakeObject(without)), with),
+            "outlier_cap expected 2 found 0");
+  EXPECT_EQ(field_of(SerializeCacheObject(MakeObject(with)), without),
+            "outlier_cap expected 0 found 2");
+  CacheIdentity other_threshold = with;
+  other_threshold.outlier_threshold = 4.0;
+  EXPECT_EQ(field_of(SerializeCacheObject(MakeObject(other_threshold)), with),
+            "outlier_threshold expected 3.5 found 4");
+}
+
+TEST(CacheObjectTest, FlippedOutlierByteNamesThatSection) {
+  const CacheIdentity id = OutlierIdentity();
+  const CacheObject object = MakeObject(id);
+  const auto bytes = SerializeCacheObject(object);
+  // The sections are the object's tail: u32 count, then (u64 size | u64 sum | 8 bytes) each.
+  const size_t section = 16 + 8;
+  const size_t begin = bytes.size() - object.outliers.size() * section;
+  for (size_t i = 0; i < object.outliers.size(); ++i) {
+    for (size_t offset : {size_t{0}, size_t{8}, size_t{16}, size_t{23}}) {
+      auto damaged = bytes;
+      damaged[begin + i * section + offset] ^= 0x04;
+      try {
+        ParseCacheObject(damaged, id);
+        ADD_FAILURE() << "section " << i << " offset " << offset;
+      } catch (const CorruptObject& e) {
+        EXPECT_EQ(e.where(), "outliers " + std::to_string(i)) << "offset " << offset;
+      }
+    }
+  }
+  auto count = bytes;
+  count[begin - 4] ^= 1;
+  try {
+    ParseCacheObject(count, id);
+    ADD_FAILURE();
+  } catch (const CorruptObject& e) {
+    EXPECT_EQ(e.where(), "outlier_count");
+  }
+}
+
+TEST(CacheObjectTest, SerializeRefusesMissingOrInconsistentOutlierSections) {
+  const CacheIdentity id = OutlierIdentity();
+  CacheObject o = MakeObject(id);
+  o.outliers.pop_back();
+  EXPECT_EQ(SerializeRefusal(o), "outliers");
+  o = MakeObject(id);
+  o.outliers[0].push_back(0);  // 9 bytes where its counts announce 8
+  EXPECT_EQ(SerializeRefusal(o), "outliers");
+  o = MakeObject(BaseIdentity());
+  o.outliers.push_back({0, 0, 0, 0});  // a section without outliers on
+  EXPECT_EQ(SerializeRefusal(o), "outliers");
 }
 
 TEST(CacheObjectTest, ContentDigestIsXxh3_128Hex) {

@@ -100,5 +100,21 @@ TEST(LedgersTest, ReadKvTrafficCountsIntermediatesBeyondThePayload) {
   EXPECT_EQ(l.encode.tokens_appended, 1024);
 }
 
+TEST(LedgersTest, OutlierListModelSharesOfThePayload) {
+  // 0.2% of the values listed, d = 64, W = 8, R = 4: 4 bytes an entry and 4 header bytes per
+  // (block, KV head) over 2 * 256 * 64 scalars.
+  const OutlierListModel m = ComputeOutlierListModel(0.002, 64, 8, 4.0);
+  const double bytes = 4 * 0.002 + 4.0 / (2 * 256 * 64);
+  EXPECT_DOUBLE_EQ(m.bytes_per_scalar, bytes);
+  EXPECT_DOUBLE_EQ(m.capacity_share, bytes / 1.0);
+  EXPECT_DOUBLE_EQ(m.logical_read_share, 8 * bytes / 4.0);
+  EXPECT_DOUBLE_EQ(m.physical_traffic_share, m.logical_read_share);
+  EXPECT_EQ(m.workspace_bytes, 0);
+  // Reading fewer bits makes the same lists a larger share of the reads.
+  EXPECT_GT(ComputeOutlierListModel(0.002, 64, 8, 2.0).logical_read_share, m.logical_read_share);
+  EXPECT_THROW(ComputeOutlierListModel(-0.1, 64, 8, 4.0), InvalidArgument);
+  EXPECT_THROW(ComputeOutlierListModel(0.002, 64, 8, 9.0), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace readkv::codec

@@ -176,6 +176,9 @@ std::vector<MetricFamily> ServingMetrics::CollectLedgers() const {
   families.push_back(scalar("readkv_logical_read_bytes_total",
                             "Payload bytes the readers chose, summed over decode steps.",
                             MetricType::Counter, static_cast<double>(ledgers.logical_read_bytes)));
+  families.push_back(scalar("readkv_outlier_read_bytes_total",
+                            "Of the logical reads, ReadKV outlier lists (0 when off).",
+                            MetricType::Counter, static_cast<double>(ledgers.outlier_read_bytes)));
   families.push_back(scalar("readkv_physical_traffic_bytes_total",
                             "All bytes moved through memory by attention, summed over steps.",
                             MetricType::Counter,

@@ -26,6 +26,16 @@ RuntimeFlags::RuntimeFlags(CLI::App& cmd) {
       ->capture_default_str();
   cmd.add_option("--kv-split", kv_split_,
                  "ReadKV K/V split RK:RV (mean R; flexible or constrained reader)");
+  cmd.add_option("--outlier-cap", options_.kv.outlier_cap,
+                 "ReadKV outlier entries per (token, KV head) for K and for V, kept exactly beside "
+                 "the clipped code (0 = off; CPU only)")
+      ->capture_default_str();
+  cmd.add_option("--outlier-threshold", options_.kv.outlier_threshold,
+                 "ReadKV |z| past which a value is an outlier (0 = the tree's outermost threshold)")
+      ->capture_default_str();
+  cmd.add_option("--kv-fp8-layers", options_.kv.fp8_layers,
+                 "ReadKV: keep these layers as FP8 caches (comma-separated; CPU, no prefix cache)")
+      ->delimiter(',');
   cmd.add_option("--fp8-scale", fp8_scale_, "FP8 scales: tensor (per layer) | head")
       ->capture_default_str();
   cmd.add_option("--prefill", prefill_,
@@ -214,6 +224,12 @@ void AddCalibrateCommand(CLI::App& app, int& exit_code) {
                   "--check: the calibration to measure (default: <model>/calibration.json)");
   cmd->add_option("--store-bits", check->store_bits, "--check: ReadKV stored bits W")
       ->capture_default_str();
+  cmd->add_option("--outlier-cap", check->outliers.cap,
+                  "--check: outlier entries per (token, KV head) of the 'after' columns")
+      ->capture_default_str();
+  cmd->add_option("--outlier-threshold", check->outliers.threshold,
+                  "--check: |z| past which a value is an outlier (0 = the tree's outermost)")
+      ->capture_default_str();
   cmd->add_option("--json", *json_path, "--check: also write the rows as JSON to FILE");
   cmd->callback([o, check, check_flag, seed_set, json_path, &exit_code] {
     if (o->samples < 1) throw codec::InvalidArgument("samples", "must be at least 1");
@@ -228,16 +244,20 @@ void AddCalibrateCommand(CLI::App& app, int& exit_code) {
     check->documents = *o;
     if (!*seed_set) check->documents.seed = o->seed + 1;
     const std::vector<CodecFidelityRow> rows = MeasureCodecFidelity(*check);
-    std::printf("%5s %-5s %10s %9s %9s %9s %10s %11s %10s %7s %6s %7s\n", "layer", "kind",
-                "values", "fp8_rms", "fp8_sat", "rkv_rms", "rkv_outer", "outer_err%", "at_first%",
-                "z_mean", "z_std", "z_max");
+    std::printf("%5s %-5s %10s %9s %9s %9s %10s %11s %10s %7s %6s %7s | %9s %10s %7s %7s\n",
+                "layer", "kind", "values", "fp8_rms", "fp8_sat", "rkv_rms", "rkv_outer",
+                "outer_err%", "at_first%", "z_mean", "z_std", "z_max", "rms_after", "clip_after",
+                "ent/vec", "list%");
     nlohmann::json out = nlohmann::json::array();
     for (const CodecFidelityRow& r : rows) {
-      std::printf("%5d %-5s %10lld %9.2e %9.2e %9.2e %10.2e %10.1f%% %9.1f%% %7.3f %6.3f %7.2f\n",
-                  r.layer, r.kind.c_str(), static_cast<long long>(r.values), r.fp8_relative_rms,
-                  r.fp8_saturated, r.readkv_relative_rms, r.readkv_beyond_outer,
-                  100.0 * r.readkv_outer_error_share, 100.0 * r.readkv_outer_first_token,
-                  r.z_mean, r.z_std, r.z_max_abs);
+      std::printf(
+          "%5d %-5s %10lld %9.2e %9.2e %9.2e %10.2e %10.1f%% %9.1f%% %7.3f %6.3f %7.2f | %9.2e "
+          "%10.2e %7.4f %6.2f%%\n",
+          r.layer, r.kind.c_str(), static_cast<long long>(r.values), r.fp8_relative_rms,
+          r.fp8_saturated, r.readkv_relative_rms, r.readkv_beyond_outer,
+          100.0 * r.readkv_outer_error_share, 100.0 * r.readkv_outer_first_token, r.z_mean,
+          r.z_std, r.z_max_abs, r.readkv_relative_rms_after, r.readkv_clipped_after,
+          r.outlier_entries_per_vector, 100.0 * r.outlier_capacity_share);
       out.push_back({{"layer", r.layer}, {"kind", r.kind}, {"values", r.values},
                      {"fp8_relative_rms", r.fp8_relative_rms}, {"fp8_saturated", r.fp8_saturated},
                      {"readkv_relative_rms", r.readkv_relative_rms},
@@ -251,7 +271,11 @@ void AddCalibrateCommand(CLI::App& app, int& exit_code) {
                         }
                         return top;
                       }()},
-                     {"z_mean", r.z_mean}, {"z_std", r.z_std}, {"z_max_abs", r.z_max_abs}});
+                     {"z_mean", r.z_mean}, {"z_std", r.z_std}, {"z_max_abs", r.z_max_abs},
+                     {"readkv_relative_rms_after", r.readkv_relative_rms_after},
+                     {"readkv_clipped_after", r.readkv_clipped_after},
+                     {"outlier_entries_per_vector", r.outlier_entries_per_vector},
+                     {"outlier_capacity_share", r.outlier_capacity_share}});
     }
     // Which tokens' values pass the outer threshold (bytes shown as characters).
     const auto show = [](int t) {
@@ -276,7 +300,9 @@ void AddCalibrateCommand(CLI::App& app, int& exit_code) {
       std::ofstream f(*json_path);
       f << nlohmann::json{{"model_dir", o->model_dir}, {"samples", o->samples},
                           {"max_bytes", o->max_bytes}, {"seed", check->documents.seed},
-                          {"store_bits", check->store_bits}, {"rows", out}}
+                          {"store_bits", check->store_bits},
+                          {"outlier_cap", check->outliers.cap},
+                          {"outlier_threshold", check->outliers.threshold}, {"rows", out}}
                .dump(1)
         << "\n";
       if (!f) throw codec::InvalidArgument("json", "cannot write " + *json_path);
@@ -332,6 +358,8 @@ void AddEvalCommand(CLI::App& app, int& exit_code) {
     j["weights_digest"] = model.weights_digest();
     const engine::KvLedgers led = model.ledgers();
     j["logical_read_bytes"] = led.logical_read_bytes;
+    j["outlier_cap"] = runtime.kv.outlier_cap;
+    j["outlier_read_bytes"] = led.outlier_read_bytes;
     j["physical_traffic_bytes"] = led.physical_traffic_bytes;
     j["encode_seconds"] = led.encode_seconds;
     const std::string text = j.dump(2);

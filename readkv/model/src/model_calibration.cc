@@ -11,10 +11,12 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "readkv/codec/bitplanes.h"
 #include "readkv/codec/codebook.h"
 #include "readkv/codec/errors.h"
 #include "readkv/codec/fp8.h"
 #include "readkv/codec/fp8_cache.h"
+#include "readkv/codec/outliers.h"
 #include "readkv/codec/transform.h"
 #include "readkv/model/errors.h"
 #include "readkv/model/recall_data.h"
@@ -207,6 +209,8 @@ std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& o
     int64_t n = 0, saturated = 0, beyond = 0;
     std::vector<int64_t> beyond_by_token;  // [vocab]: values past the outer threshold
     double x2 = 0, fp8_err2 = 0, readkv_err2 = 0, outer_err2 = 0, z = 0, z2 = 0, z_max = 0;
+    int64_t kept = 0, list_bytes = 0;  // outlier entries and their lists' bytes
+    double after_err2 = 0;             // the W-bit code's error with the lists applied
   };
   std::vector<Sums> sums(static_cast<size_t>(2 * layers));
   // FP8's per-tensor scales as the FP8 cache itself derives them (equal over a layer's heads).
@@ -223,6 +227,9 @@ std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& o
     }
   }
   const float outer = tree.thresholds(w).back();  // the tree is symmetric
+  const codec::OutlierOptions lists = codec::ResolveOutlierOptions(options.outliers, tree, d);
+  std::vector<float> zs(static_cast<size_t>(d));
+  std::vector<uint8_t> kept_channels(static_cast<size_t>(codec::kMaxOutlierCap));
   std::vector<float> xt(static_cast<size_t>(d));
   // The observer sees a document's tokens in order, per (layer, head): its position there.
   std::vector<int64_t> position(static_cast<size_t>(layers * heads), 0);
@@ -252,8 +259,24 @@ std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& o
     t.Forward(x, xt);
     for (int c = 0; c < d; ++c) {
       const auto i = static_cast<size_t>(c);
-      const float z = (xt[i] - mean[i]) / sd[i];
+      zs[i] = (xt[i] - mean[i]) / sd[i];
+    }
+    // The lists: kept values cost their fp16 rounding instead of their clipping error.
+    int64_t beyond_lists = 0;
+    const int kept = codec::SelectOutliers(zs, lists, kept_channels, beyond_lists);
+    s.kept += kept;
+    s.list_bytes += kept * codec::kOutlierEntryBytes + (at % codec::kBlockTokens == 0 ? 2 : 0);
+    for (int c = 0; c < d; ++c) {
+      const auto i = static_cast<size_t>(c);
+      const float z = zs[i];
       const double err = static_cast<double>(sd[i]) * (z - tree.Decode(tree.Encode(z), w));
+      const bool listed =
+          std::find(kept_channels.begin(), kept_channels.begin() + kept, c) !=
+          kept_channels.begin() + kept;
+      const double after =
+          listed ? static_cast<double>(sd[i]) * (z - codec::HalfToFloat(codec::FloatToHalf(z)))
+                 : err;
+      s.after_err2 += after * after;
       const bool beyond = std::abs(z) > outer;
       s.beyond += beyond;
       s.beyond_by_token[token] += beyond;
@@ -305,6 +328,10 @@ std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& o
       r.z_mean = s.z / n;
       r.z_std = std::sqrt(std::max(0.0, s.z2 / n - r.z_mean * r.z_mean));
       r.z_max_abs = s.z_max;
+      r.readkv_clipped_after = static_cast<double>(s.beyond - s.kept) / n;
+      r.readkv_relative_rms_after = std::sqrt(s.after_err2 / std::max(s.x2, 1e-300));
+      r.outlier_entries_per_vector = static_cast<double>(s.kept) * d / n;
+      r.outlier_capacity_share = static_cast<double>(s.list_bytes) / (n * w / 8.0);
       rows.push_back(r);
     }
   }

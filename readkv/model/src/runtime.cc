@@ -22,6 +22,7 @@
 #include "readkv/codec/bitplanes.h"
 #include "readkv/codec/codebook.h"
 #include "readkv/codec/errors.h"
+#include "readkv/codec/outliers.h"
 #include "readkv/codec/readers.h"
 #include "readkv/codec/readkv_cache.h"
 #include "readkv/codec/transform.h"
@@ -90,6 +91,18 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
       throw std::invalid_argument(
           "reader: on a CUDA device ReadKV runs the constrained reader only (the flexible reader "
           "has no kernel); use --reader constrained or --device cpu");
+    }
+    // Checks the cap's range and the threshold against the tree, naming the field.
+    const codec::LloydTree tree(kv.store_bits);
+    codec::ResolveOutlierOptions({kv.outlier_cap, kv.outlier_threshold}, tree, 8);
+    if (!kv.fp8_layers.empty() && (UsesGpuKv(options) || !options.prefix_cache.directory.empty())) {
+      throw std::invalid_argument(
+          "fp8_layers: FP8 layers inside a ReadKV cache run on the CPU without a prefix cache");
+    }
+    if (UsesGpuKv(options) && kv.outlier_cap > 0) {
+      throw std::invalid_argument(
+          "outlier_cap: the GPU ReadKV kernels have no outlier correction yet, so a cache with "
+          "outlier lists would be read without them; use --outlier-cap 0 or --device cpu");
     }
   }
   if (!options.prefix_cache.directory.empty()) {
@@ -194,7 +207,10 @@ struct LlamaDecodeModel::Impl {
     if (gpu) return s;
     for (int l = 0; l < layers; ++l) {
       codec::LayerCacheConfig c;
-      c.backend = options.kv.kind == "fp8" ? codec::KvBackend::kFp8 : codec::KvBackend::kReadKv;
+      const bool fp8_layer = std::find(options.kv.fp8_layers.begin(), options.kv.fp8_layers.end(),
+                                       l) != options.kv.fp8_layers.end();
+      c.backend = options.kv.kind == "fp8" || fp8_layer ? codec::KvBackend::kFp8
+                                                        : codec::KvBackend::kReadKv;
       c.geometry = {hq(), hkv(), hd()};
       c.calibration = calibration;
       c.layer = l;
@@ -202,6 +218,7 @@ struct LlamaDecodeModel::Impl {
       c.store_bits = options.kv.store_bits;
       c.policy = policy;
       c.codebook = codebook;
+      c.outliers = {options.kv.outlier_cap, options.kv.outlier_threshold};
       s.caches.push_back(codec::MakeLayerKvCache(c));
     }
     return s;
@@ -277,6 +294,7 @@ struct LlamaDecodeModel::Impl {
     const codec::AttentionLedgers led = s.caches[static_cast<size_t>(layer)]->Attend(
         {qc.data_ptr<float>(), static_cast<size_t>(qc.numel())}, out);
     totals.logical_read_bytes += led.logical.Bytes();
+    totals.outlier_read_bytes += led.logical.outlier_bits / 8;
     totals.physical_traffic_bytes += led.physical.Total();
     totals.workspace_peak_bytes = std::max(totals.workspace_peak_bytes, led.workspace_peak_bytes);
     return torch::from_blob(out.data(), {hq(), hd()}, torch::kFloat).clone().to(device, dtype);
@@ -476,6 +494,10 @@ struct LlamaDecodeModel::Impl {
         const size_t index = static_cast<size_t>(l) * hkv() + h;
         codec::BitPlaneStore store(d, w);
         store.AppendBlockBytes(object.blocks[index], object.tokens);
+        const bool has_outliers = !object.outliers.empty();
+        codec::OutlierStore outliers(
+            d, {identity.outlier_cap, static_cast<float>(identity.outlier_threshold)});
+        if (has_outliers) outliers.AppendBlockBytes(object.outliers[index], object.tokens);
         for (int kind = 0; kind < 2; ++kind) {
           const auto mean = kind == 0 ? calibration->KeyMean(l, h) : calibration->ValueMean(l, h);
           const auto sd = kind == 0 ? calibration->KeyStd(l, h) : calibration->ValueStd(l, h);
@@ -487,6 +509,13 @@ struct LlamaDecodeModel::Impl {
               const uint8_t code = kind == 0 ? store.KeyCode(i, c, w) : store.ValueCode(i, c, w);
               const auto ch = static_cast<size_t>(c);
               z[ch] = mean[ch] + sd[ch] * codebook->Decode(code, w);
+            }
+            // Outliers at full depth: their fp16 z replaces the clipped centroid.
+            if (has_outliers) {
+              for (const auto& e : kind == 0 ? outliers.KeyEntries(0) : outliers.ValueEntries(0)) {
+                if (e.token != i) continue;
+                z[e.channel] += sd[e.channel] * codec::OutlierCorrection(*codebook, e.z_half, w);
+              }
             }
             t.Inverse(z, x);
             std::copy(x.begin(), x.end(), out + (i * hkv() + h) * d);
@@ -507,8 +536,10 @@ struct LlamaDecodeModel::Impl {
     const auto heads = static_cast<size_t>(hkv());
     for (int l = 0; l < config.num_hidden_layers; ++l) {
       const auto first = object.blocks.begin() + static_cast<std::ptrdiff_t>(l * heads);
-      ReadKvCache(s, l).AppendEncodedBlock(
-          std::span<const std::vector<uint8_t>>(&*first, heads));
+      std::span<const std::vector<uint8_t>> outliers;
+      if (!object.outliers.empty()) outliers = {&object.outliers[l * heads], heads};
+      ReadKvCache(s, l).AppendEncodedBlock(std::span<const std::vector<uint8_t>>(&*first, heads),
+                                           outliers);
     }
     s.length += object.tokens;
   }
@@ -531,10 +562,13 @@ struct LlamaDecodeModel::Impl {
       } else {
         Prefill(s, tokens.subspan(static_cast<size_t>(first), codec::kBlockTokens),
                 &decoded_past);
-        object = codec::CacheObject{identity, digest, first, codec::kBlockTokens, {}};
+        object = codec::CacheObject{identity, digest, first, codec::kBlockTokens, {}, {}};
         for (int l = 0; l < config.num_hidden_layers; ++l) {
           for (int h = 0; h < hkv(); ++h) {
             object->blocks.push_back(ReadKvCache(s, l).store(h).BlockBytes(b));
+            if (identity.outlier_cap > 0) {
+              object->outliers.push_back(ReadKvCache(s, l).outliers(h).BlockBytes(b));
+            }
           }
         }
         if (prefix_store->Store(*object)) ++stored;
@@ -703,6 +737,10 @@ codec::CacheIdentity LlamaDecodeModel::cache_identity() const {
     id.codebook_id = codec::LloydTree::kCodebookId;
     id.codebook_version = codec::LloydTree::kCodebookVersion;
     id.store_bits = m.options.kv.store_bits;
+    const codec::OutlierOptions resolved = codec::ResolveOutlierOptions(
+        {m.options.kv.outlier_cap, m.options.kv.outlier_threshold}, *m.codebook, m.hd());
+    id.outlier_cap = resolved.cap;
+    id.outlier_threshold = resolved.threshold;
   }
   return id;
 }

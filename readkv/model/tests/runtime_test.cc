@@ -610,6 +610,64 @@ TEST_F(CompressedRuntimeTest, PrefixCacheObjectsOfAnotherStoreWidthAreNeverReadA
   EXPECT_EQ(RunPrompt(fresh, 1, prompt_), beside);
 }
 
+// Outlier lists are part of the identity: a server that keeps them never reads objects written
+// without them (another name, so no hit and no refusal), and its own hits are exact.
+TEST_F(CompressedRuntimeTest, PrefixCacheWithOutlierListsIsExactAndApartFromObjectsWithout) {
+  TempDir cache, fresh_dir;
+  RuntimeOptions o;
+  o.kv.kind = "readkv";
+  o.kv.reader = "constrained";
+  o.prefix_cache.directory = cache.path();
+  {
+    LlamaDecodeModel without(dir_.path(), o);
+    RunPrompt(without, 1, prompt_);
+    EXPECT_EQ(without.cache_identity().outlier_cap, 0);
+  }
+  ASSERT_EQ(FilesIn(cache.path()), 2u);
+  o.kv.outlier_cap = 2;
+  LlamaDecodeModel with(dir_.path(), o);
+  EXPECT_EQ(with.cache_identity().outlier_cap, 2);
+  EXPECT_GT(with.cache_identity().outlier_threshold, 3.9);
+  const auto first = RunPrompt(with, 1, prompt_);
+  EXPECT_EQ(with.prefix_cache_counters().hits, 0);
+  EXPECT_EQ(with.prefix_cache_counters().stored, 2);
+  const auto again = RunPrompt(with, 2, prompt_);
+  EXPECT_EQ(with.prefix_cache_counters().hits, 2);
+  EXPECT_EQ(again, first);
+  EXPECT_TRUE(with.ledgers().cache_rejections.empty());
+  EXPECT_EQ(FilesIn(cache.path()), 4u);
+  o.prefix_cache.directory = fresh_dir.path();
+  LlamaDecodeModel fresh(dir_.path(), o);
+  EXPECT_EQ(RunPrompt(fresh, 1, prompt_), first);
+}
+
+TEST(RuntimeOptionsTest, OutlierListsAreRefusedOnACudaDeviceAndOutOfRange) {
+  RuntimeOptions o;
+  o.kv.kind = "readkv";
+  o.kv.reader = "constrained";
+  o.kv.outlier_cap = 2;
+  ValidateRuntimeOptions(o);  // the CPU keeps them
+  const auto prefix_of = [&o] {
+    try {
+      ValidateRuntimeOptions(o);
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      return what.substr(0, what.find(':'));
+    }
+    return std::string("accepted");
+  };
+  o.device = "cuda";
+  EXPECT_EQ(prefix_of(), "outlier_cap");  // no GPU correction: refused, never read without
+  o.kv.outlier_cap = 0;
+  EXPECT_EQ(prefix_of(), "accepted");
+  o.device = "cpu";
+  o.kv.outlier_cap = 17;
+  EXPECT_EQ(prefix_of(), "outlier_cap");
+  o.kv.outlier_cap = 2;
+  o.kv.outlier_threshold = 2.0f;  // inside the tree: nothing is clipped there
+  EXPECT_EQ(prefix_of(), "outlier_threshold");
+}
+
 TEST(RuntimeOptionsTest, CudaGraphsIsAutoOnOrOffAndOnNeedsTheCudaKvBackends) {
   RuntimeOptions o;  // cpu, dense, auto
   ValidateRuntimeOptions(o);

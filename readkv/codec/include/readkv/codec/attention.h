@@ -21,6 +21,7 @@
 #include "readkv/codec/codebook.h"
 #include "readkv/codec/fp8.h"
 #include "readkv/codec/ledgers.h"
+#include "readkv/codec/outliers.h"
 #include "readkv/codec/readers.h"
 
 namespace readkv::codec {
@@ -110,11 +111,12 @@ struct LayerCacheConfig {
   ReadPolicy policy;            // the default read policy (per-call override: AttendOptions)
   bool residual_window = true;  // keep the newest incomplete block unencoded (BF16)
   std::shared_ptr<const LloydTree> codebook;  // optional; built for store_bits when null
+  OutlierOptions outliers;  // the capped outlier lists (outliers.h); off by default
 };
 
 // Builds a cache. Throws InvalidArgument naming the field: geometry fields, "calibration"
-// (missing for FP8/ReadKV, or its geometry does not match), "layer", "store_bits", and the
-// policy's fields ("read_bits", "kv_split").
+// (missing for FP8/ReadKV, or its geometry does not match), "layer", "store_bits", the policy's
+// fields ("read_bits", "kv_split") and, for ReadKV, "outlier_cap" / "outlier_threshold".
 std::unique_ptr<LayerKvCache> MakeLayerKvCache(const LayerCacheConfig& config);
 
 // Exact attention in double precision, the yardstick of every backend's error.

@@ -10,7 +10,13 @@
 // Layout (little-endian):
 //   "RKVCACHE" | u32 format_version | u32 header_bytes | header (canonical JSON) |
 //   u64 XXH3-64 of (format_version, header_bytes, header) | u32 block_count |
-//   block_count x ( u64 payload_bytes | u64 XXH3-64 of the payload | payload )
+//   block_count x ( u64 payload_bytes | u64 XXH3-64 of the payload | payload ) |
+//   u32 outlier_count | outlier_count x ( u64 bytes | u64 XXH3-64 of them | bytes )
+// Version 3 added the outlier section (outliers.h): outlier_count is layers * heads_kv when the
+// identity's outlier_cap is above 0 (one OutlierStore::BlockBytes per (layer, KV head), same
+// order as the blocks) and 0 otherwise. The cap and threshold are identity fields, so an object
+// written without outliers (or with another cap or threshold) is IdentityMismatch("outlier_cap")
+// or ("outlier_threshold") for a reader that keeps them, and the other way round.
 // Version 2 put format_version and header_bytes under the header's checksum (version 1 summed the
 // header alone), so a flipped byte anywhere before the blocks reads as CorruptObject("header"),
 // never as another format version. Every later version keeps this preamble: an object of another
@@ -25,7 +31,7 @@
 
 namespace readkv::codec {
 
-inline constexpr uint32_t kCacheFormatVersion = 2;
+inline constexpr uint32_t kCacheFormatVersion = 3;
 
 struct CacheIdentity {
   std::string model_id;
@@ -43,6 +49,8 @@ struct CacheIdentity {
   std::string codebook_id;
   int codebook_version = 0;
   int store_bits = 0;
+  int outlier_cap = 0;             // OutlierOptions::cap; 0 = no outlier lists
+  double outlier_threshold = 0.0;  // the resolved OutlierOptions::threshold (a float); 0 when off
   uint32_t format_version = kCacheFormatVersion;
 
   // Canonical JSON (fixed key order) and a stable 128-bit hex digest of it.
@@ -64,18 +72,24 @@ struct CacheObject {
   int tokens = 0;
   // Index layer * heads_kv + head.
   std::vector<std::vector<uint8_t>> blocks;
+  // OutlierStore::BlockBytes per (layer, KV head), same index; empty when outlier_cap is 0.
+  std::vector<std::vector<uint8_t>> outliers;
 };
 
 // Throws InvalidArgument ("format_version", "tokens", "first_token", "blocks") when the object
 // is inconsistent: only version kCacheFormatVersion is written, tokens in [1, kBlockTokens],
-// exactly layers * heads_kv blocks, each of BitPlaneStore::BlockBytes size for `tokens`.
+// exactly layers * heads_kv blocks, each of BitPlaneStore::BlockBytes size for `tokens`;
+// "outliers" unless there is one section per block with outliers on (none off), each of 4 bytes
+// plus 4 per entry its counts announce.
 std::vector<uint8_t> SerializeCacheObject(const CacheObject& object);
 
 // Parses and verifies an object against the reader's identity. Checks, in order: magic, the
 // preamble's checksum (format version, header length and header), format version, identity (field
-// by field), block count, every block checksum, no trailing bytes, every block's size.
-// Truncation anywhere throws CorruptObject naming the part ("magic", "format_version", "header",
-// "block_count", "block <i>"); nothing is read out of bounds. Throws
+// by field), block count, every block checksum, the outlier count and every outlier section's
+// checksum and size against its counts, no trailing bytes, every block's size. Truncation anywhere
+// throws CorruptObject naming the part ("magic", "format_version", "header", "block_count",
+// "block <i>", "outlier_count", "outliers <i>"); nothing is read out of bounds. The entries
+// themselves are checked when appended (OutlierStore::AppendBlockBytes). Throws
 // InvalidArgument("format_version") if `expected` asks for a version this codec cannot read.
 CacheObject ParseCacheObject(std::span<const uint8_t> bytes, const CacheIdentity& expected);
 

@@ -20,7 +20,9 @@ struct CapacityLedger {
   int64_t metadata_bytes = 0;
   // ReadKV residual window: the newest tokens of an incomplete block kept as BF16 K and V.
   int64_t residual_bytes = 0;
-  int64_t Total() const { return payload_bytes + metadata_bytes + residual_bytes; }
+  // ReadKV outlier lists (outliers.h): 4 bytes per 256-token block and KV head, 4 per entry.
+  int64_t outlier_bytes = 0;
+  int64_t Total() const { return payload_bytes + metadata_bytes + residual_bytes + outlier_bytes; }
 };
 
 // 2. Logical reads: the payload bits the reader chose to read in this call (what R describes).
@@ -31,7 +33,9 @@ struct LogicalReads {
   int64_t key_bits = 0;
   int64_t value_bits = 0;
   int64_t residual_bits = 0;
-  int64_t TotalBits() const { return key_bits + value_bits + residual_bits; }
+  // ReadKV outlier lists: every entry (and block header) of every block read, K and V.
+  int64_t outlier_bits = 0;
+  int64_t TotalBits() const { return key_bits + value_bits + residual_bits + outlier_bits; }
   // Whole bytes, rounded up.
   int64_t Bytes() const { return (TotalBits() + 7) / 8; }
 };
@@ -61,9 +65,11 @@ struct PhysicalTraffic {
   // Output written; ReadKV also writes and reads the transformed-domain output before the
   // inverse value transform.
   int64_t output_bytes = 0;
+  // ReadKV outlier lists read (the same bytes as their logical reads: whole 4-byte entries).
+  int64_t outlier_bytes = 0;
   int64_t Total() const {
     return key_payload_bytes + value_payload_bytes + residual_bytes + metadata_bytes + query_bytes +
-           score_bytes + schedule_bytes + output_bytes;
+           score_bytes + schedule_bytes + output_bytes + outlier_bytes;
   }
 };
 
@@ -119,5 +125,28 @@ struct PayloadWriteReadModel {
 PayloadWriteReadModel ComputePayloadWriteReadModel(int64_t prompt_tokens, int64_t decode_steps,
                                                    int store_bits, double read_bits,
                                                    int baseline_bits);
+
+// What ReadKV's outlier lists (outliers.h) cost per ledger, as a share of the ReadKV payload of
+// the same scalars, for a measured rate: `entries_per_scalar` list entries (K and V together) per
+// stored scalar, e.g. 0.002 when 0.2% of the values are listed (`kvgate calibrate --check`,
+// column ent/vec divided by d). Per (256-token block, KV head): 4 header bytes over its 2 * 256 * d
+// scalars; per entry 4 bytes. Every step reads every list of the blocks it reads.
+struct OutlierListModel {
+  double entries_per_scalar = 0;
+  int head_dim = 128;
+  int store_bits = 8;
+  double read_bits = 4.0;
+  double bytes_per_scalar = 0;         // entries * 4 + header share
+  double capacity_share = 0;           // of the W-bit payload: bytes / (W / 8)
+  double logical_read_share = 0;       // of the payload read: 8 * bytes / R
+  double physical_traffic_share = 0;   // of the payload's bytes moved: bytes / (R / 8), the same
+                                       // as logical (whole entries, no sector rounding modelled)
+  int64_t workspace_bytes = 0;         // 0: the readers apply the entries in place
+};
+
+// Throws InvalidArgument naming the field: "entries_per_scalar" (outside [0, 1]), "head_dim"
+// (< 8), "store_bits" (outside [1, 8]), "read_bits" (outside (0, W]).
+OutlierListModel ComputeOutlierListModel(double entries_per_scalar, int head_dim, int store_bits,
+                                         double read_bits);
 
 }  // namespace readkv::codec

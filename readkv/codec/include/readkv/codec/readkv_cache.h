@@ -6,7 +6,10 @@
 // the planes. Attend: stage 1 picks Key channel depths from the queries, reconstructs keys from
 // those planes, and takes the softmax over encoded and residual tokens; stage 2 picks Value token
 // depths from a_i = sum_h p_{h,i}^2, reconstructs values, sums p v, and applies the inverse V
-// transform. The read policy can be overridden per call without re-encoding.
+// transform. The read policy can be overridden per call without re-encoding. With outliers on
+// (ReadKvCacheOptions::outliers, outliers.h) every encoded token also gets its capped lists of
+// values past the tree's clipping point, and every reader adds their exact correction: K before
+// the softmax, V before sigma, mu and the inverse transform.
 // See attention.h for shapes and thread-safety.
 #pragma once
 
@@ -19,6 +22,7 @@
 #include "readkv/codec/bitplanes.h"
 #include "readkv/codec/calibration.h"
 #include "readkv/codec/codebook.h"
+#include "readkv/codec/outliers.h"
 #include "readkv/codec/readers.h"
 #include "readkv/codec/transform.h"
 
@@ -28,6 +32,7 @@ struct ReadKvCacheOptions {
   int store_bits = 8;
   ReadPolicy policy;
   bool residual_window = true;
+  OutlierOptions outliers;  // off by default; resolved against the codebook by the cache
 };
 
 class ReadKvLayerCache final : public LayerKvCache {
@@ -45,8 +50,11 @@ class ReadKvLayerCache final : public LayerKvCache {
   // decoded or re-encoded, so the stores hold exactly those bytes afterwards. All or nothing:
   // throws InvalidArgument("head_blocks") unless there is one block of BlockByteSize() bytes per
   // KV head, and InvalidArgument("tokens") unless the cache ends on a block boundary with an
-  // empty residual window.
-  void AppendEncodedBlock(std::span<const std::vector<uint8_t>> head_blocks);
+  // empty residual window. With outliers on, outlier_blocks[h] holds KV head h's
+  // OutlierStore::BlockBytes (InvalidArgument("outlier_blocks") unless one per KV head; off, it
+  // must be empty); a damaged section throws CorruptObject("outliers") before anything is added.
+  void AppendEncodedBlock(std::span<const std::vector<uint8_t>> head_blocks,
+                          std::span<const std::vector<uint8_t>> outlier_blocks = {});
   int64_t tokens() const override { return encoded_tokens_ + residual_tokens_; }
   CapacityLedger Capacity() const override;
   EncodeCost encode_cost() const override { return encode_; }
@@ -55,6 +63,9 @@ class ReadKvLayerCache final : public LayerKvCache {
   int64_t residual_tokens() const { return residual_tokens_; }
   const ReaderPlan& plan() const { return plan_; }
   const BitPlaneStore& store(int head) const { return stores_[static_cast<size_t>(head)]; }
+  const OutlierStore& outliers(int head) const { return outliers_[static_cast<size_t>(head)]; }
+  // The resolved options (threshold filled in); cap 0 when off.
+  const OutlierOptions& outlier_options() const { return options_.outliers; }
 
  private:
   AttentionLedgers DoAttend(std::span<const float> queries, std::span<float> out,
@@ -70,6 +81,7 @@ class ReadKvLayerCache final : public LayerKvCache {
   ReaderPlan plan_;
   std::vector<HadamardTransform> key_transforms_, value_transforms_;  // [H_kv]
   std::vector<BitPlaneStore> stores_;                                 // [H_kv]
+  std::vector<OutlierStore> outliers_;                                // [H_kv]
   // Residual window per head, [residual_tokens][d] BF16 bits, transformed domain.
   std::vector<std::vector<uint16_t>> residual_keys_, residual_values_;
   int64_t encoded_tokens_ = 0;

@@ -29,6 +29,7 @@ struct ReadPolicy {
 struct KvLedgers {
   int64_t capacity_bytes = 0;              // persistent payload + metadata + residual, now
   int64_t logical_read_bytes = 0;          // payload the readers chose, summed over steps
+  int64_t outlier_read_bytes = 0;          // of them, ReadKV outlier lists (codec/outliers.h)
   int64_t physical_traffic_bytes = 0;      // all buffers moved, summed over steps
   int64_t workspace_peak_bytes = 0;        // max temporary bytes of one attention call
   double encode_seconds = 0.0;             // time spent encoding K/V, summed

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "readkv/codec/calibration.h"
+#include "readkv/codec/outliers.h"
 
 namespace readkv::model {
 
@@ -61,12 +62,20 @@ struct CodecFidelityRow {
   std::vector<std::pair<int, double>> outer_by_token;
   double z_mean = 0.0, z_std = 0.0;    // of the standardized values (0 and 1 if calibrated here)
   double z_max_abs = 0.0;
+  // With the capped outlier lists of CodecFidelityOptions (codec/outliers.h), read in full:
+  double readkv_clipped_after = 0.0;       // share of values still clipped (past the cap)
+  double readkv_relative_rms_after = 0.0;  // relative RMS error with the lists' fp16 values
+  double outlier_entries_per_vector = 0.0; // mean entries per (token, KV head)
+  // The lists' bytes (4 per entry, 2 per 256-token block and KV head for this kind's count)
+  // over the W-bit payload of the same values.
+  double outlier_capacity_share = 0.0;
 };
 
 struct CodecFidelityOptions {
   CalibrateOptions documents;          // model_dir, samples, max_bytes, seed (use a fresh seed), threads
   std::string calibration_path;        // default <model_dir>/calibration.json
   int store_bits = 8;                  // W
+  codec::OutlierOptions outliers{2, 0.0f};  // the lists measured in the "after" columns
 };
 
 // Throws std::invalid_argument naming the field, ModelFormatError for a bad calibration, and

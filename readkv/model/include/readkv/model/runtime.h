@@ -51,6 +51,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "readkv/codec/cache_object.h"
 #include "readkv/codec/fp8.h"
@@ -73,6 +74,14 @@ struct KvCacheOptions {
   std::string reader = "flexible";  // "flexible" | "constrained"
   std::optional<double> key_bits;   // R_K of the K/V split; unset = R
   std::optional<double> value_bits; // R_V; unset = 2R - R_K
+  // ReadKV's capped outlier lists (codec/outliers.h), part of the cache identity: entries per
+  // (token, KV head) for K and for V (0 = off) and |z| past which a value is one (0 = the tree's
+  // outermost threshold). CPU only: a CUDA device refuses a cap above 0 ("outlier_cap").
+  int outlier_cap = 0;
+  float outlier_threshold = 0.0f;
+  // ReadKV with these layers kept as FP8 caches instead (vLLM's kv_cache_dtype_skip_layers
+  // idea; the alternative to outlier lists measured for issue 36). CPU only, no prefix cache.
+  std::vector<int> fp8_layers;
 };
 
 // The persistent prefix cache (see above). Off while `directory` is empty.
@@ -102,7 +111,9 @@ struct RuntimeOptions {
 };
 
 // Throws std::invalid_argument naming the field ("kv", "store_bits", "read_bits", "reader"
-// (flexible on a CUDA device too), "kv_split", "device", "dtype", "cache_dir" (set for dense/fp8,
+// (flexible on a CUDA device too), "kv_split", "outlier_cap" (outside [0, 16], or above 0 on a
+// CUDA device: the GPU kernels have no outlier correction), "outlier_threshold", "device", "dtype",
+// "cache_dir" (set for dense/fp8,
 // with kThroughCache prefill or on a CUDA device), "cache_max_bytes", "cuda_graphs" (not
 // auto/on/off, or "on" without fp8/readkv on a CUDA device) for an invalid combination.
 void ValidateRuntimeOptions(const RuntimeOptions& options);
