@@ -107,6 +107,7 @@ std::unique_ptr<LayerKvCache> MakeLayerKvCache(const LayerCacheConfig& config) {
       options.store_bits = config.store_bits;
       options.policy = config.policy;
       options.residual_window = config.residual_window;
+      options.layout = LayoutForReader(config.policy.reader);
       return std::make_unique<ReadKvLayerCache>(config.geometry, config.calibration, config.layer,
                                                 std::move(codebook), options);
     }
