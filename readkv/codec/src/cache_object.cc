@@ -10,6 +10,7 @@
 
 #include "readkv/codec/bitplanes.h"
 #include "readkv/codec/errors.h"
+#include "readkv/codec/tile_planes.h"
 
 namespace readkv::codec {
 namespace {
@@ -46,6 +47,7 @@ void ForEachField(const CacheIdentity& id, Visit&& visit) {
   visit("codebook_id", id.codebook_id, OrderedJson(id.codebook_id));
   visit("codebook_version", std::to_string(id.codebook_version), OrderedJson(id.codebook_version));
   visit("store_bits", std::to_string(id.store_bits), OrderedJson(id.store_bits));
+  visit("layout", id.layout, OrderedJson(id.layout));
   visit("format_version", std::to_string(id.format_version), OrderedJson(id.format_version));
 }
 
@@ -122,8 +124,9 @@ CacheIdentity IdentityFromObject(const Json& j, std::initializer_list<std::strin
   id.codebook_id = GetString(j, "codebook_id");
   id.codebook_version = GetInteger<int>(j, "codebook_version");
   id.store_bits = GetInteger<int>(j, "store_bits");
+  id.layout = GetString(j, "layout");
   id.format_version = GetInteger<uint32_t>(j, "format_version");
-  size_t known = 16;
+  size_t known = 17;
   for (std::string_view key : extra) known += j.contains(key) ? 1 : 0;
   if (j.size() != known) BadHeader("unknown fields present");
   return id;
@@ -136,6 +139,9 @@ Json ParseJson(std::string_view text) {
 }
 
 int64_t ExpectedBlockBytes(const CacheIdentity& id, int tokens) {
+  if (ParsePlaneLayout(id.layout) == PlaneLayout::kTiles) {
+    return TilePlaneStore::BlockByteSize(id.head_dim, id.store_bits, tokens);
+  }
   // BitPlaneStore::BlockBytes: every key plane of the block, value planes of present tokens.
   return static_cast<int64_t>(id.head_dim) * id.store_bits * kKeyPlaneBytes +
          static_cast<int64_t>(tokens) * id.store_bits * (id.head_dim / 8);
@@ -209,7 +215,7 @@ void CacheIdentity::RequireSame(const CacheIdentity& found) const {
     std::string text;
   };
   std::vector<Entry> mine;
-  mine.reserve(16);
+  mine.reserve(17);
   ForEachField(*this, [&mine](const char* name, const std::string& text, const OrderedJson&) {
     mine.push_back({name, text});
   });

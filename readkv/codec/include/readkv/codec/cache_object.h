@@ -15,7 +15,9 @@
 // header alone), so a flipped byte anywhere before the blocks reads as CorruptObject("header"),
 // never as another format version. Every later version keeps this preamble: an object of another
 // version whose preamble checksum holds is IdentityMismatch("format_version"); so is a version-1
-// object whose own checksum holds.
+// object whose own checksum holds. Version 3 added the identity field `layout` (the byte order
+// of the planes: "planes", bitplanes.h, or "tiles16", tile_planes.h); an object of the other
+// layout is IdentityMismatch("layout").
 #pragma once
 
 #include <cstdint>
@@ -25,7 +27,7 @@
 
 namespace readkv::codec {
 
-inline constexpr uint32_t kCacheFormatVersion = 2;
+inline constexpr uint32_t kCacheFormatVersion = 3;
 
 struct CacheIdentity {
   std::string model_id;
@@ -43,6 +45,7 @@ struct CacheIdentity {
   std::string codebook_id;
   int codebook_version = 0;
   int store_bits = 0;
+  std::string layout = "planes";  // PlaneLayoutName(): "planes" | "tiles16"
   uint32_t format_version = kCacheFormatVersion;
 
   // Canonical JSON (fixed key order) and a stable 128-bit hex digest of it.
@@ -56,7 +59,8 @@ struct CacheIdentity {
 };
 
 // One stored object: the encoded KV of one prefix block (up to kBlockTokens tokens starting at
-// `first_token`) for every (layer, KV head), in BitPlaneStore::BlockBytes form.
+// `first_token`) for every (layer, KV head), in the BlockBytes form of the identity's layout
+// (BitPlaneStore or TilePlaneStore).
 struct CacheObject {
   CacheIdentity identity;
   std::string prefix_digest;  // what the tokens of the prefix up to this block hash to
@@ -68,7 +72,8 @@ struct CacheObject {
 
 // Throws InvalidArgument ("format_version", "tokens", "first_token", "blocks") when the object
 // is inconsistent: only version kCacheFormatVersion is written, tokens in [1, kBlockTokens],
-// exactly layers * heads_kv blocks, each of BitPlaneStore::BlockBytes size for `tokens`.
+// exactly layers * heads_kv blocks, each of the layout's BlockBytes size for `tokens`, and
+// "layout" when the identity names no known layout.
 std::vector<uint8_t> SerializeCacheObject(const CacheObject& object);
 
 // Parses and verifies an object against the reader's identity. Checks, in order: magic, the
