@@ -24,6 +24,7 @@
 #include "readkv/codec/errors.h"
 #include "readkv/codec/readers.h"
 #include "readkv/codec/readkv_cache.h"
+#include "readkv/codec/tile_planes.h"
 #include "readkv/codec/transform.h"
 #include "readkv/model/errors.h"
 #include "readkv/model/model_calibration.h"
@@ -474,8 +475,22 @@ struct LlamaDecodeModel::Impl {
       torch::Tensor v = torch::empty({n, hkv(), d}, torch::kFloat);
       for (int h = 0; h < hkv(); ++h) {
         const size_t index = static_cast<size_t>(l) * hkv() + h;
-        codec::BitPlaneStore store(d, w);
-        store.AppendBlockBytes(object.blocks[index], object.tokens);
+        // The object's layout is the server's (its identity says so); codes read the same.
+        const bool tiles =
+            identity.layout == codec::PlaneLayoutName(codec::PlaneLayout::kTiles);
+        std::optional<codec::BitPlaneStore> planes;
+        std::optional<codec::TilePlaneStore> tile_planes;
+        if (tiles) {
+          tile_planes.emplace(d, w).AppendBlockBytes(object.blocks[index], object.tokens);
+        } else {
+          planes.emplace(d, w).AppendBlockBytes(object.blocks[index], object.tokens);
+        }
+        const auto code = [&](int kind, int64_t i, int c) {
+          if (tiles) {
+            return kind == 0 ? tile_planes->KeyCode(i, c, w) : tile_planes->ValueCode(i, c, w);
+          }
+          return kind == 0 ? planes->KeyCode(i, c, w) : planes->ValueCode(i, c, w);
+        };
         for (int kind = 0; kind < 2; ++kind) {
           const auto mean = kind == 0 ? calibration->KeyMean(l, h) : calibration->ValueMean(l, h);
           const auto sd = kind == 0 ? calibration->KeyStd(l, h) : calibration->ValueStd(l, h);
@@ -484,9 +499,8 @@ struct LlamaDecodeModel::Impl {
           float* out = (kind == 0 ? k : v).data_ptr<float>();
           for (int64_t i = 0; i < n; ++i) {
             for (int c = 0; c < d; ++c) {
-              const uint8_t code = kind == 0 ? store.KeyCode(i, c, w) : store.ValueCode(i, c, w);
               const auto ch = static_cast<size_t>(c);
-              z[ch] = mean[ch] + sd[ch] * codebook->Decode(code, w);
+              z[ch] = mean[ch] + sd[ch] * codebook->Decode(code(kind, i, c), w);
             }
             t.Inverse(z, x);
             std::copy(x.begin(), x.end(), out + (i * hkv() + h) * d);
@@ -534,7 +548,7 @@ struct LlamaDecodeModel::Impl {
         object = codec::CacheObject{identity, digest, first, codec::kBlockTokens, {}};
         for (int l = 0; l < config.num_hidden_layers; ++l) {
           for (int h = 0; h < hkv(); ++h) {
-            object->blocks.push_back(ReadKvCache(s, l).store(h).BlockBytes(b));
+            object->blocks.push_back(ReadKvCache(s, l).HeadBlockBytes(h, b));
           }
         }
         if (prefix_store->Store(*object)) ++stored;
@@ -703,6 +717,8 @@ codec::CacheIdentity LlamaDecodeModel::cache_identity() const {
     id.codebook_id = codec::LloydTree::kCodebookId;
     id.codebook_version = codec::LloydTree::kCodebookVersion;
     id.store_bits = m.options.kv.store_bits;
+    id.layout = codec::PlaneLayoutName(
+        codec::LayoutForReader(codec::ParseReaderKind(m.options.kv.reader)));
   }
   return id;
 }
@@ -727,6 +743,14 @@ void LlamaDecodeModel::StartSequence(uint64_t sequence_id, const engine::ReadPol
     if (m.gpu && resolved.reader != codec::ReaderKind::kConstrained) {
       throw std::invalid_argument(
           "reader: on a CUDA device ReadKV runs the constrained reader only");
+    }
+    const std::string_view layout =
+        codec::PlaneLayoutName(codec::LayoutForReader(resolved.reader));
+    if (m.prefix_store && layout != m.identity.layout) {
+      throw std::invalid_argument(
+          "reader: the persistent prefix cache holds " + m.identity.layout +
+          " objects, which the " + std::string(codec::ReaderName(resolved.reader)) +
+          " reader cannot read (it reads " + std::string(layout) + ")");
     }
   }
   Impl::Sequence s = m.MakeSequence(resolved);
