@@ -278,7 +278,7 @@ void AddAttention(CLI::App& codec, CommandContext& context) {
   cmd->add_option("--store-bits", args->store_bits, "ReadKV W (1..8)")->capture_default_str();
   auto* read_bits_opt =
       cmd->add_option("--read-bits", args->read_bits, "ReadKV R (<= W)")->capture_default_str();
-  cmd->add_option("--reader", args->reader, "ReadKV reader: flexible | constrained | full")
+  cmd->add_option("--reader", args->reader, "ReadKV reader: flexible | constrained | full | tile")
       ->capture_default_str();
   cmd->add_option("--kv-split", args->kv_split, "The reader's R_K:R_V (mean must be R)");
   cmd->add_option("--fp8-scale", args->fp8_scale, "FP8 scale granularity: tensor | head")

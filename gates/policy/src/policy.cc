@@ -202,7 +202,7 @@ Policy ParsePolicy(const std::string& text, const std::string& source) {
       TableReader read = reader.Sub("read_policy");
       ReadPolicySpec& rp = policy.candidate_read_policy;
       read.Get("read_bits", rp.read_bits, 0.0, 8.0);
-      read.Get("reader", rp.reader, {"flexible", "constrained"});
+      read.Get("reader", rp.reader, {"flexible", "constrained", "tile"});
       read.Get("key_bits", rp.key_bits, 0.0, 8.0);
       read.Get("value_bits", rp.value_bits, 0.0, 8.0);
       read.Finish();

@@ -5,22 +5,11 @@
 #include <cstring>
 #include <string>
 
+#include "plane_checks.h"
 #include "readkv/codec/errors.h"
 
 namespace readkv::codec {
 namespace {
-
-void CheckCodes(std::span<const uint8_t> codes, int head_dim, int store_bits, const char* field) {
-  if (codes.size() != static_cast<size_t>(head_dim)) {
-    throw InvalidArgument(field, "expected " + std::to_string(head_dim) + " codes, got " +
-                                     std::to_string(codes.size()));
-  }
-  uint8_t all = 0;
-  for (uint8_t code : codes) all |= code;
-  if ((all >> store_bits) != 0) {
-    throw InvalidArgument(field, "a code does not fit in " + std::to_string(store_bits) + " bits");
-  }
-}
 
 // Transposes an 8x8 bit matrix held row-major in a word (bit 8r + c -> bit 8c + r); Hacker's
 // Delight, section 7-3.
@@ -37,19 +26,13 @@ uint64_t TransposeBits8x8(uint64_t x) {
 
 BitPlaneStore::BitPlaneStore(int head_dim, int store_bits)
     : head_dim_(head_dim), store_bits_(store_bits) {
-  if (head_dim < 8 || !std::has_single_bit(static_cast<unsigned>(head_dim))) {
-    throw InvalidArgument("head_dim",
-                          "must be a power of two >= 8, got " + std::to_string(head_dim));
-  }
-  if (store_bits < 1 || store_bits > 8) {
-    throw InvalidArgument("store_bits", "must be in [1, 8], got " + std::to_string(store_bits));
-  }
+  internal::CheckPlaneGeometry(head_dim, 8, store_bits);
 }
 
 void BitPlaneStore::Append(std::span<const uint8_t> key_codes,
                            std::span<const uint8_t> value_codes) {
-  CheckCodes(key_codes, head_dim_, store_bits_, "key_codes");
-  CheckCodes(value_codes, head_dim_, store_bits_, "value_codes");
+  internal::CheckCodes(key_codes, head_dim_, store_bits_, "key_codes");
+  internal::CheckCodes(value_codes, head_dim_, store_bits_, "value_codes");
   const int w = store_bits_;
   const int64_t block = tokens_ / kBlockTokens;
   const int slot = static_cast<int>(tokens_ % kBlockTokens);

@@ -11,6 +11,7 @@
 #include "readkv/codec/bitplanes.h"
 #include "readkv/codec/errors.h"
 #include "readkv/codec/outliers.h"
+#include "readkv/codec/tile_planes.h"
 
 namespace readkv::codec {
 namespace {
@@ -49,6 +50,7 @@ void ForEachField(const CacheIdentity& id, Visit&& visit) {
   visit("store_bits", std::to_string(id.store_bits), OrderedJson(id.store_bits));
   visit("outlier_cap", std::to_string(id.outlier_cap), OrderedJson(id.outlier_cap));
   visit("outlier_threshold", DoubleText(id.outlier_threshold), OrderedJson(id.outlier_threshold));
+  visit("layout", id.layout, OrderedJson(id.layout));
   visit("format_version", std::to_string(id.format_version), OrderedJson(id.format_version));
 }
 
@@ -127,8 +129,9 @@ CacheIdentity IdentityFromObject(const Json& j, std::initializer_list<std::strin
   id.store_bits = GetInteger<int>(j, "store_bits");
   id.outlier_cap = GetInteger<int>(j, "outlier_cap");
   id.outlier_threshold = GetDouble(j, "outlier_threshold");
+  id.layout = GetString(j, "layout");
   id.format_version = GetInteger<uint32_t>(j, "format_version");
-  size_t known = 18;
+  size_t known = 19;
   for (std::string_view key : extra) known += j.contains(key) ? 1 : 0;
   if (j.size() != known) BadHeader("unknown fields present");
   return id;
@@ -152,6 +155,9 @@ size_t ExpectedOutlierSections(const CacheIdentity& id) {
 }
 
 int64_t ExpectedBlockBytes(const CacheIdentity& id, int tokens) {
+  if (ParsePlaneLayout(id.layout) == PlaneLayout::kTiles) {
+    return TilePlaneStore::BlockByteSize(id.head_dim, id.store_bits, tokens);
+  }
   // BitPlaneStore::BlockBytes: every key plane of the block, value planes of present tokens.
   return static_cast<int64_t>(id.head_dim) * id.store_bits * kKeyPlaneBytes +
          static_cast<int64_t>(tokens) * id.store_bits * (id.head_dim / 8);
@@ -243,7 +249,7 @@ void CacheIdentity::RequireSame(const CacheIdentity& found) const {
     std::string text;
   };
   std::vector<Entry> mine;
-  mine.reserve(18);
+  mine.reserve(19);
   ForEachField(*this, [&mine](const char* name, const std::string& text, const OrderedJson&) {
     mine.push_back({name, text});
   });

@@ -4,6 +4,8 @@
 #include <bit>
 #include <cstring>
 
+#include "readkv/codec/tile_planes.h"
+
 namespace readkv::codec {
 namespace {
 
@@ -50,6 +52,16 @@ void DecodeValueCodes(const BitPlaneStore& store, int64_t token, int depth, uint
       packed = (packed << 1) | kSpread[store.ValuePlane(token, p)[m]];
     }
     std::memcpy(codes + 8 * m, &packed, sizeof(packed));
+  }
+}
+
+void DecodeTileCodes(const uint8_t* tile, int depth, uint8_t* codes) {
+  for (int lane = 0; lane < kTilePlaneBytes; ++lane) {
+    uint64_t packed = 0;
+    for (int p = 0; p < depth; ++p) {
+      packed = (packed << 1) | kSpread[tile[p * kTilePlaneBytes + lane]];
+    }
+    std::memcpy(codes + 8 * lane, &packed, sizeof(packed));
   }
 }
 

@@ -33,6 +33,8 @@ std::string_view ReaderName(ReaderKind reader) {
       return "constrained";
     case ReaderKind::kFull:
       return "full";
+    case ReaderKind::kTile:
+      return "tile";
   }
   return "unknown";
 }
@@ -41,8 +43,9 @@ ReaderKind ParseReaderKind(std::string_view name) {
   if (name == "flexible") return ReaderKind::kFlexible;
   if (name == "constrained") return ReaderKind::kConstrained;
   if (name == "full") return ReaderKind::kFull;
-  throw InvalidArgument("reader",
-                        "must be flexible, constrained or full, got '" + std::string(name) + "'");
+  if (name == "tile") return ReaderKind::kTile;
+  throw InvalidArgument(
+      "reader", "must be flexible, constrained, full or tile, got '" + std::string(name) + "'");
 }
 
 int64_t ReaderPlan::KeyBudget(int head_dim, int heads) const {
@@ -81,12 +84,15 @@ ReaderPlan MakeReaderPlan(const ReadPolicy& policy, int store_bits) {
       plan.pooled = true;
       break;
     case ReaderKind::kConstrained:
+    case ReaderKind::kTile:
       plan.min_depth = 1;
-      plan.value_step = 2;
+      // Tile depths cost whole 32-byte sectors already, so they move one plane at a time.
+      plan.value_step = policy.reader == ReaderKind::kTile ? 1 : 2;
       plan.pooled = false;
       if (r < 1.0) {
-        throw InvalidArgument(
-            "read_bits", "the constrained reader reads at least 1 bit (t_min = 1), got " + Num(r));
+        throw InvalidArgument("read_bits", "the " + std::string(ReaderName(policy.reader)) +
+                                               " reader reads at least 1 bit (t_min = 1), got " +
+                                               Num(r));
       }
       break;
     case ReaderKind::kFull:
@@ -152,6 +158,11 @@ void ChooseDepths(const ReaderPlan& plan, const DepthAllocator& allocator,
   if (plan.reader == ReaderKind::kFull) {
     std::fill(depths.begin(), depths.end(), static_cast<uint8_t>(plan.store_bits));
     return;
+  }
+  if (plan.reader == ReaderKind::kTile) {
+    throw InvalidArgument("reader",
+                          "the tile reader chooses depths per group and block "
+                          "(ChooseKeyGroupDepths, ChooseValueBlockDepths)");
   }
   if (plan.pooled) {
     allocator.Threshold(importance, scope_budget_all_heads, depths, scratch);

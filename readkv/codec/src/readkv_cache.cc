@@ -20,7 +20,20 @@ int64_t Bytes(const std::vector<T>& v) {
   return static_cast<int64_t>(v.capacity() * sizeof(T));
 }
 
+void RequireLayoutReads(PlaneLayout layout, ReaderKind reader, const char* field) {
+  if (LayoutForReader(reader) != layout) {
+    throw InvalidArgument(field, "the " + std::string(ReaderName(reader)) + " reader reads the " +
+                                     std::string(PlaneLayoutName(LayoutForReader(reader))) +
+                                     " layout; this cache stores " +
+                                     std::string(PlaneLayoutName(layout)));
+  }
+}
+
 }  // namespace
+
+PlaneLayout LayoutForReader(ReaderKind reader) {
+  return reader == ReaderKind::kTile ? PlaneLayout::kTiles : PlaneLayout::kPlanes;
+}
 
 ReadKvLayerCache::ReadKvLayerCache(const LayerGeometry& geometry,
                                    std::shared_ptr<const Calibration> calibration, int layer,
@@ -39,11 +52,23 @@ ReadKvLayerCache::ReadKvLayerCache(const LayerGeometry& geometry,
   }
   plan_ = MakeReaderPlan(options.policy, options.store_bits);
   options_.outliers = ResolveOutlierOptions(options.outliers, *codebook_, geometry.head_dim);
+  RequireLayoutReads(options.layout, plan_.reader, "layout");
+  const bool tiles = options.layout == PlaneLayout::kTiles;
+  if (tiles && options_.outliers.enabled()) {
+    // The tile reader does not add the lists' corrections yet: it would read clipped values
+    // where the cache's identity promises exact ones.
+    throw InvalidArgument("outlier_cap", "the tile reader does not apply outlier lists yet; "
+                                         "use outlier cap 0 with the tile layout");
+  }
   for (int h = 0; h < geometry.heads_kv; ++h) {
     outliers_.emplace_back(geometry.head_dim, options_.outliers);
     key_transforms_.emplace_back(geometry.head_dim, calibration_->seeds.KeySeed(layer, h));
     value_transforms_.emplace_back(geometry.head_dim, calibration_->seeds.ValueSeed(layer, h));
-    stores_.emplace_back(geometry.head_dim, options.store_bits);
+    if (tiles) {
+      tile_stores_.emplace_back(geometry.head_dim, options.store_bits);
+    } else {
+      stores_.emplace_back(geometry.head_dim, options.store_bits);
+    }
   }
   residual_keys_.resize(static_cast<size_t>(geometry.heads_kv));
   residual_values_.resize(static_cast<size_t>(geometry.heads_kv));
@@ -67,11 +92,16 @@ void ReadKvLayerCache::EncodeToken(int head, const float* key_transformed,
     key_codes[c] = codebook_->Encode(key_z[c]);
     value_codes[c] = codebook_->Encode(value_z[c]);
   }
-  const auto n = static_cast<size_t>(d);
-  stores_[static_cast<size_t>(head)].Append(std::span<const uint8_t>(key_codes, n),
-                                            std::span<const uint8_t>(value_codes, n));
-  outliers_[static_cast<size_t>(head)].AppendToken(std::span<const float>(key_z, n),
-                                                   std::span<const float>(value_z, n));
+  const std::span<const uint8_t> k(key_codes, static_cast<size_t>(d));
+  const std::span<const uint8_t> v(value_codes, static_cast<size_t>(d));
+  if (options_.layout == PlaneLayout::kTiles) {
+    tile_stores_[static_cast<size_t>(head)].Append(k, v);
+  } else {
+    stores_[static_cast<size_t>(head)].Append(k, v);
+  }
+  outliers_[static_cast<size_t>(head)].AppendToken(
+      std::span<const float>(key_z, static_cast<size_t>(d)),
+      std::span<const float>(value_z, static_cast<size_t>(d)));
   // Payload bits of one token of one head, K and V.
   encode_.bytes_written += 2LL * d * options_.store_bits / 8;
 }
@@ -143,7 +173,7 @@ void ReadKvLayerCache::AppendEncodedBlock(std::span<const std::vector<uint8_t>> 
   }
   for (int h = 0; h < heads; ++h) {
     const size_t size = head_blocks[static_cast<size_t>(h)].size();
-    const int64_t expected = stores_[static_cast<size_t>(h)].BlockByteSize();
+    const int64_t expected = BlockByteSize();
     if (static_cast<int64_t>(size) != expected) {
       throw InvalidArgument("head_blocks", "block of KV head " + std::to_string(h) + " has " +
                                                std::to_string(size) + " bytes, a block has " +
@@ -160,8 +190,12 @@ void ReadKvLayerCache::AppendEncodedBlock(std::span<const std::vector<uint8_t>> 
     parsed[h].AppendBlockBytes(outlier_blocks[h], kBlockTokens);
   }
   for (int h = 0; h < heads; ++h) {
-    stores_[static_cast<size_t>(h)].AppendBlockBytes(head_blocks[static_cast<size_t>(h)],
-                                                     kBlockTokens);
+    const auto& bytes = head_blocks[static_cast<size_t>(h)];
+    if (options_.layout == PlaneLayout::kTiles) {
+      tile_stores_[static_cast<size_t>(h)].AppendBlockBytes(bytes, kBlockTokens);
+    } else {
+      stores_[static_cast<size_t>(h)].AppendBlockBytes(bytes, kBlockTokens);
+    }
     if (expected_outliers == 0) {  // an empty section keeps the lists' blocks in step
       static constexpr uint8_t kEmpty[kOutlierBlockHeaderBytes] = {};
       outliers_[static_cast<size_t>(h)].AppendBlockBytes(kEmpty, kBlockTokens);
@@ -171,9 +205,44 @@ void ReadKvLayerCache::AppendEncodedBlock(std::span<const std::vector<uint8_t>> 
   encoded_tokens_ += kBlockTokens;
 }
 
+const BitPlaneStore& ReadKvLayerCache::store(int head) const {
+  if (options_.layout != PlaneLayout::kPlanes) {
+    throw InvalidArgument("layout", "this cache stores the tiles16 layout");
+  }
+  return stores_.at(static_cast<size_t>(head));
+}
+
+const TilePlaneStore& ReadKvLayerCache::tile_store(int head) const {
+  if (options_.layout != PlaneLayout::kTiles) {
+    throw InvalidArgument("layout", "this cache stores the planes layout");
+  }
+  return tile_stores_.at(static_cast<size_t>(head));
+}
+
+std::vector<uint8_t> ReadKvLayerCache::HeadBlockBytes(int head, int64_t block) const {
+  return options_.layout == PlaneLayout::kTiles ? tile_store(head).BlockBytes(block)
+                                                : store(head).BlockBytes(block);
+}
+
+int64_t ReadKvLayerCache::BlockByteSize() const {
+  return options_.layout == PlaneLayout::kTiles
+             ? TilePlaneStore::BlockByteSize(geometry().head_dim, options_.store_bits, kBlockTokens)
+             : stores_.front().BlockByteSize();
+}
+
+TileLayerView ReadKvLayerCache::tile_view() const {
+  if (options_.layout != PlaneLayout::kTiles) {
+    throw InvalidArgument("layout", "this cache stores the planes layout");
+  }
+  return {geometry(),      calibration_.get(), layer_,         codebook_.get(),  tile_stores_,
+          key_transforms_, value_transforms_,  residual_keys_, residual_values_, encoded_tokens_,
+          residual_tokens_};
+}
+
 CapacityLedger ReadKvLayerCache::Capacity() const {
   CapacityLedger c;
   for (const auto& store : stores_) c.payload_bytes += store.PayloadBytes();
+  for (const auto& store : tile_stores_) c.payload_bytes += store.PayloadBytes();
   const int64_t channels = static_cast<int64_t>(geometry().heads_kv) * geometry().head_dim;
   c.metadata_bytes = 4 * channels * 4;  // mu and sigma of K and V, float
   c.residual_bytes = residual_tokens_ * channels * 2 * 2;
@@ -186,6 +255,13 @@ AttentionLedgers ReadKvLayerCache::DoAttend(std::span<const float> queries, std:
   CheckAttendShapes(queries, out);
   const ReaderPlan plan =
       options.policy ? MakeReaderPlan(*options.policy, options_.store_bits) : plan_;
+  RequireLayoutReads(options_.layout, plan.reader, "reader");
+  if (plan.reader == ReaderKind::kTile) {
+    AttentionLedgers ledgers = TileAttend(tile_view(), plan, queries, out);
+    ledgers.capacity = Capacity();
+    ledgers.encode = encode_;
+    return ledgers;
+  }
   const ReaderAllocators allocators(plan, codebook_->distortions());
   const LayerGeometry& geo = geometry();
   const int d = geo.head_dim;

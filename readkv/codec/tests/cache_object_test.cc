@@ -11,6 +11,7 @@
 #include "readkv/codec/bitplanes.h"
 #include "readkv/codec/errors.h"
 #include "readkv/codec/random.h"
+#include "readkv/codec/tile_planes.h"
 
 namespace readkv::codec {
 namespace {
@@ -35,7 +36,20 @@ CacheIdentity BaseIdentity() {
   return id;
 }
 
-// A real object: one partial block of random codes per (layer, KV head), from BitPlaneStore.
+// A real object: one partial block of random codes per (layer, KV head), from BitPlaneStore
+// or, for the tiles16 layout, TilePlaneStore.
+template <typename Store>
+std::vector<uint8_t> RandomBlock(const CacheIdentity& id, int tokens, SplitMix64& rng) {
+  Store store(id.head_dim, id.store_bits);
+  std::vector<uint8_t> k(static_cast<size_t>(id.head_dim)), v(k.size());
+  for (int t = 0; t < tokens; ++t) {
+    for (auto& x : k) x = static_cast<uint8_t>(rng.Next() & ((1u << id.store_bits) - 1));
+    for (auto& x : v) x = static_cast<uint8_t>(rng.Next() & ((1u << id.store_bits) - 1));
+    store.Append(k, v);
+  }
+  return store.BlockBytes(0);
+}
+
 CacheObject MakeObject(const CacheIdentity& id, int tokens = 100, uint64_t seed = 1) {
   CacheObject object;
   object.identity = id;
@@ -44,14 +58,8 @@ CacheObject MakeObject(const CacheIdentity& id, int tokens = 100, uint64_t seed 
   object.tokens = tokens;
   SplitMix64 rng(seed);
   for (int lh = 0; lh < id.layers * id.heads_kv; ++lh) {
-    BitPlaneStore store(id.head_dim, id.store_bits);
-    std::vector<uint8_t> k(static_cast<size_t>(id.head_dim)), v(k.size());
-    for (int t = 0; t < tokens; ++t) {
-      for (auto& x : k) x = static_cast<uint8_t>(rng.Next() & ((1u << id.store_bits) - 1));
-      for (auto& x : v) x = static_cast<uint8_t>(rng.Next() & ((1u << id.store_bits) - 1));
-      store.Append(k, v);
-    }
-    object.blocks.push_back(store.BlockBytes(0));
+    object.blocks.push_back(id.layout == "tiles16" ? RandomBlock<TilePlaneStore>(id, tokens, rng)
+                                                   : RandomBlock<BitPlaneStore>(id, tokens, rng));
     // With outliers on, a section of one entry (token 3, channel 1, z = -12) per block.
     if (id.outlier_cap > 0) object.outliers.push_back({0, 0, 1, 0, 3, 1, 0x00, 0xca});
   }
@@ -187,6 +195,7 @@ std::vector<FieldChange> AllFieldChanges() {
       {"store_bits", [](CacheIdentity& i) { i.store_bits = 8; }},
       {"outlier_cap", [](CacheIdentity& i) { i.outlier_cap = 2; }},
       {"outlier_threshold", [](CacheIdentity& i) { i.outlier_threshold = 4.5; }},
+      {"layout", [](CacheIdentity& i) { i.layout = "tiles16"; }},
       {"format_version", [](CacheIdentity& i) { i.format_version = kCacheFormatVersion + 1; }},
   };
 }
@@ -194,7 +203,7 @@ std::vector<FieldChange> AllFieldChanges() {
 TEST(CacheObjectTest, EachChangedIdentityFieldIsRefusedByName) {
   const CacheIdentity expected = BaseIdentity();
   const auto changes = AllFieldChanges();
-  ASSERT_EQ(changes.size(), 18u);  // every field of CacheIdentity
+  ASSERT_EQ(changes.size(), 19u);  // every field of CacheIdentity
   for (const auto& change : changes) {
     CacheIdentity found = expected;
     change.change(found);
@@ -366,6 +375,48 @@ TEST(CacheObjectTest, SerializeRefusesInconsistentObjects) {
   o = MakeObject(id);
   o.identity.format_version = kCacheFormatVersion + 1;
   EXPECT_EQ(SerializeRefusal(o), "format_version");
+  o = MakeObject(id);
+  o.identity.layout = "tiles";
+  EXPECT_EQ(SerializeRefusal(o), "layout");
+  CacheIdentity tiles = id;
+  tiles.layout = "tiles16";
+  o = MakeObject(id);  // planes-sized blocks under a tile identity
+  o.identity = tiles;
+  EXPECT_EQ(SerializeRefusal(o), "blocks");
+}
+
+// Format 3 made the layout part of identity: a tile object and a planes object of the same model
+// never read as each other, and the refusal names the layout and both values.
+TEST(CacheObjectTest, AnObjectOfTheOtherLayoutIsRefusedNamingTheLayouts) {
+  const CacheIdentity planes = BaseIdentity();
+  CacheIdentity tiles = planes;
+  tiles.layout = "tiles16";
+  const CacheObject tile_object = MakeObject(tiles);
+  const auto bytes = SerializeCacheObject(tile_object);
+  EXPECT_EQ(ParseCacheObject(bytes, tiles).blocks, tile_object.blocks);
+  try {
+    ParseCacheObject(bytes, planes);
+    ADD_FAILURE() << "a tile object was read under the planes layout";
+  } catch (const IdentityMismatch& e) {
+    EXPECT_EQ(e.field(), "layout");
+    EXPECT_EQ(e.expected(), "planes");
+    EXPECT_EQ(e.found(), "tiles16");
+  }
+  try {
+    ParseCacheObject(SerializeCacheObject(MakeObject(planes)), tiles);
+    ADD_FAILURE() << "a planes object was read under the tile layout";
+  } catch (const IdentityMismatch& e) {
+    EXPECT_EQ(e.field(), "layout");
+  }
+  // Objects written before the layout field (format 2) are another format, not damage.
+  try {
+    ParseCacheObject(WithVersion(bytes, 2), tiles);
+    ADD_FAILURE() << "a format-2 object was accepted";
+  } catch (const IdentityMismatch& e) {
+    EXPECT_EQ(e.field(), "format_version");
+    EXPECT_EQ(e.found(), "2");
+  }
+  EXPECT_NE(planes.Digest(), tiles.Digest());  // prefix-cache file names differ too
 }
 
 CacheIdentity OutlierIdentity() {

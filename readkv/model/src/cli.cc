@@ -22,10 +22,10 @@ RuntimeFlags::RuntimeFlags(CLI::App& cmd) {
       ->capture_default_str();
   cmd.add_option("--read-bits", options_.kv.read_bits, "ReadKV average read bits R")
       ->capture_default_str();
-  cmd.add_option("--reader", options_.kv.reader, "ReadKV reader: flexible | constrained")
+  cmd.add_option("--reader", options_.kv.reader, "ReadKV reader: flexible | constrained | tile")
       ->capture_default_str();
   cmd.add_option("--kv-split", kv_split_,
-                 "ReadKV K/V split RK:RV (mean R; flexible or constrained reader)");
+                 "ReadKV K/V split RK:RV (mean R; flexible, constrained or tile reader)");
   cmd.add_option("--outlier-cap", options_.kv.outlier_cap,
                  "ReadKV outlier entries per (token, KV head) for K and for V, kept exactly beside "
                  "the clipped code (0 = off; CPU only)")

@@ -25,6 +25,7 @@
 #include "readkv/codec/outliers.h"
 #include "readkv/codec/readers.h"
 #include "readkv/codec/readkv_cache.h"
+#include "readkv/codec/tile_planes.h"
 #include "readkv/codec/transform.h"
 #include "readkv/model/errors.h"
 #include "readkv/model/model_calibration.h"
@@ -98,6 +99,11 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
     if (!kv.fp8_layers.empty() && (UsesGpuKv(options) || !options.prefix_cache.directory.empty())) {
       throw std::invalid_argument(
           "fp8_layers: FP8 layers inside a ReadKV cache run on the CPU without a prefix cache");
+    }
+    if (kv.reader == "tile" && kv.outlier_cap > 0) {
+      throw std::invalid_argument(
+          "outlier_cap: the tile reader does not apply outlier lists yet, so it would read "
+          "clipped values; use --outlier-cap 0 with --reader tile");
     }
     if (UsesGpuKv(options) && kv.outlier_cap > 0) {
       throw std::invalid_argument(
@@ -492,8 +498,22 @@ struct LlamaDecodeModel::Impl {
       torch::Tensor v = torch::empty({n, hkv(), d}, torch::kFloat);
       for (int h = 0; h < hkv(); ++h) {
         const size_t index = static_cast<size_t>(l) * hkv() + h;
-        codec::BitPlaneStore store(d, w);
-        store.AppendBlockBytes(object.blocks[index], object.tokens);
+        // The object's layout is the server's (its identity says so); codes read the same.
+        const bool tiles =
+            identity.layout == codec::PlaneLayoutName(codec::PlaneLayout::kTiles);
+        std::optional<codec::BitPlaneStore> planes;
+        std::optional<codec::TilePlaneStore> tile_planes;
+        if (tiles) {
+          tile_planes.emplace(d, w).AppendBlockBytes(object.blocks[index], object.tokens);
+        } else {
+          planes.emplace(d, w).AppendBlockBytes(object.blocks[index], object.tokens);
+        }
+        const auto code = [&](int kind, int64_t i, int c) {
+          if (tiles) {
+            return kind == 0 ? tile_planes->KeyCode(i, c, w) : tile_planes->ValueCode(i, c, w);
+          }
+          return kind == 0 ? planes->KeyCode(i, c, w) : planes->ValueCode(i, c, w);
+        };
         const bool has_outliers = !object.outliers.empty();
         codec::OutlierStore outliers(
             d, {identity.outlier_cap, static_cast<float>(identity.outlier_threshold)});
@@ -506,9 +526,8 @@ struct LlamaDecodeModel::Impl {
           float* out = (kind == 0 ? k : v).data_ptr<float>();
           for (int64_t i = 0; i < n; ++i) {
             for (int c = 0; c < d; ++c) {
-              const uint8_t code = kind == 0 ? store.KeyCode(i, c, w) : store.ValueCode(i, c, w);
               const auto ch = static_cast<size_t>(c);
-              z[ch] = mean[ch] + sd[ch] * codebook->Decode(code, w);
+              z[ch] = mean[ch] + sd[ch] * codebook->Decode(code(kind, i, c), w);
             }
             // Outliers at full depth: their fp16 z replaces the clipped centroid.
             if (has_outliers) {
@@ -565,7 +584,7 @@ struct LlamaDecodeModel::Impl {
         object = codec::CacheObject{identity, digest, first, codec::kBlockTokens, {}, {}};
         for (int l = 0; l < config.num_hidden_layers; ++l) {
           for (int h = 0; h < hkv(); ++h) {
-            object->blocks.push_back(ReadKvCache(s, l).store(h).BlockBytes(b));
+            object->blocks.push_back(ReadKvCache(s, l).HeadBlockBytes(h, b));
             if (identity.outlier_cap > 0) {
               object->outliers.push_back(ReadKvCache(s, l).outliers(h).BlockBytes(b));
             }
@@ -741,6 +760,8 @@ codec::CacheIdentity LlamaDecodeModel::cache_identity() const {
         {m.options.kv.outlier_cap, m.options.kv.outlier_threshold}, *m.codebook, m.hd());
     id.outlier_cap = resolved.cap;
     id.outlier_threshold = resolved.threshold;
+    id.layout = codec::PlaneLayoutName(
+        codec::LayoutForReader(codec::ParseReaderKind(m.options.kv.reader)));
   }
   return id;
 }
@@ -765,6 +786,14 @@ void LlamaDecodeModel::StartSequence(uint64_t sequence_id, const engine::ReadPol
     if (m.gpu && resolved.reader != codec::ReaderKind::kConstrained) {
       throw std::invalid_argument(
           "reader: on a CUDA device ReadKV runs the constrained reader only");
+    }
+    const std::string_view layout =
+        codec::PlaneLayoutName(codec::LayoutForReader(resolved.reader));
+    if (m.prefix_store && layout != m.identity.layout) {
+      throw std::invalid_argument(
+          "reader: the persistent prefix cache holds " + m.identity.layout +
+          " objects, which the " + std::string(codec::ReaderName(resolved.reader)) +
+          " reader cannot read (it reads " + std::string(layout) + ")");
     }
   }
   Impl::Sequence s = m.MakeSequence(resolved);

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <string>
+#include <utility>
 
 #include "readkv/codec/errors.h"
 #include "readkv/model/errors.h"
@@ -227,9 +229,11 @@ TEST_F(RuntimeTest, WeightsThatDoNotMatchTheConfigAreRefusedNamingTheTensor) {
 // A context long enough for two full 256-token ReadKV blocks beyond the residual window.
 class CompressedRuntimeTest : public RuntimeTest {
  protected:
+  virtual int HeadDim() const { return testing::TinyConfig().head_dim; }
   void SetUp() override {
     ModelConfig config = testing::TinyConfig();
     config.max_position_embeddings = 640;
+    config.head_dim = HeadDim();
     tiny_ = MakeTinyModel(42, config);
     WriteTinyModel(tiny_, dir_.path());
     CalibrateOptions c;
@@ -268,6 +272,18 @@ class CompressedRuntimeTest : public RuntimeTest {
     return worst;
   }
 
+  // MaxDiffAgainstDense of ReadKV(8, 8) and ReadKV(8, 1) with `reader`, prefill through the cache.
+  std::pair<double, double> FullAndOneBit(const std::string& reader) {
+    RuntimeOptions full;
+    full.kv.kind = "readkv";
+    full.kv.reader = reader;
+    full.kv.read_bits = 8;
+    full.kv.prefill = PrefillAttention::kThroughCache;
+    RuntimeOptions low = full;
+    low.kv.read_bits = 1;
+    return {MaxDiffAgainstDense(full), MaxDiffAgainstDense(low)};
+  }
+
   std::vector<int32_t> prompt_;
   std::vector<std::vector<double>> reference_;
 };
@@ -276,14 +292,7 @@ TEST_F(CompressedRuntimeTest, Fp8AndReadKvStayCloseToDenseAndReadKvErrorFallsWit
   RuntimeOptions fp8;
   fp8.kv.kind = "fp8";
   const double fp8_err = MaxDiffAgainstDense(fp8);
-  RuntimeOptions full;
-  full.kv.kind = "readkv";
-  full.kv.read_bits = 8;
-  full.kv.prefill = PrefillAttention::kThroughCache;
-  const double r8 = MaxDiffAgainstDense(full);
-  RuntimeOptions low = full;
-  low.kv.read_bits = 1;
-  const double r1 = MaxDiffAgainstDense(low);
+  const auto [r8, r1] = FullAndOneBit("flexible");
   std::cout << "[ measure  ] max |logit diff| / max |logit| vs exact: fp8 " << fp8_err
             << ", readkv(8,8) " << r8 << ", readkv(8,1) " << r1 << "\n";
   // A random tiny model amplifies K/V error (measured: fp8 ~0.15, readkv(8,8) ~0.06, readkv(8,1)
@@ -666,6 +675,41 @@ TEST(RuntimeOptionsTest, OutlierListsAreRefusedOnACudaDeviceAndOutOfRange) {
   o.kv.outlier_cap = 2;
   o.kv.outlier_threshold = 2.0f;  // inside the tree: nothing is clipped there
   EXPECT_EQ(prefix_of(), "outlier_threshold");
+  o.kv.outlier_threshold = 0.0f;
+  o.kv.reader = "tile";  // no correction in the tile reader yet: refused, never read without
+  EXPECT_EQ(prefix_of(), "outlier_cap");
+}
+
+// The tile reader needs a channel group of 16: the same tiny model with d = 16.
+class TileRuntimeTest : public CompressedRuntimeTest {
+ protected:
+  int HeadDim() const override { return 16; }
+};
+
+// The tile reader serves like the others: close to dense at full depth, worse at one bit, and
+// its tile-layout prefix-cache objects restore bit for bit; a request naming a reader of the
+// other layout is refused while a prefix cache of tiles is on.
+TEST_F(TileRuntimeTest, TheTileReaderDecodesAndItsPrefixCacheRestoresExactly) {
+  const auto [r8, r1] = FullAndOneBit("tile");
+  std::cout << "[ measure  ] tile reader, max |logit diff| / max |logit| vs exact: (8,8) " << r8
+            << ", (8,1) " << r1 << "\n";
+  EXPECT_LT(r8, 0.15);
+  EXPECT_GT(r1, 4 * r8);
+
+  TempDir cache;
+  RuntimeOptions o;
+  o.kv.kind = "readkv";
+  o.kv.reader = "tile";
+  o.prefix_cache.directory = cache.path();
+  LlamaDecodeModel model(dir_.path(), o);
+  EXPECT_EQ(model.cache_identity().layout, "tiles16");
+  const auto miss = RunPrompt(model, 1, prompt_);
+  const auto hit = RunPrompt(model, 2, prompt_);
+  EXPECT_EQ(model.prefix_cache_counters().hits, 2);
+  EXPECT_EQ(hit, miss);
+  engine::ReadPolicy constrained;
+  constrained.reader = "constrained";
+  EXPECT_THROW(model.StartSequence(3, constrained), std::invalid_argument);
 }
 
 TEST(RuntimeOptionsTest, CudaGraphsIsAutoOnOrOffAndOnNeedsTheCudaKvBackends) {

@@ -130,8 +130,8 @@ engine::ReadPolicy ParseReadPolicy(const json& value) {
     } else if (key == "reader") {
       if (!item.is_string()) WrongType(field, "a string", item);
       const auto& reader = item.get_ref<const std::string&>();
-      if (reader != "flexible" && reader != "constrained") {
-        Invalid(field, "must be \"flexible\" or \"constrained\"");
+      if (reader != "flexible" && reader != "constrained" && reader != "tile") {
+        Invalid(field, "must be \"flexible\", \"constrained\" or \"tile\"");
       }
       policy.reader = reader;
     } else {

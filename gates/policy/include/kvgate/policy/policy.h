@@ -44,7 +44,7 @@ struct ServerSpec {
 // are left to the server's defaults. Not part of storage identity; recorded with the run.
 struct ReadPolicySpec {
   std::optional<double> read_bits;
-  std::optional<std::string> reader;  // "flexible" | "constrained"
+  std::optional<std::string> reader;  // "flexible" | "constrained" | "tile"
   std::optional<double> key_bits;
   std::optional<double> value_bits;
   bool empty() const { return !read_bits && !reader && !key_bits && !value_bits; }

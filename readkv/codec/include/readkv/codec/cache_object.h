@@ -21,7 +21,9 @@
 // header alone), so a flipped byte anywhere before the blocks reads as CorruptObject("header"),
 // never as another format version. Every later version keeps this preamble: an object of another
 // version whose preamble checksum holds is IdentityMismatch("format_version"); so is a version-1
-// object whose own checksum holds.
+// object whose own checksum holds. Version 3 added the identity field `layout` (the byte order
+// of the planes: "planes", bitplanes.h, or "tiles16", tile_planes.h); an object of the other
+// layout is IdentityMismatch("layout").
 #pragma once
 
 #include <cstdint>
@@ -51,6 +53,7 @@ struct CacheIdentity {
   int store_bits = 0;
   int outlier_cap = 0;             // OutlierOptions::cap; 0 = no outlier lists
   double outlier_threshold = 0.0;  // the resolved OutlierOptions::threshold (a float); 0 when off
+  std::string layout = "planes";  // PlaneLayoutName(): "planes" | "tiles16"
   uint32_t format_version = kCacheFormatVersion;
 
   // Canonical JSON (fixed key order) and a stable 128-bit hex digest of it.
@@ -64,7 +67,8 @@ struct CacheIdentity {
 };
 
 // One stored object: the encoded KV of one prefix block (up to kBlockTokens tokens starting at
-// `first_token`) for every (layer, KV head), in BitPlaneStore::BlockBytes form.
+// `first_token`) for every (layer, KV head), in the BlockBytes form of the identity's layout
+// (BitPlaneStore or TilePlaneStore).
 struct CacheObject {
   CacheIdentity identity;
   std::string prefix_digest;  // what the tokens of the prefix up to this block hash to
@@ -78,9 +82,9 @@ struct CacheObject {
 
 // Throws InvalidArgument ("format_version", "tokens", "first_token", "blocks") when the object
 // is inconsistent: only version kCacheFormatVersion is written, tokens in [1, kBlockTokens],
-// exactly layers * heads_kv blocks, each of BitPlaneStore::BlockBytes size for `tokens`;
-// "outliers" unless there is one section per block with outliers on (none off), each of 4 bytes
-// plus 4 per entry its counts announce.
+// exactly layers * heads_kv blocks, each of the layout's BlockBytes size for `tokens`;
+// "layout" when the identity names no known layout; "outliers" unless there is one section
+// per block with outliers on (none off), each of 4 bytes plus 4 per entry its counts announce.
 std::vector<uint8_t> SerializeCacheObject(const CacheObject& object);
 
 // Parses and verifies an object against the reader's identity. Checks, in order: magic, the

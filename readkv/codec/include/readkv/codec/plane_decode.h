@@ -19,4 +19,9 @@ void DecodeKeyBlockCodes(const BitPlaneStore& store, int64_t block, int channel,
 // codes: [d].
 void DecodeValueCodes(const BitPlaneStore& store, int64_t token, int depth, uint8_t* codes);
 
+// Depth-t prefixes of the 256 codes of one 16x16 tile (tile_planes.h), reading planes [0, t) of
+// `tile` only, in fragment order: codes[8 * lane + bit] is the code of TileElement(lane, bit).
+// One shift-or of a 64-bit word per lane and plane, as a GPU lane would do it. codes: [256].
+void DecodeTileCodes(const uint8_t* tile, int depth, uint8_t* codes);
+
 }  // namespace readkv::codec

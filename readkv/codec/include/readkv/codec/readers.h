@@ -5,7 +5,10 @@
 // |-------------|------------------------|-----------------------------|-------|--------|
 // | flexible    | R_K, R_V from policy   | pooled over a layer's heads | 0     | 1      |
 // | constrained | R_K, R_V from policy   | per KV head                 | 1     | 2      |
+// | tile        | R_K, R_V from policy   | per KV head                 | 1     | 1      |
 // | full        | none: every scalar at W (requires R = W), no allocation            |
+// The tile reader allocates over objects of 16 members (tile_reader.h): Key depths per group of
+// 16 channels, Value depths per block of 16 tokens, with the same budgets counted in those units.
 // Budgets in depth units: B_K = floor(R_K * d) channel-bits per KV head, B_V = floor(R_V * T_enc)
 // token-bits per KV head (T_enc = encoded tokens); a pooled budget is floor(R * d * H_kv) or
 // floor(R_V * T_enc * H_kv). With V packets of 2 and t_min = 1 the V depths are 1, 3, 5, 7
@@ -28,10 +31,10 @@
 
 namespace readkv::codec {
 
-enum class ReaderKind { kFlexible, kConstrained, kFull };
+enum class ReaderKind { kFlexible, kConstrained, kFull, kTile };
 
 std::string_view ReaderName(ReaderKind reader);
-// "flexible" | "constrained" | "full"; throws InvalidArgument("reader") otherwise.
+// "flexible" | "constrained" | "full" | "tile"; throws InvalidArgument("reader") otherwise.
 ReaderKind ParseReaderKind(std::string_view name);
 
 // A read policy as a request or a policy file states it.
@@ -59,7 +62,7 @@ struct ReaderPlan {
 };
 
 // Throws InvalidArgument naming the field: "store_bits" (W not in [1, 8]), "read_bits" (R not in
-// (0, W], below t_min for the constrained reader, or != W for the full reader), "kv_split" (R_K or
+// (0, W], below t_min for the constrained and tile readers, or != W for the full reader), "kv_split" (R_K or
 // R_V outside [t_min, W], (R_K + R_V) / 2 != R, or an unequal split for the full reader).
 ReaderPlan MakeReaderPlan(const ReadPolicy& policy, int store_bits);
 
@@ -84,7 +87,8 @@ struct ReaderAllocators {
 // Chooses depths for all KV heads of a layer with the threshold allocator.
 // importance / depths: [heads][per_head] (per_head = d for keys, T_enc for values). Pooled plans
 // allocate once over all heads; per-head plans allocate each head with its own budget; the full
-// reader writes W everywhere.
+// reader writes W everywhere. The tile reader's depths are per group and block instead
+// (tile_reader.h): these throw InvalidArgument("reader") for it.
 void ChooseKeyDepths(const ReaderPlan& plan, const ReaderAllocators& allocators,
                      std::span<const double> importance, int heads, int head_dim,
                      std::span<uint8_t> depths, AllocatorScratch& scratch);

@@ -20,7 +20,7 @@ namespace readkv::engine {
 // cache's storage identity; it is recorded with every request.
 struct ReadPolicy {
   std::optional<double> read_bits;    // R; unset = the server's default
-  std::optional<std::string> reader;  // "flexible" | "constrained"
+  std::optional<std::string> reader;  // "flexible" | "constrained" | "tile"
   std::optional<double> key_bits;     // R_K of the K/V split (flexible reader)
   std::optional<double> value_bits;   // R_V of the K/V split (flexible reader)
 };

@@ -5,7 +5,9 @@
 // - "dense": K/V kept as tensors of the compute dtype (fp32 on CPU), exact attention.
 // - "fp8": e4m3 K/V with calibrated amax/448 scales per tensor (layer) or per KV head, attention
 //   in fp32 after dequantisation (readkv::codec).
-// - "readkv": ReadKV(W, R) bit-plane caches and the flexible/constrained readers (readkv::codec).
+// - "readkv": ReadKV(W, R) bit-plane caches and the flexible/constrained/tile readers
+//   (readkv::codec); the tile reader's caches store the tile layout, and with a prefix cache a
+//   request may name only a reader of the server's layout ("reader").
 // On a CUDA device ("cuda", "cuda:N") fp8 and readkv run on readkv::cuda's kernels instead: every
 // layer's cache is a paged pool on the GPU, appended and attended for all sequences of a step in
 // one batched call per layer (src/gpu_kv_cache.h), with the CPU backends' codes bit for bit. ReadKV
@@ -71,7 +73,7 @@ struct KvCacheOptions {
   // ReadKV defaults of the server; a request's engine::ReadPolicy may override the read side.
   int store_bits = 8;               // W
   double read_bits = 4.0;           // R, average over K and V
-  std::string reader = "flexible";  // "flexible" | "constrained"
+  std::string reader = "flexible";  // "flexible" | "constrained" | "tile"
   std::optional<double> key_bits;   // R_K of the K/V split; unset = R
   std::optional<double> value_bits; // R_V; unset = 2R - R_K
   // ReadKV's capped outlier lists (codec/outliers.h), part of the cache identity: entries per

@@ -7,7 +7,7 @@
 //   [0, 2]; default 1; 0 = greedy), seed (integer), stream (bool), stream_options
 //   ({"include_usage": bool}, only with stream), stop (string or array of up to 16 non-empty
 //   strings), ignore_eos (bool), readkv ({"read_bits": number > 0, "reader": "flexible" |
-//   "constrained", "key_bits": number > 0, "value_bits": number > 0}; any other field is an
+//   "constrained" | "tile", "key_bits": number > 0, "value_bits": number > 0}; any other field is an
 //   error). n, best_of, echo, logprobs, suffix, top_p, presence_penalty, frequency_penalty and
 //   logit_bias are accepted only at their neutral values. Other fields are ignored, as vLLM does.
 // Every violation throws ApiError(400, code, message naming the field, field); a wrong model is

@@ -1,0 +1,185 @@
+// TileAttend: one decode step of the tile reader over a layer (tile_reader.h), with its ledgers.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "attention_kernels.h"
+#include "readkv/codec/tile_reader.h"
+
+namespace readkv::codec {
+namespace {
+
+template <typename T>
+int64_t Bytes(const std::vector<T>& v) {
+  return static_cast<int64_t>(v.capacity() * sizeof(T));
+}
+
+}  // namespace
+
+AttentionLedgers TileAttend(const TileLayerView& view, const ReaderPlan& plan,
+                            std::span<const float> queries, std::span<float> out,
+                            TileDepths* chosen) {
+  const ReaderAllocators allocators(plan, view.codebook->distortions());
+  const LayerGeometry& geo = view.geometry;
+  const int d = geo.head_dim;
+  const int g = geo.group();
+  const int hkv = geo.heads_kv;
+  const int groups = d / kTileChannels;
+  const int64_t t_enc = view.encoded_tokens;
+  const int64_t t_res = view.residual_tokens;
+  const int64_t tokens = t_enc + t_res;
+  const int64_t blocks = (t_enc + kTileTokens - 1) / kTileTokens;
+  const int64_t stride = (tokens + 7) / 8 * 8;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const auto ud = static_cast<size_t>(d);
+  const auto ug = static_cast<size_t>(g);
+
+  // Every scratch buffer of the call; all alive until it returns (the workspace ledger).
+  std::vector<float> transformed(static_cast<size_t>(geo.heads_q) * ud);
+  std::vector<double> channel_importance(ud);
+  std::vector<double> group_weights(static_cast<size_t>(hkv * groups));
+  std::vector<uint8_t> key_depths(group_weights.size());
+  std::vector<float> folded(ug * ud), scaled(ug * ud);
+  std::vector<float> probabilities(static_cast<size_t>(geo.heads_q) * static_cast<size_t>(stride));
+  std::vector<float> residual_row(ud);
+  std::vector<double> token_importance(static_cast<size_t>(t_enc));
+  std::vector<double> block_weights(static_cast<size_t>(hkv * blocks));
+  std::vector<uint8_t> value_depths(block_weights.size());
+  std::vector<float> acc(ug * ud), head_out(ug * ud), mass(ug);
+  AllocatorScratch scratch;
+
+  for (int hq = 0; hq < geo.heads_q; ++hq) {
+    view.key_transforms[static_cast<size_t>(hq / g)].Forward(
+        queries.subspan(static_cast<size_t>(hq) * ud, ud),
+        std::span<float>(transformed).subspan(static_cast<size_t>(hq) * ud, ud));
+  }
+  for (int h = 0; h < hkv; ++h) {
+    const auto head = static_cast<size_t>(h);
+    const TilePlaneStore& store = view.stores[head];
+    const auto k_mean = view.calibration->KeyMean(view.layer, h);
+    const auto k_std = view.calibration->KeyStd(view.layer, h);
+    const float* q = transformed.data() + head * ug * ud;
+
+    // Stage 1: group depths from the summed channel importance, shared by the g query heads.
+    KeyChannelImportance(std::span<const float>(q, ug * ud), g, k_std, channel_importance);
+    const auto weights = std::span<double>(group_weights).subspan(head * groups, groups);
+    const auto depths = std::span<uint8_t>(key_depths).subspan(head * groups, groups);
+    SumPerTile(channel_importance, weights);
+    ChooseKeyGroupDepths(plan, allocators, weights, depths, scratch);
+
+    // Logits: sigma and the scale folded into the query; q~ . mu cancels in the softmax, so the
+    // residual window's exact logits take the same shift (keys centred on mu).
+    for (size_t i = 0; i < ug * ud; ++i) {
+      scaled[i] = q[i] * scale;
+      folded[i] = scaled[i] * k_std[i % ud];
+    }
+    float* probs = probabilities.data() + head * ug * static_cast<size_t>(stride);
+    TileKeyLogits(store, t_enc, depths, folded, g, *view.codebook, probs, stride);
+    const uint16_t* residual = view.residual_keys[head].data();
+    for (int64_t r = 0; r < t_res; ++r) {
+      for (size_t c = 0; c < ud; ++c) {
+        residual_row[c] =
+            internal::Bf16ToFloat(residual[static_cast<size_t>(r) * ud + c]) - k_mean[c];
+      }
+      for (size_t h2 = 0; h2 < ug; ++h2) {
+        probs[h2 * static_cast<size_t>(stride) + static_cast<size_t>(t_enc + r)] =
+            internal::Dot(scaled.data() + h2 * ud, residual_row.data(), d);
+      }
+    }
+    for (size_t h2 = 0; h2 < ug; ++h2) {
+      internal::SoftmaxInPlace(probs + h2 * static_cast<size_t>(stride), tokens);
+    }
+
+    // Stage 2: block depths from the summed a_i.
+    ValueTokenImportance(std::span<const float>(probs, ug * static_cast<size_t>(stride)), g, stride,
+                         token_importance);
+    const auto bweights = std::span<double>(block_weights).subspan(head * blocks, blocks);
+    const auto bdepths = std::span<uint8_t>(value_depths).subspan(head * blocks, blocks);
+    SumPerTile(token_importance, bweights);
+    ChooseValueBlockDepths(plan, allocators, bweights, bdepths, scratch);
+
+    // sum_i p_i C(code_i) on the tiles; mu and sigma once per row after the sum.
+    TileValueSums(store, t_enc, bdepths, probs, stride, g, *view.codebook, acc.data());
+    const auto v_mean = view.calibration->ValueMean(view.layer, h);
+    const auto v_std = view.calibration->ValueStd(view.layer, h);
+    for (size_t h2 = 0; h2 < ug; ++h2) {
+      const float* p = probs + h2 * static_cast<size_t>(stride);
+      float m = 0.0f;
+      for (int64_t i = 0; i < t_enc; ++i) m += p[i];
+      mass[h2] = m;
+      for (size_t c = 0; c < ud; ++c) {
+        head_out[h2 * ud + c] = v_mean[c] * m + v_std[c] * acc[h2 * ud + c];
+      }
+    }
+    const uint16_t* residual_v = view.residual_values[head].data();
+    for (int64_t r = 0; r < t_res; ++r) {
+      for (size_t c = 0; c < ud; ++c) {
+        residual_row[c] = internal::Bf16ToFloat(residual_v[static_cast<size_t>(r) * ud + c]);
+      }
+      for (size_t h2 = 0; h2 < ug; ++h2) {
+        internal::Axpy(probs[h2 * static_cast<size_t>(stride) + static_cast<size_t>(t_enc + r)],
+                       residual_row.data(), head_out.data() + h2 * ud, d);
+      }
+    }
+    for (size_t h2 = 0; h2 < ug; ++h2) {
+      view.value_transforms[head].Inverse(std::span<const float>(head_out).subspan(h2 * ud, ud),
+                                          out.subspan((head * ug + h2) * ud, ud));
+    }
+  }
+
+  // Ledgers.
+  AttentionLedgers ledgers;
+  const int64_t channels = static_cast<int64_t>(hkv) * d;
+  const int64_t token_tiles = blocks;  // token tiles of the encoded tokens
+  int64_t key_depth_sum = 0, value_scalar_depths = 0, value_depth_sum = 0;
+  for (uint8_t t : key_depths) key_depth_sum += t;
+  for (int h = 0; h < hkv; ++h) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int t = value_depths[static_cast<size_t>(h * blocks + b)];
+      value_depth_sum += t;
+      value_scalar_depths += t * std::min<int64_t>(kTileTokens, t_enc - b * kTileTokens);
+    }
+  }
+  ledgers.logical.key_bits = key_depth_sum * kTileChannels * t_enc;
+  ledgers.logical.value_bits = value_scalar_depths * d;
+  ledgers.logical.residual_bits = t_res * channels * 16 * 2;
+  PhysicalTraffic& phys = ledgers.physical;
+  phys.key_payload_bytes = key_depth_sum * token_tiles * kTilePlaneBytes;
+  phys.value_payload_bytes = value_depth_sum * groups * kTilePlaneBytes;
+  phys.residual_bytes = t_res * channels * 2 * 2;
+  // mu/sigma of K and V; one standard centroid table per KV head for K and one for V.
+  const int64_t centroid_table_bytes = ((int64_t{2} << plan.store_bits) - 1) * 4;
+  phys.metadata_bytes = 4 * channels * 4 + 2 * hkv * centroid_table_bytes;
+  const int64_t query_floats = static_cast<int64_t>(geo.heads_q) * d;
+  // Queries read; transformed and folded queries written and read; importance, group weights.
+  phys.query_bytes = query_floats * 4 * 5 + 2 * channels * 8 + 2 * hkv * groups * 8;
+  phys.score_bytes = 5 * static_cast<int64_t>(geo.heads_q) * tokens * 4 + 2 * hkv * t_enc * 8 +
+                     2 * hkv * blocks * 8;
+  phys.schedule_bytes = 2 * (hkv * groups + hkv * blocks);
+  phys.output_bytes = query_floats * 4 * 3;
+  ledgers.workspace_peak_bytes =
+      Bytes(transformed) + Bytes(channel_importance) + Bytes(group_weights) + Bytes(key_depths) +
+      Bytes(folded) + Bytes(scaled) + Bytes(probabilities) + Bytes(residual_row) +
+      Bytes(token_importance) + Bytes(block_weights) + Bytes(value_depths) + Bytes(acc) +
+      Bytes(head_out) + Bytes(mass) + scratch.Bytes();
+  ReadDepthStats& stats = ledgers.depths;
+  stats.encoded_tokens = t_enc;
+  stats.residual_tokens = t_res;
+  stats.mean_key_depth =
+      static_cast<double>(key_depth_sum * kTileChannels) / static_cast<double>(channels);
+  stats.min_key_depth = *std::min_element(key_depths.begin(), key_depths.end());
+  stats.max_key_depth = *std::max_element(key_depths.begin(), key_depths.end());
+  if (t_enc > 0) {
+    stats.mean_value_depth =
+        static_cast<double>(value_scalar_depths) / static_cast<double>(hkv * t_enc);
+    stats.min_value_depth = *std::min_element(value_depths.begin(), value_depths.end());
+    stats.max_value_depth = *std::max_element(value_depths.begin(), value_depths.end());
+  }
+  if (chosen) {
+    chosen->key_groups = key_depths;
+    chosen->value_blocks = value_depths;
+  }
+  return ledgers;
+}
+
+}  // namespace readkv::codec
