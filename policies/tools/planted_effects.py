@@ -35,7 +35,8 @@ def section(text, name):
 
 def server(args, delay_ms):
     keep = []
-    skip = {"--kv": 1, "--store-bits": 1, "--read-bits": 1, "--reader": 1, "--kv-split": 1}
+    skip = {"--kv": 1, "--store-bits": 1, "--read-bits": 1, "--reader": 1, "--kv-split": 1,
+            "--outlier-cap": 1, "--outlier-threshold": 1}
     i = 0
     while i < len(args):
         if args[i] in skip:
