@@ -198,8 +198,9 @@ def main():
 
         # 6. Token-true prompt lengths through the server's /tokenize.
         del PROMPT_BYTES[:]
-        p = run(load + ["--cacert", f"{d}/ca.pem", "--input-unit", "tokens", "--input-len", "40",
-                        "--json", f"{d}/tokens.json"])
+        tokens_load = [a if a != "16" else "40" for a in load]  # --input-len 40 (tokens)
+        p = run(tokens_load + ["--cacert", f"{d}/ca.pem", "--input-unit", "tokens",
+                               "--json", f"{d}/tokens.json"])
         tokens = json.load(open(f"{d}/tokens.json")) if p.returncode == 0 else {}
         check(tokens.get("input_tokens_exact") is True and PROMPT_BYTES == [39] * 8,
               "--input-unit tokens: every prompt 40 tokens by the server's count (%s; %s)" %

@@ -13,6 +13,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cctype>
 #include <cerrno>
 #include <condition_variable>
 #include <ctime>
@@ -240,8 +241,25 @@ class Session : public std::enable_shared_from_this<Session> {
     }
   }
 
-  // GET /v1/models/{id}: the one model object, or 404 model_not_found for any other id.
-  void HandleModel(std::string_view id) {
+  // GET /v1/models/{id}: the one model object, or 404 model_not_found for any other id. The id
+  // may hold a '/' raw or percent-encoded (the openai npm client sends "test%2Ftiny-llama").
+  void HandleModel(std::string_view encoded) {
+    std::string id;
+    for (size_t i = 0; i < encoded.size(); ++i) {
+      const auto hex = [](char c) {
+        return std::isdigit(static_cast<unsigned char>(c)) ? c - '0'
+               : (c >= 'a' && c <= 'f')                    ? c - 'a' + 10
+               : (c >= 'A' && c <= 'F')                    ? c - 'A' + 10
+                                                           : -1;
+      };
+      if (encoded[i] == '%' && i + 2 < encoded.size() && hex(encoded[i + 1]) >= 0 &&
+          hex(encoded[i + 2]) >= 0) {
+        id += static_cast<char>(hex(encoded[i + 1]) * 16 + hex(encoded[i + 2]));
+        i += 2;
+      } else {
+        id += encoded[i];
+      }
+    }
     if (id != shared_.served_model) {
       return Fail(ApiError(404, "model_not_found",
                            "model \"" + std::string(id) + "\" is not served here (this server "
