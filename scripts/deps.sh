@@ -8,7 +8,7 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build ccache pkg-config git
       libboost-dev libcli11-dev nlohmann-json3-dev libsqlite3-dev sqlite3 libtomlplusplus-dev
       libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev libspdlog-dev libxxhash-dev
-      libtorch-dev libopenblas0 wrk chromium python3 prometheus prometheus-pushgateway
+      libtorch-dev libopenblas0 libssl-dev openssl wrk chromium python3 prometheus prometheus-pushgateway
       clang-14 libfuzzer-14-dev libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -16,6 +16,7 @@
 #include "kvgate/checks/f1.h"
 #include "kvgate/checks/ledgers.h"
 #include "kvgate/command.h"
+#include "kvgate/connection_options.h"
 
 namespace kvgate {
 namespace {
@@ -26,6 +27,7 @@ struct ServerArgs {
   double timeout_s = 600.0;
   std::string model;
   std::string json_file;
+  ConnectionArgs connection;
 };
 
 void AddServerOptions(CLI::App* cmd, ServerArgs& args) {
@@ -36,6 +38,7 @@ void AddServerOptions(CLI::App* cmd, ServerArgs& args) {
                   "The request's \"model\" (default: the first id of GET /v1/models)");
   cmd->add_option("--json", args.json_file,
                   "Also write the full result as JSON to FILE (- = stdout)");
+  AddConnectionOptions(cmd, args.connection);
 }
 
 checks::ClientOptions ClientOptionsFrom(const ServerArgs& args) {
@@ -44,6 +47,8 @@ checks::ClientOptions ClientOptionsFrom(const ServerArgs& args) {
   options.concurrency = args.concurrency;
   options.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_s * 1000));
   options.model = args.model;
+  options.client = ClientConfigFrom(args.connection);
+  options.endpoint = EndpointFrom(args.connection);
   return options;
 }
 
@@ -71,8 +76,12 @@ checks::CheckProgress TerminalProgress(const std::string& label) {
 void PrintRun(const checks::CheckRun& run, std::ostream& out) {
   const checks::SubsetSummary& all = run.all();
   char line[256];
-  out << run.check << " on " << run.url << (run.model.empty() ? "" : " (model " + run.model + ")");
-  std::snprintf(line, sizeof line, ": %lld/%lld correct, mean score %.2f, %lld errors, %.1f s\n",
+  out << run.check << " on " << run.url << (run.model.empty() ? "" : " (model " + run.model + ")")
+      << " via " << run.endpoint << ", " << run.connection << "\n";
+  if (run.connection.find("verification OFF") != std::string::npos) {
+    out << "WARNING: TLS certificate verification was OFF (--insecure)\n";
+  }
+  std::snprintf(line, sizeof line, "  %lld/%lld correct, mean score %.2f, %lld errors, %.1f s\n",
                 static_cast<long long>(all.correct), static_cast<long long>(all.count),
                 all.mean_score, static_cast<long long>(all.errors), run.seconds);
   out << line;
@@ -216,10 +225,13 @@ void AddLedgers(CLI::App* check, CommandContext& context) {
       "ledgers", "Read the resource ledgers (readkv_*, vllm:*) from a server's /metrics");
   auto url = std::make_shared<std::string>();
   auto json_file = std::make_shared<std::string>();
+  auto connection = std::make_shared<ConnectionArgs>();
   cmd->add_option("--url", *url, "Server base URL, e.g. http://127.0.0.1:8000")->required();
   cmd->add_option("--json", *json_file, "Also write the ledgers as JSON to FILE (- = stdout)");
-  cmd->callback([url, json_file, &context] {
-    checks::LedgerSnapshot s = AsUsage([&] { return checks::ScrapeLedgers(*url); });
+  AddConnectionOptions(cmd, *connection, /*with_endpoint=*/false);
+  cmd->callback([url, json_file, connection, &context] {
+    const http::ClientConfig config = ClientConfigFrom(*connection);
+    checks::LedgerSnapshot s = AsUsage([&] { return checks::ScrapeLedgers(*url, config); });
     std::ostream& out = *json_file == "-" ? std::cerr : std::cout;
     out << "ledgers from " << s.url << "\n";
     for (const auto& [series, value] : s.values) out << "  " << series << " " << value << "\n";
@@ -231,7 +243,7 @@ void AddLedgers(CLI::App* check, CommandContext& context) {
 
 void AddCheckCommand(CLI::App& app, CommandContext& context) {
   auto* check = app.add_subcommand(
-      "check", "Quality checks against one OpenAI-compatible server (HTTP only)");
+      "check", "Quality checks against one OpenAI-compatible server (http or https)");
   check->require_subcommand(1);
   AddPasskey(check, context);
   AddQa(check, context);

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kvgate/command.h"
+#include "kvgate/connection_options.h"
 #include "kvgate/history/history_db.h"
 #include "kvgate/loadgen/report.h"
 #include "kvgate/loadgen/run_load.h"
@@ -40,7 +41,7 @@ using loadgen::LoadSettings;
 struct LoadOptions {
   std::string url;
   std::string model;
-  std::string api_key;
+  ConnectionArgs connection;
   std::optional<double> rate;
   std::optional<int> concurrency;
   std::vector<double> rates;
@@ -55,6 +56,7 @@ struct LoadOptions {
   std::string workload = "synthetic";
   std::string prompts;
   int input_len = 128;
+  std::string input_unit = "words";
   std::string input_dist = "constant";
   double input_spread = 0;
   int output_len = 128;
@@ -161,6 +163,7 @@ LoadSettings ToSettings(const LoadOptions& o) {
                       o.input_spread, 1 << 20};
   s.workload.output = {loadgen::ParseLengthDistribution(o.output_dist, "output-dist"), o.output_len,
                        o.output_spread, 1 << 20};
+  s.workload.input_unit = loadgen::ParseInputUnit(o.input_unit);
   s.workload.passkey_lengths = o.passkey_lengths;
   s.workload.passkey_depths = o.passkey_depths;
   s.workload.distinct_prompts = o.distinct_prompts;
@@ -247,7 +250,8 @@ int RunCommand(const LoadOptions& o, const std::string& command_line) {
   } catch (const loadgen::SettingsError& e) {
     throw UsageError("--" + e.field() + ": " + std::string(e.what()).substr(e.field().size() + 2));
   }
-  loadgen::Target target{o.url, o.model, o.api_key};
+  loadgen::Target target{o.url, o.model, ClientConfigFrom(o.connection),
+                         EndpointFrom(o.connection)};
   loadgen::LiveCounters counters;
   suite::StopSignals signals;
   const std::atomic<bool>* stop = &suite::StopSignals::Flag();
@@ -324,10 +328,11 @@ void AddLoadCommand(CLI::App& app, CommandContext& context) {
   auto o = std::make_shared<LoadOptions>();
   auto rate = std::make_shared<double>(0);
   auto concurrency = std::make_shared<int>(0);
-  cmd->add_option("--url", o->url, "Base URL of the server, e.g. http://127.0.0.1:8000")
+  cmd->add_option("--url", o->url,
+                  "Base URL of the server, e.g. http://127.0.0.1:8000 or https://host/v1")
       ->required();
   cmd->add_option("--model", o->model, "Model name (default: first entry of GET /v1/models)");
-  cmd->add_option("--api-key", o->api_key, "Sent as 'Authorization: Bearer KEY'");
+  AddConnectionOptions(cmd, o->connection);
   auto* rate_opt = cmd->add_option("--rate", *rate, "Open loop: offered requests per second");
   auto* conc_opt =
       cmd->add_option("--concurrency", *concurrency, "Closed loop: requests kept in flight");
@@ -348,7 +353,11 @@ void AddLoadCommand(CLI::App& app, CommandContext& context) {
   cmd->add_option("--workload", o->workload, "synthetic | passkey | file (default synthetic)");
   cmd->add_option("--prompts", o->prompts,
                   "JSONL prompt file: {\"prompt\": ..., \"max_tokens\": ...} per line");
-  cmd->add_option("--input-len", o->input_len, "Mean prompt length in words (default 128)");
+  cmd->add_option("--input-len", o->input_len,
+                  "Mean prompt length in --input-unit (default 128)");
+  cmd->add_option("--input-unit", o->input_unit,
+                  "words | tokens: tokens cuts each synthetic prompt to its length through the "
+                  "server's POST /tokenize (the summary says whether counts are exact)");
   cmd->add_option("--input-dist", o->input_dist, "constant | uniform | normal | lognormal");
   cmd->add_option("--input-spread", o->input_spread,
                   "uniform: range ratio; normal: sd/mean; lognormal: sigma of log");
@@ -392,16 +401,8 @@ void AddLoadCommand(CLI::App& app, CommandContext& context) {
   cmd->callback([cmd, o, rate, concurrency, rate_opt, conc_opt, &context] {
     o->rate = rate_opt->count() > 0 ? std::optional<double>(*rate) : std::nullopt;
     o->concurrency = conc_opt->count() > 0 ? std::optional<int>(*concurrency) : std::nullopt;
-    // The options as given (name=value lines), for the history's notes; the API key is not
-    // stored.
-    std::string given = cmd->config_to_str(/*default_also=*/false, /*write_description=*/false);
-    std::istringstream lines(given);
-    std::string line, notes = "kvgate load";
-    while (std::getline(lines, line)) {
-      if (line.rfind("api-key", 0) == 0) continue;
-      notes += " --" + line;
-    }
-    context.exit_code = RunCommand(*o, notes);
+    // The options as given, for the history's notes: no key, header names only.
+    context.exit_code = RunCommand(*o, GivenOptions(cmd, "kvgate load"));
   });
 }
 

@@ -28,13 +28,19 @@ CheckRun Run(const std::string& check, const std::string& url, const std::vector
              const std::vector<CompletionRequest>& requests, const ClientOptions& options,
              const CheckProgress& progress, Score score) {
   const auto start = std::chrono::steady_clock::now();
-  CompletionClient client(url, options);
+  ClientOptions with_system = options;
+  if (options.endpoint == http::Endpoint::kChat && options.system_prompt.empty()) {
+    with_system.system_prompt = check == "passkey" ? kPasskeySystemPrompt : kQaSystemPrompt;
+  }
+  CompletionClient client(url, with_system);
   client.Probe();
   std::vector<CompletionOutcome> outcomes = client.CompleteAll(requests, progress);
   CheckRun run;
   run.check = check;
   run.url = client.url().text;
   run.model = client.model();
+  run.endpoint = std::string(http::EndpointName(options.endpoint));
+  run.connection = client.connection();
   run.records.reserve(items.size());
   for (size_t i = 0; i < items.size(); ++i) run.records.push_back(score(items[i], outcomes[i]));
   run.summary = SummarizeBySubset(run.records);
@@ -92,8 +98,16 @@ CheckRun RunQaCheck(const std::string& url, const std::vector<QaItem>& items, in
 }
 
 void to_json(nlohmann::json& j, const CheckRun& run) {
-  j = nlohmann::json{{"check", run.check},     {"url", run.url},         {"model", run.model},
-                     {"seconds", run.seconds}, {"summary", run.summary}, {"items", run.records}};
+  j = nlohmann::json{{"check", run.check},
+                     {"url", run.url},
+                     {"model", run.model},
+                     {"endpoint", run.endpoint},
+                     {"connection", run.connection},
+                     {"tls_verification_off",
+                      run.connection.find("verification OFF") != std::string::npos},
+                     {"seconds", run.seconds},
+                     {"summary", run.summary},
+                     {"items", run.records}};
 }
 
 }  // namespace kvgate::checks

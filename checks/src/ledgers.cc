@@ -46,10 +46,11 @@ LedgerSnapshot ExtractLedgers(const Exposition& exposition) {
   return out;
 }
 
-LedgerSnapshot ScrapeLedgers(const std::string& url, std::chrono::milliseconds timeout) {
+LedgerSnapshot ScrapeLedgers(const std::string& url, const http::ClientConfig& config,
+                             std::chrono::milliseconds timeout) {
   ServerUrl server = ServerUrl::Parse(url);
   const std::string where = server.Join("/metrics");
-  std::string body = HttpGet(server, "/metrics", timeout);
+  std::string body = HttpGet(server, "/metrics", timeout, config);
   Exposition exposition;
   try {
     exposition = ParsePrometheusText(body);

@@ -8,6 +8,8 @@
 // text (readkv/model recall_data.h) uses this same layout.
 #include "kvgate/checks/passkey.h"
 
+#include <cctype>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -161,8 +163,24 @@ std::optional<std::string> FirstInteger(std::string_view text) {
   return std::string(text.substr(begin, end == std::string_view::npos ? end : end - begin));
 }
 
+std::optional<std::string> PasskeyAnswer(std::string_view output) {
+  std::string lower(output);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  size_t after = std::string::npos;
+  for (std::string_view phrase : {"pass key is", "passkey is"}) {
+    const size_t at = lower.rfind(phrase);
+    if (at != std::string::npos && (after == std::string::npos || at + phrase.size() > after)) {
+      after = at + phrase.size();
+    }
+  }
+  if (after != std::string::npos) {
+    if (auto key = FirstInteger(output.substr(after))) return key;
+  }
+  return FirstInteger(output);
+}
+
 bool PasskeyCorrect(std::string_view output, std::string_view key) {
-  std::optional<std::string> found = FirstInteger(output);
+  std::optional<std::string> found = PasskeyAnswer(output);
   if (!found) return false;
   auto strip = [](std::string_view digits) {
     size_t nonzero = digits.find_first_not_of('0');

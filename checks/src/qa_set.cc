@@ -8,6 +8,8 @@
 // the training corpus and the trainer's own evaluation sets draw from codec::SplitMix64 streams.
 #include "kvgate/checks/qa_set.h"
 
+#include <cctype>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -271,7 +273,17 @@ std::string QaPrediction(std::string_view completion) {
   size_t begin = completion.find_first_not_of(kSpace);
   if (begin == std::string_view::npos) return "";
   size_t end = completion.find_last_not_of(kSpace);
-  return std::string(completion.substr(begin, end - begin + 1));
+  completion = completion.substr(begin, end - begin + 1);
+  // A chat model may echo the prompt's "Answer:" before the answer.
+  constexpr std::string_view kAnswer = "answer:";
+  if (completion.size() > kAnswer.size()) {
+    bool echoed = true;
+    for (size_t i = 0; i < kAnswer.size(); ++i) {
+      echoed &= std::tolower(static_cast<unsigned char>(completion[i])) == kAnswer[i];
+    }
+    if (echoed) return QaPrediction(completion.substr(kAnswer.size()));
+  }
+  return std::string(completion);
 }
 
 }  // namespace kvgate::checks

@@ -55,7 +55,7 @@ TEST(ServerUrlTest, ParsesHostPortAndDropsATrailingV1) {
 
 TEST(ServerUrlTest, RejectsWhatItCannotServe) {
   for (const char* bad :
-       {"https://x:1", "ftp://x", "127.0.0.1:8000", "http://", "http://:80", "http://h:0",
+       {"ftp://x", "127.0.0.1:8000", "http://", "http://:80", "http://h:0",
         "http://h:70000", "http://h:8x", "http://h:", "http://h/v1?x=1", "http://[::1"}) {
     try {
       ServerUrl::Parse(bad);

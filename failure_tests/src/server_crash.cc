@@ -120,7 +120,7 @@ json LoadCrash(const ScenarioContext& context, Findings& findings) {
   settings.workload.input = {loadgen::LengthDistributionKind::kConstant, 8, 0.0, 1 << 20};
   settings.workload.output = {loadgen::LengthDistributionKind::kConstant, 40, 0.0, 1 << 20};
   loadgen::LiveCounters counters;
-  const loadgen::Target target{server->url(), "", ""};
+  const loadgen::Target target{server->url()};
   std::future<loadgen::LoadResult> load =
       std::async(std::launch::async, [&] { return loadgen::RunLoad(settings, target, &counters); });
 

@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   s.workload.input.mean = input_len;
   s.workload.output.mean = output_len;
   s.workload.distinct_prompts = 64;
-  auto result = kvgate::loadgen::RunLoad(s, {url, "fixture-model", ""});
+  auto result = kvgate::loadgen::RunLoad(s, {url, "fixture-model"});
   const auto& v = result.validity;
   nlohmann::json line = {
       {"mode", s.mode == kvgate::loadgen::LoadMode::kOpenLoop ? "open" : "closed"},

@@ -51,6 +51,13 @@ std::string FormatSummary(const LoadResult& result) {
   out << std::string(18, '=') << " kvgate load result " << std::string(12, '=') << "\n";
   Row(out, "Target:", result.url);
   Row(out, "Model:", result.model);
+  Row(out, "Endpoint:", result.endpoint);
+  Row(out, "Connection:", result.connection);
+  Row(out, "Input lengths:", result.input_lengths);
+  if (result.tls_verification_off) {
+    out << "WARNING: TLS certificate verification was OFF (--insecure): the server's identity "
+           "was not checked\n";
+  }
   if (s.mode == LoadMode::kOpenLoop) {
     Row(out, "Mode:",
         "open loop, " + std::string(ArrivalName(s.arrival)) +
@@ -209,6 +216,7 @@ nlohmann::json SettingsToJson(const LoadSettings& s) {
           {"seed", s.seed},
           {"workload",
            {{"kind", WorkloadName(s.workload.kind)},
+            {"input_unit", InputUnitName(s.workload.input_unit)},
             {"input", dist(s.workload.input)},
             {"output", dist(s.workload.output)},
             {"passkey_lengths", s.workload.passkey_lengths},
@@ -235,6 +243,11 @@ nlohmann::json SettingsToJson(const LoadSettings& s) {
 nlohmann::json LoadResultToJson(const LoadResult& result, bool with_records) {
   nlohmann::json j = {{"url", result.url},
                       {"model", result.model},
+                      {"endpoint", result.endpoint},
+                      {"connection", result.connection},
+                      {"tls_verification_off", result.tls_verification_off},
+                      {"input_lengths", result.input_lengths},
+                      {"input_tokens_exact", result.input_tokens_exact},
                       {"start_unix_ms", result.start_unix_ms},
                       {"start_steady_ns", result.start_steady_ns},
                       {"settings", SettingsToJson(result.settings)},

@@ -29,6 +29,8 @@
 #endif
 
 #include "http_target.h"
+#include "token_sizer.h"
+#include "kvgate/http/stream.h"
 #include "kvgate/loadgen/schedule.h"
 #include "kvgate/loadgen/sse.h"
 #include "kvgate/secrets/redact.h"
@@ -132,8 +134,10 @@ struct SinkBody {
 };
 
 struct Connection {
-  explicit Connection(asio::io_context& io) : stream(io) {}
-  beast::tcp_stream stream;
+  Connection(asio::io_context& io, const kvgate::http::Url& url,
+             const kvgate::http::TlsContext& tls)
+      : stream(io, url, tls) {}
+  kvgate::http::Stream stream;
   beast::flat_buffer buffer;
 };
 
@@ -148,11 +152,14 @@ using RequestSource = std::function<PreparedRequest(int64_t index)>;
 
 class Run {
  public:
-  Run(asio::io_context& io, const LoadSettings& settings, tcp::resolver::results_type endpoints,
+  Run(asio::io_context& io, const LoadSettings& settings, const kvgate::http::Url& url,
+      const kvgate::http::TlsContext& tls, tcp::resolver::results_type endpoints,
       RequestSource request_of, std::string header_prefix, std::deque<RequestRecord>& records,
       LiveCounters* counters, const std::atomic<bool>* stop)
       : io_(io),
         settings_(settings),
+        url_(url),
+        tls_(tls),
         endpoints_(std::move(endpoints)),
         request_of_(std::move(request_of)),
         header_prefix_(std::move(header_prefix)),
@@ -173,6 +180,9 @@ class Run {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0_).count();
   }
   asio::io_context& io() { return io_; }
+  std::unique_ptr<Connection> NewConnection() {
+    return std::make_unique<Connection>(io_, url_, tls_);
+  }
   const tcp::resolver::results_type& endpoints() const { return endpoints_; }
   const LoadSettings& settings() const { return settings_; }
 
@@ -203,6 +213,8 @@ class Run {
 
   asio::io_context& io_;
   const LoadSettings& settings_;
+  const kvgate::http::Url& url_;
+  const kvgate::http::TlsContext& tls_;
   tcp::resolver::results_type endpoints_;
   RequestSource request_of_;
   std::string header_prefix_;
@@ -276,21 +288,24 @@ class Exchange final : public std::enable_shared_from_this<Exchange>, public Res
   }
 
  private:
+  // Connect and, for https, the TLS handshake (both within the request's deadline).
   void Connect() {
-    conn_->stream.expires_at(deadline_);
-    conn_->stream.async_connect(
-        run_.endpoints(), [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
-          self->OnConnect(ec);
-        });
+    conn_->stream.tcp().expires_at(deadline_);
+    conn_->stream.AsyncOpen(run_.endpoints(), [self = shared_from_this()](beast::error_code ec) {
+      self->OnConnect(ec);
+    });
   }
 
   void OnConnect(beast::error_code ec) {
     if (ec) {
-      Fail(ec == beast::error::timeout ? "timeout" : "connect", "connect: " + ec.message());
+      const char* cause = ec == beast::error::timeout              ? "timeout"
+                          : conn_->stream.FailedInHandshake() ? "tls"
+                                                                   : "connect";
+      Fail(cause, conn_->stream.DescribeOpenError(ec));
       return;
     }
     beast::error_code ignored;
-    conn_->stream.socket().set_option(tcp::no_delay(true), ignored);
+    conn_->stream.tcp().socket().set_option(tcp::no_delay(true), ignored);
     Write();
   }
 
@@ -298,7 +313,7 @@ class Exchange final : public std::enable_shared_from_this<Exchange>, public Res
   // before it has read a large body, and that answer is the request's outcome, not the broken
   // pipe the rest of the write then meets.
   void Write() {
-    conn_->stream.expires_at(deadline_);
+    conn_->stream.tcp().expires_at(deadline_);
     if (record_.sent_ns < 0) {
       // The write starts inside async_write (Asio tries the socket at once), so this is the
       // moment the first byte leaves: the send time the send lag is measured with.
@@ -334,7 +349,7 @@ class Exchange final : public std::enable_shared_from_this<Exchange>, public Res
     if (--pending_ > 0) {
       // The response is over but the server never took the whole body: stop writing.
       beast::error_code ignored;
-      conn_->stream.socket().close(ignored);
+      conn_->stream.tcp().socket().close(ignored);
       write_ec_ = asio::error::operation_aborted;
       return;
     }
@@ -355,9 +370,8 @@ class Exchange final : public std::enable_shared_from_this<Exchange>, public Res
     if (!reused_ || retried_ || ec == beast::error::timeout) return false;
     if (parser_ && parser_->got_some()) return false;
     retried_ = true;
-    beast::error_code ignored;
-    conn_->stream.socket().close(ignored);
-    conn_ = std::make_unique<Connection>(run_.io());
+    conn_->stream.Close();
+    conn_ = run_.NewConnection();
     reused_ = false;
     parser_.reset();
     sse_.reset();
@@ -436,13 +450,20 @@ class Exchange final : public std::enable_shared_from_this<Exchange>, public Res
     nlohmann::json json = nlohmann::json::parse(body_text_, nullptr, false);
     if (json.is_discarded() || !json.is_object() || !json.contains("choices") ||
         !json["choices"].is_array()) {
-      Fail("malformed_response", "not an OpenAI completions response: " + Excerpt(body_text_));
+      Fail("malformed_response",
+           "not an OpenAI completions or chat response: " + Excerpt(body_text_));
       return;
     }
     const auto& choices = json["choices"];
-    if (!choices.empty() && choices[0].is_object() && choices[0].contains("text") &&
-        choices[0]["text"].is_string() &&
-        !choices[0]["text"].get_ref<const std::string&>().empty()) {
+    // Completions answer in choices[0].text, chat in choices[0].message.content.
+    auto non_empty_string = [](const nlohmann::json& object, const char* key) {
+      return object.is_object() && object.contains(key) && object[key].is_string() &&
+             !object[key].get_ref<const std::string&>().empty();
+    };
+    if (!choices.empty() &&
+        (non_empty_string(choices[0], "text") ||
+         (choices[0].is_object() && choices[0].contains("message") &&
+          non_empty_string(choices[0]["message"], "content")))) {
       // Without streaming the whole output arrives at once: TTFT = E2E.
       record_.chunk_ns = {now};
       record_.first_token_ns = now;
@@ -497,9 +518,7 @@ class Exchange final : public std::enable_shared_from_this<Exchange>, public Res
 
   void Done(bool reusable) {
     if (!reusable && conn_) {
-      beast::error_code ignored;
-      conn_->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-      conn_->stream.socket().close(ignored);
+      conn_->stream.Close();
       conn_.reset();
     }
     run_.OnExchangeDone(record_, std::move(conn_), reusable);
@@ -632,7 +651,7 @@ void Run::Acquire(std::shared_ptr<Exchange> exchange) {
   }
   if (open_connections_ < settings_.max_connections) {
     ++open_connections_;
-    exchange->Begin(std::make_unique<Connection>(io_), /*reused=*/false);
+    exchange->Begin(NewConnection(), /*reused=*/false);
     return;
   }
   waiting_.push_back(std::move(exchange));
@@ -714,10 +733,7 @@ void Run::MaybeShutdown() {
   sweeper_.cancel();
   watchdog_.cancel();
   stop_poll_.cancel();
-  for (auto& conn : idle_) {
-    beast::error_code ignored;
-    conn->stream.socket().close(ignored);
-  }
+  for (auto& conn : idle_) conn->stream.Close();
   idle_.clear();
 }
 
@@ -831,14 +847,24 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
   if (settings.requests == 0 && settings.duration_s == 0) {
     settings.requests = LoadSettings::kDefaultRequests;
   }
-  internal::ParsedUrl url = internal::ParseUrl(target.url);
+  const kvgate::http::Url url = internal::ParseTargetUrl(target);
+  std::optional<kvgate::http::TlsContext> tls;
+  tcp::resolver::results_type endpoints;
+  try {
+    tls.emplace(url, target.client);
+    endpoints = kvgate::http::Resolve(url);
+  } catch (const kvgate::http::ConfigError& e) {
+    throw TargetError(std::string("--") + e.field() + " " + e.what());
+  }
   const std::string model = target.model.empty() ? DiscoverModel(target) : target.model;
-  auto endpoints = internal::Resolve(url);
   Workload workload = Workload::Create(settings.workload, settings.seed);
 
   LoadResult result;
   result.url = secrets::RedactUrl(target.url);  // recorded and printed: never a secret
   result.model = model;
+  result.endpoint = std::string(kvgate::http::EndpointName(target.endpoint));
+  result.connection = kvgate::http::Describe(url, target.client);
+  result.tls_verification_off = kvgate::http::VerificationOff(url, target.client);
 
   std::vector<int64_t> arrivals;
   int64_t planned = settings.requests;  // 0 = closed loop bounded by time only
@@ -853,13 +879,40 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
                         "all " + std::to_string(planned) + " scheduled requests would be warmup");
   }
 
+  // Token-true lengths: each synthetic prompt cut to its token target through /tokenize, before
+  // the run (never inside the event loop), so a closed loop bounded only by time cannot use it.
+  std::optional<internal::TokenSizer> sizer;
+  int64_t fitted = 0, exact = 0;
+  if (settings.workload.input_unit == InputUnit::kTokens) {
+    if (planned == 0) {
+      throw SettingsError("input-unit",
+                          "tokens sizes prompts before the run: give --requests (a closed loop "
+                          "bounded only by --duration renders its prompts as it goes)");
+    }
+    sizer.emplace(url, target, model);
+    if (!sizer->Available()) {
+      sizer.reset();
+      result.input_lengths =
+          "words (approximate): tokens were asked for, but the server has no POST /tokenize";
+    }
+  }
+
   // Bodies are rendered before the run when the count is known, so sending costs no JSON work;
   // a closed loop bounded only by time renders them as it goes (its schedule is its pace).
   const int64_t distinct = settings.workload.distinct_prompts;
   auto render = [&](int64_t index) {
     RequestSpec spec = workload.At(index);
+    if (sizer) {
+      internal::TokenSizer::Fitted fit =
+          sizer->Fit(spec.prompt.get<std::string>(), spec.input_length,
+                     DeriveSeed(settings.seed, 0x70c6, static_cast<uint64_t>(index)));
+      spec.prompt = std::move(fit.text);
+      ++fitted;
+      exact += fit.exact;
+    }
     return PreparedRequest{
-        std::make_shared<const std::string>(internal::RenderBody(model, spec, settings)),
+        std::make_shared<const std::string>(
+            internal::RenderBody(model, spec, settings, target.endpoint)),
         spec.max_tokens};
   };
   std::vector<PreparedRequest> prepared;
@@ -880,6 +933,12 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
                                 " bytes; use fewer requests, shorter prompts or distinct_prompts");
       }
     }
+  }
+  if (sizer) {
+    result.input_tokens_exact = exact == fitted;
+    result.input_lengths = "tokens, exact for " + std::to_string(exact) + "/" +
+                           std::to_string(fitted) + " prompts (server /tokenize, " +
+                           std::to_string(sizer->calls()) + " calls)";
   }
   RequestSource request_of = [&](int64_t index) -> PreparedRequest {
     if (index < static_cast<int64_t>(prepared.size()) &&
@@ -918,7 +977,7 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
     TimerSlackGuard slack;
     RealtimePriorityGuard priority(settings.realtime_priority);
     asio::io_context io(1);
-    Run run(io, settings, endpoints, request_of,
+    Run run(io, settings, url, *tls, endpoints, request_of,
             internal::RenderHeaderPrefix(url, target, settings.stream), records, counters, stop);
     const Clock::time_point t0 = Clock::now() + kLead;
     result.start_steady_ns =

@@ -293,6 +293,7 @@ RequestSpec Workload::At(int64_t index) const {
     case WorkloadKind::kSynthetic: {
       int words = SampleLength(settings_.input, DeriveSeed(seed_, kInputLengthStream, slot));
       spec.prompt = SyntheticText(words, DeriveSeed(seed_, kPromptTextStream, slot));
+      spec.input_length = words;
       break;
     }
     case WorkloadKind::kPasskey: {

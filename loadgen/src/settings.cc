@@ -127,6 +127,9 @@ void ValidateSettings(const LoadSettings& s) {
     throw SettingsError("prompts", "the prompt-file workload needs a JSONL file");
   }
   if (s.workload.distinct_prompts < 0) throw SettingsError("distinct-prompts", "must be >= 0");
+  if (s.workload.input_unit == InputUnit::kTokens && s.workload.kind != WorkloadKind::kSynthetic) {
+    throw SettingsError("input-unit", "tokens sizes the synthetic workload's prompts only");
+  }
   if (s.slo.ttft_ms && !(*s.slo.ttft_ms > 0)) throw SettingsError("slo", "ttft_ms must be > 0");
   if (s.slo.tpot_ms && !(*s.slo.tpot_ms > 0)) throw SettingsError("slo", "tpot_ms must be > 0");
   if (s.slo.e2e_ms && !(*s.slo.e2e_ms > 0)) throw SettingsError("slo", "e2e_ms must be > 0");
@@ -210,6 +213,17 @@ std::string_view WorkloadName(WorkloadKind kind) {
       return "file";
   }
   return "?";
+}
+
+std::string_view InputUnitName(InputUnit unit) {
+  return unit == InputUnit::kTokens ? "tokens" : "words";
+}
+
+InputUnit ParseInputUnit(std::string_view name) {
+  if (name == "words") return InputUnit::kWords;
+  if (name == "tokens") return InputUnit::kTokens;
+  throw SettingsError("input-unit",
+                      "unknown unit '" + std::string(name) + "' (known: words, tokens)");
 }
 
 WorkloadKind ParseWorkload(std::string_view name) {

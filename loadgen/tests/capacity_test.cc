@@ -37,7 +37,7 @@ TEST(CapacityTest, FindsTheKneeOfAServerWithKnownCapacity) {
   search.rate_max_rps = 400;
   search.tolerance = 0.1;
   search.max_probes = 8;
-  CapacityResult result = FindCapacity(s, {server.url(), "", ""}, search);
+  CapacityResult result = FindCapacity(s, {server.url(), ""}, search);
   ASSERT_TRUE(result.capacity_rps.has_value()) << result.reason;
   // With 60 requests per probe the search resolves the knee to within ~10% above 50 req/s.
   EXPECT_GE(*result.capacity_rps, 40.0) << result.reason;
@@ -68,14 +68,14 @@ TEST(CapacityTest, ReportsWhenEvenTheLowestRateFails) {
   search.slo.ttft_ms = 20;
   search.rate_min_rps = 50;
   search.rate_max_rps = 100;
-  CapacityResult result = FindCapacity(s, {server.url(), "fixture-model", ""}, search);
+  CapacityResult result = FindCapacity(s, {server.url(), "fixture-model"}, search);
   EXPECT_FALSE(result.capacity_rps.has_value());
   EXPECT_EQ(result.probes.size(), 1u);
   EXPECT_NE(result.reason.find("below"), std::string::npos) << result.reason;
 }
 
 TEST(CapacityTest, NeedsAnSlo) {
-  EXPECT_THROW(FindCapacity(LoadSettings{}, {"http://127.0.0.1:1", "m", ""}, CapacitySearch{}),
+  EXPECT_THROW(FindCapacity(LoadSettings{}, {"http://127.0.0.1:1", "m"}, CapacitySearch{}),
                SettingsError);
 }
 

@@ -50,7 +50,7 @@ TEST(FaultsTest, EveryFaultIsCountedWithItsCauseAndTheRunEnds) {
   s.request_timeout_s = 0.5;  // bounds the stalled requests
   s.workload.output.mean = 4;
   auto start = std::chrono::steady_clock::now();
-  LoadResult result = RunLoad(s, {server.url(), "fixture-model", ""});
+  LoadResult result = RunLoad(s, {server.url(), "fixture-model"});
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 
   ASSERT_EQ(result.records.size(), 30u);
@@ -88,7 +88,7 @@ TEST(FaultsTest, ConnectionRefusedIsCountedAndTheRunStaysValid) {
   s.rate_rps = 100;
   s.arrival = Arrival::kConstant;
   s.requests = 10;
-  LoadResult result = RunLoad(s, {FixtureServer::ClosedPortUrl(), "some-model", ""});
+  LoadResult result = RunLoad(s, {FixtureServer::ClosedPortUrl(), "some-model"});
   EXPECT_EQ(result.summary.errors_by_cause.at("connect"), 10);
   for (const RequestRecord& r : result.records) {
     EXPECT_EQ(r.sent_ns, -1);
@@ -101,8 +101,12 @@ TEST(FaultsTest, ConnectionRefusedIsCountedAndTheRunStaysValid) {
 }
 
 TEST(FaultsTest, ModelDiscoveryFailureIsATargetError) {
-  EXPECT_THROW(RunLoad(LoadSettings{}, {FixtureServer::ClosedPortUrl(), "", ""}), TargetError);
-  EXPECT_THROW(RunLoad(LoadSettings{}, {"https://127.0.0.1:1", "m", ""}), TargetError);
+  EXPECT_THROW(RunLoad(LoadSettings{}, {FixtureServer::ClosedPortUrl(), ""}), TargetError);
+  EXPECT_THROW(RunLoad(LoadSettings{}, {"ftp://127.0.0.1:1", "m"}), TargetError);
+  // A CA file that cannot be read is refused before anything is sent.
+  EXPECT_THROW(RunLoad(LoadSettings{}, Target("https://127.0.0.1:1", "m",
+                                              {"", {}, "/nonexistent/ca.pem", false})),
+               TargetError);
 }
 
 TEST(FaultsTest, StallingServerBehindOneConnectionTimesOutEveryRequestAndIsInvalid) {
@@ -120,7 +124,7 @@ TEST(FaultsTest, StallingServerBehindOneConnectionTimesOutEveryRequestAndIsInval
   s.max_connections = 1;
   s.request_timeout_s = 0.3;
   auto start = std::chrono::steady_clock::now();
-  LoadResult result = RunLoad(s, {server.url(), "fixture-model", ""});
+  LoadResult result = RunLoad(s, {server.url(), "fixture-model"});
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
   EXPECT_EQ(result.summary.errors_by_cause.at("timeout"), 5);
   // Request 1 could only go when request 0 gave its connection up at its deadline.

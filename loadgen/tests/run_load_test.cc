@@ -66,7 +66,7 @@ TEST(RunLoadTest, MeasuredTtftAndItlMatchTheTruth) {
   FixtureServer server(Timed(40, 15));
   LoadSettings s = OpenLoop(20, 20);
   s.workload.output.mean = 6;
-  LoadResult result = RunLoad(s, {server.url(), "", ""});
+  LoadResult result = RunLoad(s, {server.url(), ""});
   ASSERT_EQ(result.summary.completed, 20) << result.records[0].error_text;
   EXPECT_EQ(result.model, "fixture-model");  // discovered from /v1/models
   std::vector<double> ttft_error_ms, itl_error_ms, true_ttft_ms, true_itl_ms;
@@ -112,7 +112,7 @@ TEST(RunLoadTest, GoodputCountsExactlyTheRequestsThatMetTheSlo) {
   FixtureServer server(options);
   LoadSettings s = OpenLoop(50, 30);
   s.slo.ttft_ms = 70;
-  LoadResult result = RunLoad(s, {server.url(), "fixture-model", ""});
+  LoadResult result = RunLoad(s, {server.url(), "fixture-model"});
   ASSERT_EQ(result.summary.completed, 30);
   EXPECT_EQ(result.summary.good, 15);
   EXPECT_DOUBLE_EQ(result.summary.slo_attainment, 0.5);
@@ -129,7 +129,7 @@ TEST(RunLoadTest, TinyConnectionLimitMakesTheRunInvalidBySendLag) {
   LoadSettings s = OpenLoop(200, 40);
   s.workload.output.mean = 1;
   s.max_connections = 2;
-  LoadResult result = RunLoad(s, {server.url(), "fixture-model", ""});
+  LoadResult result = RunLoad(s, {server.url(), "fixture-model"});
   EXPECT_EQ(result.summary.completed, 40);
   EXPECT_FALSE(result.validity.valid);
   ASSERT_FALSE(result.validity.reasons.empty());
@@ -148,7 +148,7 @@ TEST(RunLoadTest, LightLoadIsValid) {
   // schedule is judged VALID, with a bound loose enough for a busy CI box.
   s.validity.max_send_lag_p99_ms = 25;
   s.validity.min_achieved_rate_fraction = 0.95;
-  LoadResult result = RunLoad(s, {server.url(), "fixture-model", ""});
+  LoadResult result = RunLoad(s, {server.url(), "fixture-model"});
   EXPECT_EQ(result.summary.completed, 50);
   EXPECT_TRUE(result.validity.valid) << result.validity.ResultLine();
   EXPECT_NEAR(*result.validity.scheduled_rate_rps, 100.0, 1e-6);
@@ -161,7 +161,7 @@ TEST(RunLoadTest, ClosedLoopKeepsExactlyConcurrencyRequestsInFlight) {
   s.concurrency = 3;
   s.requests = 12;
   s.workload.output.mean = 2;
-  LoadResult result = RunLoad(s, {server.url(), "fixture-model", ""});
+  LoadResult result = RunLoad(s, {server.url(), "fixture-model"});
   ASSERT_EQ(result.summary.completed, 12);
   // Sweep the [scheduled, end] intervals: the most that overlap is the concurrency.
   std::vector<std::pair<int64_t, int>> edges;
@@ -182,7 +182,7 @@ TEST(RunLoadTest, KeepAliveReusesOneConnection) {
   s.mode = LoadMode::kClosedLoop;
   s.concurrency = 1;
   s.requests = 20;
-  LoadResult result = RunLoad(s, {server.url(), "fixture-model", ""});
+  LoadResult result = RunLoad(s, {server.url(), "fixture-model"});
   EXPECT_EQ(result.summary.completed, 20);
   EXPECT_EQ(server.connections_accepted(), 1);
 }
@@ -195,7 +195,7 @@ TEST(RunLoadTest, ConnectionClosedByTheServerWhileIdleIsRetriedNotCountedAsAnErr
   s.mode = LoadMode::kClosedLoop;
   s.concurrency = 1;
   s.requests = 6;
-  LoadResult result = RunLoad(s, {server.url(), "fixture-model", ""});
+  LoadResult result = RunLoad(s, {server.url(), "fixture-model"});
   EXPECT_EQ(result.summary.completed, 6) << result.records.back().error_text;
   EXPECT_EQ(server.completions_received(), 6);
 }
@@ -204,7 +204,7 @@ TEST(RunLoadTest, SendsTheOpenAiRequestItPromises) {
   FixtureServer server;
   LoadSettings s = OpenLoop(50, 2);
   s.workload.output.mean = 3;
-  RunLoad(s, {server.url(), "my-model", ""});
+  RunLoad(s, {server.url(), "my-model"});
   nlohmann::json body = server.last_request_body();
   EXPECT_EQ(body["model"], "my-model");
   EXPECT_TRUE(body["prompt"].is_string());
@@ -230,7 +230,7 @@ TEST(RunLoadTest, SplitCrLfCommentedStreamsWithEmptyChunksAreReadCorrectly) {
   FixtureServer server(options);
   LoadSettings s = OpenLoop(40, 10);
   s.workload.output.mean = 4;
-  LoadResult result = RunLoad(s, {server.url(), "fixture-model", ""});
+  LoadResult result = RunLoad(s, {server.url(), "fixture-model"});
   ASSERT_EQ(result.summary.completed, 10) << result.records[0].error_text;
   for (const RequestRecord& r : result.records) {
     EXPECT_EQ(r.chunk_ns.size(), 4u);  // the empty chunks are not tokens
@@ -245,7 +245,7 @@ TEST(RunLoadTest, NonStreamingRequestHasTtftEqualToE2e) {
   LoadSettings s = OpenLoop(50, 5);
   s.stream = false;
   s.workload.output.mean = 3;
-  LoadResult result = RunLoad(s, {server.url(), "fixture-model", ""});
+  LoadResult result = RunLoad(s, {server.url(), "fixture-model"});
   ASSERT_EQ(result.summary.completed, 5) << result.records[0].error_text;
   EXPECT_NEAR(result.summary.ttft.p50_ms, result.summary.e2e.p50_ms, 1e-9);
   EXPECT_GE(result.summary.e2e.min_ms, 20.0);  // the server answers after ttft + 2 * itl
@@ -257,7 +257,7 @@ TEST(RunLoadTest, WarmupRequestsAreSentButNotMeasured) {
   FixtureServer server;
   LoadSettings s = OpenLoop(100, 10);
   s.warmup_requests = 3;
-  LoadResult result = RunLoad(s, {server.url(), "fixture-model", ""});
+  LoadResult result = RunLoad(s, {server.url(), "fixture-model"});
   ASSERT_EQ(result.records.size(), 10u);
   EXPECT_TRUE(result.records[2].warmup);
   EXPECT_FALSE(result.records[3].warmup);
@@ -270,14 +270,14 @@ TEST(RunLoadTest, DurationBoundEndsTheRunByItself) {
   LoadSettings s = OpenLoop(50, 0);
   s.duration_s = 0.5;
   auto start = std::chrono::steady_clock::now();
-  LoadResult result = RunLoad(s, {server.url(), "fixture-model", ""});
+  LoadResult result = RunLoad(s, {server.url(), "fixture-model"});
   EXPECT_EQ(result.records.size(), 25u);  // constant arrivals at 0, 20, ..., 480 ms
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   // A closed loop bounded by time alone also ends.
   s.mode = LoadMode::kClosedLoop;
   s.concurrency = 2;
   s.duration_s = 0.3;
-  LoadResult closed = RunLoad(s, {server.url(), "fixture-model", ""});
+  LoadResult closed = RunLoad(s, {server.url(), "fixture-model"});
   EXPECT_GT(closed.summary.completed, 10);
   EXPECT_EQ(closed.summary.errored, 0);
 }
@@ -288,7 +288,7 @@ TEST(RunLoadTest, LongPromptsAreSentWhole) {
   s.workload.kind = WorkloadKind::kPasskey;
   s.workload.passkey_lengths = {200'000};  // about 0.95 MB of JSON per request
   s.workload.output.mean = 2;
-  LoadResult result = RunLoad(s, {server.url(), "fixture-model", ""});
+  LoadResult result = RunLoad(s, {server.url(), "fixture-model"});
   ASSERT_EQ(result.summary.completed, 2) << result.records[0].error_text;
   std::string prompt = server.last_request_body()["prompt"].get<std::string>();
   EXPECT_GT(prompt.size(), 900'000u);
@@ -299,18 +299,18 @@ TEST(RunLoadTest, LongPromptsAreSentWhole) {
 TEST(RunLoadTest, RatesSweepRunsEachRate) {
   FixtureServer server;
   LoadSettings s = OpenLoop(1, 10);
-  auto results = RunRates(s, {server.url(), "", ""}, {50, 100});
+  auto results = RunRates(s, {server.url(), ""}, {50, 100});
   ASSERT_EQ(results.size(), 2u);
   EXPECT_DOUBLE_EQ(results[0].settings.rate_rps, 50);
   EXPECT_DOUBLE_EQ(results[1].settings.rate_rps, 100);
   EXPECT_EQ(results[1].summary.completed, 10);
-  EXPECT_THROW(RunRates(s, {server.url(), "", ""}, {}), SettingsError);
+  EXPECT_THROW(RunRates(s, {server.url(), ""}, {}), SettingsError);
 }
 
 TEST(RunLoadTest, LiveCountersEndAtTheTotals) {
   FixtureServer server;
   LiveCounters counters;
-  RunLoad(OpenLoop(100, 15), {server.url(), "fixture-model", ""}, &counters);
+  RunLoad(OpenLoop(100, 15), {server.url(), "fixture-model"}, &counters);
   EXPECT_EQ(counters.total.load(), 15);
   EXPECT_EQ(counters.sent.load(), 15);
   EXPECT_EQ(counters.finished.load(), 15);
@@ -342,7 +342,7 @@ TEST(RunLoadTest, AStopFlagEndsARunningLoadWithinASecond) {
       stop.store(true);
     });
     const auto start = std::chrono::steady_clock::now();
-    LoadResult result = RunLoad(s, {server.url(), "fixture-model", ""}, nullptr, &stop);
+    LoadResult result = RunLoad(s, {server.url(), "fixture-model"}, nullptr, &stop);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     stopper.join();
@@ -366,7 +366,7 @@ TEST(RunLoadTest, AStopFlagEndsARunningLoadWithinASecond) {
 TEST(RunLoadTest, AFlagThatStaysClearChangesNothing) {
   FixtureServer server;
   std::atomic<bool> stop{false};
-  LoadResult result = RunLoad(OpenLoop(100, 15), {server.url(), "fixture-model", ""}, nullptr,
+  LoadResult result = RunLoad(OpenLoop(100, 15), {server.url(), "fixture-model"}, nullptr,
                               &stop);
   EXPECT_FALSE(result.stopped);
   EXPECT_EQ(result.summary.completed, 15);

@@ -1,7 +1,8 @@
-// Drives a real `kvgate serve` with the official `openai` npm client: lists the model, runs a
-// greedy completion and the same completion streamed (with include_usage), checks that an
-// invalid request surfaces as an APIError with our error shape, then stops the server with
-// SIGTERM and expects exit code 0.
+// Drives a real `kvgate serve` with the official `openai` npm client: lists the model and
+// retrieves it by id, runs a greedy completion and the same completion streamed (with
+// include_usage), the same prompt through chat completions (plain and streamed: the same greedy
+// text), checks that invalid requests surface as APIErrors with our error shape, then stops the
+// server with SIGTERM and expects exit code 0.
 //
 // usage: node openai_client_test.mjs <path/to/kvgate> [serve flags...]
 // Exits 0 on success, 1 on failure, 77 (CTest SKIP_RETURN_CODE) when node_modules is missing.
@@ -97,12 +98,57 @@ try {
   assert.equal(finishReason, completion.choices[0].finish_reason);
   assert.deepEqual(usage, completion.usage);
 
+  // GET /v1/models/{id}: the model itself, and a NotFoundError for any other id.
+  const retrieved = await client.models.retrieve(model);
+  assert.equal(retrieved.id, model);
+  assert.equal(retrieved.object, 'model');
+  await assert.rejects(client.models.retrieve('no-such-model'),
+                       (error) => error instanceof APIError && error.status === 404);
+
+  // Chat: the user message is the prompt (the built-in template drops system messages), so
+  // greedy decoding gives the completion's text again, plain and streamed.
+  const chatRequest = {
+    model,
+    messages: [{ role: 'system', content: 'Answer with the pass key only.' },
+               { role: 'user', content: request.prompt }],
+    max_tokens: request.max_tokens,
+    temperature: 0,
+  };
+  const chat = await client.chat.completions.create(chatRequest);
+  assert.equal(chat.object, 'chat.completion');
+  assert.equal(chat.choices[0].message.role, 'assistant');
+  assert.equal(chat.choices[0].message.content, completion.choices[0].text);
+  assert.deepEqual(chat.usage, completion.usage);
+  const chatStream = await client.chat.completions.create({
+    ...chatRequest,
+    stream: true,
+    stream_options: { include_usage: true },
+  });
+  let chatText = '';
+  let chatUsage = null;
+  let role = null;
+  for await (const chunk of chatStream) {
+    if (chunk.usage) chatUsage = chunk.usage;
+    for (const choice of chunk.choices) {
+      if (choice.delta.role) role = choice.delta.role;
+      chatText += choice.delta.content ?? '';
+    }
+  }
+  assert.equal(role, 'assistant');
+  assert.equal(chatText, completion.choices[0].text);
+  assert.deepEqual(chatUsage, completion.usage);
+  await assert.rejects(
+    client.chat.completions.create({ model, messages: [{ role: 'system', content: 'x' }] }),
+    (error) => error instanceof APIError && error.status === 400,
+  );
+
   await assert.rejects(
     client.completions.create({ model, prompt: 'x', max_tokens: 0 }),
     (error) => error instanceof APIError && error.status === 400 &&
                error.error?.code === 'invalid_max_tokens',
   );
-  console.log(`OK: ${JSON.stringify(completion.choices[0].text)} (${chunks} chunks streamed)`);
+  console.log(`OK: ${JSON.stringify(completion.choices[0].text)} (${chunks} chunks streamed; chat ` +
+              'plain and streamed agree)');
 } catch (error) {
   failed = true;
   console.error('FAIL:', error);

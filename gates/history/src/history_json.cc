@@ -137,6 +137,9 @@ LoadRunMeta LoadRunMetaOf(const loadgen::LoadResult& result, std::string label,
   meta.settings = loadgen::SettingsToJson(settings);
   meta.settings["url"] = result.url;  // redacted by the generator
   meta.settings["model"] = result.model;
+  meta.settings["endpoint"] = result.endpoint;
+  meta.settings["connection"] = result.connection;  // how it connected: http, or TLS and its checks
+  meta.settings["tls_verification_off"] = result.tls_verification_off;
   meta.summary = loadgen::SummaryToJson(result.summary);
   meta.summary["validity"] = loadgen::ValidityToJson(result.validity);
   return meta;

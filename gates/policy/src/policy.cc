@@ -1,5 +1,7 @@
 #include "kvgate/policy/policy.h"
 
+#include <cctype>
+
 #include <toml++/toml.h>
 
 #include <cmath>
@@ -7,6 +9,8 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+
+#include "kvgate/http/client_config.h"
 #include <string_view>
 
 namespace kvgate::policy {
@@ -45,6 +49,14 @@ class TableReader {
     CheckRange(key, *node, static_cast<double>(*value), static_cast<double>(lo),
                static_cast<double>(hi), false);
     out = static_cast<int>(*value);
+  }
+
+  void Get(std::string_view key, bool& out) {
+    const toml::node* node = Mark(key);
+    if (!node) return;
+    auto value = node->value_exact<bool>();
+    if (!value) Fail(key, *node, "must be true or false");
+    out = *value;
   }
 
   void Get(std::string_view key, uint64_t& out) {
@@ -198,6 +210,12 @@ Policy ParsePolicy(const std::string& text, const std::string& source) {
     reader.Get("url", server->url);
     reader.Get("startup_timeout_s", server->startup_timeout_s, 0.0, 3600.0, true);
     reader.Get("model", server->model);
+    std::string endpoint = "completions";
+    reader.Get("endpoint", endpoint, {"completions", "chat"});
+    server->endpoint = http::ParseEndpoint(endpoint);
+    reader.Get("cacert", server->cacert);
+    reader.Get("insecure", server->insecure);
+    reader.Get("api_key_env", server->api_key_env);
     if (std::string_view(key) == "candidate") {
       TableReader read = reader.Sub("read_policy");
       ReadPolicySpec& rp = policy.candidate_read_policy;
@@ -212,9 +230,31 @@ Policy ParsePolicy(const std::string& text, const std::string& source) {
       }
     }
     reader.Finish();
-    if (server->kind == ServerSpec::Kind::kUrl && server->url.rfind("http://", 0) != 0) {
-      throw PolicyError(source, reader.Line(), reader.Name("url"),
-                        "kind = \"url\" needs url = \"http://host:port\"");
+    if (server->kind == ServerSpec::Kind::kUrl) {
+      try {
+        if (server->url.empty()) throw http::ConfigError("url", "missing");
+        http::Url::Parse(server->url);
+      } catch (const http::ConfigError& e) {
+        throw PolicyError(source, reader.Line(), reader.Name("url"),
+                          std::string(e.what()) +
+                              "; kind = \"url\" needs url = \"http[s]://host:port[/prefix]\"");
+      }
+    }
+    if (server->insecure && !server->cacert.empty()) {
+      throw PolicyError(source, reader.Line(), reader.Name("insecure"),
+                        "cannot be combined with cacert (which trust do you mean?)");
+    }
+    if (server->kind == ServerSpec::Kind::kLocal && (server->insecure || !server->cacert.empty())) {
+      throw PolicyError(source, reader.Line(),
+                        reader.Name(server->insecure ? "insecure" : "cacert"),
+                        "only for kind = \"url\" (a local server speaks plain http)");
+    }
+    for (char c : server->api_key_env) {
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) {
+        throw PolicyError(source, reader.Line(), reader.Name("api_key_env"),
+                          "must name an environment variable (letters, digits, _), got '" +
+                              server->api_key_env + "'");
+      }
     }
     if (server->kind == ServerSpec::Kind::kLocal && !server->url.empty()) {
       throw PolicyError(source, reader.Line(), reader.Name("url"),

@@ -149,6 +149,44 @@ TEST(PolicyTest, InconsistentValuesAreRejected) {
   ExpectError("[baseline]\nkind = \"url\"\n[candidate]\n", 1, "baseline.url", "needs url");
 }
 
+TEST(PolicyTest, UrlServersTakeHttpsChatTrustAndAKeyVariable) {
+  Policy p = ParsePolicy(R"(
+[baseline]
+kind = "url"
+url = "https://gw.example/serving/llama/v1"
+endpoint = "chat"
+cacert = "/etc/ssl/ca.pem"
+api_key_env = "PROD_KEY"
+[candidate]
+kind = "url"
+url = "https://canary.example"
+insecure = true
+)");
+  EXPECT_EQ(p.baseline.endpoint, http::Endpoint::kChat);
+  EXPECT_EQ(p.baseline.cacert, "/etc/ssl/ca.pem");
+  EXPECT_EQ(p.baseline.api_key_env, "PROD_KEY");
+  EXPECT_FALSE(p.baseline.insecure);
+  EXPECT_EQ(p.candidate.endpoint, http::Endpoint::kCompletions);
+  EXPECT_TRUE(p.candidate.insecure);
+  EXPECT_EQ(p.candidate.api_key_env, "OPENAI_API_KEY");
+}
+
+TEST(PolicyTest, BadEndpointTrustOrKeyVariableIsRejected) {
+  const std::string url = "[baseline]\nkind = \"url\"\nurl = \"https://h\"\n";
+  ExpectError(url + "endpoint = \"embeddings\"\n[candidate]\n", 4, "baseline.endpoint",
+              "must be one of chat, completions");
+  ExpectError(url + "insecure = \"yes\"\n[candidate]\n", 4, "baseline.insecure",
+              "must be true or false");
+  ExpectError(url + "insecure = true\ncacert = \"c.pem\"\n[candidate]\n", 1,
+              "baseline.insecure", "cannot be combined with cacert");
+  ExpectError(url + "api_key_env = \"$KEY\"\n[candidate]\n", 1, "baseline.api_key_env",
+              "must name an environment variable");
+  ExpectError("[baseline]\nkind = \"url\"\nurl = \"ftp://h\"\n[candidate]\n", 1,
+              "baseline.url", "expected http://");
+  ExpectError("[baseline]\ninsecure = true\n[candidate]\n", 1, "baseline.insecure",
+              "only for kind = \"url\"");
+}
+
 TEST(PolicyTest, MissingServerAndBadTomlAreRejected) {
   ExpectError("[baseline]\n", 0, "candidate", "missing table");
   ExpectError("[baseline\n", 1, "toml", "");

@@ -1,9 +1,11 @@
 #include "kvgate/suite/run_suite.h"
 
+#include <cstdlib>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <ctime>
 #include <map>
@@ -18,6 +20,7 @@
 #include "kvgate/checks/errors.h"
 #include "kvgate/checks/ledgers.h"
 #include "kvgate/checks/qa_set.h"
+#include "kvgate/http/client_config.h"
 #include "kvgate/loadgen/metrics.h"
 #include "kvgate/loadgen/report.h"
 #include "kvgate/loadgen/run_load.h"
@@ -45,7 +48,23 @@ struct System {
   std::unique_ptr<ServerProcess> process;
   std::string url;
   std::string model;
+  http::ClientConfig client;  // TLS trust and the bearer key (from the policy's api_key_env)
+
+  loadgen::Target target() const {
+    return loadgen::Target(url, model, client, spec->endpoint);
+  }
 };
+
+http::ClientConfig ClientConfigOf(const policy::ServerSpec& spec) {
+  http::ClientConfig config;
+  config.ca_file = spec.cacert;
+  config.insecure = spec.insecure;
+  if (!spec.api_key_env.empty()) {
+    const char* key = std::getenv(spec.api_key_env.c_str());
+    if (key != nullptr) config.api_key = key;
+  }
+  return config;
+}
 
 // A server the suite started died under it. What it measured since is the record of a crash,
 // not of the system under test, so the run stops `interrupted` (keeping every row stored so far)
@@ -148,8 +167,8 @@ class SuiteRun {
   RunMetrics* metrics_;
   int64_t run_id_ = 0;
   nlohmann::json candidate_extra_ = nlohmann::json::object();
-  System systems_[2] = {{kBaseline, &policy_.baseline, nullptr, "", ""},
-                        {kCandidate, &policy_.candidate, nullptr, "", ""}};
+  System systems_[2] = {{kBaseline, &policy_.baseline, nullptr, "", "", {}},
+                        {kCandidate, &policy_.candidate, nullptr, "", "", {}}};
 };
 
 int64_t SuiteRun::Register() {
@@ -161,7 +180,14 @@ int64_t SuiteRun::Register() {
       commands.push_back({{"label", system.label},
                           {"command", secrets::RedactText(line + " --host 127.0.0.1 --port 0")}});
     } else {
-      commands.push_back({{"label", system.label}, {"url", secrets::RedactUrl(system.spec->url)}});
+      // How it is reached, for the history and every report (never the key itself).
+      const http::ClientConfig client = ClientConfigOf(*system.spec);
+      const http::Url url = http::Url::Parse(system.spec->url);
+      commands.push_back({{"label", system.label},
+                          {"url", secrets::RedactUrl(system.spec->url)},
+                          {"endpoint", std::string(http::EndpointName(system.spec->endpoint))},
+                          {"connection", http::Describe(url, client)},
+                          {"tls_verification_off", http::VerificationOff(url, client)}});
     }
   }
   history::RunInfo info;
@@ -200,9 +226,15 @@ void SuiteRun::StartServers() {
     } else {
       system.url = system.spec->url;
     }
-    system.model = system.spec->model.empty() ? loadgen::DiscoverModel({system.url, "", ""})
+    system.client = ClientConfigOf(*system.spec);
+    system.model = system.spec->model.empty() ? loadgen::DiscoverModel(system.target())
                                               : system.spec->model;
-    Say(system.label + ": " + system.url + " serving model '" + system.model + "'");
+    Say(system.label + ": " + system.url + " serving model '" + system.model + "' via " +
+        std::string(http::EndpointName(system.spec->endpoint)) + ", " +
+        http::Describe(http::Url::Parse(system.url), system.client));
+    if (http::VerificationOff(http::Url::Parse(system.url), system.client)) {
+      Say("WARNING: " + system.label + ": TLS certificate verification is OFF (insecure = true)");
+    }
   }
 }
 
@@ -230,6 +262,8 @@ void SuiteRun::RunQualityChecks() {
   for (System& system : systems_) {
     checks::ClientOptions client;
     client.model = system.model;
+    client.client = system.client;
+    client.endpoint = system.spec->endpoint;
     client.concurrency = 2;
     client.stop_requested = [] { return StopSignals::Requested(); };
     if (system.label == kCandidate) client.extra_body = candidate_extra_;
@@ -275,8 +309,8 @@ void SuiteRun::RunLoadOnce(System& system, int pair) {
   if (system.label == kCandidate) settings.extra_body = candidate_extra_;
   // A SIGINT/SIGTERM reaches into the running load (within loadgen::kStopLatency), not only
   // between runs: a run can last load.max_duration_s.
-  const loadgen::LoadResult result = loadgen::RunLoad(settings, {system.url, system.model, ""},
-                                                      nullptr, &StopSignals::Flag());
+  const loadgen::LoadResult result =
+      loadgen::RunLoad(settings, system.target(), nullptr, &StopSignals::Flag());
   const history::LoadRunMeta meta = history::LoadRunMetaOf(result, system.label, pair);
   db_.AddLoadRun(run_id_, meta, result.records);
   if (metrics_) {
@@ -299,7 +333,7 @@ void SuiteRun::StoreLedgers() {
   std::vector<history::Ledger> ledgers;
   for (System& system : systems_) {
     try {
-      checks::LedgerSnapshot snapshot = checks::ScrapeLedgers(system.url);
+      checks::LedgerSnapshot snapshot = checks::ScrapeLedgers(system.url, system.client);
       for (std::string_view name : checks::kLedgerSeries) {
         if (snapshot.values.empty()) break;
         ledgers.push_back({system.label, std::string(name), snapshot.Total(name)});

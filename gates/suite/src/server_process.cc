@@ -5,10 +5,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <boost/asio/connect.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <cerrno>
 #include <algorithm>
 #include <cstring>
@@ -18,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "kvgate/http/blocking_client.h"
 #include "kvgate/suite/spawn.h"
 #include "listening_sockets.h"
 
@@ -25,9 +22,6 @@
 namespace kvgate::suite {
 namespace {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMaxOutput = 64 * 1024;
@@ -37,20 +31,11 @@ constexpr size_t kMaxOutput = 64 * 1024;
 int HttpGetStatus(const std::string& host, int port, const std::string& path,
                   std::chrono::milliseconds timeout) {
   try {
-    asio::io_context io;
-    beast::tcp_stream stream(io);
-    stream.expires_after(timeout);
-    asio::ip::tcp::endpoint endpoint(asio::ip::make_address(host), static_cast<uint16_t>(port));
-    stream.connect(endpoint);
-    http::request<http::empty_body> request(http::verb::get, path, 11);
-    request.set(http::field::host, host);
-    http::write(stream, request);
-    beast::flat_buffer buffer;
-    http::response<http::string_body> response;
-    http::read(stream, buffer, response);
-    beast::error_code ignored;
-    stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-    return static_cast<int>(response.result_int());
+    const bool v6 = host.find(':') != std::string::npos;
+    const kvgate::http::Url url = kvgate::http::Url::Parse(
+        "http://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port));
+    return static_cast<int>(
+        kvgate::http::Fetch(url, {}, path, "", timeout, "kvgate-suite").result_int());
   } catch (const std::exception&) {
     return 0;
   }

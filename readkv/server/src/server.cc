@@ -13,6 +13,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cctype>
 #include <cerrno>
 #include <condition_variable>
 #include <ctime>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "readkv/server/api_error.h"
+#include "readkv/server/chat_request.h"
 #include "readkv/server/completion_request.h"
 
 namespace readkv::server {
@@ -219,10 +221,17 @@ class Session : public std::enable_shared_from_this<Session> {
            {{"Allow", allow_header}});
       return false;
     };
+    constexpr std::string_view kModelPrefix = "/v1/models/";
     if (path == "/v1/completions") {
-      if (only(http::verb::post, "POST")) HandleCompletion(request);
+      if (only(http::verb::post, "POST")) HandleCompletion(request, /*chat=*/false);
+    } else if (path == "/v1/chat/completions") {
+      if (only(http::verb::post, "POST")) HandleCompletion(request, /*chat=*/true);
     } else if (path == "/v1/models") {
       if (only(http::verb::get, "GET")) HandleModels();
+    } else if (path.substr(0, kModelPrefix.size()) == kModelPrefix) {
+      if (only(http::verb::get, "GET")) HandleModel(path.substr(kModelPrefix.size()));
+    } else if (path == "/tokenize") {
+      if (only(http::verb::post, "POST")) HandleTokenize(request);
     } else if (path == "/health") {
       if (only(http::verb::get, "GET")) HandleHealth();
     } else if (path == "/metrics") {
@@ -232,7 +241,50 @@ class Session : public std::enable_shared_from_this<Session> {
     }
   }
 
+  // GET /v1/models/{id}: the one model object, or 404 model_not_found for any other id. The id
+  // may hold a '/' raw or percent-encoded (the openai npm client sends "test%2Ftiny-llama").
+  void HandleModel(std::string_view encoded) {
+    std::string id;
+    for (size_t i = 0; i < encoded.size(); ++i) {
+      const auto hex = [](char c) {
+        return std::isdigit(static_cast<unsigned char>(c)) ? c - '0'
+               : (c >= 'a' && c <= 'f')                    ? c - 'a' + 10
+               : (c >= 'A' && c <= 'F')                    ? c - 'A' + 10
+                                                           : -1;
+      };
+      if (encoded[i] == '%' && i + 2 < encoded.size() && hex(encoded[i + 1]) >= 0 &&
+          hex(encoded[i + 2]) >= 0) {
+        id += static_cast<char>(hex(encoded[i + 1]) * 16 + hex(encoded[i + 2]));
+        i += 2;
+      } else {
+        id += encoded[i];
+      }
+    }
+    if (id != shared_.served_model) {
+      return Fail(ApiError(404, "model_not_found",
+                           "model \"" + std::string(id) + "\" is not served here (this server "
+                           "serves \"" + shared_.served_model + "\")",
+                           "model"));
+    }
+    SendBody(http::status::ok, Dump(ModelObject()), "application/json");
+  }
+
   void HandleModels() {
+    SendBody(http::status::ok, Dump({{"object", "list"}, {"data", json::array({ModelObject()})}}),
+             "application/json");
+  }
+
+  void HandleTokenize(const Request& request) {
+    json answer;
+    try {
+      answer = Tokenize(request.body(), shared_.engine.model_info(), shared_.tokenizer);
+    } catch (const ApiError& e) {
+      return Fail(e);
+    }
+    SendBody(http::status::ok, Dump(answer), "application/json");
+  }
+
+  json ModelObject() const {
     const engine::ModelInfo& info = shared_.engine.model_info();
     json model = {{"id", shared_.served_model},   {"object", "model"},
                   {"created", shared_.created},   {"owned_by", "kvgate"},
@@ -242,8 +294,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (const auto delay = shared_.engine.options().inject_step_delay; delay.count() > 0) {
       model["kvgate_test_aids"] = {{"inject_step_delay_ms", delay.count() / 1000.0}};
     }
-    SendBody(http::status::ok, Dump({{"object", "list"}, {"data", json::array({model})}}),
-             "application/json");
+    return model;
   }
 
   void HandleHealth() {
@@ -259,20 +310,24 @@ class Session : public std::enable_shared_from_this<Session> {
     SendBody(http::status::ok, std::move(text), "text/plain; version=0.0.4; charset=utf-8");
   }
 
-  void HandleCompletion(const Request& request) {
+  void HandleCompletion(const Request& request, bool chat) {
     CompletionCall call;
     try {
-      call = ParseCompletionRequest(request.body(), shared_.engine.model_info(),
-                                    shared_.served_model, shared_.tokenizer);
+      call = chat ? ParseChatRequest(request.body(), shared_.engine.model_info(),
+                                     shared_.served_model, shared_.tokenizer)
+                  : ParseCompletionRequest(request.body(), shared_.engine.model_info(),
+                                           shared_.served_model, shared_.tokenizer);
     } catch (const ApiError& e) {
       return Fail(e);
     }
+    chat_ = chat;
+    role_sent_ = false;
     streaming_ = call.stream;
     include_usage_ = call.include_usage;
     read_policy_ = call.has_read_policy
                        ? std::optional<json>(ReadPolicyToJson(call.request.read_policy))
                        : std::nullopt;
-    completion_id_ = "cmpl-" + std::to_string(shared_.next_id.fetch_add(1));
+    completion_id_ = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(shared_.next_id.fetch_add(1));
     created_ = static_cast<int64_t>(std::time(nullptr));
     prompt_tokens_ = static_cast<int>(call.request.prompt.size());
     text_.clear();
@@ -439,7 +494,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   json ChunkBase() const {
     return {{"id", completion_id_},
-            {"object", "text_completion"},
+            {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
             {"created", created_},
             {"model", shared_.served_model}};
   }
@@ -450,13 +505,31 @@ class Session : public std::enable_shared_from_this<Session> {
             {"total_tokens", finished.prompt_tokens + finished.completion_tokens}};
   }
 
+  // Completions: choices[0].text. Chat: a first chunk with the assistant role (no text), then
+  // choices[0].delta.content ({} when a chunk carries no text), as OpenAI and vLLM stream.
   void AppendChunk(const std::string& text, const char* finish_reason) {
     json chunk = ChunkBase();
-    chunk["choices"] =
-        json::array({{{"index", 0},
-                      {"text", text},
-                      {"logprobs", nullptr},
-                      {"finish_reason", finish_reason ? json(finish_reason) : json(nullptr)}}});
+    const json finish = finish_reason ? json(finish_reason) : json(nullptr);
+    if (chat_) {
+      if (!role_sent_) {
+        json role = ChunkBase();
+        role["choices"] = json::array({{{"index", 0},
+                                        {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                        {"logprobs", nullptr},
+                                        {"finish_reason", nullptr}}});
+        if (include_usage_) role["usage"] = nullptr;
+        sse_ += "data: " + Dump(role) + "\n\n";
+        role_sent_ = true;
+      }
+      chunk["choices"] = json::array({{{"index", 0},
+                                       {"delta", text.empty() ? json::object()
+                                                              : json{{"content", text}}},
+                                       {"logprobs", nullptr},
+                                       {"finish_reason", finish}}});
+    } else {
+      chunk["choices"] = json::array(
+          {{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}}});
+    }
     if (include_usage_) chunk["usage"] = nullptr;
     if (finish_reason && read_policy_) chunk["readkv"] = *read_policy_;
     sse_ += "data: " + Dump(chunk) + "\n\n";
@@ -465,15 +538,19 @@ class Session : public std::enable_shared_from_this<Session> {
   json CompletionBody(const engine::GenerationEvent& finished) const {
     json body = {
         {"id", completion_id_},
-        {"object", "text_completion"},
+        {"object", chat_ ? "chat.completion" : "text_completion"},
         {"created", created_},
         {"model", shared_.served_model},
         {"choices",
          json::array({{{"index", 0},
-                       {"text", text_},
                        {"logprobs", nullptr},
                        {"finish_reason", engine::FinishReasonName(finished.finish_reason)}}})},
         {"usage", Usage(finished)}};
+    if (chat_) {
+      body["choices"][0]["message"] = {{"role", "assistant"}, {"content", text_}};
+    } else {
+      body["choices"][0]["text"] = text_;
+    }
     if (read_policy_) body["readkv"] = *read_policy_;
     return body;
   }
@@ -700,6 +777,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<Session> half_closed_hold_;
   uint64_t generation_ = 0;
   bool streaming_ = false;
+  bool chat_ = false;       // /v1/chat/completions: chat shapes for the same generation
+  bool role_sent_ = false;  // chat stream: the assistant-role chunk went out
   bool include_usage_ = false;
   std::optional<json> read_policy_;
   std::string completion_id_;

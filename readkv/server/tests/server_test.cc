@@ -360,7 +360,7 @@ TEST_F(ServerTest, EveryBadCompletionGetsAJsonErrorAndTheNextRequestIsServed) {
 TEST_F(ServerTest, UnknownPathIs404AndWrongMethodIs405WithAllow) {
   StartServer();
   HttpConnection connection(port());
-  auto missing = connection.Get("/v1/chat/completions");
+  auto missing = connection.Get("/v1/embeddings");
   EXPECT_EQ(missing.status, 404);
   EXPECT_EQ(missing.Json()["error"]["code"], "not_found");
   auto wrong = connection.Get("/v1/completions");

@@ -23,12 +23,21 @@ struct CheckRun {
   std::string check;                   // "passkey" | "qa"
   std::string url;                     // the server, normalised
   std::string model;                   // the "model" sent; "" when none
+  std::string endpoint = "completions";  // "completions" | "chat"
+  std::string connection;  // http::Describe: TLS verification, "bearer key set"; never a secret
   std::vector<QualityRecord> records;  // in item order
   std::vector<SubsetSummary> summary;  // SummarizeBySubset(records): "all" first
   double seconds = 0.0;                // wall time of the whole check
 
   const SubsetSummary& all() const { return summary.front(); }
 };
+
+// The system messages the checks send through the chat endpoint when ClientOptions::system_prompt
+// is empty (the user message is the same prompt the completions endpoint gets).
+inline constexpr const char kPasskeySystemPrompt[] =
+    "You are a careful assistant. Answer with the pass key only.";
+inline constexpr const char kQaSystemPrompt[] =
+    "You are a careful assistant. Answer the question with a few words from the text.";
 
 using CheckProgress = std::function<void(size_t done, size_t total)>;
 

@@ -1,7 +1,11 @@
 // The checks' HTTP client for OpenAI-compatible servers (our `kvgate serve`, vLLM, ...):
-// non-streaming POST /v1/completions with greedy decoding (temperature 0), a few requests in
-// parallel over kept-alive HTTP/1.1 connections (Boost.Beast), a connect and a per-request
-// timeout. Plain http:// only.
+// non-streaming POST /v1/completions or /v1/chat/completions with greedy decoding (temperature
+// 0), a few requests in parallel over kept-alive HTTP/1.1 connections, a connect and a
+// per-request timeout. Connections, TLS (verified by default), the bearer key and extra headers
+// are kvgate::http's (kvgate/http/client_config.h); the key is never written anywhere.
+//
+// Through chat, a request is [{"role": "system", "content": system_prompt}?, {"role": "user",
+// "content": prompt}] and the answer is choices[0].message.content.
 //
 // Failures of one request are data: CompletionOutcome::error says what went wrong and names the
 // URL. Only "the server cannot be reached at all" (Probe) throws.
@@ -15,21 +19,23 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "kvgate/http/client_config.h"
+#include "kvgate/http/endpoint.h"
+
+namespace kvgate::http {
+class TlsContext;
+}  // namespace kvgate::http
+
 namespace kvgate::checks {
 
-// "http://host:port[/prefix]". A trailing "/v1" (the OpenAI base-URL habit) is dropped, so both
-// "http://h:8000" and "http://h:8000/v1" address the same server. Throws InvalidSetting("url").
-struct ServerUrl {
-  std::string host;
-  std::string port = "80";
-  std::string prefix;  // path before /v1/... and /metrics; "" or "/something"
-  std::string text;    // the normalised URL, "http://host:port[prefix]", for messages
-
+// "http[s]://host:port[/prefix]" as http::Url parses it (a trailing "/v1" is dropped); Parse
+// throws InvalidSetting("url") where http::Url::Parse throws ConfigError.
+struct ServerUrl : http::Url {
   static ServerUrl Parse(const std::string& url);
-  std::string Join(const std::string& path) const { return text + path; }
 };
 
 struct ClientOptions {
@@ -42,6 +48,10 @@ struct ClientOptions {
   // Merged into every request body (top-level keys; a key here overrides the client's own),
   // e.g. {"readkv": {"read_bits": 4}} for a ReadKV candidate. Must be an object or null.
   nlohmann::json extra_body;
+  http::ClientConfig client;  // TLS trust, bearer key, extra headers
+  http::Endpoint endpoint = http::Endpoint::kCompletions;
+  // Chat only: sent as the system message before each prompt ("" = no system message).
+  std::string system_prompt;
   // Polled before each request of CompleteAll; once it returns true no further request is sent
   // (those in flight finish) and the unsent ones end with an error saying so. May be empty.
   std::function<bool()> stop_requested;
@@ -81,16 +91,20 @@ class CompletionClient {
 
   const ServerUrl& url() const { return url_; }
   const std::string& model() const { return model_; }  // "" when unknown: field left out
+  // http::Describe of the connection, for the check's record (never a secret).
+  std::string connection() const { return http::Describe(url_, options_.client); }
 
  private:
   ServerUrl url_;
   ClientOptions options_;
   std::string model_;
+  std::shared_ptr<const http::TlsContext> tls_;  // shared by every connection
 };
 
 // GET `path` on the server and return the body of a 200 answer. Throws ServerUnreachable when no
 // HTTP answer arrives, ServerError for any other status.
 std::string HttpGet(const ServerUrl& url, const std::string& path,
-                    std::chrono::milliseconds timeout = std::chrono::milliseconds(10000));
+                    std::chrono::milliseconds timeout = std::chrono::milliseconds(10000),
+                    const http::ClientConfig& config = {});
 
 }  // namespace kvgate::checks

@@ -3,6 +3,8 @@
 // vLLM's vllm:* counters and gauges, so a run can record them for either kind of server.
 #pragma once
 
+#include "kvgate/http/client_config.h"
+
 #include <chrono>
 #include <map>
 #include <string>
@@ -35,7 +37,7 @@ LedgerSnapshot ExtractLedgers(const Exposition& exposition);
 
 // GET <url>/metrics and ExtractLedgers. Throws InvalidSetting (bad URL), ServerUnreachable, or
 // ServerError (non-200, or a body that is not Prometheus text; the message names the URL).
-LedgerSnapshot ScrapeLedgers(const std::string& url,
+LedgerSnapshot ScrapeLedgers(const std::string& url, const http::ClientConfig& config = {},
                              std::chrono::milliseconds timeout = std::chrono::milliseconds(10000));
 
 }  // namespace kvgate::checks

@@ -68,7 +68,12 @@ std::vector<PasskeyItem> GeneratePasskeyItems(const PasskeySettings& settings);
 // "123 45" → "123"); nullopt when there is none.
 std::optional<std::string> FirstInteger(std::string_view text);
 
-// True iff FirstInteger(output) equals `key` as an integer (leading zeros ignored).
+// The key an answer gives, robust to a chat model's prose: the first integer after the last
+// "pass key is" / "passkey is" (any case) when the answer says so ("Sure! I found 1 key. The
+// pass key is 12345." → "12345"), else FirstInteger(output); nullopt when there is no digit.
+std::optional<std::string> PasskeyAnswer(std::string_view output);
+
+// True iff PasskeyAnswer(output) equals `key` as an integer (leading zeros ignored).
 bool PasskeyCorrect(std::string_view output, std::string_view key);
 
 }  // namespace kvgate::checks

@@ -46,7 +46,8 @@ std::vector<QaItem> GenerateQaSet(const QaSetSettings& settings);
 // The prompt sent for an item, in the shared format above.
 std::string QaPrompt(const QaItem& item);
 
-// What is scored: the completion up to its first line break, without surrounding white space.
+// What is scored: the completion up to its first line break, without surrounding white space
+// and without a leading "Answer:" (a chat model's echo of the prompt).
 std::string QaPrediction(std::string_view completion);
 
 // User datasets: one JSON object per line, {"id": string|integer, "context": string,

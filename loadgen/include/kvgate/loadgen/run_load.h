@@ -20,19 +20,29 @@
 #include <string>
 #include <vector>
 
+#include "kvgate/http/client_config.h"
+#include "kvgate/http/endpoint.h"
 #include "kvgate/loadgen/metrics.h"
 #include "kvgate/loadgen/record.h"
 #include "kvgate/loadgen/settings.h"
 
 namespace kvgate::loadgen {
 
-// Where to send: an http:// base URL (a trailing "/v1" is accepted and dropped) and the model
-// name to put in every request. An empty model is discovered from GET {url}/v1/models (the first
-// entry). https is not supported.
+// Where to send: an http:// or https:// base URL (kvgate/http/client_config.h: a trailing "/v1"
+// is dropped), the model name to put in every request (empty: discovered from GET
+// {url}/v1/models, the first entry), how to connect (TLS trust, bearer key, extra headers; the
+// key is never recorded) and which generation endpoint to speak.
 struct Target {
+  Target(std::string url_in = "", std::string model_in = "", http::ClientConfig client_in = {},
+         http::Endpoint endpoint_in = http::Endpoint::kCompletions)
+      : url(std::move(url_in)),
+        model(std::move(model_in)),
+        client(std::move(client_in)),
+        endpoint(endpoint_in) {}
   std::string url;
   std::string model;
-  std::string api_key;  // sent as "Authorization: Bearer …" when not empty
+  http::ClientConfig client;
+  http::Endpoint endpoint = http::Endpoint::kCompletions;
 };
 
 // The target could not be used at all (bad URL, name does not resolve, model discovery failed).
@@ -55,8 +65,18 @@ inline constexpr std::chrono::milliseconds kStopLatency{50};
 
 struct LoadResult {
   LoadSettings settings;  // as run: bounds resolved (requests set when the default applied)
-  std::string url;
+  std::string url;       // redacted
   std::string model;
+  std::string endpoint;  // "completions" | "chat"
+  // How the client connected, for every report (http::Describe: TLS and its verification,
+  // "bearer key set", extra header names; never a secret).
+  std::string connection;
+  bool tls_verification_off = false;  // https with --insecure: reports say so
+  // What the prompt lengths count and whether they are exact, e.g. "words (approximate)",
+  // "tokens, exact for 100/100 prompts (server /tokenize)", or "words (approximate): the server
+  // has no POST /tokenize" when tokens were asked for and could not be had.
+  std::string input_lengths = "words (approximate)";
+  bool input_tokens_exact = false;
   int64_t start_unix_ms = 0;  // wall-clock time of the schedule's time zero
   // The same instant on std::chrono::steady_clock (ns since its epoch), to line records up with
   // other timestamps taken in this process or on this machine's monotonic clock.

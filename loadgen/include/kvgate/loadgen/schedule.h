@@ -29,6 +29,9 @@ struct RequestSpec {
   nlohmann::json prompt;  // a string, or an array of token ids (prompt files only)
   int max_tokens = 0;
   int64_t passkey = -1;  // the hidden key for passkey prompts, -1 otherwise
+  // Synthetic: the sampled prompt length (the words of `prompt`; with InputUnit::kTokens the
+  // token count the prompt is then cut to). 0 for the other workloads.
+  int input_length = 0;
 };
 
 // The passkey prompt of docs/definitions.md ("Passkey"; the Landmark-Attention/LongLoRA

@@ -61,8 +61,17 @@ enum class WorkloadKind {
   kPromptFile,  // JSONL: {"prompt": string or [token ids], "max_tokens": int (optional)}
 };
 
+// What a synthetic prompt's length counts.
+//   kWords:  words of the fixed vocabulary (approximate tokens; the server's usage tells).
+//   kTokens: the server's tokens, as its vLLM-style POST /tokenize counts them for the request
+//            as sent (chat: the templated messages), BOS included, i.e. usage.prompt_tokens.
+//            Each prompt is cut to the target by asking /tokenize (loadgen/src/token_sizer.h);
+//            a server without /tokenize falls back to words and the result says so.
+enum class InputUnit { kWords, kTokens };
+
 struct WorkloadSettings {
   WorkloadKind kind = WorkloadKind::kSynthetic;
+  InputUnit input_unit = InputUnit::kWords;  // synthetic only
   // Prompt length in words (synthetic). The server's `usage` gives the real token count.
   LengthDistribution input{LengthDistributionKind::kConstant, 128, 0.0, 1 << 20};
   // max_tokens per request (sent with ignore_eos, so every request generates exactly this many
@@ -165,6 +174,8 @@ std::string_view LoadModeName(LoadMode mode);
 std::string_view LengthDistributionName(LengthDistributionKind kind);
 LengthDistributionKind ParseLengthDistribution(std::string_view name, const std::string& field);
 std::string_view WorkloadName(WorkloadKind kind);
+std::string_view InputUnitName(InputUnit unit);  // "words" | "tokens"
+InputUnit ParseInputUnit(std::string_view name);  // throws SettingsError("input-unit", ...)
 WorkloadKind ParseWorkload(std::string_view name);
 
 }  // namespace kvgate::loadgen

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kvgate/http/endpoint.h"
 #include "kvgate/loadgen/settings.h"
 
 namespace kvgate::policy {
@@ -38,6 +39,13 @@ struct ServerSpec {
   std::string url;                      // kUrl: base URL, e.g. http://127.0.0.1:8000
   double startup_timeout_s = 120.0;     // kLocal: until /health answers
   std::string model;                    // the `model` field sent in requests ("" = first listed)
+  http::Endpoint endpoint = http::Endpoint::kCompletions;  // "completions" | "chat"
+  // kUrl over https: trust only this PEM CA file ("" = the system's CAs), or skip verification.
+  std::string cacert;
+  bool insecure = false;
+  // The environment variable holding the server's bearer key (the key itself never appears in a
+  // policy, which is stored with every run). Unset: $OPENAI_API_KEY when set.
+  std::string api_key_env = "OPENAI_API_KEY";
 };
 
 // The candidate's per-request read policy (the completions API's `readkv` object). Unset fields
