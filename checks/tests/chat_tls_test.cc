@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "kvgate/filesystem/remove_tree.h"
 #include "kvgate/checks/check_runner.h"
 #include "kvgate/checks/errors.h"
 #include "tls_test_server.h"
@@ -76,7 +77,8 @@ TEST(ChatTlsTest, PasskeyThroughChatOverHttpsScoresChattyAnswersAndHidesTheKey) 
           << e.what();
     }
   }
-  std::filesystem::remove_all(dir);
+  std::error_code ec;
+  kvgate::RemoveTree(dir, ec);
 }
 
 TEST(ChatTlsTest, PasskeyAnswersAreReadFromChatProse) {

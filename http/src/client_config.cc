@@ -50,8 +50,8 @@ Url Url::Parse(const std::string& raw_url) {
   const std::string authority = rest.substr(0, slash);
   std::string path = slash == std::string::npos ? "" : rest.substr(slash);
   if (authority.find('@') != std::string::npos) {
-    throw ConfigError("url", shown + ": user info in the URL is not supported (use --api-key "
-                                     "or $OPENAI_API_KEY)");
+    throw ConfigError("url", shown + ": user info in the URL is not supported: give the key through $OPENAI_API_KEY, "
+                                     "a policy's api_key_env or the --api-key option");
   }
   std::string port;
   bool has_colon = false;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "kvgate/filesystem/remove_tree.h"
 #include "kvgate/loadgen/report.h"
 #include "kvgate/loadgen/run_load.h"
 #include "tls_test_server.h"
@@ -27,7 +28,8 @@ class TlsChatTest : public ::testing::Test {
     certs_ = new ht::TestCerts(ht::MakeTestCerts(*dir_));
   }
   static void TearDownTestSuite() {
-    std::filesystem::remove_all(*dir_);
+    std::error_code ec;
+    kvgate::RemoveTree(*dir_, ec);
     delete certs_;
     delete dir_;
   }

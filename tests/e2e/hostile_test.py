@@ -250,8 +250,13 @@ def probe_url_password(work):
             with open(db + suffix, "rb") as f:
                 places["history" + suffix] = f.read().decode("latin-1")
     leaked = [name for name, text in places.items() if SECRET in text]
-    check(not leaked and "history" in places,
-          f"url-password: the password is in none of {sorted(places)} (leaked in {leaked})")
+    # Refused as a bad policy (user info in a URL is not supported) before any run is recorded,
+    # or recorded and refused: either way the password is in no byte kvgate wrote.
+    refused_early = "user info in the URL" in stderr
+    check(refused_early or "history" in places,
+          f"url-password: refused naming the user info, or the history examined ({sorted(places)})")
+    check(not leaked, f"url-password: the password is in none of {sorted(places)} "
+                      f"(leaked in {leaked})")
 
 
 def probe_server(work):
