@@ -1,6 +1,7 @@
 // Raw bytes as they arrive on a server connection: Boost.Beast's request parser with the limits
 // the server sets (ServerOptions defaults), then what Session::Handle does with each complete
-// request, including ParseCompletionRequest on a POST /v1/completions body. Pipelined requests
+// request, including ParseCompletionRequest on a POST /v1/completions body, ParseChatRequest on
+// POST /v1/chat/completions and Tokenize on POST /tokenize. Pipelined requests
 // on one connection are parsed one after another, as keep-alive does. The whole input is also
 // handed to ParseCompletionRequest as a bare body, so JSON seeds reach it without HTTP framing.
 // The contract: a parse error or an ApiError, nothing else (no crash, no other exception).
@@ -15,6 +16,7 @@
 #include "readkv/engine/engine.h"
 #include "readkv/engine/tokenizer.h"
 #include "readkv/server/api_error.h"
+#include "readkv/server/chat_request.h"
 #include "readkv/server/completion_request.h"
 #include "readkv/server/server.h"
 
@@ -31,11 +33,15 @@ const readkv::engine::ModelInfo& Model() {
 }
 constexpr const char* kServedModel = "tiny-llama";
 
-void ParseBody(std::string_view body) {
+enum class Route { kCompletions, kChat };
+
+void ParseBody(std::string_view body, Route route = Route::kCompletions) {
   static const readkv::engine::ByteTokenizer tokenizer;
   try {
     const readkv::server::CompletionCall call =
-        readkv::server::ParseCompletionRequest(body, Model(), kServedModel, tokenizer);
+        route == Route::kChat
+            ? readkv::server::ParseChatRequest(body, Model(), kServedModel, tokenizer)
+            : readkv::server::ParseCompletionRequest(body, Model(), kServedModel, tokenizer);
     // What the server does next with an accepted call.
     if (call.has_read_policy) (void)readkv::server::ReadPolicyToJson(call.request.read_policy);
     if (call.request.prompt.empty() || call.request.params.max_tokens < 1 ||
@@ -48,13 +54,28 @@ void ParseBody(std::string_view body) {
   }
 }
 
+// POST /tokenize: an answer or a 4xx, and a count that is the token list's length.
+void TokenizeBody(std::string_view body) {
+  static const readkv::engine::ByteTokenizer tokenizer;
+  try {
+    const nlohmann::json out = readkv::server::Tokenize(body, Model(), tokenizer);
+    if (out.at("count").get<size_t>() != out.at("tokens").size()) __builtin_trap();
+  } catch (const readkv::server::ApiError& e) {
+    if (e.status() < 400 || e.status() > 499) __builtin_trap();
+  }
+}
+
 // One complete request, as Session::Handle routes it.
 void Handle(const http::request<http::string_body>& request) {
   (void)beast::iequals(request[http::field::expect], "100-continue");
   (void)request.keep_alive();
   const std::string_view target(request.target().data(), request.target().size());
   const std::string_view path = target.substr(0, target.find('?'));
-  if (path == "/v1/completions" && request.method() == http::verb::post) ParseBody(request.body());
+  if (request.method() == http::verb::post) {
+    if (path == "/v1/completions") ParseBody(request.body());
+    if (path == "/v1/chat/completions") ParseBody(request.body(), Route::kChat);
+    if (path == "/tokenize") TokenizeBody(request.body());
+  }
   (void)request.method_string();
 }
 

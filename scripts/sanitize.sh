@@ -21,8 +21,8 @@ build=${KVGATE_SANITIZE_BUILD_DIR:-$root/build-sanitize}
 jobs=${KVGATE_JOBS:-$(nproc)}
 targets=(readkv_codec_test readkv_engine_test kvgate_stats_test kvgate_history_test
          kvgate_policy_test kvgate_gate_rules_test kvgate_report_test kvgate_loadgen_test
-         kvgate_checks_test kvgate_filesystem_test)
-labels='^(codec|engine|stats|history|gates|loadgen|checks|filesystem)$'
+         kvgate_checks_test kvgate_http_test kvgate_filesystem_test)
+labels='^(codec|engine|stats|history|gates|loadgen|checks|http|filesystem)$'
 
 export CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=true
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
