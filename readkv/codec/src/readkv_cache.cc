@@ -54,12 +54,6 @@ ReadKvLayerCache::ReadKvLayerCache(const LayerGeometry& geometry,
   options_.outliers = ResolveOutlierOptions(options.outliers, *codebook_, geometry.head_dim);
   RequireLayoutReads(options.layout, plan_.reader, "layout");
   const bool tiles = options.layout == PlaneLayout::kTiles;
-  if (tiles && options_.outliers.enabled()) {
-    // The tile reader does not add the lists' corrections yet: it would read clipped values
-    // where the cache's identity promises exact ones.
-    throw InvalidArgument("outlier_cap", "the tile reader does not apply outlier lists yet; "
-                                         "use outlier cap 0 with the tile layout");
-  }
   for (int h = 0; h < geometry.heads_kv; ++h) {
     outliers_.emplace_back(geometry.head_dim, options_.outliers);
     key_transforms_.emplace_back(geometry.head_dim, calibration_->seeds.KeySeed(layer, h));
@@ -234,9 +228,11 @@ TileLayerView ReadKvLayerCache::tile_view() const {
   if (options_.layout != PlaneLayout::kTiles) {
     throw InvalidArgument("layout", "this cache stores the planes layout");
   }
-  return {geometry(),      calibration_.get(), layer_,         codebook_.get(),  tile_stores_,
-          key_transforms_, value_transforms_,  residual_keys_, residual_values_, encoded_tokens_,
-          residual_tokens_};
+  TileLayerView view{geometry(),       calibration_.get(), layer_,           codebook_.get(),
+                     tile_stores_,     key_transforms_,    value_transforms_, residual_keys_,
+                     residual_values_, encoded_tokens_,    residual_tokens_,  {}};
+  if (options_.outliers.enabled()) view.outliers = outliers_;
+  return view;
 }
 
 CapacityLedger ReadKvLayerCache::Capacity() const {

@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "attention_kernels.h"
+#include "readkv/codec/bitplanes.h"
+#include "readkv/codec/outliers.h"
 #include "readkv/codec/tile_reader.h"
 
 namespace readkv::codec {
@@ -46,6 +48,13 @@ AttentionLedgers TileAttend(const TileLayerView& view, const ReaderPlan& plan,
   std::vector<double> block_weights(static_cast<size_t>(hkv * blocks));
   std::vector<uint8_t> value_depths(block_weights.size());
   std::vector<float> acc(ug * ud), head_out(ug * ud), mass(ug);
+  // The outlier lists' corrections take per-channel and per-token depths (outliers.h): the
+  // group and block depths spread over their members. Empty when the cache keeps no lists.
+  const bool lists = !view.outliers.empty();
+  std::vector<uint8_t> channel_depths(lists ? ud : 0);
+  std::vector<uint8_t> token_depths(lists ? static_cast<size_t>(t_enc) : 0);
+  const int64_t list_blocks = (t_enc + kBlockTokens - 1) / kBlockTokens;
+  int64_t outlier_read_bytes = 0;  // every block's lists, K and V, read once per call
   AllocatorScratch scratch;
 
   for (int hq = 0; hq < geo.heads_q; ++hq) {
@@ -75,6 +84,15 @@ AttentionLedgers TileAttend(const TileLayerView& view, const ReaderPlan& plan,
     }
     float* probs = probabilities.data() + head * ug * static_cast<size_t>(stride);
     TileKeyLogits(store, t_enc, depths, folded, g, *view.codebook, probs, stride);
+    if (lists) {
+      for (size_t c = 0; c < ud; ++c) channel_depths[c] = depths[c / kTileChannels];
+      for (int64_t b = 0; b < list_blocks; ++b) {
+        AddKeyOutlierLogits(view.outliers[head].KeyEntries(b), *view.codebook,
+                            channel_depths.data(), k_std, scaled.data(), g, d,
+                            probs + b * kBlockTokens, stride);
+        outlier_read_bytes += view.outliers[head].BlockReadBytes(b);
+      }
+    }
     const uint16_t* residual = view.residual_keys[head].data();
     for (int64_t r = 0; r < t_res; ++r) {
       for (size_t c = 0; c < ud; ++c) {
@@ -100,6 +118,16 @@ AttentionLedgers TileAttend(const TileLayerView& view, const ReaderPlan& plan,
 
     // sum_i p_i C(code_i) on the tiles; mu and sigma once per row after the sum.
     TileValueSums(store, t_enc, bdepths, probs, stride, g, *view.codebook, acc.data());
+    if (lists) {
+      for (int64_t i = 0; i < t_enc; ++i) {
+        token_depths[static_cast<size_t>(i)] = bdepths[static_cast<size_t>(i / kTileTokens)];
+      }
+      for (int64_t b = 0; b < list_blocks; ++b) {
+        AddValueOutlierSums(view.outliers[head].ValueEntries(b), *view.codebook,
+                            token_depths.data() + b * kBlockTokens, probs + b * kBlockTokens, g,
+                            stride, d, acc.data());
+      }
+    }
     const auto v_mean = view.calibration->ValueMean(view.layer, h);
     const auto v_std = view.calibration->ValueStd(view.layer, h);
     for (size_t h2 = 0; h2 < ug; ++h2) {
@@ -143,10 +171,12 @@ AttentionLedgers TileAttend(const TileLayerView& view, const ReaderPlan& plan,
   ledgers.logical.key_bits = key_depth_sum * kTileChannels * t_enc;
   ledgers.logical.value_bits = value_scalar_depths * d;
   ledgers.logical.residual_bits = t_res * channels * 16 * 2;
+  ledgers.logical.outlier_bits = outlier_read_bytes * 8;
   PhysicalTraffic& phys = ledgers.physical;
   phys.key_payload_bytes = key_depth_sum * token_tiles * kTilePlaneBytes;
   phys.value_payload_bytes = value_depth_sum * groups * kTilePlaneBytes;
   phys.residual_bytes = t_res * channels * 2 * 2;
+  phys.outlier_bytes = outlier_read_bytes;
   // mu/sigma of K and V; one standard centroid table per KV head for K and one for V.
   const int64_t centroid_table_bytes = ((int64_t{2} << plan.store_bits) - 1) * 4;
   phys.metadata_bytes = 4 * channels * 4 + 2 * hkv * centroid_table_bytes;
@@ -161,7 +191,8 @@ AttentionLedgers TileAttend(const TileLayerView& view, const ReaderPlan& plan,
       Bytes(transformed) + Bytes(channel_importance) + Bytes(group_weights) + Bytes(key_depths) +
       Bytes(folded) + Bytes(scaled) + Bytes(probabilities) + Bytes(residual_row) +
       Bytes(token_importance) + Bytes(block_weights) + Bytes(value_depths) + Bytes(acc) +
-      Bytes(head_out) + Bytes(mass) + scratch.Bytes();
+      Bytes(head_out) + Bytes(mass) + Bytes(channel_depths) + Bytes(token_depths) +
+      scratch.Bytes();
   ReadDepthStats& stats = ledgers.depths;
   stats.encoded_tokens = t_enc;
   stats.residual_tokens = t_res;

@@ -149,6 +149,7 @@ PlantedLayer MakePlanted(int extra_outliers = 0) {
 std::unique_ptr<ReadKvLayerCache> MakeCache(const PlantedLayer& p, ReadPolicy policy, int cap) {
   ReadKvCacheOptions o;
   o.policy = policy;
+  o.layout = LayoutForReader(policy.reader);
   o.residual_window = false;
   o.outliers = {cap, 0.0f};
   auto cache = std::make_unique<ReadKvLayerCache>(p.geometry, p.calibration, 0,
@@ -218,6 +219,36 @@ TEST(OutliersTest, TheConstrainedReaderCorrectsAtItsChosenDepths) {
   }
 }
 
+// The tile reader's caches hold the same codes and the same lists in another layout, so a planes
+// cache of the same tokens gives the brute force; at R = W every group and block is read to W.
+TEST(OutliersTest, TheTileReaderAppliesTheListsExactly) {
+  const PlantedLayer p = MakePlanted();
+  const std::vector<double> exact = ReferenceAttention(p.geometry, p.keys, p.values, p.queries);
+  const ReadPolicy tile_full{ReaderKind::kTile, 8.0, 0.0, 0.0};
+  std::vector<float> with(p.queries.size()), without(p.queries.size());
+  const auto cache = MakeCache(p, tile_full, 2);
+  cache->Attend(p.queries, with);
+  MakeCache(p, tile_full, 0)->Attend(p.queries, without);
+  ASSERT_EQ(cache->outliers(0).entries(), 2);
+  const std::vector<double> brute = BruteForce(p, *MakeCache(p, Full(), 2));
+  for (size_t i = 0; i < with.size(); ++i) EXPECT_NEAR(with[i], brute[i], 2e-5) << i;
+  EXPECT_LT(RelativeL2Error(with, exact), 0.02);
+  EXPECT_GT(RelativeL2Error(without, exact), 0.2);
+}
+
+TEST(OutliersTest, TheTileReaderCorrectsAtItsGroupAndBlockDepths) {
+  const PlantedLayer p = MakePlanted();
+  const std::vector<double> exact = ReferenceAttention(p.geometry, p.keys, p.values, p.queries);
+  for (const ReadPolicy& policy : {ReadPolicy{ReaderKind::kTile, 4.0, 6.0, 2.0},
+                                   ReadPolicy{ReaderKind::kTile, 2.0, 3.0, 1.0}}) {
+    std::vector<float> with(p.queries.size()), without(p.queries.size());
+    MakeCache(p, policy, 2)->Attend(p.queries, with);
+    MakeCache(p, policy, 0)->Attend(p.queries, without);
+    EXPECT_LT(RelativeL2Error(with, exact), 0.5 * RelativeL2Error(without, exact))
+        << policy.read_bits;
+  }
+}
+
 TEST(OutliersTest, ValuesPastTheCapStayClippedAndAreCounted) {
   const PlantedLayer p = MakePlanted(/*extra_outliers=*/3);  // 4 key outliers on one token
   const auto cache = MakeCache(p, Full(), 2);
@@ -255,6 +286,16 @@ TEST(OutliersTest, LedgersCountTheListsBytes) {
   EXPECT_EQ(without.capacity.outlier_bytes, 0);
   EXPECT_EQ(without.logical.outlier_bits, 0);
   EXPECT_EQ(with.workspace_peak_bytes, without.workspace_peak_bytes);  // read in place
+
+  // The tile reader reads each block's lists once too.
+  const ReadPolicy tile{ReaderKind::kTile, 4.0, 6.0, 2.0};
+  const AttentionLedgers tile_with = MakeCache(p, tile, 2)->Attend(p.queries, out);
+  const AttentionLedgers tile_without = MakeCache(p, tile, 0)->Attend(p.queries, out);
+  EXPECT_EQ(tile_with.capacity.outlier_bytes, bytes);
+  EXPECT_EQ(tile_with.logical.outlier_bits, 8 * bytes);
+  EXPECT_EQ(tile_with.logical.TotalBits(), tile_without.logical.TotalBits() + 8 * bytes);
+  EXPECT_EQ(tile_with.physical.outlier_bytes, bytes);
+  EXPECT_EQ(tile_without.physical.outlier_bytes, 0);
 }
 
 TEST(OutliersTest, EncodedBlocksRestoreBitForBitAndDamageIsRefused) {

@@ -100,11 +100,6 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
       throw std::invalid_argument(
           "fp8_layers: FP8 layers inside a ReadKV cache run on the CPU without a prefix cache");
     }
-    if (kv.reader == "tile" && kv.outlier_cap > 0) {
-      throw std::invalid_argument(
-          "outlier_cap: the tile reader does not apply outlier lists yet, so it would read "
-          "clipped values; use --outlier-cap 0 with --reader tile");
-    }
     if (UsesGpuKv(options) && kv.outlier_cap > 0) {
       throw std::invalid_argument(
           "outlier_cap: the GPU ReadKV kernels have no outlier correction yet, so a cache with "

@@ -31,6 +31,7 @@
 #include "readkv/codec/attention.h"
 #include "readkv/codec/codebook.h"
 #include "readkv/codec/ledgers.h"
+#include "readkv/codec/outliers.h"
 #include "readkv/codec/readers.h"
 #include "readkv/codec/tile_planes.h"
 #include "readkv/codec/transform.h"
@@ -78,6 +79,9 @@ struct TileLayerView {
   std::span<const std::vector<uint16_t>> residual_values;  // [H_kv][T_res * d] BF16
   int64_t encoded_tokens = 0;                              // every store's token count
   int64_t residual_tokens = 0;
+  // [H_kv] outlier lists (outliers.h), or empty when the cache keeps none. Their corrections
+  // take a group's depth for each of its 16 channels and a block's for each of its 16 tokens.
+  std::span<const OutlierStore> outliers;
 };
 
 // The depths one call chose: [H_kv][d / 16] and [H_kv][ceil(T_enc / 16)].
@@ -90,6 +94,9 @@ struct TileDepths {
 // caller). Ledgers: logical reads count t bits per scalar of every object read (key: t_g * 16 *
 // T_enc per group, value: t_b * 16 * d per block, a partial block counting its tokens only);
 // physical payload traffic counts t sectors of 32 bytes per tile read (partial tiles whole).
+// With outlier lists every kept element reads as its fp16 value (K before the softmax, V before
+// sigma, mu and the inverse transform, as in every reader), and each 256-token block's lists are
+// read once: logical.outlier_bits and physical.outlier_bytes count them.
 // `chosen`, when given, receives the depths.
 AttentionLedgers TileAttend(const TileLayerView& view, const ReaderPlan& plan,
                             std::span<const float> queries, std::span<float> out,
