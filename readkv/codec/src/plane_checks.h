@@ -1,5 +1,6 @@
-// Internal argument checks shared by the two plane stores (bitplanes.cc, tile_planes.cc). Not
-// installed; not part of the codec's API.
+// Internal argument checks shared by the two plane stores (bitplanes.cc, tile_planes.cc) and the
+// ReadKV cache that holds one of them (readkv_cache.cc, readkv_attend.cc). Not installed; not
+// part of the codec's API.
 #pragma once
 
 #include <bit>
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "readkv/codec/errors.h"
+#include "readkv/codec/readkv_cache.h"
 
 namespace readkv::codec::internal {
 
@@ -34,6 +36,16 @@ inline void CheckCodes(std::span<const uint8_t> codes, int head_dim, int store_b
   for (uint8_t code : codes) all |= code;
   if ((all >> store_bits) != 0) {
     throw InvalidArgument(field, "a code does not fit in " + std::to_string(store_bits) + " bits");
+  }
+}
+
+// InvalidArgument(field) unless `reader` reads the layout the cache stores.
+inline void RequireLayoutReads(PlaneLayout layout, ReaderKind reader, const char* field) {
+  if (LayoutForReader(reader) != layout) {
+    throw InvalidArgument(field, "the " + std::string(ReaderName(reader)) + " reader reads the " +
+                                     std::string(PlaneLayoutName(LayoutForReader(reader))) +
+                                     " layout; this cache stores " +
+                                     std::string(PlaneLayoutName(layout)));
   }
 }
 

@@ -16,6 +16,62 @@ int64_t Bytes(const std::vector<T>& v) {
   return static_cast<int64_t>(v.capacity() * sizeof(T));
 }
 
+// The ledgers of one call, from the depths it chose (key_depths [H_kv, groups], value_depths
+// [H_kv, blocks]) and its scratch bytes.
+AttentionLedgers TileLedgers(const LayerGeometry& geo, int64_t t_enc, int64_t t_res, int store_bits,
+                             const std::vector<uint8_t>& key_depths,
+                             const std::vector<uint8_t>& value_depths, int64_t workspace_bytes) {
+  const int d = geo.head_dim;
+  const int hkv = geo.heads_kv;
+  const int groups = d / kTileChannels;
+  const int64_t tokens = t_enc + t_res;
+  const int64_t blocks = (t_enc + kTileTokens - 1) / kTileTokens;
+  AttentionLedgers ledgers;
+  const int64_t channels = static_cast<int64_t>(hkv) * d;
+  const int64_t token_tiles = blocks;  // token tiles of the encoded tokens
+  int64_t key_depth_sum = 0, value_scalar_depths = 0, value_depth_sum = 0;
+  for (uint8_t t : key_depths) key_depth_sum += t;
+  for (int h = 0; h < hkv; ++h) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int t = value_depths[static_cast<size_t>(h * blocks + b)];
+      value_depth_sum += t;
+      value_scalar_depths += t * std::min<int64_t>(kTileTokens, t_enc - b * kTileTokens);
+    }
+  }
+  ledgers.logical.key_bits = key_depth_sum * kTileChannels * t_enc;
+  ledgers.logical.value_bits = value_scalar_depths * d;
+  ledgers.logical.residual_bits = t_res * channels * 16 * 2;
+  PhysicalTraffic& phys = ledgers.physical;
+  phys.key_payload_bytes = key_depth_sum * token_tiles * kTilePlaneBytes;
+  phys.value_payload_bytes = value_depth_sum * groups * kTilePlaneBytes;
+  phys.residual_bytes = t_res * channels * 2 * 2;
+  // mu/sigma of K and V; one standard centroid table per KV head for K and one for V.
+  const int64_t centroid_table_bytes = ((int64_t{2} << store_bits) - 1) * 4;
+  phys.metadata_bytes = 4 * channels * 4 + 2 * hkv * centroid_table_bytes;
+  const int64_t query_floats = static_cast<int64_t>(geo.heads_q) * d;
+  // Queries read; transformed and folded queries written and read; importance, group weights.
+  phys.query_bytes = query_floats * 4 * 5 + 2 * channels * 8 + 2 * hkv * groups * 8;
+  phys.score_bytes = 5 * static_cast<int64_t>(geo.heads_q) * tokens * 4 + 2 * hkv * t_enc * 8 +
+                     2 * hkv * blocks * 8;
+  phys.schedule_bytes = 2 * (hkv * groups + hkv * blocks);
+  phys.output_bytes = query_floats * 4 * 3;
+  ledgers.workspace_peak_bytes = workspace_bytes;
+  ReadDepthStats& stats = ledgers.depths;
+  stats.encoded_tokens = t_enc;
+  stats.residual_tokens = t_res;
+  stats.mean_key_depth =
+      static_cast<double>(key_depth_sum * kTileChannels) / static_cast<double>(channels);
+  stats.min_key_depth = *std::min_element(key_depths.begin(), key_depths.end());
+  stats.max_key_depth = *std::max_element(key_depths.begin(), key_depths.end());
+  if (t_enc > 0) {
+    stats.mean_value_depth =
+        static_cast<double>(value_scalar_depths) / static_cast<double>(hkv * t_enc);
+    stats.min_value_depth = *std::min_element(value_depths.begin(), value_depths.end());
+    stats.max_value_depth = *std::max_element(value_depths.begin(), value_depths.end());
+  }
+  return ledgers;
+}
+
 }  // namespace
 
 AttentionLedgers TileAttend(const TileLayerView& view, const ReaderPlan& plan,
@@ -155,57 +211,16 @@ AttentionLedgers TileAttend(const TileLayerView& view, const ReaderPlan& plan,
     }
   }
 
-  // Ledgers.
-  AttentionLedgers ledgers;
-  const int64_t channels = static_cast<int64_t>(hkv) * d;
-  const int64_t token_tiles = blocks;  // token tiles of the encoded tokens
-  int64_t key_depth_sum = 0, value_scalar_depths = 0, value_depth_sum = 0;
-  for (uint8_t t : key_depths) key_depth_sum += t;
-  for (int h = 0; h < hkv; ++h) {
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int t = value_depths[static_cast<size_t>(h * blocks + b)];
-      value_depth_sum += t;
-      value_scalar_depths += t * std::min<int64_t>(kTileTokens, t_enc - b * kTileTokens);
-    }
-  }
-  ledgers.logical.key_bits = key_depth_sum * kTileChannels * t_enc;
-  ledgers.logical.value_bits = value_scalar_depths * d;
-  ledgers.logical.residual_bits = t_res * channels * 16 * 2;
-  ledgers.logical.outlier_bits = outlier_read_bytes * 8;
-  PhysicalTraffic& phys = ledgers.physical;
-  phys.key_payload_bytes = key_depth_sum * token_tiles * kTilePlaneBytes;
-  phys.value_payload_bytes = value_depth_sum * groups * kTilePlaneBytes;
-  phys.residual_bytes = t_res * channels * 2 * 2;
-  phys.outlier_bytes = outlier_read_bytes;
-  // mu/sigma of K and V; one standard centroid table per KV head for K and one for V.
-  const int64_t centroid_table_bytes = ((int64_t{2} << plan.store_bits) - 1) * 4;
-  phys.metadata_bytes = 4 * channels * 4 + 2 * hkv * centroid_table_bytes;
-  const int64_t query_floats = static_cast<int64_t>(geo.heads_q) * d;
-  // Queries read; transformed and folded queries written and read; importance, group weights.
-  phys.query_bytes = query_floats * 4 * 5 + 2 * channels * 8 + 2 * hkv * groups * 8;
-  phys.score_bytes = 5 * static_cast<int64_t>(geo.heads_q) * tokens * 4 + 2 * hkv * t_enc * 8 +
-                     2 * hkv * blocks * 8;
-  phys.schedule_bytes = 2 * (hkv * groups + hkv * blocks);
-  phys.output_bytes = query_floats * 4 * 3;
-  ledgers.workspace_peak_bytes =
+  const int64_t workspace_bytes =
       Bytes(transformed) + Bytes(channel_importance) + Bytes(group_weights) + Bytes(key_depths) +
       Bytes(folded) + Bytes(scaled) + Bytes(probabilities) + Bytes(residual_row) +
       Bytes(token_importance) + Bytes(block_weights) + Bytes(value_depths) + Bytes(acc) +
       Bytes(head_out) + Bytes(mass) + Bytes(channel_depths) + Bytes(token_depths) +
       scratch.Bytes();
-  ReadDepthStats& stats = ledgers.depths;
-  stats.encoded_tokens = t_enc;
-  stats.residual_tokens = t_res;
-  stats.mean_key_depth =
-      static_cast<double>(key_depth_sum * kTileChannels) / static_cast<double>(channels);
-  stats.min_key_depth = *std::min_element(key_depths.begin(), key_depths.end());
-  stats.max_key_depth = *std::max_element(key_depths.begin(), key_depths.end());
-  if (t_enc > 0) {
-    stats.mean_value_depth =
-        static_cast<double>(value_scalar_depths) / static_cast<double>(hkv * t_enc);
-    stats.min_value_depth = *std::min_element(value_depths.begin(), value_depths.end());
-    stats.max_value_depth = *std::max_element(value_depths.begin(), value_depths.end());
-  }
+  AttentionLedgers ledgers =
+      TileLedgers(geo, t_enc, t_res, plan.store_bits, key_depths, value_depths, workspace_bytes);
+  ledgers.logical.outlier_bits = outlier_read_bytes * 8;
+  ledgers.physical.outlier_bytes = outlier_read_bytes;
   if (chosen) {
     chosen->key_groups = key_depths;
     chosen->value_blocks = value_depths;

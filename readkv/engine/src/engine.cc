@@ -214,37 +214,7 @@ void Engine::Step(std::vector<std::unique_ptr<Active>>& admitted) {
     std::lock_guard<std::mutex> lock(mu_);
     cancel_all = cancel_all_;
   }
-  for (auto& active : admitted) {
-    if (cancel_all) {
-      Finish(*active, FinishReason::kError, ErrorKind::kShuttingDown,
-             "the server is shutting down");
-      continue;
-    }
-    if (active->channel->cancelled()) {
-      Finish(*active, FinishReason::kCancelled, ErrorKind::kNone, "");
-      continue;
-    }
-    try {
-      model_.StartSequence(active->id, active->request.read_policy);
-      active->started = true;
-    } catch (const std::invalid_argument& e) {
-      metrics_->CountCacheRejection("invalid_policy");
-      Finish(*active, FinishReason::kError, ErrorKind::kInvalidRequest,
-             std::string("the read policy is not valid for this server: ") + e.what());
-      continue;
-    } catch (const std::exception& e) {
-      Finish(*active, FinishReason::kError, ErrorKind::kInternal,
-             std::string("the model could not start the sequence: ") + e.what());
-      continue;
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++counters_.sequences_started;
-    }
-    metrics_->AddPromptTokens(static_cast<int>(active->request.prompt.size()));
-    running_.push_back(std::move(active));
-  }
-  admitted.clear();
+  StartAdmitted(admitted, cancel_all);
 
   for (auto& active : running_) {
     if (cancel_all) {
@@ -254,8 +224,7 @@ void Engine::Step(std::vector<std::unique_ptr<Active>>& admitted) {
       Finish(*active, FinishReason::kCancelled, ErrorKind::kNone, "");
     }
   }
-  std::erase_if(running_, [](const auto& active) { return active->done; });
-  metrics_->SetRunning(static_cast<int>(running_.size()));
+  EraseFinished();
   if (running_.empty()) {
     PublishModelState();
     return;
@@ -298,8 +267,7 @@ void Engine::Step(std::vector<std::unique_ptr<Active>>& admitted) {
       Finish(*active, FinishReason::kError, ErrorKind::kInternal,
              std::string("the model failed during a decode step: ") + e.what());
     }
-    std::erase_if(running_, [](const auto& active) { return active->done; });
-    metrics_->SetRunning(static_cast<int>(running_.size()));
+    EraseFinished();
     PublishModelState();
     return;
   }
@@ -315,51 +283,92 @@ void Engine::Step(std::vector<std::unique_ptr<Active>>& admitted) {
     Active& active = *members[i];
     if (!active.prefilled()) active.fed += steps[i].tokens.size();
     if (!steps[i].logits_wanted) continue;  // a prompt chunk before the last
-    const std::vector<float>& logits = steps[i].logits;
-    if (static_cast<int>(logits.size()) != info_.vocab_size) {
-      Finish(active, FinishReason::kError, ErrorKind::kInternal,
-             "the model returned " + std::to_string(logits.size()) + " logits, expected " +
-                 std::to_string(info_.vocab_size));
-      continue;
-    }
-    const int32_t token = active.sampler.Next(logits);
-    if (token < 0) {
-      Finish(active, FinishReason::kError, ErrorKind::kInternal,
-             "the model produced no finite logit");
-      continue;
-    }
-    active.last_token = token;
-    ++active.completion_tokens;
-    // Counted before the token's event is pushed: a client that has its completion must find
-    // every one of its tokens in /metrics (a per-step total added after Finish raced with it).
-    metrics_->AddGenerationTokens(1);
-    if (active.completion_tokens == 1) {
-      metrics_->ObserveTimeToFirstToken(Seconds(now - active.arrival));
-    } else {
-      metrics_->ObserveInterTokenLatency(Seconds(now - active.last_token_time));
-    }
-    active.last_token_time = now;
-
-    const GenerationParams& params = active.request.params;
-    const bool eos = token == info_.eos_token && !params.ignore_eos;
-    GenerationEvent event;
-    event.kind = GenerationEvent::Kind::kToken;
-    event.token = token;
-    event.produced_at = now;
-    if (!eos) event.text = active.text.Append(tokenizer_.TokenBytes(token));
-    active.channel->Push(std::move(event));
-
-    const int64_t held =
-        static_cast<int64_t>(active.request.prompt.size()) + active.completion_tokens;
-    if (eos || active.text.stopped()) {
-      Finish(active, FinishReason::kStop, ErrorKind::kNone, "");
-    } else if (active.completion_tokens >= params.max_tokens || held >= info_.max_context) {
-      Finish(active, FinishReason::kLength, ErrorKind::kNone, "");
-    }
+    EmitToken(active, steps[i].logits, now);
   }
+  EraseFinished();
+  if (running_.empty() || Clock::now() - last_publish_ >= kPublishInterval) PublishModelState();
+}
+
+void Engine::StartAdmitted(std::vector<std::unique_ptr<Active>>& admitted, bool cancel_all) {
+  for (auto& active : admitted) {
+    if (cancel_all) {
+      Finish(*active, FinishReason::kError, ErrorKind::kShuttingDown,
+             "the server is shutting down");
+      continue;
+    }
+    if (active->channel->cancelled()) {
+      Finish(*active, FinishReason::kCancelled, ErrorKind::kNone, "");
+      continue;
+    }
+    try {
+      model_.StartSequence(active->id, active->request.read_policy);
+      active->started = true;
+    } catch (const std::invalid_argument& e) {
+      metrics_->CountCacheRejection("invalid_policy");
+      Finish(*active, FinishReason::kError, ErrorKind::kInvalidRequest,
+             std::string("the read policy is not valid for this server: ") + e.what());
+      continue;
+    } catch (const std::exception& e) {
+      Finish(*active, FinishReason::kError, ErrorKind::kInternal,
+             std::string("the model could not start the sequence: ") + e.what());
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++counters_.sequences_started;
+    }
+    metrics_->AddPromptTokens(static_cast<int>(active->request.prompt.size()));
+    running_.push_back(std::move(active));
+  }
+  admitted.clear();
+}
+
+void Engine::EmitToken(Active& active, const std::vector<float>& logits, Clock::time_point now) {
+  if (static_cast<int>(logits.size()) != info_.vocab_size) {
+    Finish(active, FinishReason::kError, ErrorKind::kInternal,
+           "the model returned " + std::to_string(logits.size()) + " logits, expected " +
+               std::to_string(info_.vocab_size));
+    return;
+  }
+  const int32_t token = active.sampler.Next(logits);
+  if (token < 0) {
+    Finish(active, FinishReason::kError, ErrorKind::kInternal,
+           "the model produced no finite logit");
+    return;
+  }
+  active.last_token = token;
+  ++active.completion_tokens;
+  // Counted before the token's event is pushed: a client that has its completion must find
+  // every one of its tokens in /metrics (a per-step total added after Finish raced with it).
+  metrics_->AddGenerationTokens(1);
+  if (active.completion_tokens == 1) {
+    metrics_->ObserveTimeToFirstToken(Seconds(now - active.arrival));
+  } else {
+    metrics_->ObserveInterTokenLatency(Seconds(now - active.last_token_time));
+  }
+  active.last_token_time = now;
+
+  const GenerationParams& params = active.request.params;
+  const bool eos = token == info_.eos_token && !params.ignore_eos;
+  GenerationEvent event;
+  event.kind = GenerationEvent::Kind::kToken;
+  event.token = token;
+  event.produced_at = now;
+  if (!eos) event.text = active.text.Append(tokenizer_.TokenBytes(token));
+  active.channel->Push(std::move(event));
+
+  const int64_t held =
+      static_cast<int64_t>(active.request.prompt.size()) + active.completion_tokens;
+  if (eos || active.text.stopped()) {
+    Finish(active, FinishReason::kStop, ErrorKind::kNone, "");
+  } else if (active.completion_tokens >= params.max_tokens || held >= info_.max_context) {
+    Finish(active, FinishReason::kLength, ErrorKind::kNone, "");
+  }
+}
+
+void Engine::EraseFinished() {
   std::erase_if(running_, [](const auto& active) { return active->done; });
   metrics_->SetRunning(static_cast<int>(running_.size()));
-  if (running_.empty() || Clock::now() - last_publish_ >= kPublishInterval) PublishModelState();
 }
 
 void Engine::Finish(Active& active, FinishReason reason, ErrorKind error, std::string message) {

@@ -183,6 +183,55 @@ ModelCalibration CalibrateModel(const CalibrateOptions& options) {
   return out;
 }
 
+namespace {
+
+// One (layer, kind)'s sums over every scalar the fidelity check saw.
+struct FidelitySums {
+  int64_t n = 0, saturated = 0, beyond = 0;
+  std::vector<int64_t> beyond_by_token;  // [vocab]: values past the outer threshold
+  double x2 = 0, fp8_err2 = 0, readkv_err2 = 0, outer_err2 = 0, z = 0, z2 = 0, z_max = 0;
+  int64_t kept = 0, list_bytes = 0;  // outlier entries and their lists' bytes
+  double after_err2 = 0;             // the W-bit code's error with the lists applied
+};
+
+// The row of one (layer, kind) from its sums (d: head_dim, w: the W-bit code's store_bits).
+CodecFidelityRow FidelityRow(const FidelitySums& s, int l, int kind, int bos_token_id, int d,
+                             int w) {
+  CodecFidelityRow r;
+  r.layer = l;
+  r.kind = kind == 0 ? "key" : "value";
+  r.values = s.n;
+  const auto n = static_cast<double>(std::max<int64_t>(s.n, 1));
+  r.fp8_relative_rms = std::sqrt(s.fp8_err2 / std::max(s.x2, 1e-300));
+  r.fp8_saturated = static_cast<double>(s.saturated) / n;
+  r.readkv_relative_rms = std::sqrt(s.readkv_err2 / std::max(s.x2, 1e-300));
+  r.readkv_beyond_outer = static_cast<double>(s.beyond) / n;
+  r.readkv_outer_error_share = s.outer_err2 / std::max(s.readkv_err2, 1e-300);
+  // Every document starts with BOS, which appears nowhere else.
+  r.readkv_outer_first_token =
+      static_cast<double>(s.beyond_by_token[static_cast<size_t>(bos_token_id)]) /
+      static_cast<double>(std::max<int64_t>(s.beyond, 1));
+  for (size_t t = 0; t < s.beyond_by_token.size(); ++t) {
+    if (s.beyond_by_token[t] > 0) {
+      r.outer_by_token.emplace_back(static_cast<int>(t),
+                                    static_cast<double>(s.beyond_by_token[t]) /
+                                        static_cast<double>(s.beyond));
+    }
+  }
+  std::stable_sort(r.outer_by_token.begin(), r.outer_by_token.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  r.z_mean = s.z / n;
+  r.z_std = std::sqrt(std::max(0.0, s.z2 / n - r.z_mean * r.z_mean));
+  r.z_max_abs = s.z_max;
+  r.readkv_clipped_after = static_cast<double>(s.beyond - s.kept) / n;
+  r.readkv_relative_rms_after = std::sqrt(s.after_err2 / std::max(s.x2, 1e-300));
+  r.outlier_entries_per_vector = static_cast<double>(s.kept) * d / n;
+  r.outlier_capacity_share = static_cast<double>(s.list_bytes) / (n * w / 8.0);
+  return r;
+}
+
+}  // namespace
+
 std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& options) {
   const CalibrateOptions& docs = options.documents;
   if (docs.samples < 1) throw std::invalid_argument("samples: must be at least 1");
@@ -204,15 +253,8 @@ std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& o
   if (cal.layers != layers || cal.kv_heads != heads || cal.head_dim != d) {
     throw codec::IdentityMismatch("geometry", "the model's", "the calibration's");
   }
-  // Per (layer, kind), index 2 * layer + kind: sums over every scalar.
-  struct Sums {
-    int64_t n = 0, saturated = 0, beyond = 0;
-    std::vector<int64_t> beyond_by_token;  // [vocab]: values past the outer threshold
-    double x2 = 0, fp8_err2 = 0, readkv_err2 = 0, outer_err2 = 0, z = 0, z2 = 0, z_max = 0;
-    int64_t kept = 0, list_bytes = 0;  // outlier entries and their lists' bytes
-    double after_err2 = 0;             // the W-bit code's error with the lists applied
-  };
-  std::vector<Sums> sums(static_cast<size_t>(2 * layers));
+  // Per (layer, kind), index 2 * layer + kind.
+  std::vector<FidelitySums> sums(static_cast<size_t>(2 * layers));
   // FP8's per-tensor scales as the FP8 cache itself derives them (equal over a layer's heads).
   std::vector<float> fp8_scale(static_cast<size_t>(2 * layers));
   std::vector<codec::HadamardTransform> transforms;  // (layer * heads + head) * 2 + kind
@@ -234,10 +276,10 @@ std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& o
   // The observer sees a document's tokens in order, per (layer, head): its position there.
   std::vector<int64_t> position(static_cast<size_t>(layers * heads), 0);
   std::span<const int32_t> document;  // the tokens being fed
-  for (Sums& s : sums) s.beyond_by_token.assign(static_cast<size_t>(config.vocab_size), 0);
+  for (FidelitySums& s : sums) s.beyond_by_token.assign(static_cast<size_t>(config.vocab_size), 0);
   const auto observe = [&](int layer, int head, int kind, std::span<const float> x) {
     const size_t row = 2 * static_cast<size_t>(layer) + static_cast<size_t>(kind);
-    Sums& s = sums[row];
+    FidelitySums& s = sums[row];
     const int64_t at = position[static_cast<size_t>(layer) * heads + head];
     if (at >= static_cast<int64_t>(document.size())) {
       throw std::logic_error("fidelity check: the KV observer saw more tokens than were fed");
@@ -301,38 +343,8 @@ std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& o
   std::vector<CodecFidelityRow> rows;
   for (int l = 0; l < layers; ++l) {
     for (int kind = 0; kind < 2; ++kind) {
-      const Sums& s = sums[2 * static_cast<size_t>(l) + static_cast<size_t>(kind)];
-      CodecFidelityRow r;
-      r.layer = l;
-      r.kind = kind == 0 ? "key" : "value";
-      r.values = s.n;
-      const auto n = static_cast<double>(std::max<int64_t>(s.n, 1));
-      r.fp8_relative_rms = std::sqrt(s.fp8_err2 / std::max(s.x2, 1e-300));
-      r.fp8_saturated = static_cast<double>(s.saturated) / n;
-      r.readkv_relative_rms = std::sqrt(s.readkv_err2 / std::max(s.x2, 1e-300));
-      r.readkv_beyond_outer = static_cast<double>(s.beyond) / n;
-      r.readkv_outer_error_share = s.outer_err2 / std::max(s.readkv_err2, 1e-300);
-      // Every document starts with BOS, which appears nowhere else.
-      r.readkv_outer_first_token =
-          static_cast<double>(s.beyond_by_token[static_cast<size_t>(config.bos_token_id)]) /
-          static_cast<double>(std::max<int64_t>(s.beyond, 1));
-      for (size_t t = 0; t < s.beyond_by_token.size(); ++t) {
-        if (s.beyond_by_token[t] > 0) {
-          r.outer_by_token.emplace_back(static_cast<int>(t),
-                                        static_cast<double>(s.beyond_by_token[t]) /
-                                            static_cast<double>(s.beyond));
-        }
-      }
-      std::stable_sort(r.outer_by_token.begin(), r.outer_by_token.end(),
-                       [](const auto& a, const auto& b) { return a.second > b.second; });
-      r.z_mean = s.z / n;
-      r.z_std = std::sqrt(std::max(0.0, s.z2 / n - r.z_mean * r.z_mean));
-      r.z_max_abs = s.z_max;
-      r.readkv_clipped_after = static_cast<double>(s.beyond - s.kept) / n;
-      r.readkv_relative_rms_after = std::sqrt(s.after_err2 / std::max(s.x2, 1e-300));
-      r.outlier_entries_per_vector = static_cast<double>(s.kept) * d / n;
-      r.outlier_capacity_share = static_cast<double>(s.list_bytes) / (n * w / 8.0);
-      rows.push_back(r);
+      rows.push_back(FidelityRow(sums[2 * static_cast<size_t>(l) + static_cast<size_t>(kind)], l,
+                                 kind, config.bos_token_id, d, w));
     }
   }
   return rows;

@@ -138,6 +138,51 @@ void WriteModel(const LlamaWeights& w, ModelConfig c, const std::string& dir,
   std::filesystem::rename(tmp, dir + "/config.json");
 }
 
+// Held-out checks: passkeys at every standard length up to max_length, QA at the shortest and
+// longest, from a seed the final evaluation (evaluation.h) does not use either.
+std::vector<RecallItem> HeldOutChecks(const TrainOptions& o) {
+  const uint64_t check_seed = codec::DeriveSeed(o.seed, 3);
+  std::vector<int> lengths;
+  for (int l : {1024, 2048, 4096, 8192, 16384, 32768}) {
+    if (l <= o.max_length - 16) lengths.push_back(l);
+  }
+  if (lengths.empty()) lengths.push_back(o.max_length - 16);
+  const int per_length = std::max(1, o.eval_passkeys / static_cast<int>(lengths.size()));
+  std::vector<double> depths;
+  for (int i = 0; i < per_length; ++i) {
+    depths.push_back(per_length == 1 ? 0.5 : static_cast<double>(i) / (per_length - 1));
+  }
+  std::vector<RecallItem> check = MakePasskeySet(check_seed, lengths, depths, 1);
+  const std::vector<int> qa_lengths = {lengths.front(), lengths.back()};
+  const std::vector<double> qa_depths = {0.0, 0.5, 1.0};
+  const int per_cell = std::max(1, o.eval_qa / 6);
+  auto qa = MakeQaSet(check_seed, qa_lengths, qa_depths, per_cell);
+  check.insert(check.end(), qa.begin(), qa.end());
+  return check;
+}
+
+// One step's rows of `len` tokens from the corpus: inputs (EOS-padded) and next-token targets
+// (-100, ignored, past each row's end).
+void MakeBatch(const ModelConfig& c, int64_t rows, int len, RecallCorpus& corpus,
+               codec::SplitMix64& length_rng, std::vector<int64_t>& inputs,
+               std::vector<int64_t>& targets) {
+  inputs.assign(static_cast<size_t>(rows * len), c.eos_token_id);
+  targets.assign(static_cast<size_t>(rows * len), -100);
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::string doc = corpus.Next(len - 1);
+    std::vector<int64_t> row;
+    row.reserve(doc.size() + 2);
+    // A tenth of the rows start without BOS, so a client that sends none still gets answers.
+    if (length_rng.Uniform() >= 0.1) row.push_back(c.bos_token_id);
+    for (unsigned char ch : doc) row.push_back(ch);
+    row.push_back(c.eos_token_id);
+    for (size_t i = 0; i + 1 < row.size() && i < static_cast<size_t>(len); ++i) {
+      inputs[static_cast<size_t>(r * len) + i] = row[i];
+      targets[static_cast<size_t>(r * len) + i] = row[i + 1];
+    }
+  }
+}
+
 }  // namespace
 
 TrainResult Train(const TrainOptions& o) {
@@ -185,29 +230,10 @@ TrainResult Train(const TrainOptions& o) {
   const internal::RopeTables rope = internal::MakeRope(c, device);
   RecallCorpus corpus(codec::DeriveSeed(o.seed, 1), o.mix);
   codec::SplitMix64 length_rng(codec::DeriveSeed(o.seed, 2));
-  // Held-out checks: a seed the final evaluation (evaluation.h) does not use either.
-  const uint64_t check_seed = codec::DeriveSeed(o.seed, 3);
-  std::vector<RecallItem> check;
-  {
-    std::vector<int> lengths;
-    for (int l : {1024, 2048, 4096, 8192, 16384, 32768}) {
-      if (l <= o.max_length - 16) lengths.push_back(l);
-    }
-    if (lengths.empty()) lengths.push_back(o.max_length - 16);
-    const int per_length = std::max(1, o.eval_passkeys / static_cast<int>(lengths.size()));
-    std::vector<double> depths;
-    for (int i = 0; i < per_length; ++i) {
-      depths.push_back(per_length == 1 ? 0.5 : static_cast<double>(i) / (per_length - 1));
-    }
-    check = MakePasskeySet(check_seed, lengths, depths, 1);
-    const std::vector<int> qa_lengths = {lengths.front(), lengths.back()};
-    const std::vector<double> qa_depths = {0.0, 0.5, 1.0};
-    const int per_cell = std::max(1, o.eval_qa / 6);
-    auto qa = MakeQaSet(check_seed, qa_lengths, qa_depths, per_cell);
-    check.insert(check.end(), qa.begin(), qa.end());
-  }
   std::vector<RecallItem> passkey_check, qa_check;
-  for (auto& item : check) (item.kind == "passkey" ? passkey_check : qa_check).push_back(item);
+  for (auto& item : HeldOutChecks(o)) {
+    (item.kind == "passkey" ? passkey_check : qa_check).push_back(item);
+  }
 
   log({{"event", "start"}, {"device", cuda ? "cuda" : "cpu"},
        {"compute", compute == torch::kBFloat16 ? "bfloat16" : "float32"},
@@ -262,21 +288,8 @@ TrainResult Train(const TrainOptions& o) {
     const int len = internal::RowLength(progress, o.max_length, o.curriculum, o.mid_length_share,
                                         length_rng);
     const int64_t rows = std::max<int64_t>(1, o.tokens_per_step / len);
-    std::vector<int64_t> inputs(static_cast<size_t>(rows * len), c.eos_token_id);
-    std::vector<int64_t> targets(static_cast<size_t>(rows * len), -100);
-    for (int64_t r = 0; r < rows; ++r) {
-      const std::string doc = corpus.Next(len - 1);
-      std::vector<int64_t> row;
-      row.reserve(doc.size() + 2);
-      // A tenth of the rows start without BOS, so a client that sends none still gets answers.
-      if (length_rng.Uniform() >= 0.1) row.push_back(c.bos_token_id);
-      for (unsigned char ch : doc) row.push_back(ch);
-      row.push_back(c.eos_token_id);
-      for (size_t i = 0; i + 1 < row.size() && i < static_cast<size_t>(len); ++i) {
-        inputs[static_cast<size_t>(r * len) + i] = row[i];
-        targets[static_cast<size_t>(r * len) + i] = row[i + 1];
-      }
-    }
+    std::vector<int64_t> inputs, targets;
+    MakeBatch(c, rows, len, corpus, length_rng, inputs, targets);
     torch::Tensor x = torch::from_blob(inputs.data(), {rows, len}, torch::kLong).clone().to(device);
     torch::Tensor y =
         torch::from_blob(targets.data(), {rows, len}, torch::kLong).clone().to(device);

@@ -15,52 +15,21 @@
 #include "readkv/model/recall_data.h"
 #include "readkv/model/tokenizer.h"
 #include "readkv/model/training.h"
+#include "runtime_test_support.h"
 #include "tiny_model.h"
 
 namespace readkv::model {
 namespace {
 
+using testing::CompressedRuntimeTest;
 using testing::MakeTinyModel;
+using testing::MaxAbsDiff;
+using testing::Prompt;
 using testing::ReferenceLogits;
+using testing::RuntimeTest;
+using testing::Step;
 using testing::TempDir;
 using testing::WriteTinyModel;
-
-std::vector<int32_t> Prompt(int n, uint64_t seed) {
-  codec::SplitMix64 rng(seed);
-  std::vector<int32_t> ids = {256};
-  for (int i = 1; i < n; ++i) ids.push_back(static_cast<int32_t>(rng.Next() % 256));
-  return ids;
-}
-
-double MaxAbsDiff(const std::vector<float>& a, const std::vector<double>& b) {
-  double m = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
-  return m;
-}
-
-double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  double m = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, static_cast<double>(std::abs(a[i] - b[i])));
-  return m;
-}
-
-std::vector<float> Step(engine::DecodeModel& model, uint64_t id, std::span<const int32_t> tokens) {
-  engine::SequenceStep step;
-  step.sequence_id = id;
-  step.tokens = tokens;
-  model.Forward(std::span<engine::SequenceStep>(&step, 1));
-  return step.logits;
-}
-
-class RuntimeTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    tiny_ = MakeTinyModel(42);
-    WriteTinyModel(tiny_, dir_.path());
-  }
-  testing::TinyModel tiny_;
-  TempDir dir_;
-};
 
 TEST_F(RuntimeTest, PromptLogitsMatchAStraightforwardReference) {
   LlamaDecodeModel model(dir_.path(), {});
@@ -225,68 +194,6 @@ TEST_F(RuntimeTest, WeightsThatDoNotMatchTheConfigAreRefusedNamingTheTensor) {
     EXPECT_EQ(LoadErrorName(dir.path()), "model.embed_tokens.weight");
   }
 }
-
-// A context long enough for two full 256-token ReadKV blocks beyond the residual window.
-class CompressedRuntimeTest : public RuntimeTest {
- protected:
-  virtual int HeadDim() const { return testing::TinyConfig().head_dim; }
-  void SetUp() override {
-    ModelConfig config = testing::TinyConfig();
-    config.max_position_embeddings = 640;
-    config.head_dim = HeadDim();
-    tiny_ = MakeTinyModel(42, config);
-    WriteTinyModel(tiny_, dir_.path());
-    CalibrateOptions c;
-    c.model_dir = dir_.path();
-    c.samples = 3;
-    CalibrateModel(c);
-    // Text like the calibration set's (a random-byte prompt would put K/V outside the
-    // calibrated ranges, where FP8 saturates and the Lloyd tree clips).
-    ByteTokenizer tok;
-    prompt_ = tok.Encode(RecallCorpus(11).Next(1000), /*add_bos=*/true);
-    prompt_.resize(560);
-    reference_ = ReferenceLogits(tiny_, prompt_);
-  }
-
-  // Logits of a 552-token prompt and 8 decode steps against the exact reference.
-  double MaxDiffAgainstDense(const RuntimeOptions& options) {
-    const auto& prompt = prompt_;
-    const auto& ref = reference_;
-    LlamaDecodeModel model(dir_.path(), options);
-    model.StartSequence(1, {});
-    auto logits = Step(model, 1, std::span<const int32_t>(prompt).first(552));
-    double worst = MaxAbsDiff(logits, ref[551]);
-    for (size_t t = 552; t < prompt.size(); ++t) {
-      logits = Step(model, 1, std::span<const int32_t>(&prompt[t], 1));
-      worst = std::max(worst, MaxAbsDiff(logits, ref[t]));
-    }
-    double scale = 0.0;  // errors relative to the largest logit of the checked positions
-    for (size_t t = 551; t < prompt.size(); ++t) {
-      for (double x : ref[t]) scale = std::max(scale, std::abs(x));
-    }
-    worst /= scale;
-    const engine::KvLedgers led = model.ledgers();
-    EXPECT_GT(led.capacity_bytes, 0);
-    EXPECT_GT(led.logical_read_bytes, 0);
-    EXPECT_GE(led.physical_traffic_bytes, led.logical_read_bytes);
-    return worst;
-  }
-
-  // MaxDiffAgainstDense of ReadKV(8, 8) and ReadKV(8, 1) with `reader`, prefill through the cache.
-  std::pair<double, double> FullAndOneBit(const std::string& reader) {
-    RuntimeOptions full;
-    full.kv.kind = "readkv";
-    full.kv.reader = reader;
-    full.kv.read_bits = 8;
-    full.kv.prefill = PrefillAttention::kThroughCache;
-    RuntimeOptions low = full;
-    low.kv.read_bits = 1;
-    return {MaxDiffAgainstDense(full), MaxDiffAgainstDense(low)};
-  }
-
-  std::vector<int32_t> prompt_;
-  std::vector<std::vector<double>> reference_;
-};
 
 TEST_F(CompressedRuntimeTest, Fp8AndReadKvStayCloseToDenseAndReadKvErrorFallsWithReadBits) {
   RuntimeOptions fp8;
@@ -485,171 +392,6 @@ TEST_F(CompressedRuntimeTest, CodecFidelityMeasuresBothCachesAndFallsWithStoredB
   EXPECT_THROW(MeasureCodecFidelity(o), codec::IdentityMismatch);
 }
 
-// ---- Persistent prefix cache (runtime.h) --------------------------------------------------------
-
-namespace fs = std::filesystem;
-
-// A 552-token prompt (2 full prefix blocks + 39 tokens + the last) then 8 decode steps: every
-// logit the engine would see.
-std::vector<std::vector<float>> RunPrompt(LlamaDecodeModel& model, uint64_t id,
-                                          const std::vector<int32_t>& prompt,
-                                          const engine::ReadPolicy& policy = {}) {
-  model.StartSequence(id, policy);
-  std::vector<std::vector<float>> out;
-  out.push_back(Step(model, id, std::span<const int32_t>(prompt).first(552)));
-  for (size_t t = 552; t < prompt.size(); ++t) {
-    out.push_back(Step(model, id, std::span<const int32_t>(&prompt[t], 1)));
-  }
-  model.EndSequence(id);
-  return out;
-}
-
-size_t FilesIn(const std::string& dir) {
-  size_t n = 0;
-  for (const auto& e : fs::directory_iterator(dir)) n += e.is_regular_file() ? 1 : 0;
-  return n;
-}
-
-TEST_F(CompressedRuntimeTest, PrefixCacheHitsAreBitIdenticalToAFreshCache) {
-  TempDir cache;
-  RuntimeOptions o;
-  o.kv.kind = "readkv";
-  o.prefix_cache.directory = cache.path();
-  std::vector<std::vector<float>> miss, hit, restarted;
-  {
-    LlamaDecodeModel model(dir_.path(), o);
-    miss = RunPrompt(model, 1, prompt_);
-    PrefixCacheCounters c = model.prefix_cache_counters();
-    EXPECT_EQ(c.misses, 2);
-    EXPECT_EQ(c.stored, 2);
-    EXPECT_EQ(c.hits, 0);
-    hit = RunPrompt(model, 2, prompt_);  // same server, next request
-    EXPECT_EQ(model.prefix_cache_counters().hits, 2);
-  }
-  EXPECT_EQ(FilesIn(cache.path()), 2u);
-  {
-    LlamaDecodeModel model(dir_.path(), o);  // a restart on the same directory
-    restarted = RunPrompt(model, 1, prompt_);
-    EXPECT_EQ(model.prefix_cache_counters().hits, 2);
-    EXPECT_EQ(model.prefix_cache_counters().stored, 0);
-    EXPECT_TRUE(model.ledgers().cache_rejections.empty());
-    // The same counts reach the ledgers (readkv_prefix_cache_objects_total).
-    const auto objects = model.ledgers().prefix_cache_objects;
-    EXPECT_EQ(objects.at("hit"), 2);
-    EXPECT_EQ(objects.at("miss"), 0);
-    EXPECT_EQ(objects.at("stored"), 0);
-  }
-  ASSERT_EQ(miss.size(), 9u);
-  for (size_t i = 0; i < miss.size(); ++i) {
-    EXPECT_EQ(hit[i], miss[i]) << "position " << i;  // exact, not close
-    EXPECT_EQ(restarted[i], miss[i]) << "position " << i;
-  }
-  // The cache changes how the prompt attends its prefix (through its encoded form) but stays
-  // close to a server without it.
-  RuntimeOptions plain = o;
-  plain.prefix_cache = {};
-  LlamaDecodeModel model(dir_.path(), plain);
-  const auto without = RunPrompt(model, 1, prompt_);
-  double worst = 0.0, scale = 0.0;
-  for (size_t i = 0; i < miss.size(); ++i) {
-    worst = std::max(worst, MaxAbsDiff(without[i], miss[i]));
-    for (float x : without[i]) scale = std::max(scale, static_cast<double>(std::abs(x)));
-  }
-  std::cout << "[ measure  ] prefix cache on vs off: max |logit diff| / max |logit| "
-            << worst / scale << "\n";
-  EXPECT_GT(worst, 0.0);  // the prompt really attends its prefix through the encoded form
-  EXPECT_LT(worst / scale, 0.15);
-}
-
-TEST_F(CompressedRuntimeTest, PrefixCacheSharedFirstBlockAndAnotherReadPolicyStayExact) {
-  // A prompt sharing only the first block, and a request at another read budget: storage is
-  // reused without re-encoding and answers equal a server whose cache started empty.
-  std::vector<int32_t> other = prompt_;
-  for (size_t i = 300; i < other.size(); ++i) other[i] = prompt_[(i * 7) % 250 + 1];
-  engine::ReadPolicy low;
-  low.read_bits = 2.0;
-  RuntimeOptions o;
-  o.kv.kind = "readkv";
-  TempDir warm_dir, fresh_a, fresh_b;
-  o.prefix_cache.directory = warm_dir.path();
-  LlamaDecodeModel warm(dir_.path(), o);
-  RunPrompt(warm, 1, prompt_);
-  const auto warm_other = RunPrompt(warm, 2, other);
-  EXPECT_EQ(warm.prefix_cache_counters().hits, 1);
-  const auto warm_low = RunPrompt(warm, 3, prompt_, low);
-  EXPECT_EQ(warm.prefix_cache_counters().hits, 3);
-  EXPECT_EQ(warm.prefix_cache_counters().stored, 3);  // 2 + other's second block
-  o.prefix_cache.directory = fresh_a.path();
-  LlamaDecodeModel fresh(dir_.path(), o);
-  EXPECT_EQ(RunPrompt(fresh, 1, other), warm_other);
-  o.prefix_cache.directory = fresh_b.path();
-  LlamaDecodeModel fresh_low(dir_.path(), o);
-  EXPECT_EQ(RunPrompt(fresh_low, 1, prompt_, low), warm_low);
-}
-
-// Objects are named by their identity: a W = 6 runtime on a directory of W = 8 objects reads
-// none of them (no hit, no refusal), stores its own beside them, and answers as a fresh one.
-TEST_F(CompressedRuntimeTest, PrefixCacheObjectsOfAnotherStoreWidthAreNeverReadAndStayWhole) {
-  TempDir cache, fresh_dir;
-  RuntimeOptions o;
-  o.kv.kind = "readkv";
-  o.prefix_cache.directory = cache.path();
-  {
-    LlamaDecodeModel w8(dir_.path(), o);
-    RunPrompt(w8, 1, prompt_);
-  }
-  const size_t w8_objects = FilesIn(cache.path());
-  ASSERT_EQ(w8_objects, 2u);
-  o.kv.store_bits = 6;
-  o.kv.read_bits = 3.0;
-  std::vector<std::string> warnings;
-  o.prefix_cache.warn = [&](std::string_view line) { warnings.emplace_back(line); };
-  LlamaDecodeModel w6(dir_.path(), o);
-  const auto beside = RunPrompt(w6, 1, prompt_);
-  const engine::KvLedgers led = w6.ledgers();
-  EXPECT_TRUE(led.cache_rejections.empty());
-  EXPECT_EQ(w6.prefix_cache_counters().hits, 0);
-  EXPECT_EQ(w6.prefix_cache_counters().stored, 2);
-  EXPECT_EQ(FilesIn(cache.path()), w8_objects + 2);  // both widths' objects, side by side
-  EXPECT_EQ(FilesIn(cache.path() + "/quarantine"), 0u);
-  EXPECT_TRUE(warnings.empty()) << warnings[0];
-  o.prefix_cache.directory = fresh_dir.path();
-  o.prefix_cache.warn = nullptr;
-  LlamaDecodeModel fresh(dir_.path(), o);
-  EXPECT_EQ(RunPrompt(fresh, 1, prompt_), beside);
-}
-
-// Outlier lists are part of the identity: a server that keeps them never reads objects written
-// without them (another name, so no hit and no refusal), and its own hits are exact.
-TEST_F(CompressedRuntimeTest, PrefixCacheWithOutlierListsIsExactAndApartFromObjectsWithout) {
-  TempDir cache, fresh_dir;
-  RuntimeOptions o;
-  o.kv.kind = "readkv";
-  o.kv.reader = "constrained";
-  o.prefix_cache.directory = cache.path();
-  {
-    LlamaDecodeModel without(dir_.path(), o);
-    RunPrompt(without, 1, prompt_);
-    EXPECT_EQ(without.cache_identity().outlier_cap, 0);
-  }
-  ASSERT_EQ(FilesIn(cache.path()), 2u);
-  o.kv.outlier_cap = 2;
-  LlamaDecodeModel with(dir_.path(), o);
-  EXPECT_EQ(with.cache_identity().outlier_cap, 2);
-  EXPECT_GT(with.cache_identity().outlier_threshold, 3.9);
-  const auto first = RunPrompt(with, 1, prompt_);
-  EXPECT_EQ(with.prefix_cache_counters().hits, 0);
-  EXPECT_EQ(with.prefix_cache_counters().stored, 2);
-  const auto again = RunPrompt(with, 2, prompt_);
-  EXPECT_EQ(with.prefix_cache_counters().hits, 2);
-  EXPECT_EQ(again, first);
-  EXPECT_TRUE(with.ledgers().cache_rejections.empty());
-  EXPECT_EQ(FilesIn(cache.path()), 4u);
-  o.prefix_cache.directory = fresh_dir.path();
-  LlamaDecodeModel fresh(dir_.path(), o);
-  EXPECT_EQ(RunPrompt(fresh, 1, prompt_), first);
-}
-
 TEST(RuntimeOptionsTest, OutlierListsAreRefusedOnACudaDeviceAndOutOfRange) {
   RuntimeOptions o;
   o.kv.kind = "readkv";
@@ -676,40 +418,8 @@ TEST(RuntimeOptionsTest, OutlierListsAreRefusedOnACudaDeviceAndOutOfRange) {
   o.kv.outlier_threshold = 2.0f;  // inside the tree: nothing is clipped there
   EXPECT_EQ(prefix_of(), "outlier_threshold");
   o.kv.outlier_threshold = 0.0f;
-  o.kv.reader = "tile";  // no correction in the tile reader yet: refused, never read without
-  EXPECT_EQ(prefix_of(), "outlier_cap");
-}
-
-// The tile reader needs a channel group of 16: the same tiny model with d = 16.
-class TileRuntimeTest : public CompressedRuntimeTest {
- protected:
-  int HeadDim() const override { return 16; }
-};
-
-// The tile reader serves like the others: close to dense at full depth, worse at one bit, and
-// its tile-layout prefix-cache objects restore bit for bit; a request naming a reader of the
-// other layout is refused while a prefix cache of tiles is on.
-TEST_F(TileRuntimeTest, TheTileReaderDecodesAndItsPrefixCacheRestoresExactly) {
-  const auto [r8, r1] = FullAndOneBit("tile");
-  std::cout << "[ measure  ] tile reader, max |logit diff| / max |logit| vs exact: (8,8) " << r8
-            << ", (8,1) " << r1 << "\n";
-  EXPECT_LT(r8, 0.15);
-  EXPECT_GT(r1, 4 * r8);
-
-  TempDir cache;
-  RuntimeOptions o;
-  o.kv.kind = "readkv";
-  o.kv.reader = "tile";
-  o.prefix_cache.directory = cache.path();
-  LlamaDecodeModel model(dir_.path(), o);
-  EXPECT_EQ(model.cache_identity().layout, "tiles16");
-  const auto miss = RunPrompt(model, 1, prompt_);
-  const auto hit = RunPrompt(model, 2, prompt_);
-  EXPECT_EQ(model.prefix_cache_counters().hits, 2);
-  EXPECT_EQ(hit, miss);
-  engine::ReadPolicy constrained;
-  constrained.reader = "constrained";
-  EXPECT_THROW(model.StartSequence(3, constrained), std::invalid_argument);
+  o.kv.reader = "tile";  // the tile reader applies the lists on the CPU
+  EXPECT_EQ(prefix_of(), "accepted");
 }
 
 TEST(RuntimeOptionsTest, CudaGraphsIsAutoOnOrOffAndOnNeedsTheCudaKvBackends) {
@@ -734,25 +444,6 @@ TEST(RuntimeOptionsTest, CudaGraphsIsAutoOnOrOffAndOnNeedsTheCudaKvBackends) {
   o.cuda_graphs = "on";
   ValidateRuntimeOptions(o);
   refused("ON");
-}
-
-TEST(PrefixCacheOptionsTest, PrefixCacheNeedsReadKvAndDensePrefill) {
-  RuntimeOptions o;
-  o.prefix_cache.directory = "/tmp/unused-prefix-cache";
-  for (const char* kind : {"dense", "fp8"}) {
-    o.kv.kind = kind;
-    try {
-      ValidateRuntimeOptions(o);
-      FAIL() << kind << ": no error";
-    } catch (const std::invalid_argument& e) {
-      EXPECT_EQ(std::string(e.what()).rfind("cache_dir:", 0), 0u) << e.what();
-    }
-  }
-  o.kv.kind = "readkv";
-  o.kv.prefill = PrefillAttention::kThroughCache;
-  EXPECT_THROW(ValidateRuntimeOptions(o), std::invalid_argument);
-  o.kv.prefill = PrefillAttention::kDense;
-  ValidateRuntimeOptions(o);
 }
 
 }  // namespace

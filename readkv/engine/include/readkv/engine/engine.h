@@ -105,7 +105,18 @@ class Engine {
   struct Active;
 
   void WorkerLoop();
+  // One scheduler step: start the admitted, drop the cancelled, one Forward call for the
+  // decoding sequences and the prompts' next chunks, then a token for each that wanted one.
   void Step(std::vector<std::unique_ptr<Active>>& admitted);
+  // Starts each admitted request's sequence in the model and moves it to running_ (or finishes
+  // it: cancelled, shutting down, a policy the model refuses).
+  void StartAdmitted(std::vector<std::unique_ptr<Active>>& admitted, bool cancel_all);
+  // Samples the next token of a sequence from its logits, pushes its event, and finishes it on
+  // EOS, a stop string, max_tokens or the context limit.
+  void EmitToken(Active& active, const std::vector<float>& logits,
+                 std::chrono::steady_clock::time_point now);
+  // Drops the finished sequences from running_ and publishes the running count.
+  void EraseFinished();
   void Finish(Active& active, FinishReason reason, ErrorKind error, std::string message);
   void PublishModelState();
 

@@ -1,0 +1,220 @@
+// `kvgate bench attention`'s input sets (internal to readkv/cuda, CUDA builds only): device
+// buffers, the cold-L2 rotation's replicated input sets, one point's geometry (lengths, a random
+// page permutation), and the dense, FP8, ReadKV and anchor sets built on the device from the same
+// seeded bfloat16 pages, so that every backend reads the same data.
+#pragma once
+
+#if defined(KVGATE_HAVE_CUDA)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "readkv/cuda/attention_bench.h"
+#include "readkv/cuda/decode_attention.h"
+
+namespace readkv::cuda::bench {
+
+inline constexpr int64_t kMiB = 1024 * 1024;
+inline constexpr int kMaxCopies = 256;  // copies of one input set in the cold-L2 rotation
+
+// Throws std::runtime_error naming `what` and the CUDA error unless status is cudaSuccess.
+void Check(cudaError_t status, const std::string& what);
+
+// Owns one device allocation.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(size_t bytes, const std::string& what) : bytes_(bytes) {
+    if (bytes == 0) return;
+    Check(cudaMalloc(&ptr_, bytes), "cudaMalloc " + std::to_string(bytes) + " bytes for " + what);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    std::swap(ptr_, other.ptr_);
+    std::swap(bytes_, other.bytes_);
+    return *this;
+  }
+  ~DeviceBuffer() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+template <typename T>
+DeviceBuffer Upload(const std::vector<T>& host, const std::string& what) {
+  DeviceBuffer buffer(host.size() * sizeof(T), what);
+  if (!host.empty()) {
+    Check(
+        cudaMemcpy(buffer.as<void>(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+        "upload " + what);
+  }
+  return buffer;
+}
+
+template <typename T>
+void UploadTo(T* device, const std::vector<T>& host, const std::string& what) {
+  Check(cudaMemcpy(device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+        "upload " + what);
+}
+
+// An input set: named regions at 256-byte aligned offsets inside one copy, and `copies` copies
+// of it back to back for the cold-L2 rotation. Copy 0 is filled, then Replicate() clones it.
+class InputSet {
+ public:
+  size_t Add(size_t bytes) {
+    const size_t offset = copy_bytes_;
+    copy_bytes_ += (bytes + 255) / 256 * 256;
+    return offset;
+  }
+  void Allocate(int64_t l2_bytes, const std::string& what) {
+    const auto copy = static_cast<int64_t>(copy_bytes_);
+    // The N - 1 copies touched between two uses of a copy must hold >= 2 x L2.
+    copies_ =
+        copy > 2 * l2_bytes
+            ? 1
+            : static_cast<int>(std::min<int64_t>(kMaxCopies, (2 * l2_bytes + copy - 1) / copy + 1));
+    storage_ = DeviceBuffer(copy_bytes_ * static_cast<size_t>(copies_), what);
+  }
+  void Replicate(const std::string& what) const {
+    for (int k = 1; k < copies_; ++k) {
+      Check(cudaMemcpy(Base(k), Base(0), copy_bytes_, cudaMemcpyDeviceToDevice),
+            "replicate " + what);
+    }
+  }
+  template <typename T>
+  T* At(int copy, size_t offset) const {
+    return reinterpret_cast<T*>(Base(copy) + offset);
+  }
+  int copies() const { return copies_; }
+  size_t copy_bytes() const { return copy_bytes_; }
+
+ private:
+  char* Base(int copy) const {
+    return storage_.as<char>() + copy_bytes_ * static_cast<size_t>(copy);
+  }
+  size_t copy_bytes_ = 0;
+  int copies_ = 1;
+  DeviceBuffer storage_;
+};
+
+// The host side of one (tokens, batch) point: lengths and a random page permutation.
+struct PointGeometry {
+  DecodeShape shape;
+  int64_t num_pages = 0;
+  int64_t context_tokens = 0;
+  std::vector<int32_t> seq_lens;    // [B]
+  std::vector<int32_t> page_table;  // [B][max_pages], unused entries 0
+  std::vector<int32_t> page_owner;  // [P]: b * max_pages + page index within the sequence
+};
+
+PointGeometry MakeGeometry(const BenchConfig& config, int64_t tokens, int64_t batch);
+
+// Offsets of what every kernel reads besides its cache.
+struct CommonRegions {
+  size_t queries = 0, page_table = 0, seq_lens = 0;
+  void Reserve(InputSet& set, const PointGeometry& g);
+  // Copies the point's common inputs (device queries, host tables) into copy 0.
+  void Fill(const InputSet& set, const PointGeometry& g, const float* queries_device) const;
+  DecodeInputs Inputs(const InputSet& set, int copy, float* out) const;
+};
+
+size_t PageElements(const PointGeometry& g);
+
+struct DenseSet {
+  InputSet set;
+  CommonRegions common;
+  size_t k = 0, v = 0;
+  DenseCache Cache(int copy) const {
+    return DenseCache{set.At<const uint16_t>(copy, k), set.At<const uint16_t>(copy, v)};
+  }
+};
+
+struct Fp8Set {
+  InputSet set;
+  CommonRegions common;
+  size_t k = 0, v = 0, k_scales = 0, v_scales = 0;
+  Fp8Cache Cache(int copy) const {
+    return Fp8Cache{set.At<const uint8_t>(copy, k), set.At<const uint8_t>(copy, v),
+                    set.At<const float>(copy, k_scales), set.At<const float>(copy, v_scales)};
+  }
+};
+
+struct ReadKvSet {
+  int store_bits = 8;
+  InputSet set;
+  CommonRegions common;
+  size_t key_planes = 0, value_planes = 0;
+  size_t key_mean = 0, key_std = 0, value_mean = 0, value_std = 0, key_signs = 0, value_signs = 0,
+         centroids = 0, boundaries = 0, key_increments = 0, value_increments = 0;
+  int key_steps = 0, value_steps = 0;
+  int64_t capacity_bytes = 0;  // planes + codec tables (ledger 1)
+  ReadKvCache Cache(int copy) const {
+    return ReadKvCache{set.At<uint8_t>(copy, key_planes), set.At<uint8_t>(copy, value_planes)};
+  }
+  ReadKvCodec Codec(int copy) const {
+    ReadKvCodec c;
+    c.store_bits = store_bits;
+    c.key_mean = set.At<const float>(copy, key_mean);
+    c.key_std = set.At<const float>(copy, key_std);
+    c.value_mean = set.At<const float>(copy, value_mean);
+    c.value_std = set.At<const float>(copy, value_std);
+    c.key_signs = set.At<const float>(copy, key_signs);
+    c.value_signs = set.At<const float>(copy, value_signs);
+    c.centroids = set.At<const float>(copy, centroids);
+    c.boundaries = set.At<const float>(copy, boundaries);
+    return c;
+  }
+  ReadKvReadPolicy Policy(int copy, const KvSpec& spec) const {
+    ReadKvReadPolicy p;
+    p.key_bits = spec.key_bits;
+    p.value_bits = spec.value_bits;
+    p.key_increments = set.At<const double>(copy, key_increments);
+    p.key_steps = key_steps;
+    p.value_increments = set.At<const double>(copy, value_increments);
+    p.value_steps = value_steps;
+    return p;
+  }
+};
+
+struct AnchorSet {
+  InputSet set;
+  size_t queries = 0, keys = 0, values = 0;
+};
+
+// Dense bfloat16 pages generated on the GPU from the seeded per-channel distribution.
+void BuildDense(DenseSet& dense, const PointGeometry& g, const BenchConfig& config,
+                const float* queries, int64_t l2_bytes);
+
+// FP8 pages from the dense ones, per-tensor scales amax / 448 with amax measured on the GPU.
+void BuildFp8(Fp8Set& fp8, const PointGeometry& g, const DenseSet& dense, const float* queries,
+              int64_t l2_bytes);
+
+// ReadKV planes of width rk.store_bits through the kernels' own append, with a calibration
+// measured on the host from the dense pages.
+void BuildReadKv(ReadKvSet& rk, const PointGeometry& g, const DenseSet& dense, int64_t l2_bytes,
+                 std::ostream* progress);
+
+// The anchor's contiguous bfloat16 copies of queries, keys and values (equal lengths only: it
+// takes no mask).
+void BuildAnchor(AnchorSet& anchor, const PointGeometry& g, const DenseSet& dense,
+                 const float* queries, int64_t tokens, int64_t l2_bytes);
+
+}  // namespace readkv::cuda::bench
+
+#endif  // KVGATE_HAVE_CUDA

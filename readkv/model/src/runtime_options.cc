@@ -1,0 +1,113 @@
+// The runtime options' checks (ValidateRuntimeOptions, runtime.h) and their shared reading
+// (runtime_options.h): which backend runs where, and a request's ReadKV policy.
+#include "runtime_options.h"
+
+#include <stdexcept>
+
+#include "llama_internal.h"
+#include "readkv/codec/codebook.h"
+#include "readkv/codec/outliers.h"
+
+namespace readkv::model {
+namespace internal {
+
+bool IsCodecBackend(const std::string& kind) { return kind == "fp8" || kind == "readkv"; }
+
+bool UsesGpuKv(const RuntimeOptions& options) {
+  return options.device != "cpu" && IsCodecBackend(options.kv.kind);
+}
+
+codec::ReadPolicy ResolvePolicy(const KvCacheOptions& kv, const engine::ReadPolicy& request) {
+  codec::ReadPolicy p;
+  p.reader = codec::ParseReaderKind(request.reader.value_or(kv.reader));
+  p.read_bits = request.read_bits.value_or(kv.read_bits);
+  std::optional<double> rk, rv;
+  if (request.key_bits || request.value_bits) {
+    rk = request.key_bits;
+    rv = request.value_bits;
+  } else if (!request.read_bits) {
+    rk = kv.key_bits;
+    rv = kv.value_bits;
+  }
+  if (rk && !rv) rv = 2.0 * p.read_bits - *rk;
+  if (rv && !rk) rk = 2.0 * p.read_bits - *rv;
+  if (rk && rv) {
+    p.key_bits = *rk;
+    p.value_bits = *rv;
+  }
+  return p;
+}
+
+}  // namespace internal
+
+using internal::IsCodecBackend;
+using internal::ResolvePolicy;
+using internal::UsesGpuKv;
+
+void ValidateRuntimeOptions(const RuntimeOptions& options) {
+  const KvCacheOptions& kv = options.kv;
+  if (kv.kind != "dense" && !IsCodecBackend(kv.kind)) {
+    throw std::invalid_argument("kv: must be dense, fp8 or readkv, got \"" + kv.kind + "\"");
+  }
+  internal::ParseDtype(options.dtype, "dtype");
+  if (options.device != "cpu" && options.device != "cuda" &&
+      options.device.rfind("cuda:", 0) != 0) {
+    throw std::invalid_argument("device: must be cpu, cuda or cuda:N, got \"" + options.device +
+                                "\"");
+  }
+  if (options.kv_capacity_bytes <= 0) {
+    throw std::invalid_argument("kv_capacity_bytes: must be positive");
+  }
+  if (kv.kind == "readkv") {
+    // MakeReaderPlan checks store_bits, read_bits, reader and the split, naming the field.
+    const codec::ReadPolicy policy = ResolvePolicy(kv, engine::ReadPolicy{});
+    codec::MakeReaderPlan(policy, kv.store_bits);
+    if (UsesGpuKv(options) && policy.reader != codec::ReaderKind::kConstrained) {
+      throw std::invalid_argument(
+          "reader: on a CUDA device ReadKV runs the constrained reader only (the flexible reader "
+          "has no kernel); use --reader constrained or --device cpu");
+    }
+    // Checks the cap's range and the threshold against the tree, naming the field.
+    const codec::LloydTree tree(kv.store_bits);
+    codec::ResolveOutlierOptions({kv.outlier_cap, kv.outlier_threshold}, tree, 8);
+    if (!kv.fp8_layers.empty() && (UsesGpuKv(options) || !options.prefix_cache.directory.empty())) {
+      throw std::invalid_argument(
+          "fp8_layers: FP8 layers inside a ReadKV cache run on the CPU without a prefix cache");
+    }
+    if (UsesGpuKv(options) && kv.outlier_cap > 0) {
+      throw std::invalid_argument(
+          "outlier_cap: the GPU ReadKV kernels have no outlier correction yet, so a cache with "
+          "outlier lists would be read without them; use --outlier-cap 0 or --device cpu");
+    }
+  }
+  if (!options.prefix_cache.directory.empty()) {
+    if (kv.kind != "readkv") {
+      throw std::invalid_argument(
+          "cache_dir: the persistent prefix cache stores ReadKV objects and needs --kv readkv, "
+          "got \"" + kv.kind + "\"");
+    }
+    if (kv.prefill != PrefillAttention::kDense) {
+      throw std::invalid_argument("cache_dir: the persistent prefix cache needs --prefill dense");
+    }
+    if (UsesGpuKv(options)) {
+      throw std::invalid_argument(
+          "cache_dir: the persistent prefix cache runs with --device cpu only (its objects are "
+          "restored into the CPU codec caches)");
+    }
+  }
+  if (options.prefix_cache.max_bytes < 0) {
+    throw std::invalid_argument("cache_max_bytes: must be >= 0");
+  }
+  if (options.cuda_graphs != "auto" && options.cuda_graphs != "on" &&
+      options.cuda_graphs != "off") {
+    throw std::invalid_argument("cuda_graphs: must be auto, on or off, got \"" +
+                                options.cuda_graphs + "\"");
+  }
+  if (options.cuda_graphs == "on" && !UsesGpuKv(options)) {
+    throw std::invalid_argument(
+        "cuda_graphs: graphs replay the decode steps of fp8/readkv on a CUDA device; \"on\" "
+        "needs --device cuda and --kv fp8 or readkv");
+  }
+}
+
+}  // namespace readkv::model

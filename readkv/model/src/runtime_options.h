@@ -1,0 +1,23 @@
+// Internal to readkv/model: the runtime options' shared reading (which backend runs where, and
+// a request's ReadKV policy over the server's defaults). ValidateRuntimeOptions (runtime.h)
+// checks them; runtime_options.cc defines both.
+#pragma once
+
+#include <string>
+
+#include "readkv/codec/readers.h"
+#include "readkv/model/runtime.h"
+
+namespace readkv::model::internal {
+
+bool IsCodecBackend(const std::string& kind);
+
+// fp8 and readkv on a CUDA device run on readkv::cuda's kernels (gpu_kv_cache.h).
+bool UsesGpuKv(const RuntimeOptions& options);
+
+// The per-request ReadKV policy: request fields override the server defaults. A request that
+// changes R without giving a split gets the equal split (the server's default split was chosen
+// for the default R and need not average to another one).
+codec::ReadPolicy ResolvePolicy(const KvCacheOptions& kv, const engine::ReadPolicy& request);
+
+}  // namespace readkv::model::internal
