@@ -55,6 +55,7 @@ struct LoadOptions {
   uint64_t seed = 0;
   std::string workload = "synthetic";
   std::string prompts;
+  std::string dataset;
   int input_len = 128;
   std::string input_unit = "words";
   std::string input_dist = "constant";
@@ -159,6 +160,10 @@ LoadSettings ToSettings(const LoadOptions& o) {
                      o.workload);
   }
   s.workload.prompt_file = o.prompts;
+  s.workload.dataset = o.dataset;
+  if (!o.dataset.empty() && s.workload.kind != loadgen::WorkloadKind::kShareGpt) {
+    throw UsageError("--dataset is the ShareGPT file of --workload sharegpt");
+  }
   s.workload.input = {loadgen::ParseLengthDistribution(o.input_dist, "input-dist"), o.input_len,
                       o.input_spread, 1 << 20};
   s.workload.output = {loadgen::ParseLengthDistribution(o.output_dist, "output-dist"), o.output_len,
@@ -350,7 +355,11 @@ void AddLoadCommand(CLI::App& app, CommandContext& context) {
   cmd->add_option("--timeout", o->timeout_s,
                   "Per-request limit in seconds from its scheduled time (default 300)");
   cmd->add_option("--seed", o->seed, "Seed of the schedule and workload (default 0)");
-  cmd->add_option("--workload", o->workload, "synthetic | passkey | file (default synthetic)");
+  cmd->add_option("--workload", o->workload,
+                  "synthetic | passkey | file | sharegpt (default synthetic; docs/workloads.md)");
+  cmd->add_option("--dataset", o->dataset,
+                  "sharegpt: ShareGPT JSON; prompt = first human turn, max_tokens = its reply's "
+                  "tokens (server /tokenize), pruned as vLLM does");
   cmd->add_option("--prompts", o->prompts,
                   "JSONL prompt file: {\"prompt\": ..., \"max_tokens\": ...} per line");
   cmd->add_option("--input-len", o->input_len,

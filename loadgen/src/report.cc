@@ -222,6 +222,7 @@ nlohmann::json SettingsToJson(const LoadSettings& s) {
             {"passkey_lengths", s.workload.passkey_lengths},
             {"passkey_depths", s.workload.passkey_depths},
             {"prompt_file", s.workload.prompt_file},
+            {"dataset", s.workload.dataset},
             {"distinct_prompts", s.workload.distinct_prompts}}},
           {"slo",
            {{"ttft_ms", opt(s.slo.ttft_ms)},

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "file_workloads.h"
 #include "http_target.h"
 #include "run_loop.h"
 #include "thread_guards.h"
@@ -33,6 +34,9 @@ using tcp = asio::ip::tcp;
 // so that request 0 is not late by construction.
 constexpr auto kLead = std::chrono::milliseconds(20);
 
+// A dataset workload of a closed loop bounded only by time cycles through this many requests.
+constexpr int64_t kDatasetPoolRequests = 1000;
+
 }  // namespace
 
 LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCounters* counters,
@@ -52,7 +56,6 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
     throw TargetError(std::string("--") + e.field() + " " + e.what());
   }
   const std::string model = target.model.empty() ? DiscoverModel(target) : target.model;
-  Workload workload = Workload::Create(settings.workload, settings.seed);
 
   LoadResult result;
   result.url = secrets::RedactUrl(target.url);  // recorded and printed: never a secret
@@ -73,6 +76,19 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
     throw SettingsError("warmup",
                         "all " + std::to_string(planned) + " scheduled requests would be warmup");
   }
+
+  // Datasets measured in the server's tokens are chosen before the run, like token-true prompts.
+  std::optional<Workload> built;
+  if (settings.workload.kind == WorkloadKind::kShareGpt) {
+    const int64_t distinct = settings.workload.distinct_prompts;
+    const int64_t count = distinct > 0 ? distinct : planned > 0 ? planned : kDatasetPoolRequests;
+    internal::BuiltWorkload share = internal::BuildShareGpt(settings, count, url, target, model);
+    built.emplace(std::move(share.workload));
+    result.input_lengths = std::move(share.input_lengths);
+    result.input_tokens_exact = share.input_tokens_exact;
+  }
+  const Workload workload =
+      built ? std::move(*built) : Workload::Create(settings.workload, settings.seed);
 
   // Token-true lengths: each synthetic prompt cut to its token target through /tokenize, before
   // the run (never inside the event loop), so a closed loop bounded only by time cannot use it.

@@ -126,6 +126,9 @@ void ValidateSettings(const LoadSettings& s) {
   if (s.workload.kind == WorkloadKind::kPromptFile && s.workload.prompt_file.empty()) {
     throw SettingsError("prompts", "the prompt-file workload needs a JSONL file");
   }
+  if (s.workload.kind == WorkloadKind::kShareGpt && s.workload.dataset.empty()) {
+    throw SettingsError("dataset", "the sharegpt workload needs a ShareGPT JSON file");
+  }
   if (s.workload.distinct_prompts < 0) throw SettingsError("distinct-prompts", "must be >= 0");
   if (s.workload.input_unit == InputUnit::kTokens && s.workload.kind != WorkloadKind::kSynthetic) {
     throw SettingsError("input-unit", "tokens sizes the synthetic workload's prompts only");
@@ -211,6 +214,8 @@ std::string_view WorkloadName(WorkloadKind kind) {
       return "passkey";
     case WorkloadKind::kPromptFile:
       return "file";
+    case WorkloadKind::kShareGpt:
+      return "sharegpt";
   }
   return "?";
 }
@@ -230,8 +235,9 @@ WorkloadKind ParseWorkload(std::string_view name) {
   if (name == "synthetic") return WorkloadKind::kSynthetic;
   if (name == "passkey") return WorkloadKind::kPasskey;
   if (name == "file") return WorkloadKind::kPromptFile;
-  throw SettingsError(
-      "workload", "unknown workload '" + std::string(name) + "' (known: synthetic, passkey, file)");
+  if (name == "sharegpt") return WorkloadKind::kShareGpt;
+  throw SettingsError("workload", "unknown workload '" + std::string(name) +
+                                      "' (known: synthetic, passkey, file, sharegpt)");
 }
 
 }  // namespace kvgate::loadgen

@@ -59,6 +59,7 @@ enum class WorkloadKind {
   kSynthetic,   // seeded text of words drawn from a fixed vocabulary, lengths from `input`
   kPasskey,     // docs/definitions.md's passkey template at the given lengths and depths
   kPromptFile,  // JSONL: {"prompt": string or [token ids], "max_tokens": int (optional)}
+  kShareGpt,    // ShareGPT conversations (datasets.h): first human turn, its gpt reply's length
 };
 
 // What a synthetic prompt's length counts.
@@ -83,6 +84,11 @@ struct WorkloadSettings {
   std::vector<double> passkey_depths = {0.0, 0.25, 0.5, 0.75, 1.0};
   // Prompt file (JSONL); request i uses line i % lines.
   std::string prompt_file;
+  // ShareGPT JSON (kShareGpt): the first human turn of a conversation is the prompt and the
+  // token count of the gpt reply that follows is max_tokens (vLLM `bench serve`'s rule, with its
+  // pruning, kvgate/loadgen/datasets.h); pairs picked in a seeded order. Counts come from the
+  // server's POST /tokenize, else from ApproximateTokens (the result says which).
+  std::string dataset;
   // 0: every request has its own prompt. K > 0: request i reuses prompt i % K (bounds memory
   // for long prompts; note that a server with prefix caching then sees repeats).
   int64_t distinct_prompts = 0;

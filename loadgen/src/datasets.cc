@@ -1,0 +1,137 @@
+// Dataset and trace files (kvgate/loadgen/datasets.h).
+#include "kvgate/loadgen/datasets.h"
+
+#include <algorithm>
+#include <boost/random/mersenne_twister.hpp>
+#include <boost/random/uniform_int_distribution.hpp>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <optional>
+
+namespace kvgate::loadgen {
+namespace {
+
+constexpr uint64_t kShareGptShuffleStream = 0x5a6e;
+
+// The 1-based line of byte offset `byte` in `text`.
+int64_t LineOf(const std::string& text, size_t byte) {
+  byte = std::min(byte, text.size());
+  return 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(byte), '\n');
+}
+
+std::string ReadWhole(const std::string& path, const std::string& field) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw SettingsError(field, "cannot open '" + path + "'");
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+std::vector<ShareGptPair> ReadShareGpt(const std::string& path, int64_t* skipped) {
+  const std::string text = ReadWhole(path, "dataset");
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw SettingsError("dataset", path + ":" + std::to_string(LineOf(text, e.byte)) +
+                                       ": not valid JSON (" + e.what() + ")");
+  }
+  if (!json.is_array()) {
+    throw SettingsError("dataset", path + ":1: a ShareGPT file is a JSON array of conversations");
+  }
+  std::vector<ShareGptPair> pairs;
+  int64_t unused = 0;
+  for (size_t i = 0; i < json.size(); ++i) {
+    const nlohmann::json& entry = json[i];
+    auto where = [&](const std::string& field) {
+      return path + ": entry " + std::to_string(i) + ": " + field + ": ";
+    };
+    if (!entry.is_object()) throw SettingsError("dataset", where("entry") + "not an object");
+    auto conversations = entry.find("conversations");
+    if (conversations == entry.end() || !conversations->is_array()) {
+      throw SettingsError("dataset", where("conversations") + "missing or not an array");
+    }
+    std::optional<ShareGptPair> pair;
+    for (size_t t = 0; t < conversations->size(); ++t) {
+      const nlohmann::json& turn = (*conversations)[t];
+      const std::string field = "conversations[" + std::to_string(t) + "]";
+      if (!turn.is_object() || !turn.contains("from") || !turn["from"].is_string() ||
+          !turn.contains("value") || !turn["value"].is_string()) {
+        throw SettingsError("dataset", where(field) + "must be {\"from\": string, \"value\": string}");
+      }
+      if (pair) continue;
+      if (turn["from"] == "human" && t + 1 < conversations->size()) {
+        const nlohmann::json& next = (*conversations)[t + 1];
+        if (next.is_object() && next.value("from", "") == "gpt" && next.contains("value") &&
+            next["value"].is_string()) {
+          pair = ShareGptPair{turn["value"].get<std::string>(), next["value"].get<std::string>(),
+                              static_cast<int64_t>(i)};
+        }
+      }
+    }
+    if (pair) {
+      pairs.push_back(std::move(*pair));
+    } else {
+      ++unused;
+    }
+  }
+  if (skipped) *skipped = unused;
+  if (pairs.empty()) {
+    throw SettingsError("dataset",
+                        path + ": no conversation has a human turn followed by a gpt turn");
+  }
+  return pairs;
+}
+
+bool ShareGptPairFits(int64_t prompt_tokens, int64_t reply_tokens) {
+  return prompt_tokens >= kShareGptMinTokens && reply_tokens >= kShareGptMinTokens &&
+         prompt_tokens <= kShareGptMaxPromptTokens &&
+         prompt_tokens + reply_tokens <= kShareGptMaxTotalTokens;
+}
+
+ShareGptSelection SelectShareGpt(const std::vector<ShareGptPair>& pairs, int64_t count,
+                                 uint64_t seed,
+                                 const std::function<int64_t(const std::string&)>& prompt_tokens,
+                                 const std::function<int64_t(const std::string&)>& reply_tokens) {
+  // Fisher-Yates with Boost.Random's fully specified engine: the same order on every machine.
+  std::vector<size_t> order(pairs.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  boost::random::mt19937_64 rng(DeriveSeed(seed, kShareGptShuffleStream, 0));
+  for (size_t i = order.size(); i > 1; --i) {
+    boost::random::uniform_int_distribution<size_t> pick(0, i - 1);
+    std::swap(order[i - 1], order[pick(rng)]);
+  }
+  ShareGptSelection selection;
+  for (size_t i = 0; i < order.size() && static_cast<int64_t>(selection.requests.size()) < count;
+       ++i) {
+    const ShareGptPair& pair = pairs[order[i]];
+    ++selection.examined;
+    const int64_t reply = reply_tokens(pair.reply);
+    // The reply is measured first: most pruned pairs fail on it, and it is the cheaper count.
+    const int64_t prompt = reply >= kShareGptMinTokens ? prompt_tokens(pair.prompt) : 0;
+    if (!ShareGptPairFits(prompt, reply)) {
+      ++selection.pruned;
+      continue;
+    }
+    Workload::FileEntry entry;
+    entry.prompt = pair.prompt;
+    entry.max_tokens = static_cast<int>(reply);
+    selection.requests.push_back(std::move(entry));
+  }
+  if (selection.requests.empty()) {
+    throw SettingsError("dataset", "no ShareGPT pair fits vLLM's limits (prompt and reply >= " +
+                                       std::to_string(kShareGptMinTokens) + " tokens, prompt <= " +
+                                       std::to_string(kShareGptMaxPromptTokens) + ", both <= " +
+                                       std::to_string(kShareGptMaxTotalTokens) + ") among " +
+                                       std::to_string(selection.examined) + " pairs");
+  }
+  return selection;
+}
+
+int64_t ApproximateTokens(const std::string& text) {
+  return (static_cast<int64_t>(text.size()) + 3) / 4;
+}
+
+}  // namespace kvgate::loadgen
