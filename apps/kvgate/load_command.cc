@@ -56,6 +56,9 @@ struct LoadOptions {
   std::string workload = "synthetic";
   std::string prompts;
   std::string dataset;
+  std::string trace;
+  double time_scale = 1.0;
+  int trace_block = 512;
   int input_len = 128;
   std::string input_unit = "words";
   std::string input_dist = "constant";
@@ -161,6 +164,12 @@ LoadSettings ToSettings(const LoadOptions& o) {
   }
   s.workload.prompt_file = o.prompts;
   s.workload.dataset = o.dataset;
+  s.workload.trace = o.trace;
+  s.workload.time_scale = o.time_scale;
+  s.workload.trace_block_tokens = o.trace_block;
+  if (!o.trace.empty() && s.workload.kind != loadgen::WorkloadKind::kTrace) {
+    throw UsageError("--trace is the Mooncake trace of --workload trace");
+  }
   if (!o.dataset.empty() && s.workload.kind != loadgen::WorkloadKind::kShareGpt) {
     throw UsageError("--dataset is the ShareGPT file of --workload sharegpt");
   }
@@ -360,6 +369,12 @@ void AddLoadCommand(CLI::App& app, CommandContext& context) {
   cmd->add_option("--dataset", o->dataset,
                   "sharegpt: ShareGPT JSON; prompt = first human turn, max_tokens = its reply's "
                   "tokens (server /tokenize), pruned as vLLM does");
+  cmd->add_option("--trace", o->trace,
+                  "trace: Mooncake JSONL {timestamp ms, input_length, output_length, hash_ids}, "
+                  "sent at its timestamps; equal hash_ids are equal prompt text");
+  cmd->add_option("--time-scale", o->time_scale, "trace: replay this many times faster (default 1)");
+  cmd->add_option("--trace-block", o->trace_block,
+                  "trace: tokens per hash id block (default 512, Mooncake's)");
   cmd->add_option("--prompts", o->prompts,
                   "JSONL prompt file: {\"prompt\": ..., \"max_tokens\": ...} per line");
   cmd->add_option("--input-len", o->input_len,

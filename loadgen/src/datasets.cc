@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <boost/random/mersenne_twister.hpp>
+#include <cmath>
 #include <boost/random/uniform_int_distribution.hpp>
 #include <fstream>
 #include <iterator>
@@ -14,6 +15,7 @@ namespace kvgate::loadgen {
 namespace {
 
 constexpr uint64_t kShareGptShuffleStream = 0x5a6e;
+constexpr uint64_t kTraceBlockStream = 0x7b10c;
 
 // The 1-based line of byte offset `byte` in `text`.
 int64_t LineOf(const std::string& text, size_t byte) {
@@ -132,6 +134,84 @@ ShareGptSelection SelectShareGpt(const std::vector<ShareGptPair>& pairs, int64_t
 
 int64_t ApproximateTokens(const std::string& text) {
   return (static_cast<int64_t>(text.size()) + 3) / 4;
+}
+
+std::vector<TraceEntry> ReadTrace(const std::string& path, int block_tokens) {
+  std::ifstream in(path);
+  if (!in) throw SettingsError("trace", "cannot open '" + path + "'");
+  std::vector<TraceEntry> trace;
+  std::string line;
+  int64_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    auto fail = [&](const std::string& field, const std::string& what) {
+      throw SettingsError("trace", path + ":" + std::to_string(line_no) + ": " + field + ": " + what);
+    };
+    const nlohmann::json json = nlohmann::json::parse(line, nullptr, false);
+    if (json.is_discarded() || !json.is_object()) fail("line", "not a JSON object");
+    auto integer = [&](const char* field, int64_t min, int64_t max) {
+      auto it = json.find(field);
+      if (it == json.end()) fail(field, "missing");
+      if (!it->is_number_integer() || it->get<int64_t>() < min || it->get<int64_t>() > max) {
+        fail(field, "must be an integer in [" + std::to_string(min) + ", " + std::to_string(max) +
+                        "]");
+      }
+      return it->get<int64_t>();
+    };
+    TraceEntry entry;
+    entry.timestamp_ms = integer("timestamp", 0, int64_t{1} << 50);
+    entry.input_length = static_cast<int>(integer("input_length", 1, 1 << 24));
+    entry.output_length = static_cast<int>(integer("output_length", 1, 1 << 24));
+    auto ids = json.find("hash_ids");
+    if (ids == json.end() || !ids->is_array() || ids->empty()) {
+      fail("hash_ids", "must be a non-empty array of integers >= 0");
+    }
+    for (const auto& id : *ids) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0) {
+        fail("hash_ids", "must be a non-empty array of integers >= 0");
+      }
+      entry.hash_ids.push_back(id.get<int64_t>());
+    }
+    if (static_cast<int64_t>(entry.input_length) >
+        static_cast<int64_t>(entry.hash_ids.size()) * block_tokens) {
+      fail("input_length", std::to_string(entry.input_length) + " tokens do not fit in " +
+                               std::to_string(entry.hash_ids.size()) + " blocks of " +
+                               std::to_string(block_tokens));
+    }
+    if (!trace.empty() && entry.timestamp_ms < trace.back().timestamp_ms) {
+      fail("timestamp", std::to_string(entry.timestamp_ms) + " is earlier than the line before (" +
+                            std::to_string(trace.back().timestamp_ms) + ")");
+    }
+    trace.push_back(std::move(entry));
+  }
+  if (trace.empty()) throw SettingsError("trace", "trace '" + path + "' has no requests");
+  return trace;
+}
+
+std::string TracePrompt(const TraceEntry& entry, int block_tokens, uint64_t seed) {
+  std::string prompt;
+  int left = entry.input_length;
+  for (size_t k = 0; k < entry.hash_ids.size() && left > 0; ++k) {
+    const int words = std::min(left, block_tokens);
+    if (!prompt.empty()) prompt += ' ';
+    // SyntheticText draws its words in order, so a cut block is a prefix of the whole one.
+    prompt += SyntheticText(
+        words, DeriveSeed(seed, kTraceBlockStream, static_cast<uint64_t>(entry.hash_ids[k])));
+    left -= words;
+  }
+  return prompt;
+}
+
+std::vector<int64_t> TraceArrivals(const std::vector<TraceEntry>& trace, double time_scale) {
+  std::vector<int64_t> arrivals;
+  arrivals.reserve(trace.size());
+  for (const TraceEntry& entry : trace) {
+    const double ms = static_cast<double>(entry.timestamp_ms - trace.front().timestamp_ms);
+    arrivals.push_back(static_cast<int64_t>(std::llround(ms * 1e6 / time_scale)));
+  }
+  return arrivals;
 }
 
 }  // namespace kvgate::loadgen

@@ -43,7 +43,9 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
                    const std::atomic<bool>* stop) {
   LoadSettings settings = settings_in;
   ValidateSettings(settings);
-  if (settings.requests == 0 && settings.duration_s == 0) {
+  // A trace runs whole unless bounded; other workloads default to kDefaultRequests.
+  if (settings.requests == 0 && settings.duration_s == 0 &&
+      settings.workload.kind != WorkloadKind::kTrace) {
     settings.requests = LoadSettings::kDefaultRequests;
   }
   const kvgate::http::Url url = internal::ParseTargetUrl(target);
@@ -66,7 +68,14 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
 
   std::vector<int64_t> arrivals;
   int64_t planned = settings.requests;  // 0 = closed loop bounded by time only
-  if (settings.mode == LoadMode::kOpenLoop) {
+  std::optional<Workload> built;
+  if (settings.workload.kind == WorkloadKind::kTrace) {
+    internal::BuiltTrace trace = internal::BuildTrace(settings);
+    arrivals = std::move(trace.arrivals);
+    planned = static_cast<int64_t>(arrivals.size());
+    built.emplace(std::move(trace.built.workload));
+    result.input_lengths = std::move(trace.built.input_lengths);
+  } else if (settings.mode == LoadMode::kOpenLoop) {
     arrivals = GenerateArrivals(settings.arrival, settings.rate_rps, settings.burstiness,
                                 settings.seed, settings.requests, settings.duration_s);
     planned = static_cast<int64_t>(arrivals.size());
@@ -78,7 +87,6 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
   }
 
   // Datasets measured in the server's tokens are chosen before the run, like token-true prompts.
-  std::optional<Workload> built;
   if (settings.workload.kind == WorkloadKind::kShareGpt) {
     const int64_t distinct = settings.workload.distinct_prompts;
     const int64_t count = distinct > 0 ? distinct : planned > 0 ? planned : kDatasetPoolRequests;

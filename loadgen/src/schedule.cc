@@ -318,7 +318,8 @@ RequestSpec Workload::At(int64_t index) const {
       break;
     }
     case WorkloadKind::kPromptFile:
-    case WorkloadKind::kShareGpt: {
+    case WorkloadKind::kShareGpt:
+    case WorkloadKind::kTrace: {
       const FileEntry& entry = (*file_)[slot % file_->size()];
       spec.prompt = entry.prompt;
       if (entry.max_tokens > 0) spec.max_tokens = entry.max_tokens;

@@ -126,6 +126,20 @@ void ValidateSettings(const LoadSettings& s) {
   if (s.workload.kind == WorkloadKind::kPromptFile && s.workload.prompt_file.empty()) {
     throw SettingsError("prompts", "the prompt-file workload needs a JSONL file");
   }
+  if (s.workload.kind == WorkloadKind::kTrace) {
+    if (s.workload.trace.empty()) throw SettingsError("trace", "the trace workload needs a file");
+    if (s.mode != LoadMode::kOpenLoop) {
+      throw SettingsError("concurrency", "the trace workload sends at the trace's timestamps "
+                                         "(open loop); it cannot run as a closed loop");
+    }
+    if (!(s.workload.time_scale > 0) || !std::isfinite(s.workload.time_scale)) {
+      throw SettingsError("time-scale", "must be > 0");
+    }
+    if (s.workload.trace_block_tokens < 1) throw SettingsError("trace-block", "must be >= 1");
+    if (s.workload.distinct_prompts > 0) {
+      throw SettingsError("distinct-prompts", "the trace says which prompts repeat");
+    }
+  }
   if (s.workload.kind == WorkloadKind::kShareGpt && s.workload.dataset.empty()) {
     throw SettingsError("dataset", "the sharegpt workload needs a ShareGPT JSON file");
   }
@@ -216,6 +230,8 @@ std::string_view WorkloadName(WorkloadKind kind) {
       return "file";
     case WorkloadKind::kShareGpt:
       return "sharegpt";
+    case WorkloadKind::kTrace:
+      return "trace";
   }
   return "?";
 }
@@ -236,8 +252,9 @@ WorkloadKind ParseWorkload(std::string_view name) {
   if (name == "passkey") return WorkloadKind::kPasskey;
   if (name == "file") return WorkloadKind::kPromptFile;
   if (name == "sharegpt") return WorkloadKind::kShareGpt;
+  if (name == "trace") return WorkloadKind::kTrace;
   throw SettingsError("workload", "unknown workload '" + std::string(name) +
-                                      "' (known: synthetic, passkey, file, sharegpt)");
+                                      "' (known: synthetic, passkey, file, sharegpt, trace)");
 }
 
 }  // namespace kvgate::loadgen

@@ -57,4 +57,26 @@ ShareGptSelection SelectShareGpt(const std::vector<ShareGptPair>& pairs, int64_t
 // thumb for English), stated as approximate wherever it is used.
 int64_t ApproximateTokens(const std::string& text);
 
+// One Mooncake trace line: {"timestamp": ms, "input_length": tokens, "output_length": tokens,
+// "hash_ids": [block ids]}; block k of the prompt is the k-th `block_tokens` tokens, and equal
+// ids mean equal blocks (and, as the ids are chained hashes, equal prefixes).
+struct TraceEntry {
+  int64_t timestamp_ms = 0;
+  int input_length = 0;
+  int output_length = 0;
+  std::vector<int64_t> hash_ids;
+};
+
+// Reads a Mooncake JSONL trace; timestamps must not decrease and `input_length` must fit in the
+// line's blocks (<= hash_ids.size() * block_tokens).
+std::vector<TraceEntry> ReadTrace(const std::string& path, int block_tokens);
+
+// The prompt of a trace line: block k is `block_tokens` seeded vocabulary words (about one
+// token each) that depend only on (hash_ids[k], seed), joined by spaces, and the prompt is cut to
+// `input_length` words. Equal hash-id prefixes give byte-identical prompt prefixes.
+std::string TracePrompt(const TraceEntry& entry, int block_tokens, uint64_t seed);
+
+// The trace's send times: (timestamp - first timestamp) / time_scale, in nanoseconds.
+std::vector<int64_t> TraceArrivals(const std::vector<TraceEntry>& trace, double time_scale);
+
 }  // namespace kvgate::loadgen

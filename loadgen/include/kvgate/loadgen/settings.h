@@ -60,6 +60,7 @@ enum class WorkloadKind {
   kPasskey,     // docs/definitions.md's passkey template at the given lengths and depths
   kPromptFile,  // JSONL: {"prompt": string or [token ids], "max_tokens": int (optional)}
   kShareGpt,    // ShareGPT conversations (datasets.h): first human turn, its gpt reply's length
+  kTrace,       // Mooncake JSONL trace (datasets.h): sent at its timestamps, shared prefix blocks
 };
 
 // What a synthetic prompt's length counts.
@@ -89,6 +90,13 @@ struct WorkloadSettings {
   // pruning, kvgate/loadgen/datasets.h); pairs picked in a seeded order. Counts come from the
   // server's POST /tokenize, else from ApproximateTokens (the result says which).
   std::string dataset;
+  // Mooncake trace (kTrace, open loop only): request k is line k, sent at (timestamp_k -
+  // timestamp_0) / time_scale, with output_length as max_tokens and a prompt of input_length
+  // vocabulary words built from blocks of trace_block_tokens words, one block per hash id, so
+  // equal hash ids are equal text (TracePrompt). The whole trace unless requests/duration cut it.
+  std::string trace;
+  double time_scale = 1.0;      // > 1 replays faster
+  int trace_block_tokens = 512;  // Mooncake's block size
   // 0: every request has its own prompt. K > 0: request i reuses prompt i % K (bounds memory
   // for long prompts; note that a server with prefix caching then sees repeats).
   int64_t distinct_prompts = 0;
