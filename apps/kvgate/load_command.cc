@@ -56,6 +56,7 @@ struct LoadOptions {
   std::string workload = "synthetic";
   std::string prompts;
   std::string dataset;
+  int min_tokens = 0;
   std::string trace;
   double time_scale = 1.0;
   int trace_block = 512;
@@ -195,6 +196,7 @@ LoadSettings ToSettings(const LoadOptions& o) {
     }
   }
   s.stream = !o.no_stream;
+  s.min_tokens = o.min_tokens;
   loadgen::ValidateSettings(s);
   return s;
 }
@@ -419,6 +421,9 @@ void AddLoadCommand(CLI::App& app, CommandContext& context) {
   cmd->add_option("--extra-body", o->extra_body,
                   "JSON object merged into every request, e.g. '{\"readkv\": {\"read_bits\": 2}}'");
   cmd->add_flag("--no-stream", o->no_stream, "Non-streaming requests (TTFT = E2E)");
+  cmd->add_option("--min-tokens", o->min_tokens,
+                  "Send vLLM's min_tokens (capped at each max_tokens) and ignore_eos; the "
+                  "summary says whether output lengths were exact (default 0 = not sent)");
   cmd->add_option("--json", o->json_path, "Write the summary and every request record here");
   cmd->add_option("--db", o->db_path, "Store the run(s) in this SQLite history (e.g. kvgate.db)");
   cmd->add_flag("--quiet", o->quiet, "No progress bar, no per-probe summaries");

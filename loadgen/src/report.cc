@@ -54,6 +54,7 @@ std::string FormatSummary(const LoadResult& result) {
   Row(out, "Endpoint:", result.endpoint);
   Row(out, "Connection:", result.connection);
   Row(out, "Input lengths:", result.input_lengths);
+  Row(out, "Output lengths:", result.output_lengths);
   if (result.tls_verification_off) {
     out << "WARNING: TLS certificate verification was OFF (--insecure): the server's identity "
            "was not checked\n";
@@ -238,6 +239,7 @@ nlohmann::json SettingsToJson(const LoadSettings& s) {
           {"stream", s.stream},
           {"temperature", s.temperature},
           {"ignore_eos", s.ignore_eos},
+          {"min_tokens", s.min_tokens},
           {"extra_body", s.extra_body},
           {"max_connections", s.max_connections},
           {"spin_us", s.spin_us},
@@ -252,6 +254,8 @@ nlohmann::json LoadResultToJson(const LoadResult& result, bool with_records) {
                       {"tls_verification_off", result.tls_verification_off},
                       {"input_lengths", result.input_lengths},
                       {"input_tokens_exact", result.input_tokens_exact},
+                      {"output_lengths", result.output_lengths},
+                      {"output_tokens_exact", result.output_tokens_exact},
                       {"start_unix_ms", result.start_unix_ms},
                       {"start_steady_ns", result.start_steady_ns},
                       {"settings", SettingsToJson(result.settings)},

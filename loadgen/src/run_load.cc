@@ -37,6 +37,28 @@ constexpr auto kLead = std::chrono::milliseconds(20);
 // A dataset workload of a closed loop bounded only by time cycles through this many requests.
 constexpr int64_t kDatasetPoolRequests = 1000;
 
+// Fills LoadResult::output_lengths from the completed requests' usage.
+void DescribeOutputLengths(LoadResult& result) {
+  int64_t counted = 0, exact = 0, without_usage = 0;
+  for (const RequestRecord& record : result.records) {
+    if (!record.ok() || record.end_ns < 0) continue;
+    if (record.completion_tokens < 0) {
+      ++without_usage;
+      continue;
+    }
+    ++counted;
+    exact += record.completion_tokens == record.max_tokens;
+  }
+  result.output_tokens_exact = counted > 0 && exact == counted;
+  result.output_lengths =
+      counted == 0 ? "unknown: no completed request had usage.completion_tokens"
+                   : "exact for " + std::to_string(exact) + "/" + std::to_string(counted) +
+                         " completed requests (usage.completion_tokens == max_tokens)";
+  if (counted > 0 && without_usage > 0) {
+    result.output_lengths += "; " + std::to_string(without_usage) + " without usage";
+  }
+}
+
 }  // namespace
 
 LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCounters* counters,
@@ -218,6 +240,7 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
   result.settings = settings;
   result.summary = Summarize(result.records, settings.slo, MeasuredDurationSeconds(result.records));
   result.validity = CheckValidity(result.records, settings.mode, settings.validity);
+  DescribeOutputLengths(result);
   if (result.stopped) {
     int64_t cancelled = 0;
     for (const RequestRecord& record : result.records) {

@@ -144,6 +144,7 @@ void ValidateSettings(const LoadSettings& s) {
     throw SettingsError("dataset", "the sharegpt workload needs a ShareGPT JSON file");
   }
   if (s.workload.distinct_prompts < 0) throw SettingsError("distinct-prompts", "must be >= 0");
+  if (s.min_tokens < 0) throw SettingsError("min-tokens", "must be >= 0");
   if (s.workload.input_unit == InputUnit::kTokens && s.workload.kind != WorkloadKind::kSynthetic) {
     throw SettingsError("input-unit", "tokens sizes the synthetic workload's prompts only");
   }

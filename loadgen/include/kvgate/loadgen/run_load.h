@@ -77,6 +77,10 @@ struct LoadResult {
   // has no POST /tokenize" when tokens were asked for and could not be had.
   std::string input_lengths = "words (approximate)";
   bool input_tokens_exact = false;
+  // Whether the outputs had the asked-for length: "exact for 98/100 completed requests
+  // (usage.completion_tokens == max_tokens)"; "unknown: ..." when no completed request had usage.
+  std::string output_lengths;
+  bool output_tokens_exact = false;  // every completed request with usage had exactly max_tokens
   int64_t start_unix_ms = 0;  // wall-clock time of the schedule's time zero
   // The same instant on std::chrono::steady_clock (ns since its epoch), to line records up with
   // other timestamps taken in this process or on this machine's monotonic clock.

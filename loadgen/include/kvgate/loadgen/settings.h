@@ -157,6 +157,10 @@ struct LoadSettings {
   bool stream = true;        // SSE streaming; false measures TTFT = E2E
   double temperature = 0.0;  // 0 = greedy
   bool ignore_eos = true;    // so A and B generate the same number of tokens
+  // > 0: every request also carries vLLM's `min_tokens` (min(min_tokens, its max_tokens)) and
+  // `ignore_eos: true`, for servers that stop early without it; LoadResult::output_lengths says
+  // whether the outputs then had exactly max_tokens tokens. 0 = not sent.
+  int min_tokens = 0;
   // Merged into every request body last (top-level keys), e.g. {"readkv": {"read_bits": 4}}
   // for a ReadKV candidate; null or an object.
   nlohmann::json extra_body;
