@@ -9,6 +9,8 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <openssl/evp.h>
+#include <memory>
 #include <optional>
 
 namespace kvgate::loadgen {
@@ -212,6 +214,36 @@ std::vector<int64_t> TraceArrivals(const std::vector<TraceEntry>& trace, double 
     arrivals.push_back(static_cast<int64_t>(std::llround(ms * 1e6 / time_scale)));
   }
   return arrivals;
+}
+
+std::string FileSha256(const std::string& path, const std::string& field) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw SettingsError(field, "cannot open '" + path + "'");
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
+    throw std::runtime_error("OpenSSL: cannot start a SHA-256 digest");
+  }
+  std::vector<char> buffer(size_t{1} << 16);
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    const std::streamsize got = in.gcount();
+    if (got > 0 && EVP_DigestUpdate(ctx.get(), buffer.data(), static_cast<size_t>(got)) != 1) {
+      throw std::runtime_error("OpenSSL: SHA-256 update failed");
+    }
+  }
+  if (in.bad()) throw SettingsError(field, "cannot read '" + path + "'");
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (EVP_DigestFinal_ex(ctx.get(), digest, &length) != 1) {
+    throw std::runtime_error("OpenSSL: SHA-256 final failed");
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned int i = 0; i < length; ++i) {
+    hex += kHex[digest[i] >> 4];
+    hex += kHex[digest[i] & 0xf];
+  }
+  return hex;
 }
 
 }  // namespace kvgate::loadgen

@@ -53,6 +53,10 @@ std::string FormatSummary(const LoadResult& result) {
   Row(out, "Model:", result.model);
   Row(out, "Endpoint:", result.endpoint);
   Row(out, "Connection:", result.connection);
+  if (!result.workload_source.path.empty()) {
+    Row(out, "Workload:", result.workload_source.kind + " " + result.workload_source.path +
+                              " (sha256 " + result.workload_source.sha256.substr(0, 16) + "...)");
+  }
   Row(out, "Input lengths:", result.input_lengths);
   Row(out, "Output lengths:", result.output_lengths);
   if (result.tls_verification_off) {
@@ -256,6 +260,10 @@ nlohmann::json LoadResultToJson(const LoadResult& result, bool with_records) {
                       {"input_tokens_exact", result.input_tokens_exact},
                       {"output_lengths", result.output_lengths},
                       {"output_tokens_exact", result.output_tokens_exact},
+                      {"workload_source",
+                       {{"kind", result.workload_source.kind},
+                        {"path", result.workload_source.path},
+                        {"sha256", result.workload_source.sha256}}},
                       {"start_unix_ms", result.start_unix_ms},
                       {"start_steady_ns", result.start_steady_ns},
                       {"settings", SettingsToJson(result.settings)},

@@ -18,6 +18,7 @@
 #include "thread_guards.h"
 #include "token_sizer.h"
 #include "kvgate/http/stream.h"
+#include "kvgate/loadgen/datasets.h"
 #include "kvgate/loadgen/schedule.h"
 #include "kvgate/secrets/redact.h"
 
@@ -36,6 +37,26 @@ constexpr auto kLead = std::chrono::milliseconds(20);
 
 // A dataset workload of a closed loop bounded only by time cycles through this many requests.
 constexpr int64_t kDatasetPoolRequests = 1000;
+
+WorkloadSource SourceOf(const WorkloadSettings& workload) {
+  WorkloadSource source{std::string(WorkloadName(workload.kind)), "", ""};
+  switch (workload.kind) {
+    case WorkloadKind::kPromptFile:
+      source.path = workload.prompt_file;
+      break;
+    case WorkloadKind::kShareGpt:
+      source.path = workload.dataset;
+      break;
+    case WorkloadKind::kTrace:
+      source.path = workload.trace;
+      break;
+    case WorkloadKind::kSynthetic:
+    case WorkloadKind::kPasskey:
+      return source;
+  }
+  source.sha256 = FileSha256(source.path, source.kind == "file" ? "prompts" : source.kind);
+  return source;
+}
 
 // Fills LoadResult::output_lengths from the completed requests' usage.
 void DescribeOutputLengths(LoadResult& result) {
@@ -87,6 +108,7 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
   result.endpoint = std::string(kvgate::http::EndpointName(target.endpoint));
   result.connection = kvgate::http::Describe(url, target.client);
   result.tls_verification_off = kvgate::http::VerificationOff(url, target.client);
+  result.workload_source = SourceOf(settings.workload);
 
   std::vector<int64_t> arrivals;
   int64_t planned = settings.requests;  // 0 = closed loop bounded by time only

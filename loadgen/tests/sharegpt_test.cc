@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "kvgate/loadgen/datasets.h"
+#include "kvgate/loadgen/report.h"
 #include "kvgate/loadgen/run_load.h"
 #include "tls_test_server.h"
 
@@ -109,6 +110,13 @@ TEST(ShareGptTest, AMalformedFileNamesTheFileTheEntryAndTheField) {
   EXPECT_THROW(ReadShareGpt("/nonexistent/sharegpt.json"), SettingsError);
 }
 
+TEST(ShareGptTest, FileSha256IsTheDigestOfTheBytes) {
+  TempFile abc("abc");  // FIPS 180-2's first test vector
+  EXPECT_EQ(FileSha256(abc.path, "dataset"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_THROW(FileSha256("/nonexistent/file", "dataset"), SettingsError);
+}
+
 TEST(ShareGptTest, PrunesAsVllmDoes) {
   EXPECT_TRUE(ShareGptPairFits(4, 4));
   EXPECT_FALSE(ShareGptPairFits(3, 100));
@@ -172,6 +180,12 @@ TEST(ShareGptTest, EachRequestIsAHumanTurnWithItsRepliesTokenCountAsMaxTokens) {
   }
   EXPECT_EQ(checked, 8);
   EXPECT_EQ(seen.size(), 8u);
+  // The run names its source: kind, path and the file's SHA-256, in the result and its JSON.
+  EXPECT_EQ(result.workload_source.kind, "sharegpt");
+  EXPECT_EQ(result.workload_source.path, file.path);
+  EXPECT_EQ(result.workload_source.sha256, FileSha256(file.path, "dataset"));
+  EXPECT_EQ(LoadResultToJson(result, false)["workload_source"]["sha256"],
+            result.workload_source.sha256);
   for (const RequestRecord& r : result.records) EXPECT_TRUE(r.ok()) << r.error_text;
 }
 

@@ -79,4 +79,8 @@ std::string TracePrompt(const TraceEntry& entry, int block_tokens, uint64_t seed
 // The trace's send times: (timestamp - first timestamp) / time_scale, in nanoseconds.
 std::vector<int64_t> TraceArrivals(const std::vector<TraceEntry>& trace, double time_scale);
 
+// Lower-case hex SHA-256 of a file's bytes (OpenSSL EVP); throws SettingsError(field, ...) when
+// it cannot be read.
+std::string FileSha256(const std::string& path, const std::string& field);
+
 }  // namespace kvgate::loadgen
