@@ -120,7 +120,11 @@ void AddPasskey(CLI::App* check, CommandContext& context) {
       "passkey", "Passkey retrieval (Landmark/LongLoRA template) on a seeded length x depth grid");
   auto args = std::make_shared<ServerArgs>();
   auto settings = std::make_shared<checks::PasskeySettings>();
+  auto dataset = std::make_shared<std::string>();
   AddServerOptions(cmd, *args);
+  cmd->add_option("--dataset", *dataset,
+                  "JSONL file of {id, prompt, key, subset?}, prompts sent as given "
+                  "(default: the generated grid)");
   cmd->add_option("--items", settings->items, "Number of items (default 200)");
   cmd->add_option("--lengths", settings->lengths,
                   "Prompt lengths in bytes, comma-separated (default 1024,2048,4096,8192)")
@@ -131,16 +135,25 @@ void AddPasskey(CLI::App* check, CommandContext& context) {
   cmd->add_option("--seed", settings->seed, "Seed of the keys (default 0)");
   cmd->add_option("--key-digits", settings->key_digits, "Digits per key (default 5)");
   cmd->add_option("--max-tokens", settings->max_tokens, "Completion tokens per item (default 10)");
-  cmd->callback([args, settings, &context] {
+  cmd->callback([args, settings, dataset, &context] {
     checks::ClientOptions options = ClientOptionsFrom(*args);
     checks::CheckRun run = AsUsage([&] {
-      return checks::RunPasskeyCheck(args->url, *settings, options, TerminalProgress("passkey"));
+      if (dataset->empty()) {
+        return checks::RunPasskeyCheck(args->url, *settings, options, TerminalProgress("passkey"));
+      }
+      // DatasetError → exit 3 with FILE:LINE, as for QA's --dataset.
+      return checks::RunPasskeyItems(args->url, checks::LoadPasskeyJsonl(*dataset),
+                                     settings->max_tokens, options, TerminalProgress("passkey"));
     });
     PrintRun(run, args->json_file == "-" ? std::cerr : std::cout);
     nlohmann::json j = run;
-    j["settings"] = {{"items", settings->items},           {"lengths", settings->lengths},
-                     {"depths", settings->depths},         {"seed", settings->seed},
-                     {"key_digits", settings->key_digits}, {"max_tokens", settings->max_tokens}};
+    if (dataset->empty()) {
+      j["settings"] = {{"items", settings->items},           {"lengths", settings->lengths},
+                       {"depths", settings->depths},         {"seed", settings->seed},
+                       {"key_digits", settings->key_digits}, {"max_tokens", settings->max_tokens}};
+    } else {
+      j["settings"] = {{"dataset", *dataset}, {"max_tokens", settings->max_tokens}};
+    }
     WriteJson(args->json_file, j);
     context.exit_code = 0;
   });

@@ -55,6 +55,11 @@ struct LoadOptions {
   uint64_t seed = 0;
   std::string workload = "synthetic";
   std::string prompts;
+  std::string dataset;
+  int min_tokens = 0;
+  std::string trace;
+  double time_scale = 1.0;
+  int trace_block = 512;
   int input_len = 128;
   std::string input_unit = "words";
   std::string input_dist = "constant";
@@ -159,6 +164,16 @@ LoadSettings ToSettings(const LoadOptions& o) {
                      o.workload);
   }
   s.workload.prompt_file = o.prompts;
+  s.workload.dataset = o.dataset;
+  s.workload.trace = o.trace;
+  s.workload.time_scale = o.time_scale;
+  s.workload.trace_block_tokens = o.trace_block;
+  if (!o.trace.empty() && s.workload.kind != loadgen::WorkloadKind::kTrace) {
+    throw UsageError("--trace is the Mooncake trace of --workload trace");
+  }
+  if (!o.dataset.empty() && s.workload.kind != loadgen::WorkloadKind::kShareGpt) {
+    throw UsageError("--dataset is the ShareGPT file of --workload sharegpt");
+  }
   s.workload.input = {loadgen::ParseLengthDistribution(o.input_dist, "input-dist"), o.input_len,
                       o.input_spread, 1 << 20};
   s.workload.output = {loadgen::ParseLengthDistribution(o.output_dist, "output-dist"), o.output_len,
@@ -181,6 +196,7 @@ LoadSettings ToSettings(const LoadOptions& o) {
     }
   }
   s.stream = !o.no_stream;
+  s.min_tokens = o.min_tokens;
   loadgen::ValidateSettings(s);
   return s;
 }
@@ -350,7 +366,17 @@ void AddLoadCommand(CLI::App& app, CommandContext& context) {
   cmd->add_option("--timeout", o->timeout_s,
                   "Per-request limit in seconds from its scheduled time (default 300)");
   cmd->add_option("--seed", o->seed, "Seed of the schedule and workload (default 0)");
-  cmd->add_option("--workload", o->workload, "synthetic | passkey | file (default synthetic)");
+  cmd->add_option("--workload", o->workload,
+                  "synthetic | passkey | file | sharegpt (default synthetic; docs/workloads.md)");
+  cmd->add_option("--dataset", o->dataset,
+                  "sharegpt: ShareGPT JSON; prompt = first human turn, max_tokens = its reply's "
+                  "tokens (server /tokenize), pruned as vLLM does");
+  cmd->add_option("--trace", o->trace,
+                  "trace: Mooncake JSONL {timestamp ms, input_length, output_length, hash_ids}, "
+                  "sent at its timestamps; equal hash_ids are equal prompt text");
+  cmd->add_option("--time-scale", o->time_scale, "trace: replay this many times faster (default 1)");
+  cmd->add_option("--trace-block", o->trace_block,
+                  "trace: tokens per hash id block (default 512, Mooncake's)");
   cmd->add_option("--prompts", o->prompts,
                   "JSONL prompt file: {\"prompt\": ..., \"max_tokens\": ...} per line");
   cmd->add_option("--input-len", o->input_len,
@@ -395,6 +421,9 @@ void AddLoadCommand(CLI::App& app, CommandContext& context) {
   cmd->add_option("--extra-body", o->extra_body,
                   "JSON object merged into every request, e.g. '{\"readkv\": {\"read_bits\": 2}}'");
   cmd->add_flag("--no-stream", o->no_stream, "Non-streaming requests (TTFT = E2E)");
+  cmd->add_option("--min-tokens", o->min_tokens,
+                  "Send vLLM's min_tokens (capped at each max_tokens) and ignore_eos; the "
+                  "summary says whether output lengths were exact (default 0 = not sent)");
   cmd->add_option("--json", o->json_path, "Write the summary and every request record here");
   cmd->add_option("--db", o->db_path, "Store the run(s) in this SQLite history (e.g. kvgate.db)");
   cmd->add_flag("--quiet", o->quiet, "No progress bar, no per-probe summaries");

@@ -72,11 +72,21 @@ QualityRecord ScoreQaItem(const QaItem& item, const CompletionOutcome& outcome) 
 
 CheckRun RunPasskeyCheck(const std::string& url, const PasskeySettings& settings,
                          const ClientOptions& options, const CheckProgress& progress) {
-  std::vector<PasskeyItem> items = GeneratePasskeyItems(settings);
+  return RunPasskeyItems(url, GeneratePasskeyItems(settings), settings.max_tokens, options,
+                         progress);
+}
+
+CheckRun RunPasskeyItems(const std::string& url, const std::vector<PasskeyItem>& items,
+                         int max_tokens, const ClientOptions& options,
+                         const CheckProgress& progress) {
+  if (items.empty()) throw InvalidSetting("items", "the passkey set is empty");
+  if (max_tokens < 1) {
+    throw InvalidSetting("max_tokens", "must be ≥ 1, got " + std::to_string(max_tokens));
+  }
   std::vector<CompletionRequest> requests;
   requests.reserve(items.size());
   for (const PasskeyItem& item : items) {
-    requests.push_back(CompletionRequest{item.prompt, settings.max_tokens, {}});
+    requests.push_back(CompletionRequest{item.prompt, max_tokens, {}});
   }
   return Run("passkey", url, items, requests, options, progress, ScorePasskeyItem);
 }

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "jsonl_items.h"
 #include "kvgate/checks/errors.h"
 #include "kvgate/checks/f1.h"
 #include "kvgate/checks/qa_set.h"
@@ -104,29 +105,11 @@ QaItem ParseLine(const std::string& text, const std::string& source, int64_t lin
 }  // namespace
 
 std::vector<QaItem> ParseQaJsonl(std::istream& input, const std::string& source) {
-  std::vector<QaItem> items;
-  std::set<std::string> ids;
-  std::string text;
-  int64_t line = 0;
-  while (std::getline(input, text)) {
-    ++line;
-    if (!text.empty() && text.back() == '\r') text.pop_back();
-    if (text.find_first_not_of(" \t") == std::string::npos) continue;
-    QaItem item = ParseLine(text, source, line);
-    if (!ids.insert(item.id).second) {
-      throw DatasetError(source, line, "id: '" + item.id + "' appears on an earlier line too");
-    }
-    items.push_back(std::move(item));
-  }
-  if (input.bad()) throw DatasetError(source, line, "read error");
-  if (items.empty()) throw DatasetError(source, 0, "no items (the file is empty)");
-  return items;
+  return internal::ParseJsonlItems<QaItem>(input, source, ParseLine);
 }
 
 std::vector<QaItem> LoadQaJsonl(const std::filesystem::path& path) {
-  std::ifstream input(path, std::ios::binary);
-  if (!input) throw DatasetError(path.string(), 0, "cannot open the file");
-  return ParseQaJsonl(input, path.string());
+  return internal::LoadJsonlItems<QaItem>(path, ParseLine);
 }
 
 }  // namespace kvgate::checks

@@ -1,5 +1,6 @@
 #include "http_target.h"
 
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 
@@ -24,6 +25,10 @@ std::string RenderBody(const std::string& model, const RequestSpec& spec,
                          {"temperature", settings.temperature},
                          {"stream", settings.stream},
                          {"ignore_eos", settings.ignore_eos}};
+  if (settings.min_tokens > 0) {
+    body["min_tokens"] = std::min(settings.min_tokens, spec.max_tokens);
+    body["ignore_eos"] = true;
+  }
   if (endpoint == http::Endpoint::kChat) {
     body["messages"] = {{{"role", "user"}, {"content", spec.prompt}}};
   } else {

@@ -15,7 +15,8 @@ namespace kvgate::loadgen::internal {
 // Target::url parsed; throws TargetError naming what is wrong.
 http::Url ParseTargetUrl(const Target& target);
 
-// The JSON body of one request (OpenAI API with vLLM's ignore_eos extension): for completions
+// The JSON body of one request (OpenAI API with vLLM's ignore_eos and, when settings.min_tokens
+// is set, min_tokens extensions): for completions
 // {"prompt": ...}, for chat {"messages": [{"role": "user", "content": ...}]}.
 std::string RenderBody(const std::string& model, const RequestSpec& spec,
                        const LoadSettings& settings, http::Endpoint endpoint);

@@ -53,7 +53,12 @@ std::string FormatSummary(const LoadResult& result) {
   Row(out, "Model:", result.model);
   Row(out, "Endpoint:", result.endpoint);
   Row(out, "Connection:", result.connection);
+  if (!result.workload_source.path.empty()) {
+    Row(out, "Workload:", result.workload_source.kind + " " + result.workload_source.path +
+                              " (sha256 " + result.workload_source.sha256.substr(0, 16) + "...)");
+  }
   Row(out, "Input lengths:", result.input_lengths);
+  Row(out, "Output lengths:", result.output_lengths);
   if (result.tls_verification_off) {
     out << "WARNING: TLS certificate verification was OFF (--insecure): the server's identity "
            "was not checked\n";
@@ -222,6 +227,10 @@ nlohmann::json SettingsToJson(const LoadSettings& s) {
             {"passkey_lengths", s.workload.passkey_lengths},
             {"passkey_depths", s.workload.passkey_depths},
             {"prompt_file", s.workload.prompt_file},
+            {"dataset", s.workload.dataset},
+            {"trace", s.workload.trace},
+            {"time_scale", s.workload.time_scale},
+            {"trace_block_tokens", s.workload.trace_block_tokens},
             {"distinct_prompts", s.workload.distinct_prompts}}},
           {"slo",
            {{"ttft_ms", opt(s.slo.ttft_ms)},
@@ -234,6 +243,7 @@ nlohmann::json SettingsToJson(const LoadSettings& s) {
           {"stream", s.stream},
           {"temperature", s.temperature},
           {"ignore_eos", s.ignore_eos},
+          {"min_tokens", s.min_tokens},
           {"extra_body", s.extra_body},
           {"max_connections", s.max_connections},
           {"spin_us", s.spin_us},
@@ -248,6 +258,12 @@ nlohmann::json LoadResultToJson(const LoadResult& result, bool with_records) {
                       {"tls_verification_off", result.tls_verification_off},
                       {"input_lengths", result.input_lengths},
                       {"input_tokens_exact", result.input_tokens_exact},
+                      {"output_lengths", result.output_lengths},
+                      {"output_tokens_exact", result.output_tokens_exact},
+                      {"workload_source",
+                       {{"kind", result.workload_source.kind},
+                        {"path", result.workload_source.path},
+                        {"sha256", result.workload_source.sha256}}},
                       {"start_unix_ms", result.start_unix_ms},
                       {"start_steady_ns", result.start_steady_ns},
                       {"settings", SettingsToJson(result.settings)},

@@ -283,6 +283,16 @@ Workload Workload::Create(const WorkloadSettings& settings, uint64_t seed) {
   return workload;
 }
 
+Workload Workload::FromEntries(const WorkloadSettings& settings, uint64_t seed,
+                               std::vector<FileEntry> entries) {
+  if (entries.empty()) throw std::invalid_argument("Workload::FromEntries: no entries");
+  Workload workload;
+  workload.settings_ = settings;
+  workload.seed_ = seed;
+  workload.file_ = std::make_shared<const std::vector<FileEntry>>(std::move(entries));
+  return workload;
+}
+
 RequestSpec Workload::At(int64_t index) const {
   if (index < 0) throw std::invalid_argument("Workload::At: index must be >= 0");
   const uint64_t slot = static_cast<uint64_t>(
@@ -307,7 +317,9 @@ RequestSpec Workload::At(int64_t index) const {
       spec.prompt = PasskeyPrompt(length, depth, spec.passkey);
       break;
     }
-    case WorkloadKind::kPromptFile: {
+    case WorkloadKind::kPromptFile:
+    case WorkloadKind::kShareGpt:
+    case WorkloadKind::kTrace: {
       const FileEntry& entry = (*file_)[slot % file_->size()];
       spec.prompt = entry.prompt;
       if (entry.max_tokens > 0) spec.max_tokens = entry.max_tokens;

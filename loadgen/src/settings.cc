@@ -126,7 +126,25 @@ void ValidateSettings(const LoadSettings& s) {
   if (s.workload.kind == WorkloadKind::kPromptFile && s.workload.prompt_file.empty()) {
     throw SettingsError("prompts", "the prompt-file workload needs a JSONL file");
   }
+  if (s.workload.kind == WorkloadKind::kTrace) {
+    if (s.workload.trace.empty()) throw SettingsError("trace", "the trace workload needs a file");
+    if (s.mode != LoadMode::kOpenLoop) {
+      throw SettingsError("concurrency", "the trace workload sends at the trace's timestamps "
+                                         "(open loop); it cannot run as a closed loop");
+    }
+    if (!(s.workload.time_scale > 0) || !std::isfinite(s.workload.time_scale)) {
+      throw SettingsError("time-scale", "must be > 0");
+    }
+    if (s.workload.trace_block_tokens < 1) throw SettingsError("trace-block", "must be >= 1");
+    if (s.workload.distinct_prompts > 0) {
+      throw SettingsError("distinct-prompts", "the trace says which prompts repeat");
+    }
+  }
+  if (s.workload.kind == WorkloadKind::kShareGpt && s.workload.dataset.empty()) {
+    throw SettingsError("dataset", "the sharegpt workload needs a ShareGPT JSON file");
+  }
   if (s.workload.distinct_prompts < 0) throw SettingsError("distinct-prompts", "must be >= 0");
+  if (s.min_tokens < 0) throw SettingsError("min-tokens", "must be >= 0");
   if (s.workload.input_unit == InputUnit::kTokens && s.workload.kind != WorkloadKind::kSynthetic) {
     throw SettingsError("input-unit", "tokens sizes the synthetic workload's prompts only");
   }
@@ -211,6 +229,10 @@ std::string_view WorkloadName(WorkloadKind kind) {
       return "passkey";
     case WorkloadKind::kPromptFile:
       return "file";
+    case WorkloadKind::kShareGpt:
+      return "sharegpt";
+    case WorkloadKind::kTrace:
+      return "trace";
   }
   return "?";
 }
@@ -230,8 +252,10 @@ WorkloadKind ParseWorkload(std::string_view name) {
   if (name == "synthetic") return WorkloadKind::kSynthetic;
   if (name == "passkey") return WorkloadKind::kPasskey;
   if (name == "file") return WorkloadKind::kPromptFile;
-  throw SettingsError(
-      "workload", "unknown workload '" + std::string(name) + "' (known: synthetic, passkey, file)");
+  if (name == "sharegpt") return WorkloadKind::kShareGpt;
+  if (name == "trace") return WorkloadKind::kTrace;
+  throw SettingsError("workload", "unknown workload '" + std::string(name) +
+                                      "' (known: synthetic, passkey, file, sharegpt, trace)");
 }
 
 }  // namespace kvgate::loadgen

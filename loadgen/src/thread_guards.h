@@ -1,6 +1,6 @@
 // Internal to loadgen: what the generator's thread changes about itself for the duration of a
 // run, restored on scope exit (RAII): its timer slack (Linux's default 50 us would dominate the
-// send lag) and, when asked, SCHED_FIFO. Kept apart from run_load.cc's exchange and scheduler.
+// send lag) and, when asked, SCHED_FIFO. Kept apart from the exchange and the scheduler.
 #pragma once
 
 #ifdef __linux__

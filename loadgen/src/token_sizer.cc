@@ -22,9 +22,13 @@ TokenSizer::TokenSizer(const http::Url& url, const Target& target, std::string m
       tls_(url, target.client),
       connection_(url, tls_, kTimeout, kTimeout, uint64_t{64} << 20) {}
 
-std::optional<int64_t> TokenSizer::TryCount(const std::string& text, std::string* error) {
+std::optional<int64_t> TokenSizer::TryCount(const std::string& text, bool bare,
+                                            std::string* error) {
   nlohmann::json body = {{"model", model_}};
-  if (target_.endpoint == http::Endpoint::kChat) {
+  if (bare) {
+    body["prompt"] = text;
+    body["add_special_tokens"] = false;
+  } else if (target_.endpoint == http::Endpoint::kChat) {
     body["messages"] = {{{"role", "user"}, {"content", text}}};
   } else {
     body["prompt"] = text;
@@ -58,14 +62,21 @@ std::optional<int64_t> TokenSizer::TryCount(const std::string& text, std::string
 bool TokenSizer::Available() {
   if (!available_) {
     std::string error;
-    available_ = TryCount("kvgate", &error).has_value();
+    available_ = TryCount("kvgate", /*bare=*/false, &error).has_value();
   }
   return *available_;
 }
 
 int64_t TokenSizer::Count(const std::string& text) {
   std::string error;
-  std::optional<int64_t> count = TryCount(text, &error);
+  std::optional<int64_t> count = TryCount(text, /*bare=*/false, &error);
+  if (!count) throw TargetError("POST " + url_.Join("/tokenize") + ": " + error);
+  return *count;
+}
+
+int64_t TokenSizer::CountText(const std::string& text) {
+  std::string error;
+  std::optional<int64_t> count = TryCount(text, /*bare=*/true, &error);
   if (!count) throw TargetError("POST " + url_.Join("/tokenize") + ": " + error);
   return *count;
 }

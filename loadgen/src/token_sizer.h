@@ -29,6 +29,9 @@ class TokenSizer {
   bool Available();
   // The token count of `text` sent as a prompt; throws TargetError when /tokenize fails.
   int64_t Count(const std::string& text);
+  // The token count of `text` alone: no chat template, no BOS ({"prompt": text,
+  // "add_special_tokens": false}), e.g. the length of a reply; throws TargetError.
+  int64_t CountText(const std::string& text);
 
   struct Fitted {
     std::string text;
@@ -40,7 +43,7 @@ class TokenSizer {
   int64_t calls() const { return calls_; }
 
  private:
-  std::optional<int64_t> TryCount(const std::string& text, std::string* error);
+  std::optional<int64_t> TryCount(const std::string& text, bool bare, std::string* error);
 
   const http::Url& url_;
   const Target& target_;

@@ -81,7 +81,9 @@ json ToJson(const LoadRunRow& load_run) {
           {"invalid_reason", m.invalid_reason},
           {"settings", m.settings},
           {"summary", m.summary},
-          {"request_count", load_run.request_count}};
+          {"request_count", load_run.request_count},
+          {"workload_source",
+           {{"kind", m.workload_kind}, {"path", m.workload_path}, {"sha256", m.workload_sha256}}}};
 }
 
 json ToJson(const loadgen::RequestRecord& r) { return loadgen::RecordToJson(r); }
@@ -142,6 +144,9 @@ LoadRunMeta LoadRunMetaOf(const loadgen::LoadResult& result, std::string label,
   meta.settings["tls_verification_off"] = result.tls_verification_off;
   meta.summary = loadgen::SummaryToJson(result.summary);
   meta.summary["validity"] = loadgen::ValidityToJson(result.validity);
+  meta.workload_kind = result.workload_source.kind;
+  meta.workload_path = result.workload_source.path;
+  meta.workload_sha256 = result.workload_source.sha256;
   return meta;
 }
 

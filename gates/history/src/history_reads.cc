@@ -83,7 +83,8 @@ std::vector<LoadRunRow> HistoryDb::LoadRuns(int64_t run_id) {
   sqlite::Statement stmt(
       impl_->connection,
       "SELECT id, run_id, label, pair_index, arrival, offered_rate, seed, duration_s, valid, "
-      "invalid_reason, settings_json, summary_json, request_count FROM load_runs "
+      "invalid_reason, settings_json, summary_json, request_count, workload_kind, "
+      "workload_path, workload_sha256 FROM load_runs "
       "WHERE run_id = ? ORDER BY id",
       "read load runs");
   stmt.Bind(1, run_id);
@@ -104,6 +105,9 @@ std::vector<LoadRunRow> HistoryDb::LoadRuns(int64_t run_id) {
     row.meta.settings = ParseJson(stmt.Text(10), path(), where + " settings_json");
     row.meta.summary = ParseJson(stmt.Text(11), path(), where + " summary_json");
     row.request_count = stmt.Int(12);
+    row.meta.workload_kind = stmt.Text(13);
+    row.meta.workload_path = stmt.Text(14);
+    row.meta.workload_sha256 = stmt.Text(15);
     rows.push_back(std::move(row));
   }
   return rows;

@@ -45,8 +45,9 @@ int64_t HistoryDb::AddLoadRun(int64_t run_id, const LoadRunMeta& meta,
   sqlite::Statement run_stmt(
       c,
       "INSERT INTO load_runs (run_id, label, pair_index, arrival, offered_rate, seed, duration_s, "
-      "valid, invalid_reason, settings_json, summary_json, request_count) "
-      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      "valid, invalid_reason, settings_json, summary_json, request_count, workload_kind, "
+      "workload_path, workload_sha256) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
       "insert load run");
   run_stmt.Bind(1, run_id)
       .Bind(2, meta.label)
@@ -59,7 +60,10 @@ int64_t HistoryDb::AddLoadRun(int64_t run_id, const LoadRunMeta& meta,
       .Bind(9, meta.invalid_reason)
       .Bind(10, Dump(meta.settings))
       .Bind(11, Dump(meta.summary))
-      .Bind(12, static_cast<int64_t>(records.size()));
+      .Bind(12, static_cast<int64_t>(records.size()))
+      .Bind(13, meta.workload_kind)
+      .Bind(14, meta.workload_path)
+      .Bind(15, meta.workload_sha256);
   run_stmt.Run();
   const int64_t load_run_id = sqlite3_last_insert_rowid(c.handle());
 

@@ -120,8 +120,18 @@ CREATE TABLE check_results (
 );
 )sql";
 
+// Version 2: where a load run's requests came from (loadgen::WorkloadSource); '' for runs
+// recorded before it and for generated workloads' path and digest.
+constexpr const char* kVersion2 = R"sql(
+ALTER TABLE load_runs ADD COLUMN workload_kind TEXT NOT NULL DEFAULT '';
+ALTER TABLE load_runs ADD COLUMN workload_path TEXT NOT NULL DEFAULT '';
+ALTER TABLE load_runs ADD COLUMN workload_sha256 TEXT NOT NULL DEFAULT ''
+  CHECK (workload_sha256 = '' OR length(workload_sha256) = 64);
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, kVersion1},
+    {2, kVersion2},
 };
 
 }  // namespace

@@ -43,6 +43,10 @@ using CheckProgress = std::function<void(size_t done, size_t total)>;
 
 CheckRun RunPasskeyCheck(const std::string& url, const PasskeySettings& settings,
                          const ClientOptions& options, const CheckProgress& progress = {});
+// Given items (a user's set, LoadPasskeyJsonl), each prompt sent as it is, `max_tokens` each.
+CheckRun RunPasskeyItems(const std::string& url, const std::vector<PasskeyItem>& items,
+                         int max_tokens, const ClientOptions& options,
+                         const CheckProgress& progress = {});
 
 // `max_tokens` is the completion budget per item (QaSetSettings::max_tokens for generated sets).
 CheckRun RunQaCheck(const std::string& url, const std::vector<QaItem>& items, int max_tokens,

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
+#include <istream>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -75,5 +77,13 @@ std::optional<std::string> PasskeyAnswer(std::string_view output);
 
 // True iff PasskeyAnswer(output) equals `key` as an integer (leading zeros ignored).
 bool PasskeyCorrect(std::string_view output, std::string_view key);
+
+// A user's passkey set (`kvgate check passkey --dataset FILE`), JSONL, one item a line:
+// {"id": string or integer, "prompt": string, "key": digits (string or integer), "subset"?:
+// string}. The prompt is sent as given and scored like a generated item (PasskeyCorrect).
+// Throws DatasetError "FILE:LINE: field: what is wrong" on the first bad line, on a repeated
+// id and on an empty file.
+std::vector<PasskeyItem> ParsePasskeyJsonl(std::istream& input, const std::string& source);
+std::vector<PasskeyItem> LoadPasskeyJsonl(const std::filesystem::path& path);
 
 }  // namespace kvgate::checks

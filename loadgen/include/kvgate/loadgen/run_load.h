@@ -63,6 +63,15 @@ struct LiveCounters {
 // How soon a run notices its stop flag.
 inline constexpr std::chrono::milliseconds kStopLatency{50};
 
+// Where a run's requests came from: the workload kind and, for a file (prompt file, ShareGPT,
+// trace), its path and the SHA-256 of its bytes when the run started, so two runs can be shown
+// to have replayed the same data.
+struct WorkloadSource {
+  std::string kind;    // WorkloadName(): "synthetic", "passkey", "file", "sharegpt", "trace"
+  std::string path;    // "" for generated workloads
+  std::string sha256;  // lower-case hex; "" for generated workloads
+};
+
 struct LoadResult {
   LoadSettings settings;  // as run: bounds resolved (requests set when the default applied)
   std::string url;       // redacted
@@ -77,6 +86,11 @@ struct LoadResult {
   // has no POST /tokenize" when tokens were asked for and could not be had.
   std::string input_lengths = "words (approximate)";
   bool input_tokens_exact = false;
+  WorkloadSource workload_source;
+  // Whether the outputs had the asked-for length: "exact for 98/100 completed requests
+  // (usage.completion_tokens == max_tokens)"; "unknown: ..." when no completed request had usage.
+  std::string output_lengths;
+  bool output_tokens_exact = false;  // every completed request with usage had exactly max_tokens
   int64_t start_unix_ms = 0;  // wall-clock time of the schedule's time zero
   // The same instant on std::chrono::steady_clock (ns since its epoch), to line records up with
   // other timestamps taken in this process or on this machine's monotonic clock.

@@ -50,17 +50,21 @@ class Workload {
  public:
   static Workload Create(const WorkloadSettings& settings, uint64_t seed);
 
-  // The request of schedule slot `index` (>= 0); deterministic.
-  RequestSpec At(int64_t index) const;
-
-  // Number of distinct prompts of a prompt file (0 for generated workloads).
-  size_t file_lines() const { return file_ ? file_->size() : 0; }
-
-  // One line of a prompt file.
+  // One line of a prompt file, or one request of a dataset chosen before the run.
   struct FileEntry {
     nlohmann::json prompt;
     int max_tokens = 0;  // 0 = not given; drawn from settings.output
   };
+  // A workload whose requests were chosen before the run (ShareGPT: they depend on the server's
+  // tokenizer): slot i uses entries[i % entries.size()]; `entries` must not be empty.
+  static Workload FromEntries(const WorkloadSettings& settings, uint64_t seed,
+                              std::vector<FileEntry> entries);
+
+  // The request of schedule slot `index` (>= 0); deterministic.
+  RequestSpec At(int64_t index) const;
+
+  // Number of distinct prompts of a prompt file or chosen dataset (0 for generated workloads).
+  size_t file_lines() const { return file_ ? file_->size() : 0; }
 
  private:
   WorkloadSettings settings_;

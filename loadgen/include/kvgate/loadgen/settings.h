@@ -59,6 +59,8 @@ enum class WorkloadKind {
   kSynthetic,   // seeded text of words drawn from a fixed vocabulary, lengths from `input`
   kPasskey,     // docs/definitions.md's passkey template at the given lengths and depths
   kPromptFile,  // JSONL: {"prompt": string or [token ids], "max_tokens": int (optional)}
+  kShareGpt,    // ShareGPT conversations (datasets.h): first human turn, its gpt reply's length
+  kTrace,       // Mooncake JSONL trace (datasets.h): sent at its timestamps, shared prefix blocks
 };
 
 // What a synthetic prompt's length counts.
@@ -83,6 +85,18 @@ struct WorkloadSettings {
   std::vector<double> passkey_depths = {0.0, 0.25, 0.5, 0.75, 1.0};
   // Prompt file (JSONL); request i uses line i % lines.
   std::string prompt_file;
+  // ShareGPT JSON (kShareGpt): the first human turn of a conversation is the prompt and the
+  // token count of the gpt reply that follows is max_tokens (vLLM `bench serve`'s rule, with its
+  // pruning, kvgate/loadgen/datasets.h); pairs picked in a seeded order. Counts come from the
+  // server's POST /tokenize, else from ApproximateTokens (the result says which).
+  std::string dataset;
+  // Mooncake trace (kTrace, open loop only): request k is line k, sent at (timestamp_k -
+  // timestamp_0) / time_scale, with output_length as max_tokens and a prompt of input_length
+  // vocabulary words built from blocks of trace_block_tokens words, one block per hash id, so
+  // equal hash ids are equal text (TracePrompt). The whole trace unless requests/duration cut it.
+  std::string trace;
+  double time_scale = 1.0;      // > 1 replays faster
+  int trace_block_tokens = 512;  // Mooncake's block size
   // 0: every request has its own prompt. K > 0: request i reuses prompt i % K (bounds memory
   // for long prompts; note that a server with prefix caching then sees repeats).
   int64_t distinct_prompts = 0;
@@ -143,6 +157,10 @@ struct LoadSettings {
   bool stream = true;        // SSE streaming; false measures TTFT = E2E
   double temperature = 0.0;  // 0 = greedy
   bool ignore_eos = true;    // so A and B generate the same number of tokens
+  // > 0: every request also carries vLLM's `min_tokens` (min(min_tokens, its max_tokens)) and
+  // `ignore_eos: true`, for servers that stop early without it; LoadResult::output_lengths says
+  // whether the outputs then had exactly max_tokens tokens. 0 = not sent.
+  int min_tokens = 0;
   // Merged into every request body last (top-level keys), e.g. {"readkv": {"read_bits": 4}}
   // for a ReadKV candidate; null or an object.
   nlohmann::json extra_body;

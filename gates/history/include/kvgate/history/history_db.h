@@ -100,6 +100,10 @@ struct LoadRunMeta {
   std::string invalid_reason;          // required (non-empty) when !valid
   nlohmann::json settings = nlohmann::json::object();  // the load settings as used
   nlohmann::json summary = nlohmann::json::object();   // the generator's summary of the run
+  // Where the requests came from (loadgen::WorkloadSource; schema version 2, "" before it).
+  std::string workload_kind;
+  std::string workload_path;
+  std::string workload_sha256;  // 64 hex digits or ""
 };
 
 struct LoadRunRow {
