@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "kvgate/command.h"
+#include "kvgate/serve_binary.h"
 #include "kvgate/default_policy.h"
 #include "kvgate/policy/policy.h"
 #include "kvgate/secrets/redact.h"
@@ -29,12 +30,6 @@ struct RunFlags {
   int metrics_port = -1;    // < 0: no live metrics
   std::string pushgateway;  // empty: no push
 };
-
-std::string SelfPath() {
-  std::error_code error;
-  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
-  return error ? std::string("kvgate") : self.string();
-}
 
 int Run(const RunFlags& flags) {
   policy::Policy policy;
