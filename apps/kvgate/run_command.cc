@@ -36,6 +36,7 @@ int Run(const RunFlags& flags) {
   try {
     policy = flags.policy.empty() ? policy::ParsePolicy(kDefaultPolicyToml, "<built-in default.toml>")
                                   : policy::LoadPolicyFile(flags.policy);
+    policy::RefuseRetiredKeys(policy);
   } catch (const policy::PolicyError& e) {
     std::cerr << "error: bad policy: " << secrets::RedactText(e.what()) << "\n";
     return 3;

@@ -9,8 +9,8 @@
 //     recorded so far intact in the history (quality items, the finished load run, the cut one
 //     with a record per scheduled request) and its other server stopped.
 //  3. torn cache: a server with `--cache-dir` writes prefix-cache objects; one is truncated (what
-//     a crash mid-write leaves); a restarted server must count it as
-//     readkv_cache_rejections_total{reason="corrupt"} and answer exactly as a fresh server does.
+//     a crash mid-write leaves); a restarted server must count it as a cache rejection with
+//     reason="corrupt" (kCacheRejectionsSeries) and answer exactly as a fresh server does.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,6 +34,7 @@
 #include "kvgate/loadgen/run_load.h"
 #include "kvgate/suite/server_process.h"
 #include "raw_sqlite.h"
+#include "reference_server.h"
 #include "tiny_policy.h"
 
 namespace kvgate::failure_tests {
@@ -419,7 +420,7 @@ json TornCache(const ScenarioContext& context, Findings& findings) {
   const std::string prompt = PasskeyPrompt();
   const std::string log = (fs::path(context.work_dir) / "cache-server.log").string();
   const std::map<std::string, std::string> corrupt = {{"reason", "corrupt"}};
-  const std::string rejections = "readkv_cache_rejections_total";
+  const std::string rejections = kCacheRejectionsSeries;
 
   std::string first;
   pid_t writer_pid = 0;

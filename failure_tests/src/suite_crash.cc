@@ -19,8 +19,10 @@
 #include <vector>
 
 #include "child_process.h"
+#include "kvgate/checks/ledgers.h"
 #include "kvgate/failure_tests/scenario.h"
 #include "kvgate/history/history_db.h"
+#include "kvgate/policy/policy.h"
 #include "raw_sqlite.h"
 #include "tiny_policy.h"
 
@@ -74,7 +76,10 @@ int64_t SeedCompletedRun(const std::string& path) {
   db.AddLoadRun(run, meta, records);
   db.AddGateResults(run, std::vector<history::GateResult>{
                              {"passkey", "PASS", 1.0, 1.0, std::nullopt, std::nullopt, "", {}}});
-  db.AddLedgers(run, std::vector<history::Ledger>{{"baseline", "readkv_capacity_bytes", 1024.0}});
+  // One ledger row as a run stores it: <ledger prefix><series>, the default prefix.
+  const std::string series =
+      policy::ServerSpec().ledger_prefix + std::string(checks::kLedgerSeries[0]);
+  db.AddLedgers(run, std::vector<history::Ledger>{{"baseline", series, 1024.0}});
   db.FinishRun(run, history::RunStatus::kComplete, "GO", 0);
   return run;
 }
