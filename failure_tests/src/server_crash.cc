@@ -102,6 +102,21 @@ std::string PasskeyPrompt() {
 
 // --- part 1: SIGKILL in the middle of a load run -------------------------------------------
 
+// Four equal closed-loop streams at a time, sixteen in all: short prompts, longer outputs, so the
+// waves are mostly decoding and mid-wave means mid-stream.
+loadgen::LoadSettings CrashLoadSettings() {
+  loadgen::LoadSettings settings;
+  settings.mode = loadgen::LoadMode::kClosedLoop;
+  settings.concurrency = 4;
+  settings.requests = 16;
+  settings.request_timeout_s = 30;
+  settings.seed = 4;
+  settings.spin_us = 0;  // a closed loop has no send times to hit; do not burn a shared core
+  settings.workload.input = {loadgen::LengthDistributionKind::kConstant, 8, 0.0, 1 << 20};
+  settings.workload.output = {loadgen::LengthDistributionKind::kConstant, 40, 0.0, 1 << 20};
+  return settings;
+}
+
 json LoadCrash(const ScenarioContext& context, Findings& findings) {
   json evidence;
   const std::vector<std::string> argv = ServeCommand(context, {"--kv", "fp8", "--max-batch", "4"});
@@ -110,16 +125,7 @@ json LoadCrash(const ScenarioContext& context, Findings& findings) {
   auto server = std::make_unique<suite::ServerProcess>(argv, kStartupTimeout, log);
   const std::string before = Complete(server->url(), prompt, 12);
 
-  loadgen::LoadSettings settings;
-  settings.mode = loadgen::LoadMode::kClosedLoop;
-  settings.concurrency = 4;
-  settings.requests = 16;
-  settings.request_timeout_s = 30;
-  settings.seed = 4;
-  settings.spin_us = 0;  // a closed loop has no send times to hit; do not burn a shared core
-  // Short prompts, longer outputs: the waves are mostly decoding, so mid-wave means mid-stream.
-  settings.workload.input = {loadgen::LengthDistributionKind::kConstant, 8, 0.0, 1 << 20};
-  settings.workload.output = {loadgen::LengthDistributionKind::kConstant, 40, 0.0, 1 << 20};
+  const loadgen::LoadSettings settings = CrashLoadSettings();
   loadgen::LiveCounters counters;
   const loadgen::Target target{server->url()};
   std::future<loadgen::LoadResult> load =
