@@ -38,7 +38,7 @@ fi
 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVGATE_BUILD_BENCHMARKS=OFF \
   -DKVGATE_WERROR=ON -DKVGATE_GIT_COMMIT="${COMMIT:-unknown}" > "$L/configure.log" 2>&1 \
   || { tail -30 "$L/configure.log"; exit 1; }
-cmake --build "$B" -j"$(nproc)" --target kvgate readkv_model_test > "$L/build.log" 2>&1 \
+cmake --build "$B" -j"$(nproc)" --target kvgate kvgate-serve readkv_model_test > "$L/build.log" 2>&1 \
   || { grep -B2 -A10 "error" "$L/build.log" | head -60; exit 1; }
 echo "build: $(elapsed)" | tee -a "$S"
 "$B/readkv/model/readkv_model_test" --gtest_filter='*Gpu*' > "$L/gpu_tests.log" 2>&1

@@ -86,7 +86,7 @@ if [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
   done
 fi
 targets=(readkv_cuda_test)
-[[ "${KERNELS_ONLY:-0}" == 1 ]] || targets+=(kvgate)
+[[ "${KERNELS_ONLY:-0}" == 1 ]] || targets+=(kvgate kvgate-serve)
 cmake --build "$B" -j"$(nproc)" --target "${targets[@]}" > "$LOGS/build.log" 2>&1 ||
   { grep -B2 -A12 "error" "$LOGS/build.log" | head -150; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"

@@ -22,7 +22,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVGATE_BUILD_BENCHMARKS=OFF \
   -DKVGATE_WERROR=ON -DKVGATE_GIT_COMMIT="${COMMIT:-unknown}" > "$WORK/configure.log" 2>&1 \
   || { tail -40 "$WORK/configure.log"; exit 1; }
-cmake --build "$B" -j"$(nproc)" --target kvgate readkv_model_test > "$WORK/build.log" 2>&1 \
+cmake --build "$B" -j"$(nproc)" --target kvgate kvgate-serve readkv_model_test > "$WORK/build.log" 2>&1 \
   || { grep -A8 "error" "$WORK/build.log" | head -80; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
 # The CUDA KV backends the servers will use, against the CPU codec first.

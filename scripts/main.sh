@@ -7,16 +7,17 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/deps.sh"
-# Only what the main job runs: the kvgate binary, without the tests and benchmarks (the tests'
-# command builds those), and without the CUDA kernels where no GPU is (they are ~5 of its ~15
-# CPU-minutes and the main job runs on the CPU there). A CPU build gets its own folder so that it
-# never reconfigures the tests' CUDA build in build/.
+# Only what the main job runs: kvgate and kvgate-serve (the default policy serves the built-in
+# model: `kvgate serve` runs kvgate-serve), without the tests and benchmarks (the tests' command
+# builds those), and without the CUDA kernels where no GPU is (they are ~5 of its ~15 CPU-minutes
+# and the main job runs on the CPU there). A CPU build gets its own folder so that it never
+# reconfigures the tests' CUDA build in build/.
 if nvidia-smi -L >/dev/null 2>&1; then
   cuda=ON build=${KVGATE_BUILD_DIR:-$root/build}
 else
   cuda=OFF build=${KVGATE_BUILD_DIR:-$root/build-cpu}
 fi
-KVGATE_BUILD_DIR=$build KVGATE_TARGETS=kvgate "$root/scripts/build.sh" \
+KVGATE_BUILD_DIR=$build KVGATE_TARGETS="kvgate kvgate-serve" "$root/scripts/build.sh" \
   -DKVGATE_ENABLE_CUDA=$cuda -DKVGATE_BUILD_TESTS=OFF -DKVGATE_BUILD_BENCHMARKS=OFF
 kvgate="$build/apps/kvgate"
 "$kvgate" --version

@@ -8,8 +8,9 @@
 # kvgate_report_test (gates), kvgate_loadgen_test (loadgen), kvgate_checks_test (checks),
 # kvgate_filesystem_test and the RemoveTreeGuard.* checks (filesystem).
 # Not covered: readkv_model_test, readkv_server_test, readkv_server_overload_test,
-# kvgate_serve_test, openai_client_test and the KvgateCli.* tests, because they link libtorch
-# (the model runtime, or the kvgate binary that contains it): libtorch 1.13 is not built with
+# kvgate_serve_test, openai_client_test and the KvgateCli.* / KvgateBinary.* tests, because they
+# link libtorch or run a binary (kvgate-serve, or kvgate, which links the whole framework) that
+# this build does not make: libtorch 1.13 is not built with
 # ASan, and an instrumented build of its users is impractical on 2 cores (minutes per translation
 # unit, and its static initialisers and allocator give false reports). Their torch-free parts
 # are covered elsewhere: server request parsing by fuzz/http_request, safetensors by

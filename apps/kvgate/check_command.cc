@@ -17,6 +17,7 @@
 #include "kvgate/checks/ledgers.h"
 #include "kvgate/command.h"
 #include "kvgate/connection_options.h"
+#include "kvgate/policy/policy.h"
 
 namespace kvgate {
 namespace {
@@ -235,16 +236,24 @@ void AddF1(CLI::App* check, CommandContext& context) {
 
 void AddLedgers(CLI::App* check, CommandContext& context) {
   auto* cmd = check->add_subcommand(
-      "ledgers", "Read the resource ledgers (readkv_*, vllm:*) from a server's /metrics");
+      "ledgers",
+      "Read the resource ledgers (<prefix>*, vllm:*) from a server's /metrics (docs/contract.md)");
   auto url = std::make_shared<std::string>();
+  // The policy's default, the reference server's prefix: one value for the CLI and `kvgate run`.
+  auto prefix = std::make_shared<std::string>(policy::ServerSpec().ledger_prefix);
   auto json_file = std::make_shared<std::string>();
   auto connection = std::make_shared<ConnectionArgs>();
   cmd->add_option("--url", *url, "Server base URL, e.g. http://127.0.0.1:8000")->required();
+  cmd->add_option("--ledger-prefix", *prefix,
+                  "The server's ledger series are <prefix>capacity_bytes, ... (policy: "
+                  "ledger_prefix)")
+      ->capture_default_str();
   cmd->add_option("--json", *json_file, "Also write the ledgers as JSON to FILE (- = stdout)");
   AddConnectionOptions(cmd, *connection, /*with_endpoint=*/false);
-  cmd->callback([url, json_file, connection, &context] {
+  cmd->callback([url, prefix, json_file, connection, &context] {
     const http::ClientConfig config = ClientConfigFrom(*connection);
-    checks::LedgerSnapshot s = AsUsage([&] { return checks::ScrapeLedgers(*url, config); });
+    checks::LedgerSnapshot s =
+        AsUsage([&] { return checks::ScrapeLedgers(*url, *prefix, config); });
     std::ostream& out = *json_file == "-" ? std::cerr : std::cout;
     out << "ledgers from " << s.url << "\n";
     for (const auto& [series, value] : s.values) out << "  " << series << " " << value << "\n";

@@ -6,8 +6,10 @@
 //                         [--model DIR] [--budget SECONDS] [--keep-work-dir] [--list]
 //
 // Exit status: 0 every scenario passed; 1 some failed; 2 bad arguments (e.g. an unknown name);
-// 3 the scenarios could not run (history unusable, time budget overrun).
+// 3 the scenarios could not run (no kvgate-serve beside kvgate, history unusable, time budget
+// overrun).
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -17,11 +19,11 @@
 #include <vector>
 
 #include "kvgate/command.h"
+#include "kvgate/serve_binary.h"
 #include "kvgate/failure_tests/runner.h"
 #include "kvgate/failure_tests/scenario.h"
 #include "kvgate/history/history_db.h"
 #include "kvgate/version.h"
-#include "readkv/model/runtime.h"
 
 namespace kvgate {
 namespace {
@@ -37,10 +39,13 @@ struct FailureOptions {
   bool list = false;
 };
 
-std::string SelfPath() {
-  std::error_code error;
-  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
-  return error ? std::string("kvgate") : self.string();
+// The reference server's built-in model, as `kvgate serve` finds it (readkv::model::
+// DefaultModelDirectory, which kvgate does not link): $KVGATE_MODEL_DIR, else the source tree's.
+std::string DefaultModelDirectory() {
+  if (const char* env = std::getenv("KVGATE_MODEL_DIR"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  return KVGATE_DEFAULT_MODEL_DIR;
 }
 
 int RunFailures(const FailureOptions& o) {
@@ -59,9 +64,14 @@ int RunFailures(const FailureOptions& o) {
   if (o.threads < 1) throw UsageError("--threads must be >= 1, got " + std::to_string(o.threads));
   if (!(o.budget_s > 0)) throw UsageError("--budget must be > 0 seconds");
   const std::string model_dir =
-      o.model_dir.empty() ? readkv::model::DefaultModelDirectory() : o.model_dir;
+      o.model_dir.empty() ? DefaultModelDirectory() : o.model_dir;
   if (!std::filesystem::is_directory(model_dir)) {
     throw UsageError("--model: '" + model_dir + "' is not a directory");
+  }
+  // Every scenario starts `kvgate serve`: without kvgate-serve none could run.
+  if (!std::filesystem::exists(ServeBinaryPath())) {
+    std::cerr << "error: " << MissingServeMessage("check failures", ServeBinaryPath()) << "\n";
+    return 3;
   }
   // Opened (and any dead run marked) before the scenarios spend minutes: a bad --db fails fast.
   history::HistoryDb db = history::HistoryDb::Open(o.db);

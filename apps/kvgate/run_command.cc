@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "kvgate/command.h"
+#include "kvgate/serve_binary.h"
 #include "kvgate/default_policy.h"
 #include "kvgate/policy/policy.h"
 #include "kvgate/secrets/redact.h"
@@ -30,17 +31,12 @@ struct RunFlags {
   std::string pushgateway;  // empty: no push
 };
 
-std::string SelfPath() {
-  std::error_code error;
-  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
-  return error ? std::string("kvgate") : self.string();
-}
-
 int Run(const RunFlags& flags) {
   policy::Policy policy;
   try {
     policy = flags.policy.empty() ? policy::ParsePolicy(kDefaultPolicyToml, "<built-in default.toml>")
                                   : policy::LoadPolicyFile(flags.policy);
+    policy::RefuseRetiredKeys(policy);
   } catch (const policy::PolicyError& e) {
     std::cerr << "error: bad policy: " << secrets::RedactText(e.what()) << "\n";
     return 3;

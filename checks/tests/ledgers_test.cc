@@ -37,8 +37,12 @@ vllm:generation_tokens_total{model_name="tiny"} 77.0
 vllm:generation_tokens_created{model_name="tiny"} 1.7e9
 )";
 
-TEST(ExtractLedgersTest, KeepsReadkvSeriesAndVllmCountersAndGauges) {
-  LedgerSnapshot s = ExtractLedgers(ParsePrometheusText(kMetrics));
+// The reference server's prefix, as a policy's default ledger_prefix names it.
+constexpr char kPrefix[] = "readkv_";
+
+TEST(ExtractLedgersTest, KeepsThePrefixedSeriesAndVllmCountersAndGauges) {
+  LedgerSnapshot s = ExtractLedgers(ParsePrometheusText(kMetrics), kPrefix);
+  EXPECT_EQ(s.prefix, kPrefix);
   EXPECT_DOUBLE_EQ(s.values.at("readkv_capacity_bytes{backend=\"readkv\"}"), 1.5e6);
   EXPECT_DOUBLE_EQ(s.values.at("readkv_capacity_bytes{backend=\"fp8\"}"), 5e5);
   EXPECT_DOUBLE_EQ(s.values.at("readkv_logical_read_bytes_total{backend=\"readkv\"}"), 123456789);
@@ -55,6 +59,33 @@ TEST(ExtractLedgersTest, KeepsReadkvSeriesAndVllmCountersAndGauges) {
   EXPECT_DOUBLE_EQ(s.Total("readkv_encode_seconds_total"), 0.0);
 }
 
+// Another server's series under its own prefix: the same ledgers, and nothing of a server whose
+// names merely look alike.
+TEST(ExtractLedgersTest, ReadsTheSeriesUnderAnotherServersPrefix) {
+  const std::string metrics = std::string(R"(# TYPE acme_kv_capacity_bytes gauge
+acme_kv_capacity_bytes{pool="a"} 100
+acme_kv_capacity_bytes{pool="b"} 20
+acme_kv_encode_seconds_total 0.5
+)") + kMetrics;
+  LedgerSnapshot s = ExtractLedgers(ParsePrometheusText(metrics), "acme_kv_");
+  EXPECT_DOUBLE_EQ(s.Total("acme_kv_capacity_bytes"), 120.0);
+  EXPECT_DOUBLE_EQ(s.Total("acme_kv_encode_seconds_total"), 0.5);
+  EXPECT_EQ(s.values.count("readkv_capacity_bytes{backend=\"readkv\"}"), 0u);
+  EXPECT_EQ(s.missing, (std::vector<std::string>{"acme_kv_logical_read_bytes_total",
+                                                  "acme_kv_physical_traffic_bytes_total",
+                                                  "acme_kv_workspace_peak_bytes"}));
+  EXPECT_EQ(s.values.size(), 3u + 3u);  // its three samples and the three vllm:* ones
+}
+
+TEST(ExtractLedgersTest, AnEmptyPrefixIsRefusedNamingIt) {
+  try {
+    ExtractLedgers(ParsePrometheusText(kMetrics), "");
+    FAIL() << "expected InvalidSetting";
+  } catch (const InvalidSetting& e) {
+    EXPECT_EQ(e.field(), "ledger prefix");
+  }
+}
+
 TEST(ScrapeLedgersTest, ReadsTheServersMetricsOverHttp) {
   ScriptedServer server([](const ScriptedRequest& request) {
     if (request.method == "GET" && request.target == "/metrics") {
@@ -62,7 +93,7 @@ TEST(ScrapeLedgersTest, ReadsTheServersMetricsOverHttp) {
     }
     return ScriptedReply{404, "{}"};
   });
-  LedgerSnapshot s = ScrapeLedgers(server.url() + "/v1");
+  LedgerSnapshot s = ScrapeLedgers(server.url() + "/v1", kPrefix);
   EXPECT_EQ(s.url, server.url() + "/metrics");
   EXPECT_DOUBLE_EQ(s.Total("readkv_physical_traffic_bytes_total"), 2.5e8);
   EXPECT_DOUBLE_EQ(s.Total("readkv_workspace_peak_bytes"), 65536);
@@ -73,7 +104,7 @@ TEST(ScrapeLedgersTest, ReportsHttpErrorsAndNonPrometheusBodiesNamingTheUrl) {
     return ScriptedReply{404, R"({"error": {"message": "no such path"}})"};
   });
   try {
-    ScrapeLedgers(missing.url());
+    ScrapeLedgers(missing.url(), kPrefix);
     FAIL() << "expected ServerError";
   } catch (const ServerError& e) {
     EXPECT_EQ(e.http_status(), 404);
@@ -83,7 +114,7 @@ TEST(ScrapeLedgersTest, ReportsHttpErrorsAndNonPrometheusBodiesNamingTheUrl) {
     return ScriptedReply{200, "<html>hello</html>", "text/html"};
   });
   try {
-    ScrapeLedgers(garbage.url());
+    ScrapeLedgers(garbage.url(), kPrefix);
     FAIL() << "expected ServerError";
   } catch (const ServerError& e) {
     EXPECT_NE(std::string(e.what()).find(garbage.url() + "/metrics: not Prometheus text"),
@@ -94,7 +125,7 @@ TEST(ScrapeLedgersTest, ReportsHttpErrorsAndNonPrometheusBodiesNamingTheUrl) {
 TEST(ScrapeLedgersTest, UnreachableServerThrowsNamingTheUrl) {
   const std::string url = "http://127.0.0.1:" + std::to_string(testing::UnusedPort());
   try {
-    ScrapeLedgers(url);
+    ScrapeLedgers(url, kPrefix);
     FAIL() << "expected ServerUnreachable";
   } catch (const ServerUnreachable& e) {
     EXPECT_EQ(std::string(e.what()).rfind("cannot reach server at " + url, 0), 0u) << e.what();

@@ -6,7 +6,7 @@
 // byte for byte (nothing destroyed), and a W = 8 server started again hits all of them
 // (alternating configurations keep their caches). The refusal path behind the name: the W = 8
 // objects copied under the W = 6 identity's names must each be refused
-// (readkv_cache_rejections_total{reason="identity_mismatch"}, the warning naming store_bits),
+// (the cache rejections counter, reason="identity_mismatch", the warning naming store_bits),
 // quarantined, never decoded, and the answers must again equal the fresh server's.
 #include <exception>
 #include <filesystem>
@@ -17,6 +17,7 @@
 #include "kvgate/failure_tests/scenario.h"
 #include "kvgate/suite/server_process.h"
 #include "prefix_cache_servers.h"
+#include "reference_server.h"
 
 namespace kvgate::failure_tests {
 namespace {
@@ -133,7 +134,8 @@ ScenarioResult RunCodebookMismatch(const ScenarioContext& context) {
                       {"log", log.ToJson()},
                       {"answers_equal", pc::FirstDifference(third, expected) < 0}};
     if (mismatches != static_cast<double>(planted) || corrupt != 0.0) {
-      return result.Done(false, "readkv_cache_rejections_total{reason=\"identity_mismatch\"} is " +
+      return result.Done(false, std::string(kCacheRejectionsSeries) +
+                                    "{reason=\"identity_mismatch\"} is " +
                                     std::to_string(mismatches) + " (corrupt " +
                                     std::to_string(corrupt) + "), expected one per planted object (" +
                                     std::to_string(planted) + ")");

@@ -16,6 +16,7 @@
 #include "kvgate/checks/completion_client.h"
 #include "kvgate/checks/prometheus_text.h"
 #include "kvgate/suite/server_process.h"
+#include "reference_server.h"
 
 namespace kvgate::failure_tests::prefix_cache {
 namespace {
@@ -124,7 +125,7 @@ std::map<std::string, double> Rejections(const std::string& url) {
       checks::ParsePrometheusText(checks::HttpGet(checks::ServerUrl::Parse(url), "/metrics"));
   std::map<std::string, double> out;
   for (const checks::MetricSample& s : metrics.samples) {
-    if (s.name != "readkv_cache_rejections_total") continue;
+    if (s.name != kCacheRejectionsSeries) continue;
     out[s.Label("reason").value_or("")] += s.value;
   }
   return out;

@@ -1,7 +1,7 @@
 // What the three prefix-cache scenarios (codebook_mismatch, model_upgrade, budget_change) share:
 // starting `kvgate serve --kv readkv [--cache-dir DIR]` children, sending them greedy completions
 // of prompts longer than one 256-token block, and reading back what they did — over HTTP
-// (/metrics: readkv_cache_rejections_total{reason}) and from their logs (the per-prompt
+// (/metrics: the cache-rejection counter, reference_server.h) and from their logs (the per-prompt
 // "prefix cache: ..." line and the refusal warnings) — plus the cache directory's files.
 // Internal to failure_tests/; HTTP only, never readkv/.
 #pragma once
@@ -44,7 +44,7 @@ std::vector<std::string> Prompts(int count, uint64_t seed);
 std::vector<std::string> Complete(const std::string& url, const std::vector<std::string>& prompts,
                                   const nlohmann::json& extra_body = nullptr, int max_tokens = 12);
 
-// readkv_cache_rejections_total by reason, from GET /metrics.
+// kCacheRejectionsSeries (reference_server.h) by reason, from GET /metrics.
 std::map<std::string, double> Rejections(const std::string& url);
 double RejectionCount(const std::map<std::string, double>& rejections, const std::string& reason);
 

@@ -9,8 +9,8 @@
 //     recorded so far intact in the history (quality items, the finished load run, the cut one
 //     with a record per scheduled request) and its other server stopped.
 //  3. torn cache: a server with `--cache-dir` writes prefix-cache objects; one is truncated (what
-//     a crash mid-write leaves); a restarted server must count it as
-//     readkv_cache_rejections_total{reason="corrupt"} and answer exactly as a fresh server does.
+//     a crash mid-write leaves); a restarted server must count it as a cache rejection with
+//     reason="corrupt" (kCacheRejectionsSeries) and answer exactly as a fresh server does.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,6 +34,7 @@
 #include "kvgate/loadgen/run_load.h"
 #include "kvgate/suite/server_process.h"
 #include "raw_sqlite.h"
+#include "reference_server.h"
 #include "tiny_policy.h"
 
 namespace kvgate::failure_tests {
@@ -101,6 +102,21 @@ std::string PasskeyPrompt() {
 
 // --- part 1: SIGKILL in the middle of a load run -------------------------------------------
 
+// Four equal closed-loop streams at a time, sixteen in all: short prompts, longer outputs, so the
+// waves are mostly decoding and mid-wave means mid-stream.
+loadgen::LoadSettings CrashLoadSettings() {
+  loadgen::LoadSettings settings;
+  settings.mode = loadgen::LoadMode::kClosedLoop;
+  settings.concurrency = 4;
+  settings.requests = 16;
+  settings.request_timeout_s = 30;
+  settings.seed = 4;
+  settings.spin_us = 0;  // a closed loop has no send times to hit; do not burn a shared core
+  settings.workload.input = {loadgen::LengthDistributionKind::kConstant, 8, 0.0, 1 << 20};
+  settings.workload.output = {loadgen::LengthDistributionKind::kConstant, 40, 0.0, 1 << 20};
+  return settings;
+}
+
 json LoadCrash(const ScenarioContext& context, Findings& findings) {
   json evidence;
   const std::vector<std::string> argv = ServeCommand(context, {"--kv", "fp8", "--max-batch", "4"});
@@ -109,16 +125,7 @@ json LoadCrash(const ScenarioContext& context, Findings& findings) {
   auto server = std::make_unique<suite::ServerProcess>(argv, kStartupTimeout, log);
   const std::string before = Complete(server->url(), prompt, 12);
 
-  loadgen::LoadSettings settings;
-  settings.mode = loadgen::LoadMode::kClosedLoop;
-  settings.concurrency = 4;
-  settings.requests = 16;
-  settings.request_timeout_s = 30;
-  settings.seed = 4;
-  settings.spin_us = 0;  // a closed loop has no send times to hit; do not burn a shared core
-  // Short prompts, longer outputs: the waves are mostly decoding, so mid-wave means mid-stream.
-  settings.workload.input = {loadgen::LengthDistributionKind::kConstant, 8, 0.0, 1 << 20};
-  settings.workload.output = {loadgen::LengthDistributionKind::kConstant, 40, 0.0, 1 << 20};
+  const loadgen::LoadSettings settings = CrashLoadSettings();
   loadgen::LiveCounters counters;
   const loadgen::Target target{server->url()};
   std::future<loadgen::LoadResult> load =
@@ -419,7 +426,7 @@ json TornCache(const ScenarioContext& context, Findings& findings) {
   const std::string prompt = PasskeyPrompt();
   const std::string log = (fs::path(context.work_dir) / "cache-server.log").string();
   const std::map<std::string, std::string> corrupt = {{"reason", "corrupt"}};
-  const std::string rejections = "readkv_cache_rejections_total";
+  const std::string rejections = kCacheRejectionsSeries;
 
   std::string first;
   pid_t writer_pid = 0;

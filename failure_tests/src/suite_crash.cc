@@ -14,13 +14,16 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "child_process.h"
+#include "kvgate/checks/ledgers.h"
 #include "kvgate/failure_tests/scenario.h"
 #include "kvgate/history/history_db.h"
+#include "kvgate/policy/policy.h"
 #include "raw_sqlite.h"
 #include "tiny_policy.h"
 
@@ -74,9 +77,37 @@ int64_t SeedCompletedRun(const std::string& path) {
   db.AddLoadRun(run, meta, records);
   db.AddGateResults(run, std::vector<history::GateResult>{
                              {"passkey", "PASS", 1.0, 1.0, std::nullopt, std::nullopt, "", {}}});
-  db.AddLedgers(run, std::vector<history::Ledger>{{"baseline", "readkv_capacity_bytes", 1024.0}});
+  // One ledger row as a run stores it: <ledger prefix><series>, the default prefix.
+  const std::string series =
+      policy::ServerSpec().ledger_prefix + std::string(checks::kLedgerSeries[0]);
+  db.AddLedgers(run, std::vector<history::Ledger>{{"baseline", series, 1024.0}});
   db.FinishRun(run, history::RunStatus::kComplete, "GO", 0);
   return run;
+}
+
+using Expect = std::function<void(bool condition, const std::string& what)>;
+
+// After the kill, before any kvgate opens the file again: the file as plain SQLite sees it.
+void CheckTheFileAsPlainSqlite(const std::string& db, const std::string& dead_run,
+                               const std::string& rows_before_kill, json& evidence,
+                               const Expect& expect) {
+  RawSqlite raw(db);
+  const std::string integrity = raw.One("PRAGMA integrity_check");
+  const std::vector<std::string> foreign = raw.Column("PRAGMA foreign_key_check");
+  const std::string status_before = raw.One("SELECT status FROM runs WHERE id = " + dead_run);
+  const std::string rows_after =
+      raw.One("SELECT count(*) FROM quality_items WHERE run_id = " + dead_run);
+  evidence.update({{"integrity_check", integrity},
+                   {"foreign_key_violations", foreign.size()},
+                   {"dead_run_status_before_next_start", status_before},
+                   {"dead_run_quality_rows_after_kill", rows_after}});
+  expect(integrity == "ok", "PRAGMA integrity_check says '" + integrity + "'");
+  expect(foreign.empty(), std::to_string(foreign.size()) + " foreign key violations");
+  expect(status_before == "running", "the killed run's status is '" + status_before +
+                                         "' before any restart, expected "
+                                         "'running' (who finished it?)");
+  expect(std::stoll(rows_after.empty() ? "0" : rows_after) >= std::stoll(rows_before_kill),
+         "the killed run had " + rows_before_kill + " committed quality rows, now " + rows_after);
 }
 
 ScenarioResult RunSuiteCrash(const ScenarioContext& context) {
@@ -184,25 +215,7 @@ ScenarioResult RunSuiteCrash(const ScenarioContext& context) {
                            " servers were still running 30 s after `kvgate run` was killed");
 
   // 1. The file as plain SQLite sees it, before any kvgate opens it again.
-  {
-    RawSqlite raw(db);
-    const std::string integrity = raw.One("PRAGMA integrity_check");
-    const std::vector<std::string> foreign = raw.Column("PRAGMA foreign_key_check");
-    const std::string status_before = raw.One("SELECT status FROM runs WHERE id = " + dead_run);
-    const std::string rows_after =
-        raw.One("SELECT count(*) FROM quality_items WHERE run_id = " + dead_run);
-    result.evidence.update({{"integrity_check", integrity},
-                            {"foreign_key_violations", foreign.size()},
-                            {"dead_run_status_before_next_start", status_before},
-                            {"dead_run_quality_rows_after_kill", rows_after}});
-    expect(integrity == "ok", "PRAGMA integrity_check says '" + integrity + "'");
-    expect(foreign.empty(), std::to_string(foreign.size()) + " foreign key violations");
-    expect(status_before == "running", "the killed run's status is '" + status_before +
-                                           "' before any restart, expected "
-                                           "'running' (who finished it?)");
-    expect(std::stoll(rows_after.empty() ? "0" : rows_after) >= std::stoll(rows_before_kill),
-           "the killed run had " + rows_before_kill + " committed quality rows, now " + rows_after);
-  }
+  CheckTheFileAsPlainSqlite(db, dead_run, rows_before_kill, result.evidence, expect);
 
   // 2. The next start: any history-opening command marks the dead run.
   CommandOutcome list = RunCommand({context.kvgate_binary, "history", "list", "--db", db, "--json"},

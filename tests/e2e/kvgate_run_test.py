@@ -37,7 +37,7 @@ kind = "local"
 args = ["--kv", "readkv", "--store-bits", "8", "--read-bits", "4", "--reader", "flexible",
         "--threads", "1"]
 
-[candidate.read_policy]
+[candidate.extra_body.readkv]
 read_bits = 4
 reader = "flexible"
 key_bits = 6

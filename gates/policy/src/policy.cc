@@ -4,14 +4,16 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 
-#include "kvgate/http/client_config.h"
 #include <string_view>
+
+#include "kvgate/http/client_config.h"
 
 namespace kvgate::policy {
 namespace {
@@ -114,6 +116,22 @@ class TableReader {
     }
   }
 
+  // A table of any keys, as JSON: integers stay integers, tables objects, arrays arrays; dates,
+  // times, inf and nan become strings (toml++'s JSON formatter).
+  void Get(std::string_view key, nlohmann::json& out) {
+    const toml::node* node = Mark(key);
+    if (!node) return;
+    const toml::table* table = node->as_table();
+    if (!table) Fail(key, *node, "must be a table (its keys are merged into every request body)");
+    std::ostringstream text;
+    text << toml::json_formatter{*table};
+    try {
+      out = nlohmann::json::parse(text.str());
+    } catch (const nlohmann::json::exception&) {
+      Fail(key, *node, "cannot be written as JSON");
+    }
+  }
+
   template <typename T>
   void GetList(std::string_view key, std::vector<T>& out, double lo, double hi) {
     const toml::node* node = Mark(key);
@@ -180,6 +198,84 @@ class TableReader {
   std::set<std::string> known_;
 };
 
+// One [baseline] or [candidate] table: how the server is started or reached, and what the suite
+// reads from it and adds to its requests. The caller calls reader.Finish().
+void ParseServer(TableReader& reader, ServerSpec* server, const std::string& source) {
+  std::string kind = "local";
+  reader.Get("kind", kind, {"local", "url"});
+  server->kind = kind == "local" ? ServerSpec::Kind::kLocal : ServerSpec::Kind::kUrl;
+  reader.Get("args", server->serve_args);
+  reader.Get("url", server->url);
+  reader.Get("startup_timeout_s", server->startup_timeout_s, 0.0, 3600.0, true);
+  reader.Get("model", server->model);
+  std::string endpoint = "completions";
+  reader.Get("endpoint", endpoint, {"completions", "chat"});
+  server->endpoint = http::ParseEndpoint(endpoint);
+  reader.Get("cacert", server->cacert);
+  reader.Get("insecure", server->insecure);
+  reader.Get("api_key_env", server->api_key_env);
+  reader.Get("ledger_prefix", server->ledger_prefix);
+  reader.Get("extra_body", server->extra_body);
+  if (server->kind == ServerSpec::Kind::kUrl) {
+    try {
+      if (server->url.empty()) throw http::ConfigError("url", "missing");
+      http::Url::Parse(server->url);
+    } catch (const http::ConfigError& e) {
+      throw PolicyError(source, reader.Line(), reader.Name("url"),
+                        std::string(e.what()) +
+                            "; kind = \"url\" needs url = \"http[s]://host:port[/prefix]\"");
+    }
+  }
+  if (server->insecure && !server->cacert.empty()) {
+    throw PolicyError(source, reader.Line(), reader.Name("insecure"),
+                      "cannot be combined with cacert (which trust do you mean?)");
+  }
+  if (server->kind == ServerSpec::Kind::kLocal && (server->insecure || !server->cacert.empty())) {
+    throw PolicyError(source, reader.Line(),
+                      reader.Name(server->insecure ? "insecure" : "cacert"),
+                      "only for kind = \"url\" (a local server speaks plain http)");
+  }
+  for (char c : server->api_key_env) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) {
+      throw PolicyError(source, reader.Line(), reader.Name("api_key_env"),
+                        "must name an environment variable (letters, digits, _), got '" +
+                            server->api_key_env + "'");
+    }
+  }
+  if (server->kind == ServerSpec::Kind::kLocal && !server->url.empty()) {
+    throw PolicyError(source, reader.Line(), reader.Name("url"),
+                      "only for kind = \"url\"; a local server gets a free port");
+  }
+  const std::string& prefix = server->ledger_prefix;
+  const bool metric_name =
+      !prefix.empty() && !std::isdigit(static_cast<unsigned char>(prefix[0])) &&
+      std::all_of(prefix.begin(), prefix.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == ':';
+      });
+  if (!metric_name) {
+    throw PolicyError(source, reader.Line(), reader.Name("ledger_prefix"),
+                      "must start a Prometheus metric name ([A-Za-z_:][A-Za-z0-9_:]*), got '" +
+                          prefix + "'");
+  }
+}
+
+// [candidate.read_policy]: retired (ReadPolicySpec), still read so stored runs re-gate.
+void ParseRetiredReadPolicy(TableReader& reader, Policy& policy, const std::string& source) {
+  if (!reader.Has("read_policy")) return;
+  TableReader read = reader.Sub("read_policy");
+  ReadPolicySpec& rp = policy.candidate_read_policy;
+  read.Get("read_bits", rp.read_bits, 0.0, 8.0);
+  read.Get("reader", rp.reader, {"flexible", "constrained", "tile"});
+  read.Get("key_bits", rp.key_bits, 0.0, 8.0);
+  read.Get("value_bits", rp.value_bits, 0.0, 8.0);
+  read.Finish();
+  policy.candidate_read_policy_line = std::max(read.Line(), 1);
+  if (rp.key_bits.has_value() != rp.value_bits.has_value()) {
+    throw PolicyError(source, read.Line(), reader.Name("read_policy"),
+                      "key_bits and value_bits must be given together");
+  }
+}
+
 }  // namespace
 
 Policy ParsePolicy(const std::string& text, const std::string& source) {
@@ -203,63 +299,9 @@ Policy ParsePolicy(const std::string& text, const std::string& source) {
       throw PolicyError(source, 0, key, "missing table: say which server to start or reach");
     }
     TableReader reader = top.Sub(key);
-    std::string kind = "local";
-    reader.Get("kind", kind, {"local", "url"});
-    server->kind = kind == "local" ? ServerSpec::Kind::kLocal : ServerSpec::Kind::kUrl;
-    reader.Get("args", server->serve_args);
-    reader.Get("url", server->url);
-    reader.Get("startup_timeout_s", server->startup_timeout_s, 0.0, 3600.0, true);
-    reader.Get("model", server->model);
-    std::string endpoint = "completions";
-    reader.Get("endpoint", endpoint, {"completions", "chat"});
-    server->endpoint = http::ParseEndpoint(endpoint);
-    reader.Get("cacert", server->cacert);
-    reader.Get("insecure", server->insecure);
-    reader.Get("api_key_env", server->api_key_env);
-    if (std::string_view(key) == "candidate") {
-      TableReader read = reader.Sub("read_policy");
-      ReadPolicySpec& rp = policy.candidate_read_policy;
-      read.Get("read_bits", rp.read_bits, 0.0, 8.0);
-      read.Get("reader", rp.reader, {"flexible", "constrained", "tile"});
-      read.Get("key_bits", rp.key_bits, 0.0, 8.0);
-      read.Get("value_bits", rp.value_bits, 0.0, 8.0);
-      read.Finish();
-      if (rp.key_bits.has_value() != rp.value_bits.has_value()) {
-        throw PolicyError(source, read.Line(), reader.Name("read_policy"),
-                          "key_bits and value_bits must be given together");
-      }
-    }
+    ParseServer(reader, server, source);
+    if (std::string_view(key) == "candidate") ParseRetiredReadPolicy(reader, policy, source);
     reader.Finish();
-    if (server->kind == ServerSpec::Kind::kUrl) {
-      try {
-        if (server->url.empty()) throw http::ConfigError("url", "missing");
-        http::Url::Parse(server->url);
-      } catch (const http::ConfigError& e) {
-        throw PolicyError(source, reader.Line(), reader.Name("url"),
-                          std::string(e.what()) +
-                              "; kind = \"url\" needs url = \"http[s]://host:port[/prefix]\"");
-      }
-    }
-    if (server->insecure && !server->cacert.empty()) {
-      throw PolicyError(source, reader.Line(), reader.Name("insecure"),
-                        "cannot be combined with cacert (which trust do you mean?)");
-    }
-    if (server->kind == ServerSpec::Kind::kLocal && (server->insecure || !server->cacert.empty())) {
-      throw PolicyError(source, reader.Line(),
-                        reader.Name(server->insecure ? "insecure" : "cacert"),
-                        "only for kind = \"url\" (a local server speaks plain http)");
-    }
-    for (char c : server->api_key_env) {
-      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) {
-        throw PolicyError(source, reader.Line(), reader.Name("api_key_env"),
-                          "must name an environment variable (letters, digits, _), got '" +
-                              server->api_key_env + "'");
-      }
-    }
-    if (server->kind == ServerSpec::Kind::kLocal && !server->url.empty()) {
-      throw PolicyError(source, reader.Line(), reader.Name("url"),
-                        "only for kind = \"url\"; a local server gets a free port");
-    }
   }
 
   {
@@ -333,6 +375,14 @@ Policy ParsePolicy(const std::string& text, const std::string& source) {
   }
   top.Finish();
   return policy;
+}
+
+void RefuseRetiredKeys(const Policy& policy) {
+  if (policy.candidate_read_policy_line > 0) {
+    throw PolicyError(policy.source, policy.candidate_read_policy_line, "candidate.read_policy",
+                      "retired: write the same keys under [candidate.extra_body.readkv] (extra_body "
+                      "is merged into every request body sent to that server)");
+  }
 }
 
 Policy LoadPolicyFile(const std::string& path) {

@@ -43,8 +43,8 @@ TEST(PolicyTest, DefaultFileParsesAndMatchesTheProductGates) {
   EXPECT_GE(p.load.pairs, kMinPairs);
   EXPECT_EQ(p.baseline.kind, ServerSpec::Kind::kLocal);
   EXPECT_EQ(p.baseline.serve_args.at(1), "fp8");
-  ASSERT_TRUE(p.candidate_read_policy.read_bits.has_value());
-  EXPECT_DOUBLE_EQ(*p.candidate_read_policy.read_bits, 4.0);
+  EXPECT_DOUBLE_EQ(p.candidate.extra_body.at("readkv").at("read_bits").get<double>(), 4.0);
+  EXPECT_TRUE(p.baseline.extra_body.empty());
   EXPECT_NE(p.text.find("[gates]"), std::string::npos);  // the exact text is kept
 }
 
@@ -75,11 +75,14 @@ TEST(PolicyTest, H200LongKeepsTheDefaultGatesOnTheGpuAt16K) {
   EXPECT_GE(h.passkey.lengths.front(), 16000);
   EXPECT_GE(h.qa.lengths.front(), 16000);
   EXPECT_GE(h.load.pairs, 5);
-  // The candidate's recorded read policy is the one its server is started with.
-  const auto& rp = h.candidate_read_policy;
-  ASSERT_TRUE(rp.read_bits && rp.key_bits && rp.value_bits && rp.reader);
-  EXPECT_EQ(*rp.reader, "constrained");
-  EXPECT_DOUBLE_EQ(0.5 * (*rp.key_bits + *rp.value_bits), *rp.read_bits);
+  // The candidate's per-request read policy is the one its server is started with.
+  const nlohmann::json& rp = h.candidate.extra_body.at("readkv");
+  const double read_bits = rp.at("read_bits").get<double>();
+  const double key_bits = rp.at("key_bits").get<double>();
+  const double value_bits = rp.at("value_bits").get<double>();
+  const std::string reader = rp.at("reader").get<std::string>();
+  EXPECT_EQ(reader, "constrained");
+  EXPECT_DOUBLE_EQ(0.5 * (key_bits + value_bits), read_bits);
   // The value after `flag` in a server's arguments; nullopt when the flag (or its value) is absent.
   const auto flag_value = [](const std::vector<std::string>& args,
                              const std::string& flag) -> std::optional<std::string> {
@@ -90,12 +93,12 @@ TEST(PolicyTest, H200LongKeepsTheDefaultGatesOnTheGpuAt16K) {
   const auto arg = [&](const std::string& flag) {
     return flag_value(h.candidate.serve_args, flag).value_or("");
   };
-  EXPECT_EQ(std::stod(arg("--read-bits")), *rp.read_bits);
-  EXPECT_EQ(arg("--reader"), *rp.reader);
+  EXPECT_EQ(std::stod(arg("--read-bits")), read_bits);
+  EXPECT_EQ(arg("--reader"), reader);
   const std::string split = arg("--kv-split");
   ASSERT_NE(split.find(':'), std::string::npos);
-  EXPECT_EQ(std::stod(split.substr(0, split.find(':'))), *rp.key_bits);
-  EXPECT_EQ(std::stod(split.substr(split.find(':') + 1)), *rp.value_bits);
+  EXPECT_EQ(std::stod(split.substr(0, split.find(':'))), key_bits);
+  EXPECT_EQ(std::stod(split.substr(split.find(':') + 1)), value_bits);
   for (const ServerSpec* s : {&h.baseline, &h.candidate}) {
     EXPECT_EQ(flag_value(s->serve_args, "--device"), std::optional<std::string>("cuda"));
   }
@@ -112,6 +115,70 @@ TEST(PolicyTest, MinimalPolicyTakesEveryDefault) {
   EXPECT_EQ(p.load.pairs, d.load.pairs);
   EXPECT_EQ(p.slo.ttft_ms, d.slo.ttft_ms);
   EXPECT_TRUE(p.candidate_read_policy.empty());
+  EXPECT_EQ(p.candidate_read_policy_line, 0);
+  for (const ServerSpec* server : {&p.baseline, &p.candidate}) {
+    EXPECT_EQ(server->ledger_prefix, "readkv_");  // the reference server's, so nothing changes
+    EXPECT_TRUE(server->extra_body.is_object() && server->extra_body.empty());
+  }
+  RefuseRetiredKeys(p);  // nothing retired: no throw
+}
+
+TEST(PolicyTest, EveryCommittedPolicyCanRun) {
+  for (const char* name : {"default", "long-context", "h200-long"}) {
+    const Policy p =
+        LoadPolicyFile(std::string(KVGATE_SOURCE_DIR) + "/policies/" + name + ".toml");
+    EXPECT_NO_THROW(RefuseRetiredKeys(p)) << name;
+    EXPECT_TRUE(p.candidate.extra_body.contains("readkv")) << name;
+  }
+}
+
+TEST(PolicyTest, ExtraBodyTablesBecomeJsonObjectsPerServer) {
+  const Policy p = ParsePolicy(R"(
+[baseline]
+ledger_prefix = "vllm_kv:"
+[baseline.extra_body]
+priority = 3
+[candidate]
+ledger_prefix = "acme_"
+[candidate.extra_body]
+cache = { depth = 4.5, mode = "constrained", layers = [1, 2] }
+flag = true
+)");
+  EXPECT_EQ(p.baseline.ledger_prefix, "vllm_kv:");
+  EXPECT_EQ(p.candidate.ledger_prefix, "acme_");
+  EXPECT_EQ(p.baseline.extra_body, nlohmann::json({{"priority", 3}}));
+  EXPECT_EQ(p.candidate.extra_body,
+            nlohmann::json::parse(R"({"cache": {"depth": 4.5, "mode": "constrained",
+                                                "layers": [1, 2]}, "flag": true})"));
+}
+
+TEST(PolicyTest, BadExtraBodyOrLedgerPrefixIsRejected) {
+  ExpectError("[baseline]\nextra_body = 4\n[candidate]\n", 2, "baseline.extra_body",
+              "must be a table");
+  ExpectError("[baseline]\nledger_prefix = \"\"\n[candidate]\n", 1, "baseline.ledger_prefix",
+              "must start a Prometheus metric name");
+  ExpectError("[baseline]\n[candidate]\nledger_prefix = \"9kv-\"\n", 2,
+              "candidate.ledger_prefix", "got '9kv-'");
+}
+
+// [candidate.read_policy] still parses (stored runs re-gate and report), but a run refuses it,
+// naming its line and the replacement.
+TEST(PolicyTest, RetiredReadPolicyParsesButCannotRun) {
+  const Policy p = ParsePolicy(
+      std::string(kMinimal) + "[candidate.read_policy]\nread_bits = 4\nreader = \"flexible\"\n",
+      "p.toml");
+  ASSERT_TRUE(p.candidate_read_policy.read_bits.has_value());
+  EXPECT_DOUBLE_EQ(*p.candidate_read_policy.read_bits, 4.0);
+  EXPECT_EQ(p.candidate_read_policy_line, 6);
+  try {
+    RefuseRetiredKeys(p);
+    FAIL() << "a policy with [candidate.read_policy] was accepted for a run";
+  } catch (const PolicyError& e) {
+    EXPECT_EQ(e.key(), "candidate.read_policy");
+    EXPECT_EQ(std::string(e.what()).rfind("p.toml:6: candidate.read_policy: retired", 0), 0u)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("[candidate.extra_body.readkv]"), std::string::npos);
+  }
 }
 
 TEST(PolicyTest, UnknownKeyIsRejectedWithItsLine) {

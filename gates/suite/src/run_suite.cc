@@ -79,15 +79,6 @@ void RequireServersAlive(System (&systems)[2], const std::string& during) {
   }
 }
 
-nlohmann::json ReadPolicyJson(const policy::ReadPolicySpec& rp) {
-  nlohmann::json json = nlohmann::json::object();
-  if (rp.read_bits) json["read_bits"] = *rp.read_bits;
-  if (rp.reader) json["reader"] = *rp.reader;
-  if (rp.key_bits) json["key_bits"] = *rp.key_bits;
-  if (rp.value_bits) json["value_bits"] = *rp.value_bits;
-  return json;
-}
-
 loadgen::LoadSettings LoadSettingsFor(const policy::Policy& p, int pair_index) {
   loadgen::LoadSettings s;
   const policy::LoadWorkload& load = p.load;
@@ -120,11 +111,7 @@ loadgen::LoadSettings LoadSettingsFor(const policy::Policy& p, int pair_index) {
 class SuiteRun {
  public:
   SuiteRun(const policy::Policy& policy, const SuiteOptions& options, history::HistoryDb& db)
-      : policy_(policy), options_(options), db_(db), metrics_(options.metrics) {
-    if (!policy.candidate_read_policy.empty()) {
-      candidate_extra_["readkv"] = ReadPolicyJson(policy.candidate_read_policy);
-    }
-  }
+      : policy_(policy), options_(options), db_(db), metrics_(options.metrics) {}
 
   // Every line leaves through secrets::RedactText: a policy's URL may carry a password or a
   // token, which the connections need and nothing written may show.
@@ -166,7 +153,6 @@ class SuiteRun {
   history::HistoryDb& db_;
   RunMetrics* metrics_;
   int64_t run_id_ = 0;
-  nlohmann::json candidate_extra_ = nlohmann::json::object();
   System systems_[2] = {{kBaseline, &policy_.baseline, nullptr, "", "", {}},
                         {kCandidate, &policy_.candidate, nullptr, "", "", {}}};
 };
@@ -266,7 +252,7 @@ void SuiteRun::RunQualityChecks() {
     client.endpoint = system.spec->endpoint;
     client.concurrency = 2;
     client.stop_requested = [] { return StopSignals::Requested(); };
-    if (system.label == kCandidate) client.extra_body = candidate_extra_;
+    if (!system.spec->extra_body.empty()) client.extra_body = system.spec->extra_body;
     // Live progress: a line at every tenth of a check (they take minutes on a CPU).
     auto tenths = [this, &system](const std::string& check) {
       return [this, &system, check](size_t done, size_t total) {
@@ -306,7 +292,7 @@ void SuiteRun::RunLoadPairs() {
 void SuiteRun::RunLoadOnce(System& system, int pair) {
   ThrowIfStopped();
   loadgen::LoadSettings settings = LoadSettingsFor(policy_, pair);
-  if (system.label == kCandidate) settings.extra_body = candidate_extra_;
+  if (!system.spec->extra_body.empty()) settings.extra_body = system.spec->extra_body;
   // A SIGINT/SIGTERM reaches into the running load (within loadgen::kStopLatency), not only
   // between runs: a run can last load.max_duration_s.
   const loadgen::LoadResult result =
@@ -333,10 +319,12 @@ void SuiteRun::StoreLedgers() {
   std::vector<history::Ledger> ledgers;
   for (System& system : systems_) {
     try {
-      checks::LedgerSnapshot snapshot = checks::ScrapeLedgers(system.url, system.client);
+      const std::string& prefix = system.spec->ledger_prefix;
+      checks::LedgerSnapshot snapshot = checks::ScrapeLedgers(system.url, prefix, system.client);
       for (std::string_view name : checks::kLedgerSeries) {
         if (snapshot.values.empty()) break;
-        ledgers.push_back({system.label, std::string(name), snapshot.Total(name)});
+        const std::string series = prefix + std::string(name);
+        ledgers.push_back({system.label, series, snapshot.Total(series)});
       }
     } catch (const std::exception& e) {
       Say(system.label + ": ledgers not read: " + e.what());

@@ -19,7 +19,7 @@ source .devdeps/unpack-debs.sh >/dev/null 2>&1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVGATE_BUILD_BENCHMARKS=OFF \
   -DKVGATE_BUILD_TESTS=OFF > "$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; exit 1; }
-cmake --build "$B" -j"$(nproc)" --target kvgate > "$OUT/build.log" 2>&1 \
+cmake --build "$B" -j"$(nproc)" --target kvgate kvgate-serve > "$OUT/build.log" 2>&1 \
   || { grep -A8 "error" "$OUT/build.log" | head -60; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
 t0=$(date +%s)

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "kvgate/http/endpoint.h"
 #include "kvgate/loadgen/settings.h"
 
@@ -46,10 +48,17 @@ struct ServerSpec {
   // The environment variable holding the server's bearer key (the key itself never appears in a
   // policy, which is stored with every run). Unset: $OPENAI_API_KEY when set.
   std::string api_key_env = "OPENAI_API_KEY";
+  // The server's optional ledger series are read from /metrics as <ledger_prefix><name>
+  // (docs/contract.md, "Ledgers"). The default is the reference server's (`kvgate serve`).
+  std::string ledger_prefix = "readkv_";
+  // [<server>.extra_body]: merged into the JSON body of every request the suite sends this
+  // server (quality checks and load), e.g. a compressed cache's per-request read policy.
+  nlohmann::json extra_body = nlohmann::json::object();
 };
 
-// The candidate's per-request read policy (the completions API's `readkv` object). Unset fields
-// are left to the server's defaults. Not part of storage identity; recorded with the run.
+// RETIRED: [candidate.read_policy], the reference server's `readkv` request object, is now
+// written [candidate.extra_body.readkv]. Still parsed, so stored runs can be re-gated and
+// reported; `kvgate run` refuses a policy that has it (RefuseRetiredKeys).
 struct ReadPolicySpec {
   std::optional<double> read_bits;
   std::optional<std::string> reader;  // "flexible" | "constrained" | "tile"
@@ -102,7 +111,8 @@ struct Policy {
   uint64_t seed = 20261129;
   ServerSpec baseline;
   ServerSpec candidate;
-  ReadPolicySpec candidate_read_policy;
+  ReadPolicySpec candidate_read_policy;  // retired; see ReadPolicySpec
+  int candidate_read_policy_line = 0;    // > 0: the line of [candidate.read_policy]
   // [slo]: the SLO a request must meet to count as good (goodput), the load generator's own type.
   loadgen::Slo slo{2000.0, 200.0, std::nullopt};
   double slo_attainment = 0.90;  // [slo] attainment: share of requests meeting it, for capacity
@@ -122,5 +132,9 @@ inline constexpr int kMinPairs = 5;
 
 Policy ParsePolicy(const std::string& text, const std::string& source = "<string>");
 Policy LoadPolicyFile(const std::string& path);  // PolicyError(path, 0, "file", …) if unreadable
+
+// Throws PolicyError naming a retired key the policy still uses ([candidate.read_policy]) and
+// its replacement. `kvgate run` calls it before anything starts; reading a stored run does not.
+void RefuseRetiredKeys(const Policy& policy);
 
 }  // namespace kvgate::policy
