@@ -72,6 +72,30 @@ struct ServeOptions {
   readkv::server::ServerOptions server;
 };
 
+// The flags' ranges and combinations, each refused with the flag it names (exit 2).
+void ValidateServeOptions(const ServeOptions& o, const readkv::model::RuntimeOptions& runtime) {
+  if (o.max_batch < 1) throw UsageError("--max-batch must be >= 1");
+  if (o.max_waiting < 0) throw UsageError("--max-waiting must be >= 0");
+  if (o.prefill_chunk < 0) throw UsageError("--prefill-chunk must be >= 0");
+  if (o.prefill_chunk > 0 && !runtime.prefix_cache.directory.empty()) {
+    throw UsageError(
+        "--prefill-chunk: a prompt in chunks cannot go through the persistent prefix cache "
+        "(--cache-dir); use one or the other");
+  }
+  if (!(o.drain_timeout_s >= 0.0)) throw UsageError("--drain-timeout must be >= 0");
+  if (!(o.idle_timeout_s > 0.0)) throw UsageError("--idle-timeout must be > 0");
+  if (o.server.threads < 1) throw UsageError("--http-threads must be >= 1");
+  if (o.server.max_body_bytes < 1) throw UsageError("--max-body-bytes must be >= 1");
+  if (o.server.max_header_bytes < 512) {
+    throw UsageError("--max-header-bytes must be >= 512");
+  }
+  if (o.server.retry_after_seconds < 0) throw UsageError("--retry-after must be >= 0");
+  if (o.server.max_connections < 0) throw UsageError("--max-connections must be >= 0");
+  if (!(o.inject_step_delay_ms >= 0.0 && o.inject_step_delay_ms <= 60000.0)) {
+    throw UsageError("--inject-step-delay-ms must be in [0, 60000]");
+  }
+}
+
 void AddServeCommand(CLI::App& app, CommandContext& context) {
   auto* cmd = app.add_subcommand(
       "serve", "Serve a model over an OpenAI-compatible HTTP API (dense, fp8 or readkv KV cache)");
@@ -133,26 +157,7 @@ void AddServeCommand(CLI::App& app, CommandContext& context) {
 
   cmd->callback([options, runtime_flags, &context] {
     readkv::model::RuntimeOptions runtime = runtime_flags->Resolve();
-    if (options->max_batch < 1) throw UsageError("--max-batch must be >= 1");
-    if (options->max_waiting < 0) throw UsageError("--max-waiting must be >= 0");
-    if (options->prefill_chunk < 0) throw UsageError("--prefill-chunk must be >= 0");
-    if (options->prefill_chunk > 0 && !runtime.prefix_cache.directory.empty()) {
-      throw UsageError(
-          "--prefill-chunk: a prompt in chunks cannot go through the persistent prefix cache "
-          "(--cache-dir); use one or the other");
-    }
-    if (!(options->drain_timeout_s >= 0.0)) throw UsageError("--drain-timeout must be >= 0");
-    if (!(options->idle_timeout_s > 0.0)) throw UsageError("--idle-timeout must be > 0");
-    if (options->server.threads < 1) throw UsageError("--http-threads must be >= 1");
-    if (options->server.max_body_bytes < 1) throw UsageError("--max-body-bytes must be >= 1");
-    if (options->server.max_header_bytes < 512) {
-      throw UsageError("--max-header-bytes must be >= 512");
-    }
-    if (options->server.retry_after_seconds < 0) throw UsageError("--retry-after must be >= 0");
-    if (options->server.max_connections < 0) throw UsageError("--max-connections must be >= 0");
-    if (!(options->inject_step_delay_ms >= 0.0 && options->inject_step_delay_ms <= 60000.0)) {
-      throw UsageError("--inject-step-delay-ms must be in [0, 60000]");
-    }
+    ValidateServeOptions(*options, runtime);
     const auto level = spdlog::level::from_str(options->log_level);
     if (level == spdlog::level::off && options->log_level != "off") {
       throw UsageError("--log-level: unknown level \"" + options->log_level + "\"");
