@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kvgate/checks/recall_format.h"
+
 namespace kvgate::checks {
 
 struct PasskeySettings {
@@ -43,13 +45,8 @@ struct PasskeyItem {
   std::vector<std::string> subsets;  // {"length=<bytes>", "depth=<percent>%"}
 };
 
-// The prompt's fixed text, in order (joined by '\n' with the filler lines between):
-inline constexpr std::string_view kPasskeyTaskDescription =
-    "There is an important info hidden inside a lot of irrelevant text. Find it and memorize "
-    "them. I will quiz you about the important information there.";
-inline constexpr std::string_view kPasskeyFiller =
-    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
-inline constexpr std::string_view kPasskeyQuestion = "What is the pass key? The pass key is";
+// The prompt's fixed text (kPasskeyTaskDescription, kPasskeyFiller, kPasskeyQuestion) is in
+// recall_format.h, shared with the built-in model's training data.
 
 // The needle line for `key`: "The pass key is K. Remember it. K is the pass key."
 std::string PasskeyNeedle(std::string_view key);

@@ -23,16 +23,15 @@
 #include <string_view>
 #include <vector>
 
+#include "kvgate/checks/recall_format.h"
 #include "readkv/codec/random.h"
 
 namespace readkv::model {
 
-inline constexpr std::string_view kPasskeyTask =
-    "There is an important info hidden inside a lot of irrelevant text. Find it and memorize "
-    "them. I will quiz you about the important information there.";
-inline constexpr std::string_view kPasskeyFiller =
-    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
-inline constexpr std::string_view kPasskeyQuestion = "What is the pass key? The pass key is";
+// The passkey template's fixed text: the checks' own (kvgate/checks/recall_format.h).
+inline constexpr std::string_view kPasskeyTask = kvgate::checks::kPasskeyTaskDescription;
+inline constexpr std::string_view kPasskeyFiller = kvgate::checks::kPasskeyFiller;
+inline constexpr std::string_view kPasskeyQuestion = kvgate::checks::kPasskeyQuestion;
 
 // "The pass key is K. Remember it. K is the pass key."
 std::string PasskeyNeedle(std::string_view key);
