@@ -81,6 +81,19 @@ std::string FormatSlo(const Slo& slo) {
   return out.str();
 }
 
+std::string ReservedRequestField(const nlohmann::json& extra_body) {
+  static constexpr std::string_view kReserved[] = {
+      "prompt", "messages", "model", "max_tokens", "max_completion_tokens", "min_tokens",
+      "ignore_eos", "temperature", "stream", "stream_options", "stop", "n", "best_of"};
+  if (!extra_body.is_object()) return "";
+  for (const auto& [key, value] : extra_body.items()) {
+    for (std::string_view reserved : kReserved) {
+      if (key == reserved) return key;
+    }
+  }
+  return "";
+}
+
 void ValidateSettings(const LoadSettings& s) {
   if (s.mode == LoadMode::kOpenLoop) {
     if (!(s.rate_rps > 0) || !std::isfinite(s.rate_rps)) {
@@ -170,6 +183,11 @@ void ValidateSettings(const LoadSettings& s) {
   }
   if (!s.extra_body.is_null() && !s.extra_body.is_object()) {
     throw SettingsError("extra-body", "must be a JSON object (its keys are added to each request)");
+  }
+  if (const std::string field = ReservedRequestField(s.extra_body); !field.empty()) {
+    throw SettingsError("extra-body", "may not set '" + field +
+                                          "': the load generator sets it, and overriding it would "
+                                          "change what is measured");
   }
   if (s.max_schedule_bytes < 1) throw SettingsError("max-schedule-bytes", "must be >= 1");
 }

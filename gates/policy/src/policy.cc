@@ -216,6 +216,13 @@ void ParseServer(TableReader& reader, ServerSpec* server, const std::string& sou
   reader.Get("api_key_env", server->api_key_env);
   reader.Get("ledger_prefix", server->ledger_prefix);
   reader.Get("extra_body", server->extra_body);
+  if (const std::string field = loadgen::ReservedRequestField(server->extra_body);
+      !field.empty()) {
+    throw PolicyError(source, reader.Line(), reader.Name("extra_body"),
+                      "may not set '" + field +
+                          "': the suite sets it on every request, and overriding it on one side "
+                          "would change what the gates compare");
+  }
   if (server->kind == ServerSpec::Kind::kUrl) {
     try {
       if (server->url.empty()) throw http::ConfigError("url", "missing");

@@ -159,6 +159,13 @@ TEST(PolicyTest, BadExtraBodyOrLedgerPrefixIsRejected) {
               "must start a Prometheus metric name");
   ExpectError("[baseline]\n[candidate]\nledger_prefix = \"9kv-\"\n", 2,
               "candidate.ledger_prefix", "got '9kv-'");
+  // A request field the suite sets itself: a candidate asked for fewer tokens would look faster.
+  // (Checks after the table is read name the server's section line, as for url and insecure.)
+  ExpectError("[baseline]\n[candidate]\n[candidate.extra_body]\nreadkv = { read_bits = 4 }\n"
+              "max_tokens = 1\n",
+              2, "candidate.extra_body", "may not set 'max_tokens'");
+  ExpectError("[baseline]\nextra_body = { stream = false }\n[candidate]\n", 1,
+              "baseline.extra_body", "may not set 'stream'");
 }
 
 // [candidate.read_policy] still parses (stored runs re-gate and report), but a run refuses it,

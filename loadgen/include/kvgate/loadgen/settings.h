@@ -162,7 +162,7 @@ struct LoadSettings {
   // whether the outputs then had exactly max_tokens tokens. 0 = not sent.
   int min_tokens = 0;
   // Merged into every request body last (top-level keys), e.g. {"readkv": {"read_bits": 4}}
-  // for a ReadKV candidate; null or an object.
+  // for a ReadKV candidate; null or an object that names no ReservedRequestField.
   nlohmann::json extra_body;
 
   // Client-side cap on open connections to the target. A request that finds every connection
@@ -184,6 +184,14 @@ struct LoadSettings {
 
 // Checks ranges and consistency; throws SettingsError naming the field.
 void ValidateSettings(const LoadSettings& settings);
+
+// The first top-level key of `extra_body` that names a field the load generator or the quality
+// checks set themselves (prompt, messages, model, max_tokens, min_tokens, ignore_eos,
+// temperature, stream, stream_options, stop, n, best_of, max_completion_tokens), or "" when none
+// does. An extra body may not override them: merged last, it would change what is measured on
+// one side only (a candidate asked for fewer tokens looks faster), so every reader of an extra
+// body refuses such a key, naming it.
+std::string ReservedRequestField(const nlohmann::json& extra_body);
 
 // Name <-> enum, for the CLI and JSON. Parse* throws SettingsError(field, …) on unknown names.
 std::string_view ArrivalName(Arrival arrival);
