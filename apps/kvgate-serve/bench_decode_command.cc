@@ -19,6 +19,7 @@
 
 #include "kvgate/command.h"
 #include "kvgate/stats/percentile.h"
+#include "readkv/codec/attention.h"
 #include "readkv/engine/sampler.h"
 #include "readkv/model/cli.h"
 #include "readkv/model/recall_data.h"
@@ -107,16 +108,17 @@ void RunBenchDecode(const DecodeBenchArgs& a, const readkv::model::RuntimeOption
   }
   const double step_median = Percentile(step_ms, 0.5);
   const double tokens_per_s = 1000.0 * a.batch / step_median;
-  std::cout << std::fixed << std::setprecision(3) << "decode " << options.kv.kind << " on "
-            << options.device << ", cuda_graphs " << options.cuda_graphs << ": batch " << a.batch
-            << ", context " << a.context << "\n  prefill " << Percentile(prefill_ms, 0.5)
-            << " ms per prompt (median of " << prefill_ms.size() << ")\n  step "
-            << step_median << " ms median [p10 " << Percentile(step_ms, 0.1) << ", p90 "
+  std::cout << std::fixed << std::setprecision(3) << "decode "
+            << readkv::codec::KvBackendName(options.kv.kind) << " on " << options.device
+            << ", cuda_graphs " << options.cuda_graphs << ": batch " << a.batch << ", context "
+            << a.context << "\n  prefill " << Percentile(prefill_ms, 0.5)
+            << " ms per prompt (median of " << prefill_ms.size() << ")\n  step " << step_median
+            << " ms median [p10 " << Percentile(step_ms, 0.1) << ", p90 "
             << Percentile(step_ms, 0.9) << "] over " << step_ms.size() << " steps, "
             << std::setprecision(0) << tokens_per_s << " tokens/s\n";
   if (!a.json.empty()) {
     const nlohmann::json out = {
-        {"kv", options.kv.kind},
+        {"kv", std::string(readkv::codec::KvBackendName(options.kv.kind))},
         {"device", options.device},
         {"cuda_graphs", options.cuda_graphs},
         {"read_bits", options.kv.read_bits},

@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "kvgate/command.h"
+#include "readkv/codec/readers.h"
 #include "readkv/engine/engine.h"
 #include "readkv/engine/tokenizer.h"
 #include "readkv/model/cli.h"
@@ -203,8 +204,8 @@ void AddServeCommand(CLI::App& app, CommandContext& context) {
         "serving {} (kv={} store_bits={} read_bits={} reader={}) max_batch={} "
         "max_waiting={} prefill_chunk={}",
         engine.model_name(), engine.model_info().kv_backend, runtime.kv.store_bits,
-        runtime.kv.read_bits, runtime.kv.reader, options->max_batch, options->max_waiting,
-        options->prefill_chunk);
+        runtime.kv.read_bits, readkv::codec::ReaderName(runtime.kv.reader), options->max_batch,
+        options->max_waiting, options->prefill_chunk);
     if (!runtime.prefix_cache.directory.empty()) {
       spdlog::info("prefix cache: {} (max {} bytes, 0 = unbounded)",
                    runtime.prefix_cache.directory, runtime.prefix_cache.max_bytes);

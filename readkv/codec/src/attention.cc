@@ -80,9 +80,9 @@ std::string_view KvBackendName(KvBackend backend) {
 }
 
 KvBackend ParseKvBackend(std::string_view name) {
-  if (name == "dense") return KvBackend::kDense;
-  if (name == "fp8") return KvBackend::kFp8;
-  if (name == "readkv") return KvBackend::kReadKv;
+  for (const KvBackend backend : kKvBackends) {
+    if (name == KvBackendName(backend)) return backend;
+  }
   throw InvalidArgument("kv", "must be dense, fp8 or readkv, got '" + std::string(name) + "'");
 }
 

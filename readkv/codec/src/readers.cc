@@ -40,10 +40,9 @@ std::string_view ReaderName(ReaderKind reader) {
 }
 
 ReaderKind ParseReaderKind(std::string_view name) {
-  if (name == "flexible") return ReaderKind::kFlexible;
-  if (name == "constrained") return ReaderKind::kConstrained;
-  if (name == "full") return ReaderKind::kFull;
-  if (name == "tile") return ReaderKind::kTile;
+  for (const ReaderKind reader : kReaderKinds) {
+    if (name == ReaderName(reader)) return reader;
+  }
   throw InvalidArgument(
       "reader", "must be flexible, constrained, full or tile, got '" + std::string(name) + "'");
 }

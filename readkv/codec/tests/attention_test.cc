@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "readkv/codec/attention_experiment.h"
@@ -351,6 +352,27 @@ TEST(AttentionTest, BadShapesAndConfigsNameTheField) {
     EXPECT_EQ(e.field(), "calibration");
   }
   EXPECT_THROW(ParseKvBackend("int4"), InvalidArgument);
+}
+
+// The names are a persisted format (reports, history, metrics labels, /v1/models): exactly these
+// strings, and ParseKvBackend reads back what KvBackendName writes, for every backend.
+TEST(AttentionTest, KvBackendNamesArePinnedAndRoundTrip) {
+  EXPECT_EQ(KvBackendName(KvBackend::kDense), "dense");
+  EXPECT_EQ(KvBackendName(KvBackend::kFp8), "fp8");
+  EXPECT_EQ(KvBackendName(KvBackend::kReadKv), "readkv");
+  for (const KvBackend backend : kKvBackends) {
+    EXPECT_EQ(ParseKvBackend(KvBackendName(backend)), backend) << KvBackendName(backend);
+  }
+  for (const char* bad : {"", "Dense", "fp8 ", "readkv:8:4", "0"}) {
+    try {
+      ParseKvBackend(bad);
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.field(), "kv");
+      EXPECT_EQ(std::string(e.what()),
+                "kv: must be dense, fp8 or readkv, got '" + std::string(bad) + "'");
+    }
+  }
 }
 
 TEST(AttentionTest, SyntheticDataIsDeterministicAndPlantsAHighAttentionToken) {

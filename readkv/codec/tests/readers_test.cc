@@ -84,6 +84,26 @@ TEST(ReadersTest, BadPoliciesNameTheField) {
   EXPECT_EQ(ParseReaderKind("flexible"), ReaderKind::kFlexible);
 }
 
+// The names are what requests, flags and reports carry: exactly these strings, and
+// ParseReaderKind reads back what ReaderName writes, for every reader.
+TEST(ReadersTest, ReaderNamesArePinnedAndRoundTrip) {
+  EXPECT_EQ(ReaderName(ReaderKind::kFlexible), "flexible");
+  EXPECT_EQ(ReaderName(ReaderKind::kConstrained), "constrained");
+  EXPECT_EQ(ReaderName(ReaderKind::kFull), "full");
+  EXPECT_EQ(ReaderName(ReaderKind::kTile), "tile");
+  for (const ReaderKind reader : kReaderKinds) {
+    EXPECT_EQ(ParseReaderKind(ReaderName(reader)), reader) << ReaderName(reader);
+  }
+  try {
+    ParseReaderKind("Tile");
+    ADD_FAILURE() << "'Tile' was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.field(), "reader");
+    EXPECT_EQ(std::string(e.what()),
+              "reader: must be flexible, constrained, full or tile, got 'Tile'");
+  }
+}
+
 TEST(ReadersTest, KeyImportanceSumsOverTheQueryHeadsOfAKvHead) {
   const std::vector<float> sigma = {1.0f, 2.0f, 0.5f, 1.0f, 1.0f, 1.0f, 1.0f, 3.0f};
   std::vector<float> q(2 * 8);

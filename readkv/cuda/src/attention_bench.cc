@@ -32,6 +32,7 @@
 namespace readkv::cuda {
 
 using codec::InvalidArgument;
+using codec::KvBackend;
 
 // ---- The GPU run -----------------------------------------------------------------------------
 
@@ -282,6 +283,7 @@ BenchRow MeasureBackend(const Point& p, const KvSpec& spec, int64_t tokens, int6
   row.tokens = tokens;
   row.batch = batch;
   row.kv = spec.Name();
+  row.backend = spec.backend;
   row.context_tokens = g.context_tokens;
   std::function<void(int)> launch;
   std::vector<float> output;
@@ -381,8 +383,9 @@ void SetRatios(BenchReport& report, size_t first_row) {
   double fp8_us = 0, dense_us = 0;
   for (size_t i = first_row; i < report.rows.size(); ++i) {
     const BenchRow& r = report.rows[i];
-    if (!r.anchor && r.kv == "fp8") fp8_us = r.time.median_us;
-    if (!r.anchor && r.kv == "dense") dense_us = r.time.median_us;
+    if (r.anchor) continue;
+    if (r.backend == KvBackend::kFp8) fp8_us = r.time.median_us;
+    if (r.backend == KvBackend::kDense) dense_us = r.time.median_us;
   }
   for (size_t i = first_row; i < report.rows.size(); ++i) {
     BenchRow& r = report.rows[i];

@@ -16,18 +16,19 @@
 namespace readkv::cuda {
 
 using codec::InvalidArgument;
+using codec::KvBackend;
 
 // ---- Configuration ---------------------------------------------------------------------------
 
 std::string KvSpec::Name() const {
+  std::ostringstream text;
+  text << codec::KvBackendName(backend);
   switch (backend) {
     case KvBackend::kDense:
-      return "dense";
     case KvBackend::kFp8:
-      return "fp8";
+      return text.str();
     case KvBackend::kReadKv: {
-      std::ostringstream text;
-      text << "readkv:" << store_bits << ":" << read_bits;
+      text << ":" << store_bits << ":" << read_bits;
       if (key_bits != read_bits || value_bits != read_bits) {
         text << ":" << key_bits << ":" << value_bits;
       }
@@ -72,14 +73,25 @@ std::vector<std::string> Split(const std::string& text, char separator) {
 }  // namespace
 
 KvSpec ParseKvSpec(const std::string& text) {
-  if (text == "dense") return KvSpec{KvBackend::kDense, 0, 0.0, 0.0, 0.0};
-  if (text == "fp8") return KvSpec{KvBackend::kFp8, 0, 0.0, 0.0, 0.0};
   const std::string usage = "expected dense, fp8, readkv:W:R or readkv:W:R:RK:RV (e.g. "
                             "readkv:8:4 or readkv:8:4:6:2), got '" + text + "'";
-  if (text.rfind("readkv:", 0) != 0) throw InvalidArgument("--kv", usage);
-  const std::vector<std::string> parts = Split(text.substr(7), ':');
+  std::vector<std::string> parts = Split(text, ':');
+  KvSpec spec{KvBackend::kDense, 0, 0.0, 0.0, 0.0};
+  try {
+    spec.backend = codec::ParseKvBackend(parts.front());  // the backend's one name
+  } catch (const InvalidArgument&) {
+    throw InvalidArgument("--kv", usage);
+  }
+  switch (spec.backend) {
+    case KvBackend::kDense:
+    case KvBackend::kFp8:  // per-tensor scales, no parameters
+      if (parts.size() != 1) throw InvalidArgument("--kv", usage);
+      return spec;
+    case KvBackend::kReadKv:
+      break;
+  }
+  parts.erase(parts.begin());
   if (parts.size() != 2 && parts.size() != 4) throw InvalidArgument("--kv", usage);
-  KvSpec spec{KvBackend::kReadKv, 0, 0.0, 0.0, 0.0};
   int64_t store_bits = 0;
   if (!ParseNumber(parts[0], store_bits) || !ParseNumber(parts[1], spec.read_bits)) {
     throw InvalidArgument("--kv", usage);

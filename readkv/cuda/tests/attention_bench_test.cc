@@ -23,6 +23,7 @@ namespace readkv::cuda {
 namespace {
 
 using codec::InvalidArgument;
+using codec::KvBackend;
 
 // The field of the InvalidArgument `body` throws, or "" if it does not throw one.
 template <typename Body>
@@ -129,6 +130,7 @@ BenchReport SampleReport() {
   fp8.tokens = 8192;
   fp8.batch = 1;
   fp8.kv = "fp8";
+  fp8.backend = KvBackend::kFp8;
   fp8.time = SummariseTimes({10, 11, 12});
   fp8.traffic.payload = 1000;
   fp8.traffic.io = 24;

@@ -3,9 +3,12 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <string_view>
+#include <type_traits>
 
 #include "readkv/codec/errors.h"
 #include "readkv/model/evaluation.h"
@@ -14,16 +17,46 @@
 #include "readkv/model/training.h"
 
 namespace readkv::model {
+namespace {
+
+// A flag naming one value of an enum, parsed once, while CLI11 parses: the transform reads the
+// text with the enum's own parse function (the codec's, also used by every other front end) and
+// hands CLI11 the value. --help lists the names; a bad one is a CLI11 error naming the flag, with
+// the parse function's message ("--kv: must be dense, fp8 or readkv, got 'x'"), exit status 2.
+template <typename Enum, size_t N>
+CLI::Option* AddEnumOption(CLI::App& cmd, const std::string& flag, Enum& target,
+                           const std::array<Enum, N>& values, std::string_view (*name)(Enum),
+                           Enum (*parse)(std::string_view), const std::string& help) {
+  std::string names;
+  for (const Enum value : values) names += (names.empty() ? "" : ",") + std::string(name(value));
+  CLI::Validator by_name(
+      [parse](std::string& text) -> std::string {
+        try {
+          text = std::to_string(static_cast<std::underlying_type_t<Enum>>(parse(text)));
+          return {};
+        } catch (const codec::InvalidArgument& e) {
+          return std::string(e.what()).substr(e.field().size() + 2);  // CLI11 names the flag
+        }
+      },
+      "{" + names + "}");
+  return cmd.add_option(flag, target, help)
+      ->type_name("TEXT")
+      ->transform(by_name)
+      ->default_str(std::string(name(target)));
+}
+
+}  // namespace
 
 RuntimeFlags::RuntimeFlags(CLI::App& cmd) {
-  cmd.add_option("--kv", options_.kv.kind, "KV cache: dense | fp8 | readkv")
-      ->capture_default_str();
+  AddEnumOption(cmd, "--kv", options_.kv.kind, codec::kKvBackends, codec::KvBackendName,
+                codec::ParseKvBackend, "KV cache");
   cmd.add_option("--store-bits", options_.kv.store_bits, "ReadKV stored bits W")
       ->capture_default_str();
   cmd.add_option("--read-bits", options_.kv.read_bits, "ReadKV average read bits R")
       ->capture_default_str();
-  cmd.add_option("--reader", options_.kv.reader, "ReadKV reader: flexible | constrained | tile")
-      ->capture_default_str();
+  AddEnumOption(cmd, "--reader", options_.kv.reader, codec::kReaderKinds, codec::ReaderName,
+                codec::ParseReaderKind,
+                "ReadKV reader (full: every plane, CPU only, --read-bits = --store-bits)");
   cmd.add_option("--kv-split", kv_split_,
                  "ReadKV K/V split RK:RV (mean R; flexible, constrained or tile reader)");
   cmd.add_option("--outlier-cap", options_.kv.outlier_cap,
@@ -348,10 +381,10 @@ void AddEvalCommand(CLI::App& app, int& exit_code) {
     if (*verbose) o->progress = [](const std::string& line) { std::cerr << line << "\n"; };
     const EvalReport report = EvaluateRecall(model, *tokenizer, *o);
     nlohmann::json j = nlohmann::json::parse(report.ToJson());
-    j["kv"] = runtime.kv.kind;
+    j["kv"] = std::string(codec::KvBackendName(runtime.kv.kind));
     j["store_bits"] = runtime.kv.store_bits;
     j["read_bits"] = runtime.kv.read_bits;
-    j["reader"] = runtime.kv.reader;
+    j["reader"] = std::string(codec::ReaderName(runtime.kv.reader));
     j["prefill"] = runtime.kv.prefill == PrefillAttention::kDense ? "dense" : "cache";
     j["device"] = runtime.device;
     j["model"] = *model_dir;

@@ -59,7 +59,7 @@ void LlamaDecodeModel::Impl::Prefill(Sequence& s, std::span<const int32_t> token
       Append(s, l, k, v);
     }
     torch::Tensor attn;
-    if (options.kv.kind == "dense") {
+    if (options.kv.kind == codec::KvBackend::kDense) {
       attn = internal::CausalAttention(q, s.keys[static_cast<size_t>(l)].narrow(0, 0, past + n),
                                        s.values[static_cast<size_t>(l)].narrow(0, 0, past + n),
                                        past);
@@ -210,7 +210,7 @@ void LlamaDecodeModel::Forward(std::span<engine::SequenceStep> steps) {
   }
   if (steps.empty()) return;
   torch::NoGradGuard no_grad;
-  const bool dense = m.options.kv.kind == "dense";
+  const bool dense = m.options.kv.kind == codec::KvBackend::kDense;
   const bool through_cache = m.options.kv.prefill == PrefillAttention::kThroughCache;
   std::vector<Impl::Sequence*> seqs;
   std::vector<int32_t> last;

@@ -83,9 +83,9 @@ GpuKvCache::GpuKvCache(const GpuKvConfig& config)
     : config_(config),
       pools_(std::make_unique<Pools>()),
       encode_timer_(std::make_unique<rc::StreamTimer>()) {
-  if (config.kind != "fp8" && config.kind != "readkv") {
+  if (config.kind != codec::KvBackend::kFp8 && config.kind != codec::KvBackend::kReadKv) {
     throw std::invalid_argument("kv: the CUDA KV backends are fp8 and readkv, got \"" +
-                                config.kind + "\"");
+                                std::string(codec::KvBackendName(config.kind)) + "\"");
   }
   if (config.head_dim != 64 && config.head_dim != 128) {
     throw std::invalid_argument("head_dim: the CUDA KV backends need 64 or 128, got " +
@@ -102,7 +102,7 @@ GpuKvCache::GpuKvCache(const GpuKvConfig& config)
   const codec::Calibration& cal = *config.calibration;
   const int hkv = config.heads_kv, d = config.head_dim;
   Pools& p = *pools_;
-  if (config.kind == "fp8") {
+  if (config.kind == codec::KvBackend::kFp8) {
     // The CPU cache's own scales (amax / 448 per tensor or per KV head), so both write the same
     // codes.
     std::vector<float> ks, vs;
@@ -140,7 +140,7 @@ GpuKvCache::~GpuKvCache() = default;
 
 int64_t GpuKvCache::PageBytes() const {
   const int64_t hkv = config_.heads_kv, d = config_.head_dim;
-  if (config_.kind == "fp8") return 2 * hkv * rc::kPageTokens * d;
+  if (config_.kind == codec::KvBackend::kFp8) return 2 * hkv * rc::kPageTokens * d;
   return hkv * d * config_.store_bits * 32 + hkv * rc::kPageTokens * config_.store_bits * (d / 8);
 }
 
@@ -148,7 +148,7 @@ void GpuKvCache::Grow(int64_t pages) {
   const int64_t count = std::max({pages, 2 * pool_pages_, int64_t{16}});
   const int64_t hkv = config_.heads_kv, d = config_.head_dim, w = config_.store_bits;
   std::vector<int64_t> k_shape, v_shape;
-  if (config_.kind == "fp8") {
+  if (config_.kind == codec::KvBackend::kFp8) {
     k_shape = v_shape = {count, hkv, rc::kPageTokens, d};
   } else {
     k_shape = {count, hkv, d, w, 32};
@@ -184,7 +184,7 @@ void GpuKvCache::Reserve(Sequence& s, int64_t tokens) {
     handed.push_back(free_pages_.back());
     free_pages_.pop_back();
   }
-  if (config_.kind == "readkv") {
+  if (config_.kind == codec::KvBackend::kReadKv) {
     // The append kernel ORs key bits into place: a reused page must start zero.
     const torch::Tensor index = Upload(handed, config_.device);
     for (size_t l = 0; l < pools_->k.size(); ++l) {
@@ -278,7 +278,7 @@ void GpuKvCache::Append(const Step& step, int layer, const torch::Tensor& k,
   const auto* positions = Ptr<const int32_t>(step.token_positions);
   const auto* table = Ptr<const int32_t>(step.page_table);
   encode_timer_->Begin();
-  if (config_.kind == "fp8") {
+  if (config_.kind == codec::KvBackend::kFp8) {
     const int64_t off = int64_t{layer} * config_.heads_kv;
     const rc::Fp8CacheWrite cache{Ptr<uint8_t>(pools_->k[l]), Ptr<uint8_t>(pools_->v[l]),
                                   Ptr<const float>(pools_->k_scales, off),
@@ -316,7 +316,8 @@ torch::Tensor GpuKvCache::Attend(const Step& step, int layer, const torch::Tenso
   // Sequences that share budgets R_K, R_V go through one launch sequence.
   std::map<GpuReadBits, std::vector<int>> groups;
   for (int i = 0; i < step.batch; ++i) {
-    groups[config_.kind == "fp8" ? GpuReadBits{} : step.read_bits[static_cast<size_t>(i)]]
+    groups[config_.kind == codec::KvBackend::kFp8 ? GpuReadBits{}
+                                                  : step.read_bits[static_cast<size_t>(i)]]
         .push_back(i);
   }
   if (groups.size() == 1) {
@@ -355,7 +356,7 @@ torch::Tensor GpuKvCache::AttendGroup(const Step& step, int layer, const torch::
   in.seq_lens = Ptr<const int32_t>(lens);
   in.out = Ptr<float>(out);
   const auto l = static_cast<size_t>(layer);
-  if (config_.kind == "fp8") {
+  if (config_.kind == codec::KvBackend::kFp8) {
     const int64_t off = int64_t{layer} * config_.heads_kv;
     const rc::Fp8Cache cache{Ptr<const uint8_t>(pools_->k[l]), Ptr<const uint8_t>(pools_->v[l]),
                              Ptr<const float>(pools_->k_scales, off),

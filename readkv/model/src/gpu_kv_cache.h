@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "readkv/codec/attention.h"
 #include "readkv/codec/calibration.h"
 #include "readkv/codec/fp8.h"
 
@@ -42,7 +43,7 @@ class StreamTimer;  // readkv/cuda/device.h
 namespace readkv::model::internal {
 
 struct GpuKvConfig {
-  std::string kind;  // "fp8" | "readkv"
+  codec::KvBackend kind = codec::KvBackend::kFp8;  // kFp8 | kReadKv
   int layers = 0;
   int heads_q = 0;
   int heads_kv = 0;

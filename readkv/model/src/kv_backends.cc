@@ -32,7 +32,7 @@ LlamaDecodeModel::Impl::Sequence LlamaDecodeModel::Impl::MakeSequence(
     const codec::ReadPolicy& policy) const {
   Sequence s;
   const int layers = config.num_hidden_layers;
-  if (options.kv.kind == "dense") {
+  if (options.kv.kind == codec::KvBackend::kDense) {
     for (int l = 0; l < layers; ++l) {
       auto opts = torch::TensorOptions().dtype(dtype).device(device);
       s.keys.push_back(torch::empty({kDenseInitialCapacity, hkv(), hd()}, opts));
@@ -45,8 +45,7 @@ LlamaDecodeModel::Impl::Sequence LlamaDecodeModel::Impl::MakeSequence(
     codec::LayerCacheConfig c;
     const bool fp8_layer = std::find(options.kv.fp8_layers.begin(), options.kv.fp8_layers.end(),
                                      l) != options.kv.fp8_layers.end();
-    c.backend = options.kv.kind == "fp8" || fp8_layer ? codec::KvBackend::kFp8
-                                                      : codec::KvBackend::kReadKv;
+    c.backend = fp8_layer ? codec::KvBackend::kFp8 : options.kv.kind;
     c.geometry = {hq(), hkv(), hd()};
     c.calibration = calibration;
     c.layer = l;
@@ -79,7 +78,7 @@ void LlamaDecodeModel::Impl::Append(Sequence& s, int layer, const torch::Tensor&
                                     const torch::Tensor& v) {
   Observe(layer, k, v);
   const int64_t n = k.size(0);
-  if (options.kv.kind == "dense") {
+  if (options.kv.kind == codec::KvBackend::kDense) {
     torch::Tensor& kb = s.keys[static_cast<size_t>(layer)];
     torch::Tensor& vb = s.values[static_cast<size_t>(layer)];
     const int64_t need = s.length + n;
@@ -106,7 +105,7 @@ void LlamaDecodeModel::Impl::Append(Sequence& s, int layer, const torch::Tensor&
 
 torch::Tensor LlamaDecodeModel::Impl::Attend(Sequence& s, int layer, const torch::Tensor& q,
                                              int64_t tokens) {
-  if (options.kv.kind == "dense") {
+  if (options.kv.kind == codec::KvBackend::kDense) {
     const int64_t g = hq() / hkv();
     torch::Tensor k = s.keys[static_cast<size_t>(layer)].narrow(0, 0, tokens);
     torch::Tensor v = s.values[static_cast<size_t>(layer)].narrow(0, 0, tokens);
@@ -138,7 +137,7 @@ torch::Tensor LlamaDecodeModel::Impl::Attend(Sequence& s, int layer, const torch
 
 int64_t LlamaDecodeModel::Impl::SequenceBytes(const Sequence& s) const {
   if (gpu) return gpu->SequenceBytes(s.id);
-  if (options.kv.kind == "dense") {
+  if (options.kv.kind == codec::KvBackend::kDense) {
     return 2 * int64_t{config.num_hidden_layers} * s.length * hkv() * hd() * ElementBytes();
   }
   int64_t total = 0;
@@ -154,7 +153,7 @@ void LlamaDecodeModel::StartSequence(uint64_t sequence_id, const engine::ReadPol
   }
   codec::ReadPolicy resolved;
   internal::GpuReadBits gpu_bits;
-  if (m.options.kv.kind == "readkv") {
+  if (m.options.kv.kind == codec::KvBackend::kReadKv) {
     resolved = ResolvePolicy(m.options.kv, policy);
     // Throws naming the field.
     const codec::ReaderPlan plan = codec::MakeReaderPlan(resolved, m.options.kv.store_bits);

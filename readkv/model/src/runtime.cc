@@ -48,7 +48,8 @@ LlamaDecodeModel::LlamaDecodeModel(const std::string& model_dir, const RuntimeOp
   Impl& m = *impl_;
   m.options = options;
   m.config = ModelConfig::Load(model_dir);
-  if (options.kv.kind != "dense" && (m.config.head_dim & (m.config.head_dim - 1)) != 0) {
+  if (options.kv.kind != codec::KvBackend::kDense &&
+      (m.config.head_dim & (m.config.head_dim - 1)) != 0) {
     throw ModelFormatError("head_dim", "fp8/readkv caches need a power-of-two head_dim");
   }
   if (options.threads > 0) torch::set_num_threads(options.threads);
@@ -84,7 +85,7 @@ LlamaDecodeModel::LlamaDecodeModel(const std::string& model_dir, const RuntimeOp
     require("head_dim", m.config.head_dim, cal.calibration.head_dim);
     m.calibration = std::make_shared<const codec::Calibration>(cal.calibration);
     m.calibration_digest = cal.calibration.Digest();
-    if (options.kv.kind == "readkv") {
+    if (options.kv.kind == codec::KvBackend::kReadKv) {
       m.codebook = std::make_shared<const codec::LloydTree>(options.kv.store_bits);
     }
   }
@@ -128,7 +129,9 @@ int LlamaDecodeModel::vocab_size() const { return impl_->config.vocab_size; }
 int LlamaDecodeModel::max_context() const { return impl_->config.max_position_embeddings; }
 int32_t LlamaDecodeModel::bos_token() const { return impl_->config.bos_token_id; }
 int32_t LlamaDecodeModel::eos_token() const { return impl_->config.eos_token_id; }
-std::string LlamaDecodeModel::kv_backend() const { return impl_->options.kv.kind; }
+std::string LlamaDecodeModel::kv_backend() const {
+  return std::string(codec::KvBackendName(impl_->options.kv.kind));
+}
 int64_t LlamaDecodeModel::kv_bytes_limit() const { return impl_->options.kv_capacity_bytes; }
 const ModelConfig& LlamaDecodeModel::config() const { return impl_->config; }
 const std::string& LlamaDecodeModel::weights_digest() const { return impl_->digest; }
@@ -159,7 +162,7 @@ codec::CacheIdentity LlamaDecodeModel::cache_identity() const {
     id.value_transform_seed = m.calibration->seeds.value;
     id.calibration_digest = m.calibration_digest;
   }
-  if (m.options.kv.kind == "readkv") {
+  if (m.options.kv.kind == codec::KvBackend::kReadKv) {
     id.codebook_id = codec::LloydTree::kCodebookId;
     id.codebook_version = codec::LloydTree::kCodebookVersion;
     id.store_bits = m.options.kv.store_bits;
@@ -167,8 +170,7 @@ codec::CacheIdentity LlamaDecodeModel::cache_identity() const {
         {m.options.kv.outlier_cap, m.options.kv.outlier_threshold}, *m.codebook, m.hd());
     id.outlier_cap = resolved.cap;
     id.outlier_threshold = resolved.threshold;
-    id.layout = codec::PlaneLayoutName(
-        codec::LayoutForReader(codec::ParseReaderKind(m.options.kv.reader)));
+    id.layout = codec::PlaneLayoutName(codec::LayoutForReader(m.options.kv.reader));
   }
   return id;
 }

@@ -11,7 +11,16 @@
 namespace readkv::model {
 namespace internal {
 
-bool IsCodecBackend(const std::string& kind) { return kind == "fp8" || kind == "readkv"; }
+bool IsCodecBackend(codec::KvBackend kind) {
+  switch (kind) {
+    case codec::KvBackend::kDense:
+      return false;
+    case codec::KvBackend::kFp8:
+    case codec::KvBackend::kReadKv:
+      return true;
+  }
+  return false;
+}
 
 bool UsesGpuKv(const RuntimeOptions& options) {
   return options.device != "cpu" && IsCodecBackend(options.kv.kind);
@@ -19,7 +28,8 @@ bool UsesGpuKv(const RuntimeOptions& options) {
 
 codec::ReadPolicy ResolvePolicy(const KvCacheOptions& kv, const engine::ReadPolicy& request) {
   codec::ReadPolicy p;
-  p.reader = codec::ParseReaderKind(request.reader.value_or(kv.reader));
+  // A request's reader is text from the wire (engine::ReadPolicy); the server's is typed.
+  p.reader = request.reader ? codec::ParseReaderKind(*request.reader) : kv.reader;
   p.read_bits = request.read_bits.value_or(kv.read_bits);
   std::optional<double> rk, rv;
   if (request.key_bits || request.value_bits) {
@@ -46,9 +56,6 @@ using internal::UsesGpuKv;
 
 void ValidateRuntimeOptions(const RuntimeOptions& options) {
   const KvCacheOptions& kv = options.kv;
-  if (kv.kind != "dense" && !IsCodecBackend(kv.kind)) {
-    throw std::invalid_argument("kv: must be dense, fp8 or readkv, got \"" + kv.kind + "\"");
-  }
   internal::ParseDtype(options.dtype, "dtype");
   if (options.device != "cpu" && options.device != "cuda" &&
       options.device.rfind("cuda:", 0) != 0) {
@@ -58,7 +65,7 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
   if (options.kv_capacity_bytes <= 0) {
     throw std::invalid_argument("kv_capacity_bytes: must be positive");
   }
-  if (kv.kind == "readkv") {
+  if (kv.kind == codec::KvBackend::kReadKv) {
     // MakeReaderPlan checks store_bits, read_bits, reader and the split, naming the field.
     const codec::ReadPolicy policy = ResolvePolicy(kv, engine::ReadPolicy{});
     codec::MakeReaderPlan(policy, kv.store_bits);
@@ -81,10 +88,10 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
     }
   }
   if (!options.prefix_cache.directory.empty()) {
-    if (kv.kind != "readkv") {
+    if (kv.kind != codec::KvBackend::kReadKv) {
       throw std::invalid_argument(
           "cache_dir: the persistent prefix cache stores ReadKV objects and needs --kv readkv, "
-          "got \"" + kv.kind + "\"");
+          "got \"" + std::string(codec::KvBackendName(kv.kind)) + "\"");
     }
     if (kv.prefill != PrefillAttention::kDense) {
       throw std::invalid_argument("cache_dir: the persistent prefix cache needs --prefill dense");

@@ -3,14 +3,14 @@
 // checks them; runtime_options.cc defines both.
 #pragma once
 
-#include <string>
-
+#include "readkv/codec/attention.h"
 #include "readkv/codec/readers.h"
 #include "readkv/model/runtime.h"
 
 namespace readkv::model::internal {
 
-bool IsCodecBackend(const std::string& kind);
+// fp8 and readkv: the backends built on the codec's calibration.
+bool IsCodecBackend(codec::KvBackend kind);
 
 // fp8 and readkv on a CUDA device run on readkv::cuda's kernels (gpu_kv_cache.h).
 bool UsesGpuKv(const RuntimeOptions& options);

@@ -50,9 +50,9 @@ TEST(BuiltinModelTest, ReadKvCacheStillFindsAPasskeyBeyondOneBlock) {
     GTEST_SKIP() << "no weights or calibration in " << DefaultModelDirectory();
   }
   RuntimeOptions o;
-  o.kv.kind = "readkv";
+  o.kv.kind = codec::KvBackend::kReadKv;
   o.kv.read_bits = 4;
-  o.kv.reader = "constrained";
+  o.kv.reader = codec::ReaderKind::kConstrained;
   LlamaDecodeModel model(DefaultModelDirectory(), o);
   ByteTokenizer tok;
   const auto out =

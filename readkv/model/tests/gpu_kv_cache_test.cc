@@ -84,7 +84,7 @@ double WorstRowError(const std::vector<float>& gpu, const std::vector<float>& cp
 }
 
 struct BackendCase {
-  std::string kind;
+  codec::KvBackend kind = codec::KvBackend::kFp8;
   codec::Fp8ScaleGranularity scale = codec::Fp8ScaleGranularity::kTensor;
   int head_dim = 64;
   std::vector<internal::GpuReadBits> read_bits;  // R_K, R_V per sequence (readkv)
@@ -116,7 +116,7 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
   auto start = [&](uint64_t id, internal::GpuReadBits bits) {
     gpu.AddSequence(id, bits);
     codec::LayerCacheConfig c;
-    c.backend = bc.kind == "fp8" ? codec::KvBackend::kFp8 : codec::KvBackend::kReadKv;
+    c.backend = bc.kind;
     c.geometry = {g.heads_q, g.heads_kv, g.head_dim};
     c.calibration = calibration;
     c.fp8_scale = bc.scale;
@@ -198,21 +198,23 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
   EXPECT_GT(led.workspace_peak_bytes, 0);
   EXPECT_GT(led.encode_seconds, 0.0);  // the appends' GPU time, by events
   EXPECT_LT(led.encode_seconds, 60.0);
-  std::cout << bc.kind << " d" << bc.head_dim << ": worst relative error " << worst
-            << ", logical bytes " << led.logical_read_bytes << " (CPU " << cpu_logical
+  std::cout << codec::KvBackendName(bc.kind) << " d" << bc.head_dim << ": worst relative error "
+            << worst << ", logical bytes " << led.logical_read_bytes << " (CPU " << cpu_logical
             << "), physical " << led.physical_traffic_bytes << "\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Backends, GpuKvCacheTest,
-    ::testing::Values(BackendCase{"fp8", codec::Fp8ScaleGranularity::kTensor, 64, {}},
-                      BackendCase{"fp8", codec::Fp8ScaleGranularity::kHead, 128, {}},
-                      BackendCase{"readkv", {}, 64, {{4, 4}, {4, 4}, {4, 4}, {4, 4}}},
-                      BackendCase{"readkv", {}, 128, {{4, 4}, {2, 2}, {6, 6}, {2, 2}}},
-                      // K/V splits: two R = 4 sequences with different splits are two groups.
-                      BackendCase{"readkv", {}, 64, {{4, 4}, {6, 2}, {8, 2}, {6, 2}}}),
+    ::testing::Values(
+        BackendCase{codec::KvBackend::kFp8, codec::Fp8ScaleGranularity::kTensor, 64, {}},
+        BackendCase{codec::KvBackend::kFp8, codec::Fp8ScaleGranularity::kHead, 128, {}},
+        BackendCase{codec::KvBackend::kReadKv, {}, 64, {{4, 4}, {4, 4}, {4, 4}, {4, 4}}},
+        BackendCase{codec::KvBackend::kReadKv, {}, 128, {{4, 4}, {2, 2}, {6, 6}, {2, 2}}},
+        // K/V splits: two R = 4 sequences with different splits are two groups.
+        BackendCase{codec::KvBackend::kReadKv, {}, 64, {{4, 4}, {6, 2}, {8, 2}, {6, 2}}}),
     [](const auto& p) {
-      return p.param.kind + "_d" + std::to_string(p.param.head_dim) +
+      return std::string(codec::KvBackendName(p.param.kind)) + "_d" +
+             std::to_string(p.param.head_dim) +
              (p.param.scale == codec::Fp8ScaleGranularity::kHead ? "_head" : "") +
              std::to_string(p.index);
     });
@@ -220,7 +222,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(GpuKvCacheTest, RejectsGeometriesTheKernelsDoNotRun) {
   Geometry g;
   internal::GpuKvConfig config;
-  config.kind = "fp8";
+  config.kind = codec::KvBackend::kFp8;
   config.layers = g.layers;
   config.heads_q = 8;
   config.heads_kv = 2;
@@ -231,17 +233,17 @@ TEST(GpuKvCacheTest, RejectsGeometriesTheKernelsDoNotRun) {
   config.heads_q = 6;
   EXPECT_THROW(internal::GpuKvCache{config}, std::invalid_argument);
   config.heads_q = 8;
-  config.kind = "dense";
+  config.kind = codec::KvBackend::kDense;
   EXPECT_THROW(internal::GpuKvCache{config}, std::invalid_argument);
 }
 
 TEST(GpuRuntimeTest, RejectsWhatTheCudaBackendsDoNotRun) {
   RuntimeOptions o;
   o.device = "cuda";
-  o.kv.kind = "readkv";
-  o.kv.reader = "flexible";
+  o.kv.kind = codec::KvBackend::kReadKv;
+  o.kv.reader = codec::ReaderKind::kFlexible;
   EXPECT_THROW(ValidateRuntimeOptions(o), std::invalid_argument);
-  o.kv.reader = "constrained";
+  o.kv.reader = codec::ReaderKind::kConstrained;
   ValidateRuntimeOptions(o);
   o.prefix_cache.directory = "/tmp/unused";
   EXPECT_THROW(ValidateRuntimeOptions(o), std::invalid_argument);
@@ -284,11 +286,11 @@ bool HaveBuiltinModel() {
 }
 
 // The built-in model on CUDA with a KV backend (ReadKV: the constrained reader at R = 6).
-RuntimeOptions CudaOptions(const std::string& kind) {
+RuntimeOptions CudaOptions(codec::KvBackend kind) {
   RuntimeOptions options;
   options.device = "cuda";
   options.kv.kind = kind;
-  options.kv.reader = "constrained";
+  options.kv.reader = codec::ReaderKind::kConstrained;
   options.kv.read_bits = 6;
   return options;
 }
@@ -303,10 +305,10 @@ TEST(GpuRuntimeTest, BuiltinModelOnCudaAnswersAsOnTheCpu) {
   const std::vector<std::string> prompts = {
       PasskeyPrompt(keys[0], 700, 0.3), PasskeyPrompt(keys[1], 1900, 0.9),
       PasskeyPrompt(keys[2], 500, 0.0), PasskeyPrompt(keys[3], 3000, 0.5)};
-  for (const std::string kind : {"fp8", "readkv"}) {
+  for (const codec::KvBackend kind : {codec::KvBackend::kFp8, codec::KvBackend::kReadKv}) {
     RuntimeOptions cpu_options;
     cpu_options.kv.kind = kind;
-    cpu_options.kv.reader = "constrained";
+    cpu_options.kv.reader = codec::ReaderKind::kConstrained;
     cpu_options.kv.read_bits = 6;
     RuntimeOptions gpu_options = cpu_options;
     gpu_options.device = "cuda";
@@ -316,17 +318,18 @@ TEST(GpuRuntimeTest, BuiltinModelOnCudaAnswersAsOnTheCpu) {
     for (size_t i = 0; i < keys.size(); ++i) {
       correct += FirstInteger(on_gpu[i].text).value_or("none") == keys[i];
     }
-    EXPECT_GE(correct, 3) << kind;
-    EXPECT_GT(gpu.ledgers().logical_read_bytes, 0) << kind;
-    EXPECT_EQ(gpu.kv_bytes_in_use(), 0) << kind;  // every sequence ended, pages returned
-    if (kind == std::string("fp8")) {
+    EXPECT_GE(correct, 3) << codec::KvBackendName(kind);
+    EXPECT_GT(gpu.ledgers().logical_read_bytes, 0) << codec::KvBackendName(kind);
+    // Every sequence ended, pages returned.
+    EXPECT_EQ(gpu.kv_bytes_in_use(), 0) << codec::KvBackendName(kind);
+    if (kind == codec::KvBackend::kFp8) {
       // FP8 on the CPU, the same prompts: the same text (the codes are bit-identical; only
       // float summation order differs).
       LlamaDecodeModel cpu(DefaultModelDirectory(), cpu_options);
       const auto on_cpu = GreedyCompleteBatch(cpu, tok, prompts, 8, {}, {});
       for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(on_gpu[i].text, on_cpu[i].text) << i;
     }
-    std::cout << kind << ": " << correct << "/4 passkeys on the GPU\n";
+    std::cout << codec::KvBackendName(kind) << ": " << correct << "/4 passkeys on the GPU\n";
   }
 }
 
@@ -344,8 +347,8 @@ TEST(GpuRuntimeTest, DecodeStepsThroughCudaGraphsGiveTheLogitsOfOpByOpSteps) {
       tok.Encode(PasskeyPrompt("52719", 900, 0.4), true),
       tok.Encode(PasskeyPrompt("8146", 1500, 0.7), true),
       tok.Encode(PasskeyPrompt("30303", 300, 0.1), true)};
-  for (const std::string kind : {"fp8", "readkv"}) {
-    SCOPED_TRACE(kind);
+  for (const codec::KvBackend kind : {codec::KvBackend::kFp8, codec::KvBackend::kReadKv}) {
+    SCOPED_TRACE(codec::KvBackendName(kind));
     RuntimeOptions options = CudaOptions(kind);
     options.cuda_graphs = "off";
     LlamaDecodeModel eager(DefaultModelDirectory(), options);
@@ -400,7 +403,7 @@ TEST(GpuRuntimeTest, DecodeStepsThroughCudaGraphsGiveTheLogitsOfOpByOpSteps) {
       for (const std::vector<float>& l : logits) next.push_back({greedy(l)});
       logits = forward(ids, next);
     }
-    std::cout << kind << ": CUDA graphs vs op by op over " << steps
+    std::cout << codec::KvBackendName(kind) << ": CUDA graphs vs op by op over " << steps
               << " steps, worst |logit diff| / max |logit| " << worst << "\n";
     EXPECT_LT(worst, 1e-5);
     EXPECT_EQ(graphs.kv_bytes_in_use(), eager.kv_bytes_in_use());
@@ -478,8 +481,9 @@ TEST(GpuRuntimeTest, APromptFedInChunksOnCudaGivesTheLogitsOfTheWholePrompt) {
     }
     return worst / std::max(scale, 1e-30);
   };
-  for (const std::string kind : {"dense", "fp8", "readkv"}) {
-    SCOPED_TRACE(kind);
+  for (const codec::KvBackend kind :
+       {codec::KvBackend::kDense, codec::KvBackend::kFp8, codec::KvBackend::kReadKv}) {
+    SCOPED_TRACE(codec::KvBackendName(kind));
     const RuntimeOptions options = CudaOptions(kind);
     LlamaDecodeModel whole(DefaultModelDirectory(), options);
     LlamaDecodeModel chunked(DefaultModelDirectory(), options);
@@ -489,9 +493,10 @@ TEST(GpuRuntimeTest, APromptFedInChunksOnCudaGivesTheLogitsOfTheWholePrompt) {
     const double gap = compare(got, want, &same_tokens);
     EXPECT_TRUE(same_tokens);
     EXPECT_EQ(chunked.kv_bytes_in_use(), whole.kv_bytes_in_use());
-    if (kind != "fp8") {
-      std::cout << kind << ": chunked vs whole prompt on the GPU, worst |logit diff| / max |logit| "
-                << gap << "\n";
+    if (kind != codec::KvBackend::kFp8) {
+      std::cout << codec::KvBackendName(kind)
+                << ": chunked vs whole prompt on the GPU, worst |logit diff| / max |logit| " << gap
+                << "\n";
       EXPECT_LT(gap, 1e-4);
       continue;
     }

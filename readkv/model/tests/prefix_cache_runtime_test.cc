@@ -48,7 +48,7 @@ size_t FilesIn(const std::string& dir) {
 TEST_F(CompressedRuntimeTest, PrefixCacheHitsAreBitIdenticalToAFreshCache) {
   TempDir cache;
   RuntimeOptions o;
-  o.kv.kind = "readkv";
+  o.kv.kind = codec::KvBackend::kReadKv;
   o.prefix_cache.directory = cache.path();
   std::vector<std::vector<float>> miss, hit, restarted;
   {
@@ -104,7 +104,7 @@ TEST_F(CompressedRuntimeTest, PrefixCacheSharedFirstBlockAndAnotherReadPolicySta
   engine::ReadPolicy low;
   low.read_bits = 2.0;
   RuntimeOptions o;
-  o.kv.kind = "readkv";
+  o.kv.kind = codec::KvBackend::kReadKv;
   TempDir warm_dir, fresh_a, fresh_b;
   o.prefix_cache.directory = warm_dir.path();
   LlamaDecodeModel warm(dir_.path(), o);
@@ -127,7 +127,7 @@ TEST_F(CompressedRuntimeTest, PrefixCacheSharedFirstBlockAndAnotherReadPolicySta
 TEST_F(CompressedRuntimeTest, PrefixCacheObjectsOfAnotherStoreWidthAreNeverReadAndStayWhole) {
   TempDir cache, fresh_dir;
   RuntimeOptions o;
-  o.kv.kind = "readkv";
+  o.kv.kind = codec::KvBackend::kReadKv;
   o.prefix_cache.directory = cache.path();
   {
     LlamaDecodeModel w8(dir_.path(), o);
@@ -159,8 +159,8 @@ TEST_F(CompressedRuntimeTest, PrefixCacheObjectsOfAnotherStoreWidthAreNeverReadA
 TEST_F(CompressedRuntimeTest, PrefixCacheWithOutlierListsIsExactAndApartFromObjectsWithout) {
   TempDir cache, fresh_dir;
   RuntimeOptions o;
-  o.kv.kind = "readkv";
-  o.kv.reader = "constrained";
+  o.kv.kind = codec::KvBackend::kReadKv;
+  o.kv.reader = codec::ReaderKind::kConstrained;
   o.prefix_cache.directory = cache.path();
   {
     LlamaDecodeModel without(dir_.path(), o);
@@ -195,7 +195,7 @@ class TileRuntimeTest : public CompressedRuntimeTest {
 // its tile-layout prefix-cache objects restore bit for bit; a request naming a reader of the
 // other layout is refused while a prefix cache of tiles is on.
 TEST_F(TileRuntimeTest, TheTileReaderDecodesAndItsPrefixCacheRestoresExactly) {
-  const auto [r8, r1] = FullAndOneBit("tile");
+  const auto [r8, r1] = FullAndOneBit(codec::ReaderKind::kTile);
   std::cout << "[ measure  ] tile reader, max |logit diff| / max |logit| vs exact: (8,8) " << r8
             << ", (8,1) " << r1 << "\n";
   EXPECT_LT(r8, 0.15);
@@ -203,8 +203,8 @@ TEST_F(TileRuntimeTest, TheTileReaderDecodesAndItsPrefixCacheRestoresExactly) {
 
   TempDir cache;
   RuntimeOptions o;
-  o.kv.kind = "readkv";
-  o.kv.reader = "tile";
+  o.kv.kind = codec::KvBackend::kReadKv;
+  o.kv.reader = codec::ReaderKind::kTile;
   o.prefix_cache.directory = cache.path();
   LlamaDecodeModel model(dir_.path(), o);
   EXPECT_EQ(model.cache_identity().layout, "tiles16");
@@ -220,16 +220,16 @@ TEST_F(TileRuntimeTest, TheTileReaderDecodesAndItsPrefixCacheRestoresExactly) {
 TEST(PrefixCacheOptionsTest, PrefixCacheNeedsReadKvAndDensePrefill) {
   RuntimeOptions o;
   o.prefix_cache.directory = "/tmp/unused-prefix-cache";
-  for (const char* kind : {"dense", "fp8"}) {
+  for (const codec::KvBackend kind : {codec::KvBackend::kDense, codec::KvBackend::kFp8}) {
     o.kv.kind = kind;
     try {
       ValidateRuntimeOptions(o);
-      FAIL() << kind << ": no error";
+      FAIL() << codec::KvBackendName(kind) << ": no error";
     } catch (const std::invalid_argument& e) {
       EXPECT_EQ(std::string(e.what()).rfind("cache_dir:", 0), 0u) << e.what();
     }
   }
-  o.kv.kind = "readkv";
+  o.kv.kind = codec::KvBackend::kReadKv;
   o.kv.prefill = PrefillAttention::kThroughCache;
   EXPECT_THROW(ValidateRuntimeOptions(o), std::invalid_argument);
   o.kv.prefill = PrefillAttention::kDense;

@@ -197,9 +197,9 @@ TEST_F(RuntimeTest, WeightsThatDoNotMatchTheConfigAreRefusedNamingTheTensor) {
 
 TEST_F(CompressedRuntimeTest, Fp8AndReadKvStayCloseToDenseAndReadKvErrorFallsWithReadBits) {
   RuntimeOptions fp8;
-  fp8.kv.kind = "fp8";
+  fp8.kv.kind = codec::KvBackend::kFp8;
   const double fp8_err = MaxDiffAgainstDense(fp8);
-  const auto [r8, r1] = FullAndOneBit("flexible");
+  const auto [r8, r1] = FullAndOneBit(codec::ReaderKind::kFlexible);
   std::cout << "[ measure  ] max |logit diff| / max |logit| vs exact: fp8 " << fp8_err
             << ", readkv(8,8) " << r8 << ", readkv(8,1) " << r1 << "\n";
   // A random tiny model amplifies K/V error (measured: fp8 ~0.15, readkv(8,8) ~0.06, readkv(8,1)
@@ -215,17 +215,17 @@ TEST_F(CompressedRuntimeTest, Fp8AndReadKvStayCloseToDenseAndReadKvErrorFallsWit
 TEST_F(CompressedRuntimeTest, APromptFedInChunksGivesTheLogitsOfTheWholePrompt) {
   RuntimeOptions dense;
   RuntimeOptions fp8;
-  fp8.kv.kind = "fp8";
+  fp8.kv.kind = codec::KvBackend::kFp8;
   RuntimeOptions readkv;
-  readkv.kv.kind = "readkv";
+  readkv.kv.kind = codec::KvBackend::kReadKv;
   readkv.kv.read_bits = 4;
   RuntimeOptions through = readkv;
   through.kv.prefill = PrefillAttention::kThroughCache;
   const std::span<const int32_t> prompt = std::span<const int32_t>(prompt_).first(552);
   for (const RuntimeOptions& options : {dense, fp8, readkv, through}) {
-    SCOPED_TRACE(options.kv.kind + (options.kv.prefill == PrefillAttention::kThroughCache
-                                        ? " through the cache"
-                                        : ""));
+    SCOPED_TRACE(
+        std::string(codec::KvBackendName(options.kv.kind)) +
+        (options.kv.prefill == PrefillAttention::kThroughCache ? " through the cache" : ""));
     LlamaDecodeModel whole(dir_.path(), options);
     LlamaDecodeModel chunked(dir_.path(), options);
     whole.StartSequence(1, {});
@@ -260,7 +260,7 @@ TEST_F(CompressedRuntimeTest, APromptFedInChunksGivesTheLogitsOfTheWholePrompt) 
 
 TEST_F(CompressedRuntimeTest, APromptChunkAfterThePromptIsRefused) {
   RuntimeOptions options;
-  options.kv.kind = "readkv";
+  options.kv.kind = codec::KvBackend::kReadKv;
   LlamaDecodeModel model(dir_.path(), options);
   model.StartSequence(1, {});
   Step(model, 1, std::span<const int32_t>(prompt_).first(8));
@@ -278,7 +278,7 @@ TEST_F(CompressedRuntimeTest, APromptChunkAfterThePromptIsRefused) {
 
 TEST_F(CompressedRuntimeTest, RequestPoliciesAreValidatedNamingTheField) {
   RuntimeOptions o;
-  o.kv.kind = "readkv";
+  o.kv.kind = codec::KvBackend::kReadKv;
   LlamaDecodeModel model(dir_.path(), o);
   engine::ReadPolicy p;
   p.read_bits = 9.0;
@@ -305,7 +305,7 @@ TEST_F(CompressedRuntimeTest, ACalibrationOfOtherWeightsIsRefused) {
   TempDir dir;
   WriteTinyModel(other, dir.path());
   RuntimeOptions o;
-  o.kv.kind = "fp8";
+  o.kv.kind = codec::KvBackend::kFp8;
   o.calibration_path = dir_.path() + "/calibration.json";
   try {
     LlamaDecodeModel model(dir.path(), o);
@@ -394,8 +394,8 @@ TEST_F(CompressedRuntimeTest, CodecFidelityMeasuresBothCachesAndFallsWithStoredB
 
 TEST(RuntimeOptionsTest, OutlierListsAreRefusedOnACudaDeviceAndOutOfRange) {
   RuntimeOptions o;
-  o.kv.kind = "readkv";
-  o.kv.reader = "constrained";
+  o.kv.kind = codec::KvBackend::kReadKv;
+  o.kv.reader = codec::ReaderKind::kConstrained;
   o.kv.outlier_cap = 2;
   ValidateRuntimeOptions(o);  // the CPU keeps them
   const auto prefix_of = [&o] {
@@ -418,7 +418,7 @@ TEST(RuntimeOptionsTest, OutlierListsAreRefusedOnACudaDeviceAndOutOfRange) {
   o.kv.outlier_threshold = 2.0f;  // inside the tree: nothing is clipped there
   EXPECT_EQ(prefix_of(), "outlier_threshold");
   o.kv.outlier_threshold = 0.0f;
-  o.kv.reader = "tile";  // the tile reader applies the lists on the CPU
+  o.kv.reader = codec::ReaderKind::kTile;  // the tile reader applies the lists on the CPU
   EXPECT_EQ(prefix_of(), "accepted");
 }
 
@@ -431,7 +431,8 @@ TEST(RuntimeOptionsTest, CudaGraphsIsAutoOnOrOffAndOnNeedsTheCudaKvBackends) {
     o.cuda_graphs = value;
     try {
       ValidateRuntimeOptions(o);
-      ADD_FAILURE() << value << " on " << o.device << "/" << o.kv.kind << ": no error";
+      ADD_FAILURE() << value << " on " << o.device << "/" << codec::KvBackendName(o.kv.kind)
+                    << ": no error";
     } catch (const std::invalid_argument& e) {
       EXPECT_EQ(std::string(e.what()).rfind("cuda_graphs:", 0), 0u) << e.what();
     }
@@ -440,7 +441,7 @@ TEST(RuntimeOptionsTest, CudaGraphsIsAutoOnOrOffAndOnNeedsTheCudaKvBackends) {
   refused("on");  // on the CPU
   o.device = "cuda";
   refused("on");  // dense on CUDA: its decode does not go through the graphs
-  o.kv.kind = "fp8";
+  o.kv.kind = codec::KvBackend::kFp8;
   o.cuda_graphs = "on";
   ValidateRuntimeOptions(o);
   refused("ON");

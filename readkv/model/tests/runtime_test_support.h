@@ -106,9 +106,9 @@ class CompressedRuntimeTest : public RuntimeTest {
   }
 
   // MaxDiffAgainstDense of ReadKV(8, 8) and ReadKV(8, 1) with `reader`, prefill through the cache.
-  std::pair<double, double> FullAndOneBit(const std::string& reader) {
+  std::pair<double, double> FullAndOneBit(codec::ReaderKind reader) {
     RuntimeOptions full;
-    full.kv.kind = "readkv";
+    full.kv.kind = codec::KvBackend::kReadKv;
     full.kv.reader = reader;
     full.kv.read_bits = 8;
     full.kv.prefill = PrefillAttention::kThroughCache;

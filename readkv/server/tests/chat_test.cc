@@ -26,7 +26,7 @@ class ChatTest : public ::testing::Test {
     spdlog::set_level(spdlog::level::warn);
     engine::EngineOptions options;
     options.model_name = "test-model";
-    model_ = testing::LoadTinyLlama("dense");
+    model_ = testing::LoadTinyLlama(codec::KvBackend::kDense);
     tokenizer_ = testing::TinyLlamaTokenizer();
     engine_ = std::make_unique<engine::Engine>(*model_, *tokenizer_, options);
     server_ = std::make_unique<Server>(*engine_, *tokenizer_, ServerOptions{});

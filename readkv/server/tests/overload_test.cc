@@ -107,7 +107,7 @@ class OverloadTest : public ::testing::Test {
   static void SetUpTestSuite() { spdlog::set_level(spdlog::level::warn); }
 
   void SetUp() override {
-    model_ = testing::LoadTinyLlama("dense");
+    model_ = testing::LoadTinyLlama(codec::KvBackend::kDense);
     tokenizer_ = testing::TinyLlamaTokenizer();
     engine::EngineOptions options;
     options.model_name = "test-model";

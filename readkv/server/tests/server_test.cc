@@ -37,7 +37,7 @@ using testing::SseData;
 namespace http = boost::beast::http;
 
 struct ServerSetup {
-  std::string kv = "dense";
+  codec::KvBackend kv = codec::KvBackend::kDense;
   engine::EngineOptions engine;
   ServerOptions server;
 };
@@ -220,7 +220,7 @@ TEST_F(ServerTest, AcceptedConnectionsHaveNagleOff) {
 
 TEST_F(ServerTest, StreamingWithIncludeUsageEndsWithAUsageChunk) {
   ServerSetup setup;
-  setup.kv = "readkv";  // the chunk echoes the request's read policy
+  setup.kv = codec::KvBackend::kReadKv;  // the chunk echoes the request's read policy
   StartServer(setup);
   HttpConnection connection(port());
   auto result = connection.Post("/v1/completions", {{"prompt", "Hi"},
@@ -271,7 +271,7 @@ TEST_F(ServerTest, GreedyTextIsTheSameAloneAndInABatch) {
 
 TEST_F(ServerTest, ReadPolicyIsEchoedAndAnUnservablePolicyIsA400) {
   ServerSetup setup;
-  setup.kv = "readkv";
+  setup.kv = codec::KvBackend::kReadKv;
   StartServer(setup);
   const json ok = Completion({{"prompt", "p"},
                               {"max_tokens", 2},

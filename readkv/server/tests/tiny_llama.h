@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "readkv/codec/attention.h"
 #include "readkv/engine/decode_model.h"
 #include "readkv/engine/tokenizer.h"
 #include "readkv/model/model_calibration.h"
@@ -47,12 +48,13 @@ inline const std::string& TinyLlamaDirectory(bool calibrated = false) {
   return (void)calibrated_written, calibrated_dir.path();
 }
 
-// kv: "dense" | "fp8" | "readkv" (the codec backends use the server defaults: W 8, R 4, flexible).
-inline std::unique_ptr<engine::DecodeModel> LoadTinyLlama(const std::string& kv = "dense") {
+// The codec backends use the server defaults: W 8, R 4, flexible.
+inline std::unique_ptr<engine::DecodeModel> LoadTinyLlama(
+    codec::KvBackend kv = codec::KvBackend::kDense) {
   model::RuntimeOptions options;
   options.kv.kind = kv;
   options.threads = 1;
-  return model::LoadDecodeModel(TinyLlamaDirectory(kv != "dense"), options);
+  return model::LoadDecodeModel(TinyLlamaDirectory(kv != codec::KvBackend::kDense), options);
 }
 
 inline std::unique_ptr<engine::Tokenizer> TinyLlamaTokenizer() {

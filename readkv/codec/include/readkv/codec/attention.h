@@ -10,6 +10,7 @@
 // threads may Attend concurrently while nobody Appends.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -87,7 +88,13 @@ class LayerKvCache {
   LayerGeometry geometry_;
 };
 
+// The KV backends, one type for the whole server (runtime options, kernels' benchmarks, the
+// attention experiment). Text appears only at the edges: ParseKvBackend reads a flag or a
+// config value, KvBackendName writes the persisted/wire name ("dense" | "fp8" | "readkv", as in
+// reports, metrics labels and the history), so the two round-trip.
 enum class KvBackend { kDense, kFp8, kReadKv };
+inline constexpr std::array<KvBackend, 3> kKvBackends = {KvBackend::kDense, KvBackend::kFp8,
+                                                         KvBackend::kReadKv};
 std::string_view KvBackendName(KvBackend backend);
 // "dense" | "fp8" | "readkv"; throws InvalidArgument("kv") otherwise.
 KvBackend ParseKvBackend(std::string_view name);

@@ -22,6 +22,7 @@
 // passkeys where 4:4 found 12/40: retrieval needs the keys' precision.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -32,7 +33,10 @@
 namespace readkv::codec {
 
 enum class ReaderKind { kFlexible, kConstrained, kFull, kTile };
+inline constexpr std::array<ReaderKind, 4> kReaderKinds = {
+    ReaderKind::kFlexible, ReaderKind::kConstrained, ReaderKind::kFull, ReaderKind::kTile};
 
+// The reader's name at the edges (flags, requests, reports); ParseReaderKind reads it back.
 std::string_view ReaderName(ReaderKind reader);
 // "flexible" | "constrained" | "full" | "tile"; throws InvalidArgument("reader") otherwise.
 ReaderKind ParseReaderKind(std::string_view name);

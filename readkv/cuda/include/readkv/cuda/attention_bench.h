@@ -22,16 +22,15 @@
 #include <string>
 #include <vector>
 
+#include "readkv/codec/attention.h"
 #include "readkv/cuda/decode_attention.h"
 
 namespace readkv::cuda {
 
-enum class KvBackend { kDense, kFp8, kReadKv };
-
 // One value of --kv: "dense", "fp8" (per-tensor scales), "readkv:W:R" (constrained reader,
 // R_K = R_V = R) or "readkv:W:R:RK:RV" (the same reader with a K/V split, mean R).
 struct KvSpec {
-  KvBackend backend = KvBackend::kDense;
+  codec::KvBackend backend = codec::KvBackend::kDense;  // the server's one backend type
   int store_bits = 0;        // W, ReadKV only, in [2, 8]
   double read_bits = 0;      // R, ReadKV only, in [1, W]
   double key_bits = 0;       // R_K, ReadKV only, in [1, W]; R when no split is given
@@ -95,6 +94,7 @@ struct BenchRow {
   int64_t batch = 0;   // B
   std::string kv;      // KvSpec::Name() or the anchor's name
   bool anchor = false;
+  codec::KvBackend backend = codec::KvBackend::kDense;  // the spec's; not for the anchor
   TimingStats time;
   int64_t context_tokens = 0;   // sum of seq_lens over the batch
   int64_t capacity_bytes = 0;   // ledger 1: cache pages (whole pages) + scales / codec tables

@@ -2,10 +2,10 @@
 // directory in the Hugging Face layout (config.json + model.safetensors [+ calibration.json]).
 //
 // Attention of every returned logit goes through the configured KV backend:
-// - "dense": K/V kept as tensors of the compute dtype (fp32 on CPU), exact attention.
-// - "fp8": e4m3 K/V with calibrated amax/448 scales per tensor (layer) or per KV head, attention
+// - dense: K/V kept as tensors of the compute dtype (fp32 on CPU), exact attention.
+// - fp8: e4m3 K/V with calibrated amax/448 scales per tensor (layer) or per KV head, attention
 //   in fp32 after dequantisation (readkv::codec).
-// - "readkv": ReadKV(W, R) bit-plane caches and the flexible/constrained/tile readers
+// - readkv: ReadKV(W, R) bit-plane caches and the flexible/constrained/tile readers
 //   (readkv::codec); the tile reader's caches store the tile layout, and with a prefix cache a
 //   request may name only a reader of the server's layout ("reader").
 // On a CUDA device ("cuda", "cuda:N") fp8 and readkv run on readkv::cuda's kernels instead: every
@@ -55,8 +55,10 @@
 #include <string_view>
 #include <vector>
 
+#include "readkv/codec/attention.h"
 #include "readkv/codec/cache_object.h"
 #include "readkv/codec/fp8.h"
+#include "readkv/codec/readers.h"
 #include "readkv/engine/decode_model.h"
 #include "readkv/model/config.h"
 #include "readkv/model/prefix_cache_store.h"
@@ -65,15 +67,19 @@ namespace readkv::model {
 
 enum class PrefillAttention { kDense, kThroughCache };
 
+// Typed: the flags (cli.h) and any other front end parse names once, with codec::ParseKvBackend
+// and codec::ParseReaderKind; reports and logs write them back with KvBackendName/ReaderName.
 struct KvCacheOptions {
-  std::string kind = "dense";  // "dense" | "fp8" | "readkv"
+  codec::KvBackend kind = codec::KvBackend::kDense;
   PrefillAttention prefill = PrefillAttention::kDense;
   // FP8 baseline.
   codec::Fp8ScaleGranularity fp8_scale = codec::Fp8ScaleGranularity::kTensor;
   // ReadKV defaults of the server; a request's engine::ReadPolicy may override the read side.
   int store_bits = 8;               // W
   double read_bits = 4.0;           // R, average over K and V
-  std::string reader = "flexible";  // "flexible" | "constrained" | "tile"
+  // The served readers are flexible, constrained and tile; kFull (every plane) runs on the CPU
+  // only with read_bits == store_bits, as codec::MakeReaderPlan checks.
+  codec::ReaderKind reader = codec::ReaderKind::kFlexible;
   std::optional<double> key_bits;   // R_K of the K/V split; unset = R
   std::optional<double> value_bits; // R_V; unset = 2R - R_K
   // ReadKV's capped outlier lists (codec/outliers.h), part of the cache identity: entries per
@@ -112,7 +118,7 @@ struct RuntimeOptions {
   PrefixCacheOptions prefix_cache;
 };
 
-// Throws std::invalid_argument naming the field ("kv", "store_bits", "read_bits", "reader"
+// Throws std::invalid_argument naming the field ("store_bits", "read_bits", "reader"
 // (flexible on a CUDA device too), "kv_split", "outlier_cap" (outside [0, 16], or above 0 on a
 // CUDA device: the GPU kernels have no outlier correction), "outlier_threshold", "device", "dtype",
 // "cache_dir" (set for dense/fp8,

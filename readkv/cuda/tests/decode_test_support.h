@@ -1,0 +1,162 @@
+// What the GPU-vs-CPU kernel tests share (readkv_kernel_test.cc: ReadKV; decode_attention_test.cc:
+// dense, FP8 and the launchers): device buffers, the grid's cases and their seeded workloads of
+// ragged paged sequences (synthetic K/V, shuffled page order), and the output comparisons.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "readkv/codec/attention.h"
+#include "readkv/codec/calibration.h"
+#include "readkv/codec/synthetic.h"
+#include "readkv/cuda/decode_attention.h"
+#include "readkv/cuda/device.h"
+
+// Fails (fatally) the test whose CUDA call did not succeed; in a helper, the helper returns and
+// its caller checks with ASSERT_NO_FATAL_FAILURE.
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << cudaGetErrorString(expr)
+
+namespace readkv::cuda::kernel_test {
+
+// A device buffer of T, freed on scope exit.
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t count) : count_(std::max<size_t>(count, 1)) {
+    if (cudaMalloc(&ptr_, count_ * sizeof(T)) != cudaSuccess) ptr_ = nullptr;
+  }
+  DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { Upload(host); }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  T* get() const { return ptr_; }
+  void Upload(const std::vector<T>& host) {
+    cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  std::vector<T> Download(size_t count) const {
+    std::vector<T> host(count);
+    cudaMemcpy(host.data(), ptr_, count * sizeof(T), cudaMemcpyDeviceToHost);
+    return host;
+  }
+
+ private:
+  size_t count_;
+  T* ptr_ = nullptr;
+};
+
+inline bool HaveGpu() { return QueryDevices().device_count > 0; }
+
+struct Case {
+  int heads_q, heads_kv, head_dim;
+  std::vector<int> lens;
+  int store_bits;
+  double read_bits;
+  int chunk_tokens;  // 0 = the launcher's choice
+  bool zero_queries = false;  // every logit equal: every Value gain ties (the allocators' worst case)
+  double key_bits = 0.0;      // R_K:R_V of a K/V split; both 0 = R_K = R_V = R
+  double value_bits = 0.0;
+  double KeyBits() const { return key_bits != 0.0 ? key_bits : read_bits; }
+  double ValueBits() const { return value_bits != 0.0 ? value_bits : read_bits; }
+  std::string Name() const {
+    std::string lens_text;
+    for (int t : lens) lens_text += std::to_string(t) + "_";
+    return "hq" + std::to_string(heads_q) + "_hkv" + std::to_string(heads_kv) + "_d" +
+           std::to_string(head_dim) + "_T" + lens_text + "W" + std::to_string(store_bits) + "_R" +
+           std::to_string(static_cast<int>(read_bits * 10)) + "_c" + std::to_string(chunk_tokens) +
+           (zero_queries ? "_q0" : "") +
+           (key_bits != 0.0 ? "_K" + std::to_string(static_cast<int>(key_bits * 10)) + "V" +
+                                  std::to_string(static_cast<int>(value_bits * 10))
+                            : "");
+  }
+};
+
+// Sequences of synthetic K/V (one SyntheticLayer per sequence) in a paged layout with a shuffled
+// page order, plus the flat per-token arrays the append kernel takes.
+struct Workload {
+  codec::LayerGeometry geometry;
+  DecodeShape shape;
+  std::vector<codec::SyntheticLayer> layers;
+  std::vector<float> queries;  // [B][H_q][d]
+  std::vector<int32_t> page_table, seq_lens;
+  int num_pages = 0;
+  std::vector<float> keys, values;  // [n][H_kv][d]
+  std::vector<int32_t> seq_ids, positions;
+  std::shared_ptr<const codec::Calibration> calibration;
+};
+
+inline Workload MakeWorkload(const Case& c, uint64_t seed) {
+  Workload w;
+  w.geometry = {c.heads_q, c.heads_kv, c.head_dim};
+  const int batch = static_cast<int>(c.lens.size());
+  const int max_tokens = *std::max_element(c.lens.begin(), c.lens.end());
+  w.shape = DecodeShape{batch, c.heads_q, c.heads_kv, c.head_dim,
+                        (max_tokens + kPageTokens - 1) / kPageTokens, max_tokens, c.chunk_tokens,
+                        *std::min_element(c.lens.begin(), c.lens.end())};
+  codec::SyntheticConfig config;
+  config.geometry = w.geometry;
+  config.seed = seed;
+  w.calibration = std::make_shared<codec::Calibration>(codec::MakeSyntheticCalibration(config));
+  for (int b = 0; b < batch; ++b) {
+    config.tokens = c.lens[static_cast<size_t>(b)];
+    config.seed = seed * 1000 + static_cast<uint64_t>(b) + 1;
+    w.layers.push_back(codec::MakeSyntheticLayer(config));
+    auto& q = w.layers.back().queries;
+    if (c.zero_queries) std::fill(q.begin(), q.end(), 0.0f);
+    w.queries.insert(w.queries.end(), q.begin(), q.end());
+    w.seq_lens.push_back(c.lens[static_cast<size_t>(b)]);
+  }
+  for (int len : c.lens) w.num_pages += (len + kPageTokens - 1) / kPageTokens;
+  std::vector<int32_t> order(static_cast<size_t>(w.num_pages));
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(seed);
+  std::shuffle(order.begin(), order.end(), rng);
+  w.page_table.assign(static_cast<size_t>(batch) * w.shape.max_pages, -1);
+  int next = 0;
+  for (int b = 0; b < batch; ++b) {
+    for (int p = 0; p < (c.lens[static_cast<size_t>(b)] + kPageTokens - 1) / kPageTokens; ++p) {
+      w.page_table[static_cast<size_t>(b) * w.shape.max_pages + p] = order[static_cast<size_t>(next++)];
+    }
+    const auto& layer = w.layers[static_cast<size_t>(b)];
+    w.keys.insert(w.keys.end(), layer.keys.begin(), layer.keys.end());
+    w.values.insert(w.values.end(), layer.values.begin(), layer.values.end());
+    for (int i = 0; i < c.lens[static_cast<size_t>(b)]; ++i) {
+      w.seq_ids.push_back(b);
+      w.positions.push_back(i);
+    }
+  }
+  return w;
+}
+
+// Largest relative L2 error of the GPU output against a CPU output, per query head.
+inline double MaxHeadError(const std::vector<float>& gpu, const std::vector<float>& cpu,
+                           size_t offset, int heads, int d) {
+  double worst = 0.0;
+  for (int h = 0; h < heads; ++h) {
+    double num = 0.0, den = 0.0;
+    for (int c = 0; c < d; ++c) {
+      const size_t i = static_cast<size_t>(h) * d + c;
+      const double diff = static_cast<double>(gpu[offset + i]) - cpu[i];
+      num += diff * diff;
+      den += static_cast<double>(cpu[i]) * cpu[i];
+    }
+    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
+  }
+  return worst;
+}
+
+inline bool AllFinite(const std::vector<float>& x) {
+  return std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); });
+}
+
+inline const std::vector<float> kNaNs(1, std::nanf(""));
+
+}  // namespace readkv::cuda::kernel_test
