@@ -32,6 +32,7 @@
 #include "readkv/codec/transform.h"
 #include "readkv/cuda/decode_attention.h"
 #include "readkv/cuda/device.h"
+#include "test_buffers.h"
 
 namespace readkv::cuda {
 namespace {
@@ -39,32 +40,6 @@ namespace {
 namespace codec = readkv::codec;
 
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << cudaGetErrorString(expr)
-
-// A device buffer of T, freed on scope exit.
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t count) : count_(std::max<size_t>(count, 1)) {
-    if (cudaMalloc(&ptr_, count_ * sizeof(T)) != cudaSuccess) ptr_ = nullptr;
-  }
-  DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { Upload(host); }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  T* get() const { return ptr_; }
-  void Upload(const std::vector<T>& host) {
-    cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
-  }
-  std::vector<T> Download(size_t count) const {
-    std::vector<T> host(count);
-    cudaMemcpy(host.data(), ptr_, count * sizeof(T), cudaMemcpyDeviceToHost);
-    return host;
-  }
-
- private:
-  size_t count_;
-  T* ptr_ = nullptr;
-};
 
 bool HaveGpu() { return QueryDevices().device_count > 0; }
 
@@ -147,23 +122,6 @@ Workload MakeWorkload(const Case& c, uint64_t seed) {
     }
   }
   return w;
-}
-
-// Largest relative L2 error of the GPU output against a CPU output, per query head.
-double MaxHeadError(const std::vector<float>& gpu, const std::vector<float>& cpu, size_t offset,
-                    int heads, int d) {
-  double worst = 0.0;
-  for (int h = 0; h < heads; ++h) {
-    double num = 0.0, den = 0.0;
-    for (int c = 0; c < d; ++c) {
-      const size_t i = static_cast<size_t>(h) * d + c;
-      const double diff = static_cast<double>(gpu[offset + i]) - cpu[i];
-      num += diff * diff;
-      den += static_cast<double>(cpu[i]) * cpu[i];
-    }
-    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
-  }
-  return worst;
 }
 
 bool AllFinite(const std::vector<float>& x) {
