@@ -36,8 +36,8 @@ TileCentroids MakeTileCentroids(const codec::LloydTree& tree) {
           "depth-2 centroids are not -c_b < -c_a < c_a < c_b, antisymmetric in f16");
   out.depth1_negative = Both(d1[0]);
   if (tree.store_bits() >= 2) {
-    out.depth2_low = Both(d2[1]);
-    out.depth2_high = Both(d2[3]);
+    out.depth2_base = Both(d2[0]);
+    out.depth2_flip = Both(static_cast<uint16_t>(d2[0] ^ d2[1]));
   }
   return out;
 }

@@ -15,13 +15,12 @@
 // - t = 1 (sign trick): C_1(b) = (b ? +c : -c). Per f16x2: one multiply that moves the pair's two
 //   bits to the half's sign bits (bits 15 and 31) and one lop3 (and-mask, xor into -c|-c):
 //   2 instructions per pair, 1 per element, no table.
-// - t = 2 (sign trick): codes 00, 01, 10, 11 are -c_b, -c_a, +c_a, +c_b (c_a < c_b). The sign is
-//   p0 and the magnitude is c_b where p0 == p1. Both plane bytes are spread so that element k's
-//   bit is the top bit of byte k (two multiplies per plane byte, amortised over 8 elements);
-//   per pair two sign-replicating byte permutes give 16-bit masks X (p0) and Y (p1), one lop3
-//   forms w = ~(X ^ (Y | 0x8000)) (bits 0-14: p0 == p1, bit 15: p0) and one lop3 selects
-//   w ? B : A bitwise with A = f16(C_2[1]) (-c_a) and B = f16(C_2[3]) (+c_b): 4 instructions a
-//   pair plus 1 a element of spreading, ~3 per element, no table.
+// - t = 2 (sign trick): codes 00, 01, 10, 11 are -c_b, -c_a, +c_a, +c_b (c_a < c_b): the sign is
+//   p0 and the magnitude c_a where p0 != p1. Per lane u = b0 ^ b1 is spread so that element k's
+//   bit is the top bit of byte k (one xor and two multiply-spreads per 8 elements); per f16x2
+//   the depth-1 trick on -c_b|-c_b (multiply, lop3) and one sign-replicating byte permute whose
+//   16-bit masks pick the bits c_b and c_a differ in (lop3 and-xor): 4 instructions a pair plus
+//   5 per 8 elements, ~2.6 per element, no table.
 // - t >= 3 (small table): the eight t-bit codes are built as bytes of two words, one
 //   multiply-spread and one shift-add per plane nibble; each element is then one table read of
 //   the f16 bits and a pack: ~t + 3 instructions per element (a pair table would halve the reads
@@ -72,9 +71,6 @@ KVGATE_TILE_HD uint32_t PairMasks(uint32_t lo, uint32_t hi) {
 #endif
 }
 
-// Bitwise select: where m is set, b, else a (one lop3).
-KVGATE_TILE_HD uint32_t Select(uint32_t m, uint32_t a, uint32_t b) { return (m & b) | (~m & a); }
-
 // ---- The three paths ---------------------------------------------------------------------------
 
 KVGATE_TILE_HD void DecodeDepth1(uint32_t b0, uint32_t negative, uint32_t (&out)[4]) {
@@ -84,23 +80,24 @@ KVGATE_TILE_HD void DecodeDepth1(uint32_t b0, uint32_t negative, uint32_t (&out)
   out[3] = negative ^ PairSignBits<3>(b0);
 }
 
+// Pair j of depth 2: -c_b, its sign flipped where p0 is set (PairSignBits: one multiply, and the
+// mask and the xor in one lop3), then its magnitude bits flipped to c_a's where p0 != p1 (the
+// pair's masks from the byte tops of b0 ^ b1: one prmt; and-xor: one lop3).
 template <int J>
-KVGATE_TILE_HD uint32_t Depth2Pair(uint32_t x_lo, uint32_t x_hi, uint32_t y_lo, uint32_t y_hi,
-                                   uint32_t low, uint32_t high) {
-  const uint32_t x = PairMasks<J>(x_lo, x_hi);
-  const uint32_t y = PairMasks<J>(y_lo, y_hi);
-  const uint32_t w = ~(x ^ (y | 0x80008000u));  // bits 0-14: p0 == p1; bit 15: p0
-  return Select(w, low, high);
+KVGATE_TILE_HD uint32_t Depth2Pair(uint32_t b0, uint32_t u_lo, uint32_t u_hi, uint32_t base,
+                                   uint32_t flip) {
+  const uint32_t signed_base = base ^ PairSignBits<J>(b0);
+  return signed_base ^ (PairMasks<J>(u_lo, u_hi) & flip);
 }
 
-KVGATE_TILE_HD void DecodeDepth2(uint32_t b0, uint32_t b1, uint32_t low, uint32_t high,
+KVGATE_TILE_HD void DecodeDepth2(uint32_t b0, uint32_t b1, uint32_t base, uint32_t flip,
                                  uint32_t (&out)[4]) {
-  const uint32_t x_lo = NibbleToByteTops(b0 & 0xfu), x_hi = NibbleToByteTops(b0 >> 4);
-  const uint32_t y_lo = NibbleToByteTops(b1 & 0xfu), y_hi = NibbleToByteTops(b1 >> 4);
-  out[0] = Depth2Pair<0>(x_lo, x_hi, y_lo, y_hi, low, high);
-  out[1] = Depth2Pair<1>(x_lo, x_hi, y_lo, y_hi, low, high);
-  out[2] = Depth2Pair<2>(x_lo, x_hi, y_lo, y_hi, low, high);
-  out[3] = Depth2Pair<3>(x_lo, x_hi, y_lo, y_hi, low, high);
+  const uint32_t u = b0 ^ b1;  // bit k: p0 != p1, the magnitude c_a
+  const uint32_t u_lo = NibbleToByteTops(u & 0xfu), u_hi = NibbleToByteTops(u >> 4);
+  out[0] = Depth2Pair<0>(b0, u_lo, u_hi, base, flip);
+  out[1] = Depth2Pair<1>(b0, u_lo, u_hi, base, flip);
+  out[2] = Depth2Pair<2>(b0, u_lo, u_hi, base, flip);
+  out[3] = Depth2Pair<3>(b0, u_lo, u_hi, base, flip);
 }
 
 // The eight depth-T codes of a lane: code k in byte k % 4 of codes[k / 4]. b: T plane bytes.
@@ -146,7 +143,7 @@ KVGATE_TILE_HD void DecodeFragment(const uint32_t* b, [[maybe_unused]] const Til
   if constexpr (T == 1) {
     DecodeDepth1(b[0], c.depth1_negative, out);
   } else if constexpr (T == 2) {
-    DecodeDepth2(b[0], b[1], c.depth2_low, c.depth2_high, out);
+    DecodeDepth2(b[0], b[1], c.depth2_base, c.depth2_flip, out);
   } else {
     DecodeByTable<T>(b, table, out);
   }

@@ -139,10 +139,11 @@ TEST(TileFragmentTest, CentroidTablesAreTheCodebookInHalf) {
     EXPECT_EQ(c.depth1_negative, neg | (neg << 16));
     EXPECT_NE(neg & 0x8000u, 0u);
     if (w >= 2) {
-      const uint32_t low = ExpectedHalf(tree.centroids(2)[1]);
-      const uint32_t high = ExpectedHalf(tree.centroids(2)[3]);
-      EXPECT_EQ(c.depth2_low, low | (low << 16));
-      EXPECT_EQ(c.depth2_high, high | (high << 16));
+      const uint32_t base = ExpectedHalf(tree.centroids(2)[0]);
+      const uint32_t flip = base ^ ExpectedHalf(tree.centroids(2)[1]);
+      EXPECT_EQ(c.depth2_base, base | (base << 16));
+      EXPECT_EQ(c.depth2_flip, flip | (flip << 16));
+      EXPECT_EQ(flip & 0x8000u, 0u);  // -c_b and -c_a share the sign: only magnitude bits flip
     }
   }
 }

@@ -18,9 +18,9 @@ inline constexpr int kMaxTileDepth = 8;
 inline constexpr int kTileTableEntries = (2 << kMaxTileDepth) - 1;
 
 struct TileCentroids {
-  uint32_t depth1_negative = 0;            // f16x2 of C_1[0] (-c) in both halves
-  uint32_t depth2_low = 0;                 // f16x2 of C_2[1] (-c_a) in both halves
-  uint32_t depth2_high = 0;                // f16x2 of C_2[3] (+c_b) in both halves
+  uint32_t depth1_negative = 0;  // f16x2 of C_1[0] (-c) in both halves
+  uint32_t depth2_base = 0;      // f16x2 of C_2[0] (-c_b) in both halves
+  uint32_t depth2_flip = 0;      // f16x2 of C_2[0] ^ C_2[1]: the bits where c_b and c_a differ
   uint16_t table[kTileTableEntries] = {};  // f16 bits (round to nearest even) of C_t[code]
 };
 
