@@ -19,7 +19,7 @@ using internal::kWarp;
 inline constexpr int kMaxGroup = 8;  // query heads per KV head: the MMA's N
 inline constexpr int kStepBits = 3;  // an object's steps <= 7 (W <= 8, step 1)
 inline constexpr int kMaxSteps = (1 << kStepBits) - 1;
-inline constexpr int kMmaWarps = 4;   // warps of a Logits or Values block
+inline constexpr int kMmaWarps = 4;  // warps of a Logits or Values block
 inline constexpr int kMmaThreads = kMmaWarps * 32;
 inline constexpr int kWarpTiles = 8;  // token tiles a Logits warp holds accumulators for
 inline constexpr int kSelectThreads = 256;
@@ -128,10 +128,11 @@ __device__ __forceinline__ void WithDepth(int t, const Body& body) {
 //
 // Grid (chunks, H_kv, B) x 128. A warp takes kWarpTiles consecutive token tiles per pass (four
 // warps: 512 tokens) and keeps their accumulators (8 x 4 floats) live while it walks the Key
-// groups: one depth dispatch per group, then per tile t lane loads (one 32-byte sector per plane
-// for the warp), the decode of tile_fragment.h and one MMA against the group's folded queries
-// (B: 16 channels x 8 heads, precomputed in lane order by TilePrepare). Logits go to the
-// workspace row of each query head; tokens past the encoded ones are not written.
+// groups: one depth dispatch per group, then per batch of tiles their t lane loads (one 32-byte
+// sector per plane for the warp, all in flight together), the decode of tile_fragment.h and one
+// MMA per tile against the group's folded queries (B: 16 channels x 8 heads, precomputed in lane
+// order by TilePrepare). Logits go to the workspace row of each query head; tokens past the
+// encoded ones, and tiles past the chunk, are not written.
 template <int D, int G>
 __global__ void __launch_bounds__(kMmaThreads)
     TileLogits(TileArgs a, const __grid_constant__ tile::TileCentroids centroids) {
@@ -156,13 +157,24 @@ __global__ void __launch_bounds__(kMmaThreads)
       const uint2 q = frags[g * kWarp + lane];
       WithDepth(depth[g], [&](auto depth_tag) {
         constexpr int T = decltype(depth_tag)::value;
+        // Loads of a batch of tiles issue together (tiles past `end` re-read the last one, their
+        // results are never stored), then their decodes and MMAs: T x kBatch <= 16 registers.
+        constexpr int kBatch = T <= 2 ? kWarpTiles : (T <= 4 ? kWarpTiles / 2 : kWarpTiles / 4);
 #pragma unroll
-        for (int i = 0; i < kWarpTiles; ++i) {
-          if (base + i >= end) break;  // uniform over the warp
-          uint32_t bytes[T], frag[4];
-          LoadPlanes<T>(TileLane<kGroups>(a.in.key_tiles, a, row, base + i, g, lane), bytes);
-          tile::DecodeFragment<T>(bytes, centroids, lookup, frag);
-          Mma(acc[i], frag, q.x, q.y);
+        for (int first_tile = 0; first_tile < kWarpTiles; first_tile += kBatch) {
+          if (base + first_tile >= end) break;  // uniform over the warp
+          uint32_t bytes[kBatch][T];
+#pragma unroll
+          for (int i = 0; i < kBatch; ++i) {
+            const int tile = min(base + first_tile + i, end - 1);
+            LoadPlanes<T>(TileLane<kGroups>(a.in.key_tiles, a, row, tile, g, lane), bytes[i]);
+          }
+#pragma unroll
+          for (int i = 0; i < kBatch; ++i) {
+            uint32_t frag[4];
+            tile::DecodeFragment<T>(bytes[i], centroids, lookup, frag);
+            Mma(acc[first_tile + i], frag, q.x, q.y);
+          }
         }
       });
     }
@@ -173,7 +185,7 @@ __global__ void __launch_bounds__(kMmaThreads)
       for (int e = 0; e < 4; ++e) {
         const int token = (base + i) * 16 + lane / 4 + 8 * (e / 2);
         const int n = 2 * (lane % 4) + e % 2;
-        if (n < G && token < encoded) {
+        if (n < G && token < encoded && base + i < end) {
           const size_t head = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G + n;
           a.logits[head * a.logit_stride + token] = acc[i][e];
         }
