@@ -4,6 +4,7 @@
 
 #include "readkv/cuda/decode_attention.h"
 #include "readkv/cuda/device.h"
+#include "readkv/cuda/tile_attention.h"
 
 namespace readkv::cuda {
 namespace {
@@ -47,6 +48,12 @@ cudaError_t ReadKvDecodeAttention(const DecodeShape&, const DecodeInputs&, const
 cudaError_t ReadKvAppend(const DecodeShape&, int, const float*, const float*, const int32_t*,
                          const int32_t*, const int32_t*, const ReadKvCodec&, const ReadKvCache&,
                          cudaStream_t) {
+  return kNoDevice;
+}
+
+cudaError_t TileDecodeAttention(const TileDecodeShape&, const TileDecodeInputs&, const ReadKvCodec&,
+                                const tile::TileCentroids&, const ReadKvReadPolicy&,
+                                const TilePlan&, void*, cudaStream_t, const TileDecodeDebug&) {
   return kNoDevice;
 }
 

@@ -1,6 +1,7 @@
 // What the GPU-vs-CPU kernel tests share (readkv_kernel_test.cc: ReadKV; decode_attention_test.cc:
-// dense, FP8 and the launchers): device buffers, the grid's cases and their seeded workloads of
-// ragged paged sequences (synthetic K/V, shuffled page order), and the output comparisons.
+// dense, FP8 and the launchers): device buffers (test_buffers.h), the grid's cases and their
+// seeded workloads of ragged paged sequences (synthetic K/V, shuffled page order), and the output
+// comparisons.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,6 +21,7 @@
 #include "readkv/codec/synthetic.h"
 #include "readkv/cuda/decode_attention.h"
 #include "readkv/cuda/device.h"
+#include "test_buffers.h"
 
 // Fails (fatally) the test whose CUDA call did not succeed; in a helper, the helper returns and
 // its caller checks with ASSERT_NO_FATAL_FAILURE.
@@ -27,31 +29,8 @@
 
 namespace readkv::cuda::kernel_test {
 
-// A device buffer of T, freed on scope exit.
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t count) : count_(std::max<size_t>(count, 1)) {
-    if (cudaMalloc(&ptr_, count_ * sizeof(T)) != cudaSuccess) ptr_ = nullptr;
-  }
-  DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { Upload(host); }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  T* get() const { return ptr_; }
-  void Upload(const std::vector<T>& host) {
-    cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
-  }
-  std::vector<T> Download(size_t count) const {
-    std::vector<T> host(count);
-    cudaMemcpy(host.data(), ptr_, count * sizeof(T), cudaMemcpyDeviceToHost);
-    return host;
-  }
-
- private:
-  size_t count_;
-  T* ptr_ = nullptr;
-};
+using cuda::DeviceBuffer;  // test_buffers.h, shared with the tile reader's tests
+using cuda::MaxHeadError;
 
 inline bool HaveGpu() { return QueryDevices().device_count > 0; }
 
@@ -134,23 +113,6 @@ inline Workload MakeWorkload(const Case& c, uint64_t seed) {
     }
   }
   return w;
-}
-
-// Largest relative L2 error of the GPU output against a CPU output, per query head.
-inline double MaxHeadError(const std::vector<float>& gpu, const std::vector<float>& cpu,
-                           size_t offset, int heads, int d) {
-  double worst = 0.0;
-  for (int h = 0; h < heads; ++h) {
-    double num = 0.0, den = 0.0;
-    for (int c = 0; c < d; ++c) {
-      const size_t i = static_cast<size_t>(h) * d + c;
-      const double diff = static_cast<double>(gpu[offset + i]) - cpu[i];
-      num += diff * diff;
-      den += static_cast<double>(cpu[i]) * cpu[i];
-    }
-    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
-  }
-  return worst;
 }
 
 inline bool AllFinite(const std::vector<float>& x) {

@@ -1,0 +1,107 @@
+// The tile reader on the GPU (issue 37; docs/readkv.md, "The tile reader", "The tile layout"):
+// one decode step over tile-layout bit planes (readkv::codec::TilePlaneStore's bytes), both
+// products on tensor cores (mma.sync.m16n8k16, f16 in, f32 accumulate), the GQA heads of a KV
+// head in the MMA's N = 8 dimension. NOT YET RUN ON A GPU (written without one): it compiles, its
+// host pieces are tested; tests/tile_attention_test.cc holds its GPU tests. Not wired into the
+// served runtime until they pass.
+//
+// Inputs, per (sequence b, KV head h), contiguous per sequence for now (no page table):
+//   key_tiles, value_tiles: [B][H_kv][max_token_tiles][d / 16][W][32] bytes, each (b, h) row the
+//     key (value) byte array of a TilePlaneStore of encoded_lens[b] tokens (token tiles past its
+//     ceil(encoded_lens[b] / 16) are never read).
+//   residual_keys, residual_values: [B][H_kv][max_residual][d] BF16 bits, the exact window,
+//     residual_lens[b] tokens of it read (keys post-RoPE and transformed, as the CPU's
+//     TileLayerView holds them).
+//   queries [B][H_q][d] float (keys' domain); out [B][H_q][d] float.
+// The codec (ReadKvCodec: means, stds, signs of the layer; device memory) and the policy
+// (ReadKvReadPolicy: R_K, R_V and the Threshold allocator's increments) are the constrained
+// reader's types; for the tile reader both increment tables must be the step-1 table
+// (DepthAllocator::increment with t_min 1, step 1: W - 1 entries), since its Value step is 1.
+// Depths: per 16-channel Key group and per 16-token Value block, exactly
+// codec::ChooseKeyGroupDepths / ChooseValueBlockDepths for the weights the GPU computed (Key
+// weights are bit-identical to the CPU's; Value weights come from the GPU's probabilities).
+//
+// Launches (all on `stream`, in order; the plan fixes the grid):
+//   1. TilePrepare (H_kv, B) x d: transformed queries, Key group weights and depths, folded f16
+//      queries (scale * q~ * sigma), the residual window's exact logits.
+//   2. TileLogits (chunks, H_kv, B) x 128: q.K over the chunk's token tiles on tensor cores.
+//   3. TileSelect (H_kv, B) x 256: softmax statistics, Value block weights, Value depths (block
+//      radix selection of the cut).
+//   4. TileValues (chunks, H_kv, B) x 128: sum_i e_i C(code_i) per chunk on tensor cores.
+//   5. TileCombine (H_kv, B) x d: chunks summed, mu mass + sigma acc + the residual window's
+//      values, inverse V transform.
+// Thread-safety: reentrant; two calls that share a workspace must be ordered.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "readkv/cuda/decode_attention.h"
+#include "readkv/cuda/tile_centroids.h"
+
+namespace readkv::cuda {
+
+struct TileDecodeShape {
+  int batch = 1;
+  int heads_q = 32;
+  int heads_kv = 8;
+  int head_dim = 128;           // 64 or 128
+  int store_bits = 8;           // W, 1..8
+  int max_encoded_tokens = 0;   // >= every encoded_lens[b]
+  int max_residual_tokens = 0;  // >= every residual_lens[b]; the rows' stride of the window
+
+  int group() const { return heads_q / heads_kv; }
+  int groups() const { return head_dim / 16; }
+  int max_token_tiles() const { return (max_encoded_tokens + 15) / 16; }
+};
+
+struct TileDecodeInputs {
+  const float* queries = nullptr;           // [B][H_q][d]
+  const uint8_t* key_tiles = nullptr;       // [B][H_kv][max_token_tiles][d / 16][W][32]
+  const uint8_t* value_tiles = nullptr;     // same shape
+  const uint16_t* residual_keys = nullptr;  // [B][H_kv][max_residual][d] BF16
+  const uint16_t* residual_values = nullptr;
+  const int32_t* encoded_lens = nullptr;   // [B], each in [0, max_encoded_tokens]
+  const int32_t* residual_lens = nullptr;  // [B], each in [0, max_residual_tokens]; >= 1 token
+                                           // per sequence in all
+  float* out = nullptr;                    // [B][H_q][d]
+};
+
+// How a call splits its work, chosen on the host (PlanTileDecode) and passed to the launcher
+// explicitly (FlashInfer's plan/run split: no launcher reads the environment).
+struct TilePlan {
+  int chunk_tokens = 1024;  // encoded tokens per Logits/Values block, a multiple of kTileChunkStep
+  int chunks = 1;           // ceil(max_encoded_tokens / chunk_tokens), at least 1
+};
+// A chunk is a whole number of a Logits block's passes: 4 warps x 8 token tiles of 16 tokens.
+inline constexpr int kTileChunkStep = 512;
+
+// The plan for a shape on a device of `sm_count` SMs: the largest chunk of 4096, 2048, 1024 or
+// 512 tokens that still gives every SM two Logits blocks (512 when none does). Throws
+// readkv::codec::InvalidArgument naming the field for a shape the kernels refuse (head_dim not 64
+// or 128, group not 1, 2, 4 or 8, store_bits outside 1..8, negative or zero sizes, no tokens).
+TilePlan PlanTileDecode(const TileDecodeShape& shape, int sm_count);
+
+// The workspace a call needs (device memory, no initialisation needed). Throws as PlanTileDecode
+// for a bad shape, and InvalidArgument("plan") for a plan whose chunks do not cover the tokens.
+size_t TileDecodeWorkspaceBytes(const TileDecodeShape& shape, const TilePlan& plan);
+
+// Optional outputs for tests (any may be null; device memory).
+struct TileDecodeDebug {
+  uint8_t* key_depths = nullptr;    // [B][H_kv][d / 16]
+  uint8_t* value_depths = nullptr;  // [B][H_kv][max_token_tiles]
+  double* block_weights = nullptr;  // [B][H_kv][max_token_tiles], what the Value depths came from
+  float* logits = nullptr;  // [B][H_q][stride], stride = max_encoded + max_residual rounded up
+                           // to 16: the logits of the encoded tokens, then the residual ones
+};
+
+// One decode step. `centroids` by value (a kernel parameter). Returns cudaErrorInvalidValue for
+// a plan or shape the kernels cannot run (checked as TileDecodeWorkspaceBytes does, without
+// throwing) or a null input; launch errors otherwise. Never synchronises.
+cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeInputs& inputs,
+                                const ReadKvCodec& codec, const tile::TileCentroids& centroids,
+                                const ReadKvReadPolicy& policy, const TilePlan& plan,
+                                void* workspace, cudaStream_t stream,
+                                const TileDecodeDebug& debug = {});
+
+}  // namespace readkv::cuda

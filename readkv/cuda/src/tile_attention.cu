@@ -1,0 +1,363 @@
+// The GPU tile reader: TilePrepare, TileSelect, TileCombine and the launcher of all five launches
+// (tile_attention.h); TileLogits and TileValues are in tile_kernels.cuh. Written without a GPU:
+// compiled, not yet run.
+//
+// Depth choices are codec::DepthAllocator::Threshold's for the same weights: the same doubles
+// (__dmul_rn / __dadd_rn, no contraction), the same cut (the steps-th largest gain), the same
+// tie order (object index, then step). The Key group weights are bit-identical to the CPU's (the
+// transform is codec::Fwht's butterflies, readkv_device.cuh); the Value block weights come from
+// this call's probabilities (f16 MMA logits, __expf), so tests compare Value depths with the CPU
+// allocator run on TileDecodeDebug::block_weights.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <exception>
+
+#include "readkv/cuda/tile_attention.h"
+#include "readkv_device.cuh"
+#include "tile_kernels.cuh"
+#include "tile_plan.h"
+#include "tile_threshold.h"
+
+namespace readkv::cuda::tile_kernels {
+
+// ---- 1. TilePrepare ----------------------------------------------------------------------------
+
+// Grid (H_kv, B) x D: thread c owns channel c. The transform and the channel importance exactly
+// as the constrained reader's Prepare (readkv_attention.cu), then the group weights (SumPerTile's
+// order), the group depths, the B fragments of the folded query (f16 of scale q~ sigma, lane
+// order of m16n8k16: lane l holds head l / 4 at channels 16 g + 2 (l % 4) + {0, 1} and + 8),
+// and the residual window's exact logits (a warp per token: q~ scale . (k - mu)).
+template <int D, int G>
+__global__ void __launch_bounds__(128) TilePrepare(TileArgs a) {
+  constexpr int kGroups = D / 16;
+  __shared__ float x[kMaxGroup][128];
+  __shared__ float scaled[G][D];
+  __shared__ uint16_t folded[kMaxGroup][D];
+  __shared__ float mean[D];
+  __shared__ double weight[D];
+  __shared__ double group_weight[kGroups];
+  __shared__ uint8_t depth[kGroups];
+  const int h = blockIdx.x, b = blockIdx.y, c = threadIdx.x;
+  const int lane = c % kWarp, warp = c / kWarp;
+  const size_t row = RowOf(a, b, h);
+  const size_t channel = static_cast<size_t>(h) * D + c;
+  const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
+  const float sign = a.codec.key_signs[channel];
+  const float sd = a.codec.key_std[channel];
+  mean[c] = a.codec.key_mean[channel];
+  float v[kMaxGroup];
+#pragma unroll
+  for (int q = 0; q < kMaxGroup; ++q) {
+    const float y = q < G ? a.in.queries[(first_q + q) * D + c] : 0.0f;
+    v[q] = sign < 0.0f ? -y : y;
+  }
+  internal::FwhtChannelRows<kMaxGroup>(v, G, D, a.transform_scale, x);
+  double w = 0.0;  // codec::KeyChannelImportance, heads in order
+#pragma unroll
+  for (int q = 0; q < G; ++q) {
+    const double s = __dmul_rn(static_cast<double>(v[q]), static_cast<double>(sd));
+    w = __dadd_rn(w, __dmul_rn(s, s));
+  }
+  weight[c] = w;
+#pragma unroll
+  for (int q = 0; q < kMaxGroup; ++q) {
+    const float s = q < G ? v[q] * a.attention_scale : 0.0f;
+    if (q < G) scaled[q][c] = s;
+    folded[q][c] = __half_as_ushort(__float2half_rn(s * sd));
+  }
+  __syncthreads();
+  if (c < kGroups) {  // codec::SumPerTile: members in order from 0
+    double sum = 0.0;
+    for (int m = 0; m < 16; ++m) sum = __dadd_rn(sum, weight[16 * c + m]);
+    group_weight[c] = sum;
+  }
+  __syncthreads();
+  if (c == 0) {
+    double inc[kMaxSteps];
+    for (int s = 0; s < kMaxSteps; ++s)
+      inc[s] = s < a.policy.key_steps ? a.policy.key_increments[s] : 0.0;
+    const long long budget = internal::FloorBudget(a.policy.key_bits, static_cast<double>(kGroups));
+    tile::SmallThreshold(group_weight, kGroups, budget, inc, a.policy.key_steps, depth);
+  }
+  __syncthreads();
+  if (c < kGroups) {
+    a.key_depths[row * kGroups + c] = depth[c];
+    if (a.debug.key_depths != nullptr) a.debug.key_depths[row * kGroups + c] = depth[c];
+  }
+  for (int idx = c; idx < kGroups * kWarp; idx += D) {
+    const int g = idx / kWarp, l = idx % kWarp;
+    const int n = l / 4, k0 = 16 * g + 2 * (l % 4);
+    const uint32_t b0 = folded[n][k0] | (uint32_t{folded[n][k0 + 1]} << 16);
+    const uint32_t b1 = folded[n][k0 + 8] | (uint32_t{folded[n][k0 + 9]} << 16);
+    reinterpret_cast<uint2*>(a.fragments)[(row * kGroups + g) * kWarp + l] = make_uint2(b0, b1);
+  }
+  const int encoded = a.in.encoded_lens[b];
+  const int residual = a.in.residual_lens[b];
+  const uint16_t* keys = a.in.residual_keys + row * a.max_residual * D;
+  for (int r = warp; r < residual; r += D / kWarp) {
+    float dot[G] = {};
+    for (int ch = lane; ch < D; ch += kWarp) {
+      const float k =
+          __uint_as_float(uint32_t{keys[static_cast<size_t>(r) * D + ch]} << 16) - mean[ch];
+#pragma unroll
+      for (int q = 0; q < G; ++q) dot[q] += scaled[q][ch] * k;
+    }
+#pragma unroll
+    for (int q = 0; q < G; ++q) {
+      const float total = internal::WarpSum(dot[q]);
+      if (lane == 0) a.logits[(first_q + q) * a.logit_stride + encoded + r] = total;
+    }
+  }
+}
+
+// ---- 3. TileSelect -----------------------------------------------------------------------------
+
+__device__ __forceinline__ float BlockMax(float v, float* scratch) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  if (threadIdx.x % kWarp == 0) scratch[threadIdx.x / kWarp] = v;
+  __syncthreads();
+  float m = scratch[0];
+  for (int w = 1; w < static_cast<int>(blockDim.x) / kWarp; ++w) m = fmaxf(m, scratch[w]);
+  return m;
+}
+
+__device__ __forceinline__ double BlockSumD(double v, double* scratch) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if (threadIdx.x % kWarp == 0) scratch[threadIdx.x / kWarp] = v;
+  __syncthreads();
+  double s = 0.0;
+  for (int w = 0; w < static_cast<int>(blockDim.x) / kWarp; ++w) s += scratch[w];
+  return s;
+}
+
+// Grid (H_kv, B) x 256: per head the softmax statistics over encoded + residual logits (stats:
+// max, 1 / sum, the encoded tokens' mass), then per 16-token block (thread j owns blocks j,
+// j + 256, ...) the weight sum_i sum_h p_hi^2 (ValueTokenImportance then SumPerTile, in their
+// orders), and the Value depths: steps above the cut found by BlockSelect, ties by block.
+template <int G>
+__global__ void __launch_bounds__(kSelectThreads) TileSelect(TileArgs a) {
+  __shared__ float fscratch[kSelectThreads / kWarp];
+  __shared__ double dscratch[kSelectThreads / kWarp];
+  __shared__ long long lscratch[32];
+  __shared__ float head_max[G], head_inv[G];
+  __shared__ double inc[kMaxSteps];
+  __shared__ internal::SelectShared selection;
+  const int h = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
+  const size_t row = RowOf(a, b, h);
+  const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
+  const int encoded = a.in.encoded_lens[b];
+  const int total = encoded + a.in.residual_lens[b];
+  if (tid < kMaxSteps) inc[tid] = tid < a.policy.value_steps ? a.policy.value_increments[tid] : 0.0;
+  for (int q = 0; q < G; ++q) {
+    const float* l = a.logits + (first_q + q) * a.logit_stride;
+    float m = -INFINITY;
+    for (int i = tid; i < total; i += blockDim.x) m = fmaxf(m, l[i]);
+    m = BlockMax(m, fscratch);
+    double all = 0.0, enc = 0.0;
+    for (int i = tid; i < total; i += blockDim.x) {
+      const double e = expf(l[i] - m);
+      all += e;
+      if (i < encoded) enc += e;
+    }
+    all = BlockSumD(all, dscratch);
+    enc = BlockSumD(enc, dscratch);
+    if (tid == 0) {
+      head_max[q] = m;
+      head_inv[q] = static_cast<float>(1.0 / all);
+      float* s = a.stats + (first_q + q) * 4;
+      s[0] = m;
+      s[1] = head_inv[q];
+      s[2] = static_cast<float>(enc / all);
+      s[3] = 0.0f;
+    }
+    if (a.debug.logits != nullptr) {
+      float* out = a.debug.logits + (first_q + q) * a.logit_stride;
+      for (int i = tid; i < total; i += blockDim.x) out[i] = l[i];
+    }
+  }
+  __syncthreads();
+  const int tiles = (encoded + 15) / 16;
+  double* weights = a.block_weights + row * a.max_tiles;
+  int positive_steps = 0;  // this thread's objects' leading positive steps
+  const int spo = a.policy.value_steps;
+  for (int j = tid; j < tiles; j += blockDim.x) {
+    double w = 0.0;
+    for (int i = 16 * j; i < min(16 * j + 16, encoded); ++i) {
+      double importance = 0.0;
+#pragma unroll
+      for (int q = 0; q < G; ++q) {
+        const double p =
+            expf(a.logits[(first_q + q) * a.logit_stride + i] - head_max[q]) * head_inv[q];
+        importance = __dadd_rn(importance, __dmul_rn(p, p));
+      }
+      w = __dadd_rn(w, importance);
+    }
+    weights[j] = w;
+    if (a.debug.block_weights != nullptr) a.debug.block_weights[row * a.max_tiles + j] = w;
+    positive_steps += internal::CountAbove(w, 0.0, inc, spo, 0);
+  }
+  const long long positive = internal::BlockSumLL(positive_steps, lscratch);
+  const long long budget = internal::FloorBudget(a.policy.value_bits, static_cast<double>(tiles));
+  long long steps = budget - tiles;
+  if (steps > static_cast<long long>(tiles) * spo) steps = static_cast<long long>(tiles) * spo;
+  internal::GreedyCut cut{0.0, 0u};
+  const bool cutting = steps > 0 && positive > steps;  // uniform over the block
+  if (cutting) {
+    cut = internal::BlockSelect(
+        [&](auto&& f) {
+          for (int j = tid; j < tiles; j += blockDim.x) {
+            const double w = weights[j];
+            const auto first_key = static_cast<unsigned>(j) << kStepBits;
+            internal::ForPositiveSteps<kMaxSteps>(w, inc, spo, [&](int s, double gain) {
+              f(internal::GainBits(gain), ~(first_key + s));
+            });
+          }
+        },
+        64, 0ull, 0ull, steps, positive, selection);
+  }
+  for (int j = tid; j < tiles; j += blockDim.x) {
+    const double w = weights[j];
+    int k = 0;
+    if (cutting) {
+      k = internal::StepsTaken<kMaxSteps>(w, inc, spo, static_cast<unsigned>(j) << kStepBits, cut);
+    } else if (steps > 0) {
+      k = internal::CountAbove(w, 0.0, inc, spo, 0);
+    }
+    const auto depth = static_cast<uint8_t>(1 + k);
+    a.value_depths[row * a.max_tiles + j] = depth;
+    if (a.debug.value_depths != nullptr) a.debug.value_depths[row * a.max_tiles + j] = depth;
+  }
+}
+
+// ---- 5. TileCombine ----------------------------------------------------------------------------
+
+// Grid (H_kv, B) x D: thread c sums the chunks' partials of channel c for each head, forms
+// mu mass + sigma acc / sum, adds the residual window's p v (exact BF16), and the block applies
+// the inverse V transform (FWHT, scale, signs), as FinishRow of the constrained reader.
+template <int D, int G>
+__global__ void __launch_bounds__(128) TileCombine(TileArgs a) {
+  __shared__ float x[kMaxGroup][128];
+  const int h = blockIdx.x, b = blockIdx.y, c = threadIdx.x;
+  const size_t row = RowOf(a, b, h);
+  const size_t channel = static_cast<size_t>(h) * D + c;
+  const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
+  const int encoded = a.in.encoded_lens[b];
+  const int residual = a.in.residual_lens[b];
+  const int chunks = (encoded + a.chunk_tokens - 1) / a.chunk_tokens;
+  const float mu = a.codec.value_mean[channel], sd = a.codec.value_std[channel];
+  const uint16_t* values = a.in.residual_values + row * a.max_residual * D;
+  for (int q = 0; q < G; ++q) {
+    const float* s = a.stats + (first_q + q) * 4;
+    const float* part = a.partials + row * a.chunks * kMaxGroup * D + q * D + c;
+    float acc = 0.0f;
+    for (int k = 0; k < chunks; ++k) acc += part[static_cast<size_t>(k) * kMaxGroup * D];
+    float out = mu * s[2] + sd * (acc * s[1]);
+    const float* l = a.logits + (first_q + q) * a.logit_stride + encoded;
+    for (int r = 0; r < residual; ++r) {
+      const float p = expf(l[r] - s[0]) * s[1];
+      out += p * __uint_as_float(uint32_t{values[static_cast<size_t>(r) * D + c]} << 16);
+    }
+    x[q][c] = out;
+  }
+  __syncthreads();
+  internal::BlockFwhtRows(x, G, D, a.transform_scale);
+  const float sign = a.codec.value_signs[channel];
+  for (int q = 0; q < G; ++q) {
+    const float v = x[q][c];
+    a.in.out[(first_q + q) * D + c] = sign < 0.0f ? -v : v;
+  }
+}
+
+template <int D, int G>
+cudaError_t LaunchAll(const TileArgs& a, const tile::TileCentroids& centroids, int batch,
+                      cudaStream_t stream) {
+  const dim3 rows(static_cast<unsigned>(a.heads_kv), static_cast<unsigned>(batch));
+  const dim3 chunks(static_cast<unsigned>(a.chunks), static_cast<unsigned>(a.heads_kv),
+                    static_cast<unsigned>(batch));
+  TilePrepare<D, G><<<rows, D, 0, stream>>>(a);
+  TileLogits<D, G><<<chunks, kMmaThreads, 0, stream>>>(a, centroids);
+  TileSelect<G><<<rows, kSelectThreads, 0, stream>>>(a);
+  TileValues<D, G><<<chunks, kMmaThreads, 0, stream>>>(a, centroids);
+  TileCombine<D, G><<<rows, D, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <int D>
+cudaError_t LaunchForGroup(const TileArgs& a, const tile::TileCentroids& centroids, int batch,
+                           int group, cudaStream_t stream) {
+  switch (group) {
+    case 1:
+      return LaunchAll<D, 1>(a, centroids, batch, stream);
+    case 2:
+      return LaunchAll<D, 2>(a, centroids, batch, stream);
+    case 4:
+      return LaunchAll<D, 4>(a, centroids, batch, stream);
+    case 8:
+      return LaunchAll<D, 8>(a, centroids, batch, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace readkv::cuda::tile_kernels
+
+namespace readkv::cuda {
+
+cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeInputs& inputs,
+                                const ReadKvCodec& codec, const tile::TileCentroids& centroids,
+                                const ReadKvReadPolicy& policy, const TilePlan& plan,
+                                void* workspace, cudaStream_t stream,
+                                const TileDecodeDebug& debug) {
+  internal::TileWorkspaceLayout layout;
+  try {
+    layout = internal::MakeTileWorkspaceLayout(shape, plan);
+  } catch (const std::exception&) {
+    return cudaErrorInvalidValue;
+  }
+  const bool residual_ok = shape.max_residual_tokens == 0 ||
+                           (inputs.residual_keys != nullptr && inputs.residual_values != nullptr);
+  const bool tiles_ok = shape.max_encoded_tokens == 0 ||
+                        (inputs.key_tiles != nullptr && inputs.value_tiles != nullptr);
+  if (workspace == nullptr || inputs.queries == nullptr || inputs.out == nullptr ||
+      inputs.encoded_lens == nullptr || inputs.residual_lens == nullptr || !residual_ok ||
+      !tiles_ok || codec.store_bits != shape.store_bits || codec.key_mean == nullptr ||
+      codec.key_std == nullptr || codec.value_mean == nullptr || codec.value_std == nullptr ||
+      codec.key_signs == nullptr || codec.value_signs == nullptr ||
+      policy.key_increments == nullptr || policy.value_increments == nullptr ||
+      policy.key_steps != shape.store_bits - 1 || policy.value_steps != shape.store_bits - 1) {
+    return cudaErrorInvalidValue;
+  }
+  auto* base = static_cast<uint8_t*>(workspace);
+  tile_kernels::TileArgs a{};
+  a.heads_q = shape.heads_q;
+  a.heads_kv = shape.heads_kv;
+  a.store_bits = shape.store_bits;
+  a.max_tiles = shape.max_token_tiles();
+  a.chunk_tokens = plan.chunk_tokens;
+  a.chunks = plan.chunks;
+  a.max_residual = shape.max_residual_tokens;
+  a.logit_stride = layout.logit_stride;
+  a.attention_scale = 1.0f / sqrtf(static_cast<float>(shape.head_dim));
+  a.transform_scale = static_cast<float>(1.0 / sqrt(static_cast<double>(shape.head_dim)));
+  a.in = inputs;
+  a.codec = codec;
+  a.policy = policy;
+  a.debug = debug;
+  a.fragments = reinterpret_cast<uint32_t*>(base + layout.fragments);
+  a.key_depths = base + layout.key_depths;
+  a.logits = reinterpret_cast<float*>(base + layout.logits);
+  a.stats = reinterpret_cast<float*>(base + layout.stats);
+  a.block_weights = reinterpret_cast<double*>(base + layout.block_weights);
+  a.value_depths = base + layout.value_depths;
+  a.partials = reinterpret_cast<float*>(base + layout.partials);
+  return shape.head_dim == 64
+             ? tile_kernels::LaunchForGroup<64>(a, centroids, shape.batch, shape.group(), stream)
+             : tile_kernels::LaunchForGroup<128>(a, centroids, shape.batch, shape.group(), stream);
+}
+
+}  // namespace readkv::cuda

@@ -1,0 +1,152 @@
+// One lane's share of a tile-layout plane stack (readkv/codec/tile_planes.h) decoded into the
+// f16 A fragment of mma.sync.m16n8k16: the tile reader's inner loop, as plain integer code that
+// compiles for the host (tests/tile_fragment_test.cc proves it bit-exact against the codec's
+// DecodeTileCodes + LloydTree centroids) and for the device (the tile kernels).
+//
+// Input: the lane's byte of each plane read, b[p] = plane p's byte `lane` (bit k = fragment
+// element a_k, TileElement(lane, k) of tile_planes.h), p < t. Output: out[j] = f16x2 of
+// (C_t(code_{2j}), C_t(code_{2j+1})), element 2j in the low half: exactly the four A registers
+// of the MMA (a0a1, a2a3, a4a5, a6a7). C_t is the standard-Gaussian Lloyd tree's depth-t table,
+// rounded to f16 (round to nearest even); the tree is antisymmetric (codebook.cc), so
+// C_t(~code) = -C_t(code) exactly, in f16 too.
+//
+// Three paths, chosen at compile time by the depth (callers dispatch once per run of equal
+// depths, never per element):
+// - t = 1 (sign trick): C_1(b) = (b ? +c : -c). Per f16x2: one multiply that moves the pair's two
+//   bits to the half's sign bits (bits 15 and 31) and one lop3 (and-mask, xor into -c|-c):
+//   2 instructions per pair, 1 per element, no table.
+// - t = 2 (sign trick): codes 00, 01, 10, 11 are -c_b, -c_a, +c_a, +c_b (c_a < c_b): the sign is
+//   p0 and the magnitude c_a where p0 != p1. Per lane u = b0 ^ b1 is spread so that element k's
+//   bit is the top bit of byte k (one xor and two multiply-spreads per 8 elements); per f16x2
+//   the depth-1 trick on -c_b|-c_b (multiply, lop3) and one sign-replicating byte permute whose
+//   16-bit masks pick the bits c_b and c_a differ in (lop3 and-xor): 4 instructions a pair plus
+//   5 per 8 elements, ~2.6 per element, no table.
+// - t >= 3 (small table): the eight t-bit codes are built as bytes of two words, one
+//   multiply-spread and one shift-add per plane nibble; each element is then one table read of
+//   the f16 bits and a pack: ~t + 3 instructions per element (a pair table would halve the reads
+//   for t = 3, 4: not done yet).
+#pragma once
+
+#include <cstdint>
+
+#include "host_device.h"
+#include "readkv/cuda/tile_centroids.h"
+
+namespace readkv::cuda::tile {
+
+// ---- Bit movers (one or two instructions each on the device) ---------------------------------
+
+// Bits 2j and 2j + 1 of byte b at bits 15 and 31 (the two halves' sign bits), nothing else: one
+// multiply by 0x8001 << (15 - 2j) (b then sits at bit 15 - 2j and again at bit 30 - 2j) and one
+// mask.
+template <int J>
+KVGATE_TILE_HD uint32_t PairSignBits(uint32_t b) {
+  static_assert(J >= 0 && J < 4, "a fragment has four pairs");
+  return (b * (0x8001u << (15 - 2 * J))) & 0x80008000u;
+}
+
+// Element k (0..3) of a 4-bit nibble x at bit 7 of byte k (the other bits are junk): the four
+// copies x << 7, << 14, << 21, << 28 do not overlap, so the multiply carries nothing.
+KVGATE_TILE_HD uint32_t NibbleToByteTops(uint32_t x) { return x * 0x10204080u; }
+
+// Element k (0..3) of a 4-bit nibble x at bit 0 of byte k, zeros elsewhere (x << 0, 7, 14, 21).
+KVGATE_TILE_HD uint32_t NibbleToByteLows(uint32_t x) { return (x * 0x00204081u) & 0x01010101u; }
+
+// f16x2 masks of pair j from byte tops: low half 0xffff where the top bit of byte 2j of (lo, hi)
+// (bytes 0-3 of lo, 4-7 of hi) is set, high half where that of byte 2j + 1 is. A sign-replicating
+// byte permute on the device.
+template <int J>
+KVGATE_TILE_HD uint32_t PairMasks(uint32_t lo, uint32_t hi) {
+#if defined(__CUDA_ARCH__)
+  constexpr unsigned kLow = 8u | (2u * J), kHigh = 8u | (2u * J + 1u);
+  constexpr unsigned kSelector = kLow | (kLow << 4) | (kHigh << 8) | (kHigh << 12);
+  uint32_t out;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(lo), "r"(hi), "n"(kSelector));
+  return out;
+#else
+  const uint64_t bytes = (static_cast<uint64_t>(hi) << 32) | lo;
+  const uint32_t low = ((bytes >> (16 * J + 7)) & 1u) ? 0x0000ffffu : 0u;
+  const uint32_t high = ((bytes >> (16 * J + 15)) & 1u) ? 0xffff0000u : 0u;
+  return low | high;
+#endif
+}
+
+// ---- The three paths ---------------------------------------------------------------------------
+
+KVGATE_TILE_HD void DecodeDepth1(uint32_t b0, uint32_t negative, uint32_t (&out)[4]) {
+  out[0] = negative ^ PairSignBits<0>(b0);
+  out[1] = negative ^ PairSignBits<1>(b0);
+  out[2] = negative ^ PairSignBits<2>(b0);
+  out[3] = negative ^ PairSignBits<3>(b0);
+}
+
+// Pair j of depth 2: -c_b, its sign flipped where p0 is set (PairSignBits: one multiply, and the
+// mask and the xor in one lop3), then its magnitude bits flipped to c_a's where p0 != p1 (the
+// pair's masks from the byte tops of b0 ^ b1: one prmt; and-xor: one lop3).
+template <int J>
+KVGATE_TILE_HD uint32_t Depth2Pair(uint32_t b0, uint32_t u_lo, uint32_t u_hi, uint32_t base,
+                                   uint32_t flip) {
+  const uint32_t signed_base = base ^ PairSignBits<J>(b0);
+  return signed_base ^ (PairMasks<J>(u_lo, u_hi) & flip);
+}
+
+KVGATE_TILE_HD void DecodeDepth2(uint32_t b0, uint32_t b1, uint32_t base, uint32_t flip,
+                                 uint32_t (&out)[4]) {
+  const uint32_t u = b0 ^ b1;  // bit k: p0 != p1, the magnitude c_a
+  const uint32_t u_lo = NibbleToByteTops(u & 0xfu), u_hi = NibbleToByteTops(u >> 4);
+  out[0] = Depth2Pair<0>(b0, u_lo, u_hi, base, flip);
+  out[1] = Depth2Pair<1>(b0, u_lo, u_hi, base, flip);
+  out[2] = Depth2Pair<2>(b0, u_lo, u_hi, base, flip);
+  out[3] = Depth2Pair<3>(b0, u_lo, u_hi, base, flip);
+}
+
+// The eight depth-T codes of a lane: code k in byte k % 4 of codes[k / 4]. b: T plane bytes.
+template <int T>
+KVGATE_TILE_HD void LaneCodes(const uint32_t* b, uint32_t (&codes)[2]) {
+  uint32_t lo = 0, hi = 0;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int p = 0; p < T; ++p) {
+    // Codes stay below 2^7 until their last bit, so doubling never carries into the next byte.
+    lo = lo * 2u + NibbleToByteLows(b[p] & 0xfu);
+    hi = hi * 2u + NibbleToByteLows((b[p] >> 4) & 0xfu);
+  }
+  codes[0] = lo;
+  codes[1] = hi;
+}
+
+// Depth T >= 3: table(entry) returns the f16 bits of TileCentroids::table[entry] (a shared-memory
+// read on the device, the array itself on the host).
+template <int T, typename Table>
+KVGATE_TILE_HD void DecodeByTable(const uint32_t* b, const Table& table, uint32_t (&out)[4]) {
+  uint32_t codes[2];
+  LaneCodes<T>(b, codes);
+  constexpr uint32_t kBase = (1u << T) - 1u;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t word = codes[j / 2];
+    const uint32_t shift = 16u * static_cast<uint32_t>(j % 2);
+    const uint32_t first = table(kBase + ((word >> shift) & 0xffu));
+    const uint32_t second = table(kBase + ((word >> (shift + 8u)) & 0xffu));
+    out[j] = (first & 0xffffu) | (second << 16);
+  }
+}
+
+// The lane's fragment at compile-time depth T in [1, 8]; b: T plane bytes (each < 256).
+template <int T, typename Table>
+KVGATE_TILE_HD void DecodeFragment(const uint32_t* b, [[maybe_unused]] const TileCentroids& c,
+                                   [[maybe_unused]] const Table& table, uint32_t (&out)[4]) {
+  static_assert(T >= 1 && T <= kMaxTileDepth, "depths 1..8 (depth 0 reads nothing)");
+  if constexpr (T == 1) {
+    DecodeDepth1(b[0], c.depth1_negative, out);
+  } else if constexpr (T == 2) {
+    DecodeDepth2(b[0], b[1], c.depth2_base, c.depth2_flip, out);
+  } else {
+    DecodeByTable<T>(b, table, out);
+  }
+}
+
+}  // namespace readkv::cuda::tile

@@ -1,0 +1,93 @@
+#include "tile_plan.h"
+
+#include <algorithm>
+#include <string>
+
+#include "readkv/codec/errors.h"
+
+namespace readkv::cuda {
+namespace internal {
+namespace {
+
+void Require(bool ok, const char* field, const std::string& what) {
+  if (!ok) throw codec::InvalidArgument(field, what);
+}
+
+size_t Section(size_t& at, size_t bytes) {
+  const size_t start = at;
+  at += (bytes + 255) / 256 * 256;
+  return start;
+}
+
+}  // namespace
+
+void CheckTileShape(const TileDecodeShape& s) {
+  Require(s.batch >= 1, "batch", "must be >= 1, got " + std::to_string(s.batch));
+  Require(s.heads_kv >= 1 && s.heads_q >= s.heads_kv && s.heads_q % s.heads_kv == 0, "heads_q",
+          "must be a positive multiple of heads_kv");
+  const int g = s.heads_q / s.heads_kv;
+  Require(g == 1 || g == 2 || g == 4 || g == 8, "heads_q",
+          "group heads_q / heads_kv must be 1, 2, 4 or 8, got " + std::to_string(g));
+  Require(s.head_dim == 64 || s.head_dim == 128, "head_dim",
+          "must be 64 or 128, got " + std::to_string(s.head_dim));
+  Require(s.store_bits >= 1 && s.store_bits <= tile::kMaxTileDepth, "store_bits",
+          "must be in [1, 8], got " + std::to_string(s.store_bits));
+  Require(s.max_encoded_tokens >= 0, "max_encoded_tokens", "must be >= 0");
+  Require(s.max_residual_tokens >= 0, "max_residual_tokens", "must be >= 0");
+  Require(s.max_encoded_tokens + s.max_residual_tokens >= 1, "max_encoded_tokens",
+          "a call needs at least one token");
+}
+
+TileWorkspaceLayout MakeTileWorkspaceLayout(const TileDecodeShape& s, const TilePlan& plan) {
+  CheckTileShape(s);
+  Require(
+      plan.chunk_tokens >= kTileChunkStep && plan.chunk_tokens % kTileChunkStep == 0, "plan",
+      "chunk_tokens must be a positive multiple of 512, got " + std::to_string(plan.chunk_tokens));
+  const int64_t need = (int64_t{s.max_encoded_tokens} + plan.chunk_tokens - 1) / plan.chunk_tokens;
+  Require(plan.chunks >= 1 && plan.chunks >= need, "plan",
+          "chunks " + std::to_string(plan.chunks) + " do not cover " +
+              std::to_string(s.max_encoded_tokens) + " tokens");
+  const auto rows = static_cast<size_t>(s.batch) * static_cast<size_t>(s.heads_kv);
+  const auto heads = static_cast<size_t>(s.batch) * static_cast<size_t>(s.heads_q);
+  const auto groups = static_cast<size_t>(s.groups());
+  const auto tiles = static_cast<size_t>(s.max_token_tiles());
+  TileWorkspaceLayout w;
+  w.logit_stride = (int64_t{s.max_encoded_tokens} + s.max_residual_tokens + 15) / 16 * 16;
+  size_t at = 0;
+  w.fragments = Section(at, rows * groups * 32 * 2 * sizeof(uint32_t));
+  w.key_depths = Section(at, rows * groups);
+  w.logits = Section(at, heads * static_cast<size_t>(w.logit_stride) * sizeof(float));
+  w.stats = Section(at, heads * 4 * sizeof(float));
+  w.block_weights = Section(at, rows * tiles * sizeof(double));
+  w.value_depths = Section(at, rows * tiles);
+  w.partials = Section(at, rows * static_cast<size_t>(plan.chunks) * kTileMaxGroup *
+                               static_cast<size_t>(s.head_dim) * sizeof(float));
+  w.total = at;
+  return w;
+}
+
+}  // namespace internal
+
+TilePlan PlanTileDecode(const TileDecodeShape& shape, int sm_count) {
+  internal::CheckTileShape(shape);
+  internal::Require(sm_count >= 1, "sm_count", "must be >= 1, got " + std::to_string(sm_count));
+  const int64_t rows = int64_t{shape.batch} * shape.heads_kv;
+  TilePlan plan;
+  plan.chunk_tokens = kTileChunkStep;
+  for (const int chunk : {4096, 2048, 1024}) {
+    const int64_t chunks = (int64_t{shape.max_encoded_tokens} + chunk - 1) / chunk;
+    if (rows * chunks >= 2 * int64_t{sm_count}) {
+      plan.chunk_tokens = chunk;
+      break;
+    }
+  }
+  plan.chunks = static_cast<int>(std::max<int64_t>(
+      1, (int64_t{shape.max_encoded_tokens} + plan.chunk_tokens - 1) / plan.chunk_tokens));
+  return plan;
+}
+
+size_t TileDecodeWorkspaceBytes(const TileDecodeShape& shape, const TilePlan& plan) {
+  return internal::MakeTileWorkspaceLayout(shape, plan).total;
+}
+
+}  // namespace readkv::cuda

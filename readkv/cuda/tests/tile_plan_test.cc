@@ -1,0 +1,113 @@
+// The GPU tile reader's host math (src/tile_plan.h, tile_attention.h): the plan, the shape and
+// plan checks, and the workspace sections. Runs in every build.
+#include "tile_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <utility>
+
+#include "readkv/codec/errors.h"
+#include "readkv/cuda/tile_attention.h"
+
+namespace readkv::cuda {
+namespace {
+
+TileDecodeShape Shape(int batch, int hq, int hkv, int d, int encoded, int residual) {
+  TileDecodeShape s;
+  s.batch = batch;
+  s.heads_q = hq;
+  s.heads_kv = hkv;
+  s.head_dim = d;
+  s.store_bits = 8;
+  s.max_encoded_tokens = encoded;
+  s.max_residual_tokens = residual;
+  return s;
+}
+
+std::string FieldOf(const TileDecodeShape& s, const TilePlan& plan) {
+  try {
+    TileDecodeWorkspaceBytes(s, plan);
+  } catch (const codec::InvalidArgument& e) {
+    return e.field();
+  }
+  return "";
+}
+
+TEST(TilePlanTest, ChunksCoverTheTokensAndFillTheDevice) {
+  for (const int batch : {1, 4, 16}) {
+    for (const int hkv : {1, 2, 8}) {
+      for (const int encoded : {0, 1, 511, 512, 513, 4000, 32768, 131072}) {
+        const TileDecodeShape s = Shape(batch, 4 * hkv, hkv, 128, encoded, 16);
+        const TilePlan plan = PlanTileDecode(s, 132);
+        ASSERT_EQ(plan.chunk_tokens % kTileChunkStep, 0);
+        ASSERT_GE(plan.chunk_tokens, kTileChunkStep);
+        ASSERT_LE(plan.chunk_tokens, 4096);
+        ASSERT_GE(plan.chunks, 1);
+        ASSERT_GE(int64_t{plan.chunks} * plan.chunk_tokens, encoded);
+        ASSERT_LT(int64_t{plan.chunks - 1} * plan.chunk_tokens, std::max(encoded, 1));
+        // A chunk above 512 only when two blocks per SM still remain.
+        if (plan.chunk_tokens > kTileChunkStep) {
+          EXPECT_GE(int64_t{batch} * hkv * plan.chunks, 2 * 132);
+        }
+        EXPECT_GT(TileDecodeWorkspaceBytes(s, plan), 0u);
+      }
+    }
+  }
+  // The largest chunk that keeps two blocks per SM (264 on 132 SMs): 8 rows of 32K tokens make
+  // 256 blocks even at 1024, so 512; 32 rows make 512 blocks at 2048.
+  const TileDecodeShape one = Shape(1, 32, 8, 128, 32768, 0);
+  EXPECT_EQ(PlanTileDecode(one, 132).chunk_tokens, 512);
+  const TileDecodeShape many = Shape(16, 16, 2, 128, 32768, 0);  // 32 rows
+  EXPECT_EQ(PlanTileDecode(many, 132).chunk_tokens, 2048);
+}
+
+TEST(TilePlanTest, WorkspaceSectionsAreAlignedDisjointAndSized) {
+  const TileDecodeShape s = Shape(3, 16, 2, 64, 1000, 40);
+  const TilePlan plan{512, 2};
+  const internal::TileWorkspaceLayout w = internal::MakeTileWorkspaceLayout(s, plan);
+  EXPECT_EQ(w.logit_stride, 1040);
+  const std::array<std::pair<size_t, size_t>, 7> sections = {{
+      {w.fragments, size_t{6} * 4 * 32 * 2 * 4},
+      {w.key_depths, size_t{6} * 4},
+      {w.logits, size_t{3} * 16 * 1040 * 4},
+      {w.stats, size_t{3} * 16 * 4 * 4},
+      {w.block_weights, size_t{6} * 63 * 8},
+      {w.value_depths, size_t{6} * 63},
+      {w.partials, size_t{6} * 2 * 8 * 64 * 4},
+  }};
+  for (size_t i = 0; i < sections.size(); ++i) {
+    EXPECT_EQ(sections[i].first % 256, 0u) << i;
+    const size_t end = sections[i].first + sections[i].second;
+    const size_t next = i + 1 < sections.size() ? sections[i + 1].first : w.total;
+    EXPECT_LE(end, next) << "section " << i << " overlaps the next";
+  }
+  EXPECT_EQ(TileDecodeWorkspaceBytes(s, plan), w.total);
+}
+
+TEST(TilePlanTest, BadShapesAndPlansNameTheirField) {
+  const TilePlan plan{512, 1};
+  TileDecodeShape s = Shape(1, 32, 8, 128, 512, 0);
+  EXPECT_EQ(FieldOf(s, plan), "");
+  s.head_dim = 96;
+  EXPECT_EQ(FieldOf(s, plan), "head_dim");
+  s = Shape(1, 24, 8, 128, 512, 0);  // group 3
+  EXPECT_EQ(FieldOf(s, plan), "heads_q");
+  s = Shape(1, 32, 8, 128, 512, 0);
+  s.store_bits = 9;
+  EXPECT_EQ(FieldOf(s, plan), "store_bits");
+  s = Shape(0, 32, 8, 128, 512, 0);
+  EXPECT_EQ(FieldOf(s, plan), "batch");
+  s = Shape(1, 32, 8, 128, 0, 0);
+  EXPECT_EQ(FieldOf(s, plan), "max_encoded_tokens");
+  s = Shape(1, 32, 8, 128, 513, 0);  // one chunk of 512 does not cover 513
+  EXPECT_EQ(FieldOf(s, plan), "plan");
+  EXPECT_EQ(FieldOf(s, TilePlan{1024, 1}), "");
+  EXPECT_EQ(FieldOf(s, TilePlan{700, 1}), "plan");
+  EXPECT_THROW(PlanTileDecode(s, 0), codec::InvalidArgument);
+}
+
+}  // namespace
+}  // namespace readkv::cuda
