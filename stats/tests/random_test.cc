@@ -18,6 +18,30 @@ TEST(SeededRngTest, EngineIsTheStandardMt19937_64) {
   EXPECT_EQ(x, 9981545732273789042ull);
 }
 
+// Bootstrap intervals are regated from stored history, so every draw must stay bit-identical.
+// The values below were computed by the code as of commit fb9e836 (x86-64, glibc's libm for
+// Normal).
+TEST(SeededRngTest, DrawsAreFrozen) {
+  SeededRng rng(20261205);
+  EXPECT_EQ(rng.Next(), 9099455867197555040ull);
+  EXPECT_EQ(rng.Next(), 17086799726947497818ull);
+  EXPECT_EQ(rng.Next(), 2392110184091095743ull);
+  EXPECT_EQ(rng.UniformIndex(1000003), 67714u);
+  EXPECT_EQ(rng.UniformIndex(1000003), 817875u);
+  EXPECT_EQ(rng.UniformIndex(1000003), 124221u);
+  EXPECT_EQ(rng.UniformIndex(1000003), 248204u);
+  EXPECT_EQ(rng.UniformIndex((uint64_t{1} << 63) + 1), 3467715931991285807ull);
+  EXPECT_EQ(rng.Uniform01(), 0x1.da8b19c604ea1p-1);
+  EXPECT_EQ(rng.Uniform01(), 0x1.382208d4a345p-1);
+  EXPECT_EQ(rng.Uniform01(), 0x1.871c9a916347p-3);
+  EXPECT_EQ(rng.Normal(), 0x1.cf2858a762e58p-1);
+  EXPECT_EQ(rng.Normal(), -0x1.75b0f49a6c80ap+0);
+  EXPECT_EQ(rng.Normal(), -0x1.e7bcbff97ec65p-1);
+  EXPECT_EQ(rng.Normal(), -0x1.93bbdd778ec2fp-2);
+  EXPECT_EQ(rng.Normal(), 0x1.165e3553d2db9p-1);
+  EXPECT_EQ(rng.Next(), 4497828526960947270ull);
+}
+
 TEST(SeededRngTest, SameSeedSameSequenceDifferentSeedDifferentSequence) {
   SeededRng a(7), b(7), c(8);
   std::vector<uint64_t> va, vb, vc;
