@@ -6,7 +6,7 @@
 // door): the dependency runs the other way, the training data follows the checks' format.
 //
 // Held out: items are drawn from kvgate::stats::SeededRng (mt19937_64) under a domain tag, while
-// the training corpus and the trainer's own evaluation sets draw from codec::SplitMix64 streams.
+// the training corpus and the trainer's own evaluation sets draw from stats::SplitMixRng streams.
 #include "kvgate/checks/qa_set.h"
 
 #include <cctype>
@@ -33,7 +33,7 @@ struct Fact {
 
 size_t Pick(stats::SeededRng& rng, size_t n) { return static_cast<size_t>(rng.UniformIndex(n)); }
 int UniformInt(stats::SeededRng& rng, int lo, int hi) {  // inclusive
-  return lo + static_cast<int>(Pick(rng, static_cast<size_t>(hi - lo + 1)));
+  return static_cast<int>(rng.UniformInt(lo, hi));
 }
 
 // Mostly five digits, some 1–7, as the training keys.

@@ -2,9 +2,7 @@
 #include "kvgate/loadgen/datasets.h"
 
 #include <algorithm>
-#include <boost/random/mersenne_twister.hpp>
 #include <cmath>
-#include <boost/random/uniform_int_distribution.hpp>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -12,6 +10,8 @@
 #include <openssl/evp.h>
 #include <memory>
 #include <optional>
+
+#include "kvgate/stats/random.h"
 
 namespace kvgate::loadgen {
 namespace {
@@ -99,13 +99,12 @@ ShareGptSelection SelectShareGpt(const std::vector<ShareGptPair>& pairs, int64_t
                                  uint64_t seed,
                                  const std::function<int64_t(const std::string&)>& prompt_tokens,
                                  const std::function<int64_t(const std::string&)>& reply_tokens) {
-  // Fisher-Yates with Boost.Random's fully specified engine: the same order on every machine.
+  // Fisher-Yates on integer draws of kvgate::stats: the same order on every machine.
   std::vector<size_t> order(pairs.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  boost::random::mt19937_64 rng(DeriveSeed(seed, kShareGptShuffleStream, 0));
+  stats::SplitMixRng rng(stats::DeriveSeed(seed, kShareGptShuffleStream, 0));
   for (size_t i = order.size(); i > 1; --i) {
-    boost::random::uniform_int_distribution<size_t> pick(0, i - 1);
-    std::swap(order[i - 1], order[pick(rng)]);
+    std::swap(order[i - 1], order[rng.UniformIndex(i)]);
   }
   ShareGptSelection selection;
   for (size_t i = 0; i < order.size() && static_cast<int64_t>(selection.requests.size()) < count;
@@ -199,8 +198,8 @@ std::string TracePrompt(const TraceEntry& entry, int block_tokens, uint64_t seed
     const int words = std::min(left, block_tokens);
     if (!prompt.empty()) prompt += ' ';
     // SyntheticText draws its words in order, so a cut block is a prefix of the whole one.
-    prompt += SyntheticText(
-        words, DeriveSeed(seed, kTraceBlockStream, static_cast<uint64_t>(entry.hash_ids[k])));
+    prompt += SyntheticText(words, stats::DeriveSeed(seed, kTraceBlockStream,
+                                                     static_cast<uint64_t>(entry.hash_ids[k])));
     left -= words;
   }
   return prompt;

@@ -21,6 +21,7 @@
 #include "kvgate/loadgen/datasets.h"
 #include "kvgate/loadgen/schedule.h"
 #include "kvgate/secrets/redact.h"
+#include "kvgate/stats/random.h"
 
 namespace kvgate::loadgen {
 namespace {
@@ -168,7 +169,7 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
     if (sizer) {
       internal::TokenSizer::Fitted fit =
           sizer->Fit(spec.prompt.get<std::string>(), spec.input_length,
-                     DeriveSeed(settings.seed, 0x70c6, static_cast<uint64_t>(index)));
+                     stats::DeriveSeed(settings.seed, 0x70c6, static_cast<uint64_t>(index)));
       spec.prompt = std::move(fit.text);
       ++fitted;
       exact += fit.exact;

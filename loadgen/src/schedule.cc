@@ -1,22 +1,18 @@
 #include "kvgate/loadgen/schedule.h"
 
 #include <algorithm>
-#include <boost/random/exponential_distribution.hpp>
-#include <boost/random/gamma_distribution.hpp>
-#include <boost/random/lognormal_distribution.hpp>
-#include <boost/random/mersenne_twister.hpp>
-#include <boost/random/normal_distribution.hpp>
-#include <boost/random/uniform_int_distribution.hpp>
 #include <cmath>
 #include <fstream>
 #include <iterator>
 #include <sstream>
 #include <stdexcept>
 
+#include "kvgate/stats/random.h"
+
 namespace kvgate::loadgen {
 namespace {
 
-// Stream ids for DeriveSeed: one independent random stream per purpose.
+// Stream ids for stats::DeriveSeed: one independent random stream per purpose.
 constexpr uint64_t kArrivalStream = 1;
 constexpr uint64_t kInputLengthStream = 2;
 constexpr uint64_t kPromptTextStream = 3;
@@ -26,13 +22,6 @@ constexpr uint64_t kPasskeyStream = 5;
 // Arrival generation stops here even if the bounds would allow more: a typo such as
 // --rate 1e9 --duration 60 must fail clearly, not exhaust memory.
 constexpr int64_t kMaxArrivals = 50'000'000;
-
-uint64_t SplitMix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 // Common English words; most are a single token in GPT-style and Llama BPE vocabularies, so the
 // word count is a fair first guess of the token count (the server's `usage` is authoritative).
@@ -100,10 +89,6 @@ std::string RepeatFiller(int count) {
 
 }  // namespace
 
-uint64_t DeriveSeed(uint64_t seed, uint64_t stream, uint64_t index) {
-  return SplitMix64(SplitMix64(SplitMix64(seed) ^ stream) ^ index);
-}
-
 std::vector<int64_t> GenerateArrivals(Arrival arrival, double rate_rps, double burstiness,
                                       uint64_t seed, int64_t max_count, double max_duration_s) {
   if (!(rate_rps > 0) || !std::isfinite(rate_rps)) {
@@ -129,10 +114,9 @@ std::vector<int64_t> GenerateArrivals(Arrival arrival, double rate_rps, double b
     throw SettingsError("requests", "at most " + std::to_string(kMaxArrivals) + " requests");
   }
   const double duration_ns = max_duration_s > 0 ? max_duration_s * 1e9 : 0.0;
-  boost::random::mt19937_64 rng(DeriveSeed(seed, kArrivalStream, 0));
+  stats::SplitMixRng rng(stats::DeriveSeed(seed, kArrivalStream, 0));
   // vLLM's gamma parameterisation: shape = burstiness, scale = 1 / (rate * burstiness).
-  boost::random::gamma_distribution<double> gamma(burstiness, 1.0 / (rate_rps * burstiness));
-  boost::random::exponential_distribution<double> exponential(rate_rps);
+  const double gamma_scale = 1.0 / (rate_rps * burstiness);
 
   std::vector<int64_t> arrivals;
   double expected = duration_ns > 0 ? rate_rps * max_duration_s * 1.1 + 16 : 0.0;
@@ -143,10 +127,10 @@ std::vector<int64_t> GenerateArrivals(Arrival arrival, double rate_rps, double b
     if (k > 0) {
       switch (arrival) {
         case Arrival::kPoisson:
-          t_s += exponential(rng);
+          t_s += rng.Exponential(rate_rps);
           break;
         case Arrival::kGamma:
-          t_s += gamma(rng);
+          t_s += rng.Gamma(burstiness, gamma_scale);
           break;
         // k / rate rather than a running sum, so a long constant schedule does not drift.
         case Arrival::kConstant:
@@ -162,7 +146,7 @@ std::vector<int64_t> GenerateArrivals(Arrival arrival, double rate_rps, double b
 }
 
 int SampleLength(const LengthDistribution& dist, uint64_t seed) {
-  boost::random::mt19937_64 rng(seed);
+  stats::SplitMixRng rng(seed);
   double value = dist.mean;
   switch (dist.kind) {
     case LengthDistributionKind::kConstant:
@@ -170,22 +154,21 @@ int SampleLength(const LengthDistribution& dist, uint64_t seed) {
     case LengthDistributionKind::kUniform: {
       int lo = static_cast<int>(std::floor(dist.mean * (1.0 - dist.spread)));
       int hi = static_cast<int>(std::ceil(dist.mean * (1.0 + dist.spread)));
-      value = boost::random::uniform_int_distribution<int>(std::max(lo, 1), std::max(hi, 1))(rng);
+      value = static_cast<double>(rng.UniformInt(std::max(lo, 1), std::max(hi, 1)));
       break;
     }
     case LengthDistributionKind::kNormal:
       if (dist.spread > 0) {
-        value = std::round(
-            boost::random::normal_distribution<double>(dist.mean, dist.spread * dist.mean)(rng));
+        value = std::round(dist.mean + dist.spread * dist.mean * rng.Normal());
       }
       break;
     case LengthDistributionKind::kLogNormal:
       if (dist.spread > 0) {
-        // Boost's parameters are the log's mean and sd; mu = ln(mean) - sigma^2 / 2 keeps the
-        // distribution's own mean at `mean`.
+        // exp(mu + sigma Z): mu and sigma are the log's mean and sd; mu = ln(mean) - sigma^2 / 2
+        // keeps the distribution's own mean at `mean`.
         double sigma = dist.spread;
         double mu = std::log(static_cast<double>(dist.mean)) - sigma * sigma / 2.0;
-        value = std::round(boost::random::lognormal_distribution<double>(mu, sigma)(rng));
+        value = std::round(std::exp(mu + sigma * rng.Normal()));
       }
       break;
   }
@@ -193,13 +176,12 @@ int SampleLength(const LengthDistribution& dist, uint64_t seed) {
 }
 
 std::string SyntheticText(int words, uint64_t seed) {
-  boost::random::mt19937_64 rng(seed);
-  boost::random::uniform_int_distribution<size_t> pick(0, std::size(kVocabulary) - 1);
+  stats::SplitMixRng rng(seed);
   std::string text;
   text.reserve(static_cast<size_t>(std::max(words, 0)) * 6);
   for (int i = 0; i < words; ++i) {
     if (i > 0) text += ' ';
-    text += kVocabulary[pick(rng)];
+    text += kVocabulary[rng.UniformIndex(std::size(kVocabulary))];
   }
   return text;
 }
@@ -298,11 +280,12 @@ RequestSpec Workload::At(int64_t index) const {
   const uint64_t slot = static_cast<uint64_t>(
       settings_.distinct_prompts > 0 ? index % settings_.distinct_prompts : index);
   RequestSpec spec;
-  spec.max_tokens = SampleLength(settings_.output, DeriveSeed(seed_, kOutputLengthStream, slot));
+  spec.max_tokens =
+      SampleLength(settings_.output, stats::DeriveSeed(seed_, kOutputLengthStream, slot));
   switch (settings_.kind) {
     case WorkloadKind::kSynthetic: {
-      int words = SampleLength(settings_.input, DeriveSeed(seed_, kInputLengthStream, slot));
-      spec.prompt = SyntheticText(words, DeriveSeed(seed_, kPromptTextStream, slot));
+      int words = SampleLength(settings_.input, stats::DeriveSeed(seed_, kInputLengthStream, slot));
+      spec.prompt = SyntheticText(words, stats::DeriveSeed(seed_, kPromptTextStream, slot));
       spec.input_length = words;
       break;
     }
@@ -311,9 +294,9 @@ RequestSpec Workload::At(int64_t index) const {
       const auto& depths = settings_.passkey_depths;
       int length = lengths[slot % lengths.size()];
       double depth = depths[(slot / lengths.size()) % depths.size()];
-      boost::random::mt19937_64 rng(DeriveSeed(seed_, kPasskeyStream, slot));
+      stats::SplitMixRng rng(stats::DeriveSeed(seed_, kPasskeyStream, slot));
       // LongLoRA draws keys with random.randint(1, 50000).
-      spec.passkey = boost::random::uniform_int_distribution<int64_t>(1, 50000)(rng);
+      spec.passkey = rng.UniformInt(1, 50000);
       spec.prompt = PasskeyPrompt(length, depth, spec.passkey);
       break;
     }

@@ -6,6 +6,7 @@
 
 #include "kvgate/loadgen/schedule.h"
 #include "kvgate/secrets/redact.h"
+#include "kvgate/stats/random.h"
 
 namespace kvgate::loadgen::internal {
 namespace {
@@ -87,7 +88,7 @@ TokenSizer::Fitted TokenSizer::Fit(std::string text, int64_t target, uint64_t se
   for (uint64_t round = 1; count < target && round <= 16; ++round) {
     const int64_t missing = target - count;
     text += " " + SyntheticText(static_cast<int>(std::min<int64_t>(missing + 8, 1 << 20)),
-                                DeriveSeed(seed, 0x70c5, round));
+                                stats::DeriveSeed(seed, 0x70c5, round));
     count = Count(text);
   }
   if (count <= target) return {text, count, count == target};

@@ -8,11 +8,14 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "kvgate/stats/random.h"
 #include "readkv/codec/cache_object.h"
 #include "readkv/codec/errors.h"
-#include "readkv/codec/random.h"
 
 namespace readkv::codec {
+
+using kvgate::stats::DeriveSeed;
+
 namespace {
 
 using Json = nlohmann::json;

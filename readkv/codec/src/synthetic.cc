@@ -7,10 +7,14 @@
 #include <utility>
 #include <vector>
 
+#include "kvgate/stats/random.h"
 #include "readkv/codec/errors.h"
-#include "readkv/codec/random.h"
 
 namespace readkv::codec {
+
+using kvgate::stats::DeriveSeed;
+using kvgate::stats::SplitMixRng;
+
 namespace {
 
 // Purposes of the derived seeds.
@@ -34,13 +38,13 @@ Distribution MakeDistribution(const SyntheticConfig& config) {
   dist.key_scale.assign(n, 1.0f);
   dist.value_mean.resize(n);
   dist.value_scale.resize(n);
-  SplitMix64 rng(DeriveSeed(config.seed, kParameters));
+  SplitMixRng rng(DeriveSeed(config.seed, kParameters));
   for (int h = 0; h < hkv; ++h) {
     const size_t base = static_cast<size_t>(h) * d;
     for (int c = 0; c < d; ++c) {
       dist.key_mean[base + c] = static_cast<float>(config.key_mean_spread * rng.Normal());
       dist.value_mean[base + c] = static_cast<float>(0.2 * rng.Normal());
-      dist.value_scale[base + c] = static_cast<float>(0.5 + rng.Uniform());
+      dist.value_scale[base + c] = static_cast<float>(0.5 + rng.Uniform01());
     }
     // Distinct outlier channels by a partial Fisher-Yates shuffle.
     std::vector<int> channels(static_cast<size_t>(d));
@@ -66,7 +70,7 @@ void Sample(const Distribution& dist, int64_t tokens, uint64_t seed, std::vector
   const size_t row = dist.key_mean.size();
   keys.resize(static_cast<size_t>(tokens) * row);
   values.resize(keys.size());
-  SplitMix64 rng(seed);
+  SplitMixRng rng(seed);
   for (int64_t i = 0; i < tokens; ++i) {
     float* k = keys.data() + static_cast<size_t>(i) * row;
     float* v = values.data() + static_cast<size_t>(i) * row;
@@ -103,11 +107,11 @@ SyntheticLayer MakeSyntheticLayer(const SyntheticConfig& config) {
   layer.tokens = config.tokens;
   Sample(dist, config.tokens, DeriveSeed(config.seed, kData), layer.keys, layer.values);
   layer.queries.resize(static_cast<size_t>(geo.heads_q) * d);
-  SplitMix64 qrng(DeriveSeed(config.seed, kQueries));
+  SplitMixRng qrng(DeriveSeed(config.seed, kQueries));
   for (float& q : layer.queries) q = static_cast<float>(qrng.Normal());
 
   if (config.plant_token) {
-    SplitMix64 prng(DeriveSeed(config.seed, kPlanted));
+    SplitMixRng prng(DeriveSeed(config.seed, kPlanted));
     layer.planted_token = static_cast<int64_t>(prng.Next() % static_cast<uint64_t>(config.tokens));
     const size_t row = static_cast<size_t>(geo.heads_kv) * d;
     for (int h = 0; h < geo.heads_kv; ++h) {

@@ -8,10 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "kvgate/stats/random.h"
 #include "readkv/codec/errors.h"
-#include "readkv/codec/random.h"
 
 namespace readkv::codec {
+
+using kvgate::stats::SplitMixRng;
+
 namespace {
 
 template <typename T>
@@ -62,7 +65,7 @@ HadamardTransform::HadamardTransform(int head_dim, uint64_t seed) : seed_(seed) 
   // One generator bit per sign, least significant bit first: bit 1 means -1. Fixed here because
   // the CUDA kernels and stored caches depend on exactly these signs.
   signs_.resize(static_cast<size_t>(head_dim));
-  SplitMix64 rng(seed);
+  SplitMixRng rng(seed);
   uint64_t word = 0;
   for (int i = 0; i < head_dim; ++i) {
     if (i % 64 == 0) word = rng.Next();

@@ -8,11 +8,14 @@
 #include <limits>
 #include <vector>
 
+#include "kvgate/stats/random.h"
 #include "readkv/codec/codebook.h"
 #include "readkv/codec/errors.h"
-#include "readkv/codec/random.h"
 
 namespace readkv::codec {
+
+using kvgate::stats::SplitMixRng;
+
 namespace {
 
 double Objective(const LloydTree& tree, const std::vector<double>& w,
@@ -55,7 +58,7 @@ TEST(AllocatorTest, DepthGridWithPacketsOfTwoStopsBelowW) {
 }
 
 TEST(AllocatorTest, GreedyMatchesBruteForceOnSmallCases) {
-  SplitMix64 rng(11);
+  SplitMixRng rng(11);
   for (int store_bits : {3, 4}) {
     LloydTree tree(store_bits);
     for (int min_depth : {0, 1}) {
@@ -64,7 +67,7 @@ TEST(AllocatorTest, GreedyMatchesBruteForceOnSmallCases) {
         for (int trial = 0; trial < 40; ++trial) {
           const int n = 1 + static_cast<int>(rng.Next() % 4);
           std::vector<double> w(static_cast<size_t>(n));
-          for (auto& x : w) x = (rng.Next() % 5 == 0) ? 0.0 : rng.Uniform() * 3.0;
+          for (auto& x : w) x = (rng.Next() % 5 == 0) ? 0.0 : rng.Uniform01() * 3.0;
           const int64_t budget =
               alloc.FloorBudget(n) + static_cast<int64_t>(rng.Next() % (n * store_bits + 1));
           std::vector<uint8_t> greedy(static_cast<size_t>(n)), threshold(greedy.size());
@@ -83,7 +86,7 @@ TEST(AllocatorTest, GreedyMatchesBruteForceOnSmallCases) {
 
 TEST(AllocatorTest, ThresholdEqualsGreedyOnLargeRandomCasesWithTiesAndZeros) {
   LloydTree tree(8);
-  SplitMix64 rng(12345);
+  SplitMixRng rng(12345);
   for (int min_depth : {0, 1}) {
     for (int step : {1, 2}) {
       DepthAllocator alloc(tree.distortions(), min_depth, step);
@@ -93,7 +96,7 @@ TEST(AllocatorTest, ThresholdEqualsGreedyOnLargeRandomCasesWithTiesAndZeros) {
         const int kind = trial % 4;
         for (auto& x : w) {
           if (kind == 0) {
-            x = rng.Uniform();  // continuous: few ties
+            x = rng.Uniform01();  // continuous: few ties
           } else if (kind == 1) {
             x = static_cast<double>(rng.Next() % 4);  // heavy ties, many zeros
           } else if (kind == 2) {

@@ -4,10 +4,13 @@
 
 #include <vector>
 
+#include "kvgate/stats/random.h"
 #include "readkv/codec/errors.h"
-#include "readkv/codec/random.h"
 
 namespace readkv::codec {
+
+using kvgate::stats::SplitMixRng;
+
 namespace {
 
 struct Codes {
@@ -15,7 +18,7 @@ struct Codes {
 };
 
 Codes RandomCodes(int tokens, int d, int w, uint64_t seed) {
-  SplitMix64 rng(seed);
+  SplitMixRng rng(seed);
   Codes codes;
   for (int t = 0; t < tokens; ++t) {
     std::vector<uint8_t> k(static_cast<size_t>(d)), v(static_cast<size_t>(d));

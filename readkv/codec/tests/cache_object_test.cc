@@ -8,12 +8,15 @@
 #include <string>
 #include <vector>
 
+#include "kvgate/stats/random.h"
 #include "readkv/codec/bitplanes.h"
 #include "readkv/codec/errors.h"
-#include "readkv/codec/random.h"
 #include "readkv/codec/tile_planes.h"
 
 namespace readkv::codec {
+
+using kvgate::stats::SplitMixRng;
+
 namespace {
 
 CacheIdentity BaseIdentity() {
@@ -39,7 +42,7 @@ CacheIdentity BaseIdentity() {
 // A real object: one partial block of random codes per (layer, KV head), from BitPlaneStore
 // or, for the tiles16 layout, TilePlaneStore.
 template <typename Store>
-std::vector<uint8_t> RandomBlock(const CacheIdentity& id, int tokens, SplitMix64& rng) {
+std::vector<uint8_t> RandomBlock(const CacheIdentity& id, int tokens, SplitMixRng& rng) {
   Store store(id.head_dim, id.store_bits);
   std::vector<uint8_t> k(static_cast<size_t>(id.head_dim)), v(k.size());
   for (int t = 0; t < tokens; ++t) {
@@ -56,7 +59,7 @@ CacheObject MakeObject(const CacheIdentity& id, int tokens = 100, uint64_t seed 
   object.prefix_digest = "prefix-" + std::to_string(seed);
   object.first_token = 512;
   object.tokens = tokens;
-  SplitMix64 rng(seed);
+  SplitMixRng rng(seed);
   for (int lh = 0; lh < id.layers * id.heads_kv; ++lh) {
     object.blocks.push_back(id.layout == "tiles16" ? RandomBlock<TilePlaneStore>(id, tokens, rng)
                                                    : RandomBlock<BitPlaneStore>(id, tokens, rng));

@@ -9,10 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "kvgate/stats/random.h"
 #include "readkv/codec/errors.h"
-#include "readkv/codec/random.h"
 
 namespace readkv::codec {
+
+using kvgate::stats::DeriveSeed;
+using kvgate::stats::SplitMixRng;
+
 namespace {
 
 struct Rows {
@@ -23,7 +27,7 @@ struct Rows {
 constexpr int kLayers = 2, kHeads = 3, kDim = 16, kTokens = 300;
 
 Rows MakeRows(uint64_t seed) {
-  SplitMix64 rng(seed);
+  SplitMixRng rng(seed);
   Rows rows;
   for (auto* side : {&rows.key, &rows.value}) {
     side->assign(kLayers, std::vector<std::vector<std::vector<float>>>(kHeads));
@@ -158,7 +162,7 @@ TEST(CalibrationTest, SerializeParseRoundTripsEveryFloatExactly) {
   cal.key_mean[3] = -std::numeric_limits<float>::max();
   cal.key_mean[4] = -0.0f;
   cal.key_mean[5] = 16777217.0f;
-  SplitMix64 rng(3);
+  SplitMixRng rng(3);
   for (size_t i = 6; i < cal.value_mean.size(); ++i) {
     float f;
     do {

@@ -8,10 +8,13 @@
 #include <numbers>
 #include <vector>
 
+#include "kvgate/stats/random.h"
 #include "readkv/codec/errors.h"
-#include "readkv/codec/random.h"
 
 namespace readkv::codec {
+
+using kvgate::stats::SplitMixRng;
+
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -146,7 +149,7 @@ TEST(CodebookTest, DistortionEqualsPiecewiseIntegralOverTheFloatTables) {
 TEST(CodebookTest, DistortionMatchesMonteCarlo) {
   LloydTree tree(8);
   constexpr int kSamples = 200000;
-  SplitMix64 rng(20261008);
+  SplitMixRng rng(20261008);
   std::vector<double> sum(9, 0.0), sum_sq(9, 0.0);
   for (int n = 0; n < kSamples; ++n) {
     const float z = static_cast<float>(rng.Normal());
@@ -193,7 +196,7 @@ TEST(CodebookTest, DepthPrefixDecodesToTheDepthNodeContainingZ) {
   LloydTree tree(8);
   std::vector<std::vector<double>> bounds;
   for (int t = 0; t <= 8; ++t) bounds.push_back(NodeBounds(tree, t));
-  SplitMix64 rng(5);
+  SplitMixRng rng(5);
   for (int n = 0; n < 3000; ++n) {
     const float z = static_cast<float>(rng.Normal() * 1.5);
     const uint8_t code = tree.Encode(z);
@@ -221,7 +224,7 @@ TEST(CodebookTest, SpecialInputsEncodeAsDocumented) {
 TEST(CodebookTest, SmallerTreesArePrefixesOfLargerOnes) {
   // Holds by construction: every node is solved from its own interval only, independent of W.
   LloydTree big(8);
-  SplitMix64 rng(17);
+  SplitMixRng rng(17);
   for (int w = 1; w < 8; ++w) {
     LloydTree small(w);
     for (int t = 1; t <= w; ++t) {

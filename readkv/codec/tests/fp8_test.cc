@@ -6,10 +6,13 @@
 #include <cmath>
 #include <limits>
 
+#include "kvgate/stats/random.h"
 #include "readkv/codec/errors.h"
-#include "readkv/codec/random.h"
 
 namespace readkv::codec {
+
+using kvgate::stats::SplitMixRng;
+
 namespace {
 
 // The e4m3fn value of a code from its fields, written independently of the codec:
@@ -118,10 +121,10 @@ TEST(Fp8Test, SaturatesBeyond448AndEncodesNanAs0x7F) {
 }
 
 TEST(Fp8Test, EncodeAgreesWithBruteForceNearestEvenOnSampledFloats) {
-  SplitMix64 rng(8);
+  SplitMixRng rng(8);
   for (int n = 0; n < 20000; ++n) {
     // Magnitudes spread over 2^-14 .. 2^10 so subnormal, normal and saturated ranges all occur.
-    const float x = static_cast<float>((rng.Uniform() - 0.5) * std::ldexp(1.0, -14 + n % 25));
+    const float x = static_cast<float>((rng.Uniform01() - 0.5) * std::ldexp(1.0, -14 + n % 25));
     ASSERT_EQ(Fp8E4m3Encode(x), BruteForceEncode(x)) << x;
   }
   for (uint32_t bits = 0; bits < 0xFFFFFFFFu - 65599u; bits += 65599u) {

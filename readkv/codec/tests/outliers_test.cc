@@ -7,14 +7,17 @@
 #include <memory>
 #include <vector>
 
+#include "kvgate/stats/random.h"
 #include "readkv/codec/attention.h"
 #include "readkv/codec/calibration.h"
 #include "readkv/codec/errors.h"
-#include "readkv/codec/random.h"
 #include "readkv/codec/readkv_cache.h"
 #include "readkv/codec/transform.h"
 
 namespace readkv::codec {
+
+using kvgate::stats::SplitMixRng;
+
 namespace {
 
 TEST(OutliersTest, HalfConversionRoundsToNearestEven) {
@@ -27,9 +30,9 @@ TEST(OutliersTest, HalfConversionRoundsToNearestEven) {
   // 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties go to the even mantissa (1).
   EXPECT_EQ(FloatToHalf(1.0f + std::ldexp(1.0f, -11)), 0x3c00);
   EXPECT_EQ(FloatToHalf(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
-  SplitMix64 rng(5);
+  SplitMixRng rng(5);
   for (int i = 0; i < 10000; ++i) {
-    const float x = static_cast<float>((rng.Uniform() - 0.5) * 40.0);
+    const float x = static_cast<float>((rng.Uniform01() - 0.5) * 40.0);
     if (std::fabs(x) < 1e-3f) continue;  // fp16 subnormals have a coarser relative step
     const float back = HalfToFloat(FloatToHalf(x));
     EXPECT_LE(std::fabs(back - x), std::ldexp(std::fabs(x), -11)) << x;
@@ -118,7 +121,7 @@ PlantedLayer MakePlanted(int extra_outliers = 0) {
   cal.value_amax = {20.0f};
   p.calibration = std::make_shared<const Calibration>(cal);
   const HadamardTransform kt(d, cal.seeds.KeySeed(0, 0)), vt(d, cal.seeds.ValueSeed(0, 0));
-  SplitMix64 rng(11);
+  SplitMixRng rng(11);
   const auto gauss = [&] { return static_cast<float>(0.8 * rng.Normal()); };
   std::vector<float> k(d), v(d), raw(d);
   for (int64_t i = 0; i < p.tokens; ++i) {

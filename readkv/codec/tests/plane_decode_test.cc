@@ -5,10 +5,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "kvgate/stats/random.h"
 #include "readkv/codec/bitplanes.h"
-#include "readkv/codec/random.h"
 
 namespace readkv::codec {
+
+using kvgate::stats::SplitMixRng;
+
 namespace {
 
 // The fast decoders agree with the store's one-scalar accessors for every depth, including the
@@ -17,7 +20,7 @@ TEST(PlaneDecodeTest, MatchesPerScalarPrefixesAtEveryDepth) {
   for (int w : {3, 8}) {
     const int d = 32;
     BitPlaneStore store(d, w);
-    SplitMix64 rng(static_cast<uint64_t>(w));
+    SplitMixRng rng(static_cast<uint64_t>(w));
     const int64_t tokens = 300;
     std::vector<uint8_t> k(d), v(d);
     for (int64_t i = 0; i < tokens; ++i) {

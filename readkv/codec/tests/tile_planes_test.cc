@@ -5,11 +5,14 @@
 #include <set>
 #include <vector>
 
+#include "kvgate/stats/random.h"
 #include "readkv/codec/errors.h"
 #include "readkv/codec/plane_decode.h"
-#include "readkv/codec/random.h"
 
 namespace readkv::codec {
+
+using kvgate::stats::SplitMixRng;
+
 namespace {
 
 struct Codes {
@@ -18,7 +21,7 @@ struct Codes {
 
 Codes RandomCodes(int64_t tokens, int d, int w, uint64_t seed) {
   Codes c;
-  SplitMix64 rng(seed);
+  SplitMixRng rng(seed);
   for (int64_t t = 0; t < tokens; ++t) {
     std::vector<uint8_t> k(static_cast<size_t>(d)), v(k.size());
     for (auto& x : k) x = static_cast<uint8_t>(rng.Next() & ((1u << w) - 1));

@@ -11,13 +11,16 @@
 #include <tuple>
 #include <vector>
 
+#include "kvgate/stats/random.h"
 #include "readkv/codec/attention_experiment.h"
 #include "readkv/codec/errors.h"
-#include "readkv/codec/random.h"
 #include "readkv/codec/readkv_cache.h"
 #include "readkv/codec/synthetic.h"
 
 namespace readkv::codec {
+
+using kvgate::stats::SplitMixRng;
+
 namespace {
 
 ReadPolicy TilePolicy(double r, double rk = 0, double rv = 0) {
@@ -156,7 +159,7 @@ TEST(TileReaderTest, EqualsDequantiseThenAttendAtItsOwnDepths) {
 
 TEST(TileReaderTest, GroupAndBlockDepthsSpendTheBudgetAboveTheFloorLikeGreedy) {
   const LloydTree tree(8);
-  SplitMix64 rng(17);
+  SplitMixRng rng(17);
   for (const auto& [r, rk, rv] : {std::tuple{4.0, 6.0, 2.0}, std::tuple{2.0, 0.0, 0.0},
                                   std::tuple{1.0, 0.0, 0.0}, std::tuple{8.0, 0.0, 0.0}}) {
     const ReaderPlan plan = MakeReaderPlan(TilePolicy(r, rk, rv), 8);

@@ -6,14 +6,17 @@
 #include <cmath>
 #include <vector>
 
+#include "kvgate/stats/random.h"
 #include "readkv/codec/errors.h"
-#include "readkv/codec/random.h"
 
 namespace readkv::codec {
+
+using kvgate::stats::SplitMixRng;
+
 namespace {
 
 std::vector<float> RandomVector(int d, uint64_t seed) {
-  SplitMix64 rng(seed);
+  SplitMixRng rng(seed);
   std::vector<float> v(static_cast<size_t>(d));
   for (float& x : v) x = static_cast<float>(rng.Normal());
   return v;
@@ -124,7 +127,7 @@ TEST(TransformTest, InPlaceAndOverlappingCallsMatchOutOfPlace) {
 TEST(TransformTest, SignsComeFromSplitMixBitsLowBitFirst) {
   const uint64_t seed = 0x1234;
   HadamardTransform t(128, seed);
-  SplitMix64 rng(seed);
+  SplitMixRng rng(seed);
   const uint64_t w0 = rng.Next();
   const uint64_t w1 = rng.Next();
   for (int i = 0; i < 128; ++i) {

@@ -24,9 +24,9 @@
 #if defined(KVGATE_HAVE_CUDA)
 #include <cuda_runtime.h>
 
+#include "kvgate/stats/random.h"
 #include "attention_bench_sets.h"
 #include "bench_kernels.h"
-#include "readkv/codec/random.h"
 #endif
 
 namespace readkv::cuda {
@@ -198,7 +198,7 @@ void BuildPoint(Point& p, const BenchConfig& config, int64_t tokens, bool run_an
   // Point-wide scratch.
   p.queries = DeviceBuffer(p.out_elems * sizeof(float), "queries");
   Check(bench::FillQueries(p.queries.as<float>(), s.batch, s.heads_q, s.head_dim,
-                           codec::DeriveSeed(config.seed, 103), 0),
+                           kvgate::stats::DeriveSeed(config.seed, 103), 0),
         "fill queries");
   p.out = DeviceBuffer(p.out_elems * sizeof(float), "output");
   const size_t workspace_bytes =

@@ -6,10 +6,10 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "kvgate/stats/random.h"
 #include "bench_kernels.h"
 #include "readkv/codec/calibration.h"
 #include "readkv/codec/fp8.h"
-#include "readkv/codec/random.h"
 #include "readkv/codec/transform.h"
 #include "readkv/cuda/codec_tables.h"
 
@@ -35,13 +35,13 @@ HostDistribution MakeDistribution(const BenchConfig& config) {
   dist.key_scale.assign(n, 1.0f);
   dist.value_mean.resize(n);
   dist.value_scale.resize(n);
-  codec::SplitMix64 rng(codec::DeriveSeed(config.seed, 102));
+  kvgate::stats::SplitMixRng rng(kvgate::stats::DeriveSeed(config.seed, 102));
   for (int h = 0; h < hkv; ++h) {
     const size_t base = static_cast<size_t>(h) * d;
     for (int c = 0; c < d; ++c) {
       dist.key_mean[base + c] = static_cast<float>(0.5 * rng.Normal());
       dist.value_mean[base + c] = static_cast<float>(0.2 * rng.Normal());
-      dist.value_scale[base + c] = static_cast<float>(0.5 + rng.Uniform());
+      dist.value_scale[base + c] = static_cast<float>(0.5 + rng.Uniform01());
     }
     for (int k = 0; k < 4; ++k) {
       dist.key_scale[base + static_cast<size_t>(rng.Next() % static_cast<uint64_t>(d))] = 8.0f;
@@ -111,8 +111,8 @@ PointGeometry MakeGeometry(const BenchConfig& config, int64_t tokens, int64_t ba
   g.shape.head_dim = config.head_dim;
   g.shape.max_pages = static_cast<int>((tokens + kPageTokens - 1) / kPageTokens);
   g.shape.chunk_tokens = config.chunk_tokens;
-  codec::SplitMix64 rng(codec::DeriveSeed(config.seed, 101, static_cast<uint64_t>(tokens),
-                                          static_cast<uint64_t>(batch)));
+  kvgate::stats::SplitMixRng rng(kvgate::stats::DeriveSeed(
+      config.seed, 101, static_cast<uint64_t>(tokens), static_cast<uint64_t>(batch)));
   g.seq_lens.resize(static_cast<size_t>(batch));
   int64_t max_len = 0, min_len = tokens;
   for (auto& len : g.seq_lens) {
@@ -203,12 +203,12 @@ void BuildDense(DenseSet& dense, const PointGeometry& g, const BenchConfig& conf
   Check(bench::FillPagesBf16(dense.set.At<uint16_t>(0, dense.k), g.num_pages, s.heads_kv,
                              s.head_dim, s.max_pages, owner.as<const int32_t>(), lens,
                              {km.as<const float>(), ks.as<const float>()},
-                             codec::DeriveSeed(config.seed, 104), 0),
+                             kvgate::stats::DeriveSeed(config.seed, 104), 0),
         "fill dense keys");
   Check(bench::FillPagesBf16(dense.set.At<uint16_t>(0, dense.v), g.num_pages, s.heads_kv,
                              s.head_dim, s.max_pages, owner.as<const int32_t>(), lens,
                              {vm.as<const float>(), vs.as<const float>()},
-                             codec::DeriveSeed(config.seed, 105), 0),
+                             kvgate::stats::DeriveSeed(config.seed, 105), 0),
         "fill dense values");
   Check(cudaDeviceSynchronize(), "fill dense pages");
 }

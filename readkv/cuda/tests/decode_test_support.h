@@ -12,10 +12,10 @@
 #include <cstdint>
 #include <memory>
 #include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "kvgate/stats/random.h"
 #include "readkv/codec/attention.h"
 #include "readkv/codec/calibration.h"
 #include "readkv/codec/synthetic.h"
@@ -96,8 +96,9 @@ inline Workload MakeWorkload(const Case& c, uint64_t seed) {
   for (int len : c.lens) w.num_pages += (len + kPageTokens - 1) / kPageTokens;
   std::vector<int32_t> order(static_cast<size_t>(w.num_pages));
   std::iota(order.begin(), order.end(), 0);
-  std::mt19937_64 rng(seed);
-  std::shuffle(order.begin(), order.end(), rng);
+  // Pages in a seeded order (Fisher-Yates on kvgate::stats' integer draws, the same everywhere).
+  kvgate::stats::SplitMixRng rng(seed);
+  for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.UniformIndex(i)]);
   w.page_table.assign(static_cast<size_t>(batch) * w.shape.max_pages, -1);
   int next = 0;
   for (int b = 0; b < batch; ++b) {

@@ -11,10 +11,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "kvgate/stats/random.h"
 #include "readkv/codec/allocator.h"
 #include "readkv/codec/codebook.h"
 #include "readkv/cuda/decode_attention.h"
@@ -30,9 +30,9 @@ namespace {
 
 std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed, uint8_t mask) {
   std::vector<uint8_t> out(n);
-  std::mt19937_64 rng(seed);
+  kvgate::stats::SplitMixRng rng(seed);
   for (size_t i = 0; i < n; i += 8) {
-    const uint64_t x = rng();
+    const uint64_t x = rng.Next();
     for (size_t k = 0; k < 8 && i + k < n; ++k)
       out[i + k] = static_cast<uint8_t>(x >> (8 * k)) & mask;
   }
@@ -74,11 +74,10 @@ TEST(TileTimingTest, DISABLED_TileReaderAgainstFp8) {
   DeviceBuffer<uint8_t> key_tiles(RandomBytes(tile_bytes, 1, 0xff));
   DeviceBuffer<uint8_t> value_tiles(RandomBytes(tile_bytes, 2, 0xff));
   std::vector<float> queries(static_cast<size_t>(batch) * hq * d);
-  std::mt19937 rng(3);
-  std::normal_distribution<float> normal;
-  for (float& q : queries) q = normal(rng);
+  kvgate::stats::SplitMixRng rng(3);
+  for (float& q : queries) q = static_cast<float>(rng.Normal());
   std::vector<float> ones(static_cast<size_t>(hkv) * d, 1.0f), zeros(ones.size(), 0.0f), signs;
-  for (size_t i = 0; i < ones.size(); ++i) signs.push_back(rng() % 2 ? 1.0f : -1.0f);
+  for (size_t i = 0; i < ones.size(); ++i) signs.push_back(rng.Next() % 2 ? 1.0f : -1.0f);
   const codec::LloydTree tree(W);
   const codec::DepthAllocator step1(tree.distortions(), 1, 1);
   std::vector<double> inc;

@@ -1,6 +1,7 @@
 // The tile reader's GPU decode (src/tile_fragment.h) run on the host: every path, every depth
 // 1..8 of every store width, bit-exact f16 against the codec (DecodeTileCodes + the LloydTree
 // centroids) and against a TilePlaneStore's own codes. Runs in every build, GPU or not.
+#include "kvgate/stats/random.h"
 #include "tile_fragment.h"
 
 #include <gtest/gtest.h>
@@ -8,7 +9,6 @@
 #include <array>
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include "readkv/codec/codebook.h"
@@ -111,9 +111,9 @@ TEST(TileFragmentTest, BitMoversPutEachBitWhereTheyClaim) {
     ASSERT_EQ(lows, want) << "nibble " << x;
   }
   // PairMasks on the bytes' top bits only: junk below them must not leak.
-  std::mt19937 rng(7);
+  kvgate::stats::SplitMixRng rng(7);
   for (int trial = 0; trial < 2000; ++trial) {
-    const uint32_t lo = rng(), hi = rng();
+    const auto lo = static_cast<uint32_t>(rng.Next()), hi = static_cast<uint32_t>(rng.Next());
     const uint64_t bytes = (uint64_t{hi} << 32) | lo;
     const std::array<uint32_t, 4> masks = {PairMasks<0>(lo, hi), PairMasks<1>(lo, hi),
                                            PairMasks<2>(lo, hi), PairMasks<3>(lo, hi)};
@@ -173,8 +173,7 @@ TEST(TileFragmentTest, SignPathsAreExactForEveryPlaneByte) {
 
 // Every store width W and depth t <= W, on random tiles and on edge patterns.
 TEST(TileFragmentTest, EveryDepthMatchesDecodeTileCodesBitExactly) {
-  std::mt19937 rng(20261205);
-  std::uniform_int_distribution<int> byte(0, 255);
+  kvgate::stats::SplitMixRng rng(20261205);
   for (int w = 1; w <= kMaxTileDepth; ++w) {
     const codec::LloydTree tree(w);
     const TileCentroids c = MakeTileCentroids(tree);
@@ -190,7 +189,7 @@ TEST(TileFragmentTest, EveryDepthMatchesDecodeTileCodesBitExactly) {
     }
     for (int r = 0; r < 300; ++r) {
       std::vector<uint8_t> tile(static_cast<size_t>(w * kTilePlaneBytes));
-      for (uint8_t& x : tile) x = static_cast<uint8_t>(byte(rng));
+      for (uint8_t& x : tile) x = static_cast<uint8_t>(rng.UniformIndex(256));
       tiles.push_back(tile);
     }
     for (const auto& tile : tiles) {
@@ -209,14 +208,14 @@ TEST(TileFragmentTest, FragmentsCarryTheStoresCodesInMmaOrder) {
   const codec::LloydTree tree(w);
   const TileCentroids c = MakeTileCentroids(tree);
   codec::TilePlaneStore store(d, w);
-  std::mt19937 rng(99);
-  std::uniform_int_distribution<int> code(0, (1 << w) - 1);
+  kvgate::stats::SplitMixRng rng(99);
+  const uint64_t codes = uint64_t{1} << w;
   const int tokens = 40;  // two full token tiles and a partial one
   for (int i = 0; i < tokens; ++i) {
     std::vector<uint8_t> k(d), v(d);
     for (int ch = 0; ch < d; ++ch) {
-      k[static_cast<size_t>(ch)] = static_cast<uint8_t>(code(rng));
-      v[static_cast<size_t>(ch)] = static_cast<uint8_t>(code(rng));
+      k[static_cast<size_t>(ch)] = static_cast<uint8_t>(rng.UniformIndex(codes));
+      v[static_cast<size_t>(ch)] = static_cast<uint8_t>(rng.UniformIndex(codes));
     }
     store.Append(k, v);
   }

@@ -1,13 +1,13 @@
 // The GPU tile reader's one-thread Threshold allocator (src/tile_threshold.h), run on the host
 // against the codec's DepthAllocator::Threshold: random, zero and tied weights, every budget.
 // Runs in every build.
+#include "kvgate/stats/random.h"
 #include "tile_threshold.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <vector>
 
 #include "readkv/codec/allocator.h"
@@ -30,15 +30,14 @@ void ExpectSameAsCodec(const codec::DepthAllocator& alloc, const std::vector<dou
 }
 
 TEST(TileThresholdTest, MatchesTheCodecsThresholdAllocator) {
-  std::mt19937_64 rng(37);
-  std::lognormal_distribution<double> weight(0.0, 2.0);
+  kvgate::stats::SplitMixRng rng(37);
   for (int w_bits = 2; w_bits <= 8; ++w_bits) {
     const codec::LloydTree tree(w_bits);
     const codec::DepthAllocator alloc(tree.distortions(), 1, 1);
     for (const int objects : {1, 4, 8}) {
       for (int trial = 0; trial < 60; ++trial) {
         std::vector<double> w(static_cast<size_t>(objects));
-        for (double& x : w) x = weight(rng);
+        for (double& x : w) x = std::exp(2.0 * rng.Normal());  // log-normal(0, 2)
         if (trial % 5 == 1) w[0] = 0.0;                          // a group nobody reads
         if (trial % 5 == 2) std::fill(w.begin(), w.end(), 1.5);  // every gain tied
         if (trial % 5 == 3 && objects > 1) w[1] = w[0];          // one tie

@@ -18,12 +18,10 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// SplitMix64: turns a counter into well-mixed default seeds.
-uint64_t Mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
+// 64 bits from the OS's entropy source: the seed of the default sampling seeds.
+uint64_t UnpredictableSeed() {
+  std::random_device device;
+  return (static_cast<uint64_t>(device()) << 32) ^ device();
 }
 
 constexpr auto kPublishInterval = std::chrono::milliseconds(50);
@@ -60,7 +58,10 @@ struct Engine::Active {
 };
 
 Engine::Engine(DecodeModel& model, const Tokenizer& tokenizer, EngineOptions options)
-    : model_(model), tokenizer_(tokenizer), options_(std::move(options)) {
+    : model_(model),
+      tokenizer_(tokenizer),
+      options_(std::move(options)),
+      default_seeds_(UnpredictableSeed()) {
   if (options_.max_batch < 1) throw std::invalid_argument("max_batch must be >= 1");
   if (options_.max_waiting < 0) throw std::invalid_argument("max_waiting must be >= 0");
   if (options_.prefill_chunk < 0) throw std::invalid_argument("prefill_chunk must be >= 0");
@@ -78,7 +79,6 @@ Engine::Engine(DecodeModel& model, const Tokenizer& tokenizer, EngineOptions opt
   if (info_.max_context < 2) throw std::invalid_argument("model max_context must be >= 2");
   if (options_.model_name.empty()) options_.model_name = info_.model_id;
   metrics_ = std::make_unique<ServingMetrics>(options_.model_name, info_.kv_backend);
-  seed_state_ = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   PublishModelState();
   worker_ = std::thread([this] { WorkerLoop(); });
 }
@@ -112,7 +112,7 @@ SubmitStatus Engine::Submit(CompletionRequest request, std::shared_ptr<RequestCh
       metrics_->CountError("queue_full");
       return SubmitStatus::kQueueFull;
     }
-    const uint64_t seed = p.seed ? *p.seed : Mix(seed_state_++);
+    const uint64_t seed = p.seed ? *p.seed : default_seeds_();
     waiting_.push_back(std::make_unique<Active>(next_sequence_id_++, std::move(request),
                                                 std::move(channel), seed));
     ++counters_.submitted;

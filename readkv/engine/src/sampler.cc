@@ -37,7 +37,7 @@ int32_t Sampler::Next(std::span<const float> logits) {
     weights[i] = std::exp((static_cast<double>(v) - max_logit) / temperature_);
     total += weights[i];
   }
-  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;  // [0, 1), 53 bits
+  const double u = rng_.Uniform01();
   const double target = u * total;
   double cumulative = 0.0;
   int32_t last_positive = argmax;

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "readkv/codec/random.h"
+#include "kvgate/stats/random.h"
 #include "readkv/model/errors.h"
 #include "readkv/model/safetensors.h"
 
@@ -145,7 +145,7 @@ LlamaWeights LoadWeights(const std::string& path, const ModelConfig& config) {
 }
 
 LlamaWeights InitWeights(const ModelConfig& c, uint64_t seed) {
-  codec::SplitMix64 rng(seed);
+  kvgate::stats::SplitMixRng rng(seed);
   auto normal = [&](std::vector<int64_t> shape, double sigma) {
     torch::Tensor t = torch::empty(shape, torch::kFloat);
     float* p = t.data_ptr<float>();

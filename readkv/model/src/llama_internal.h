@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "readkv/codec/random.h"
+#include "kvgate/stats/random.h"
 #include "readkv/model/config.h"
 
 namespace readkv::model::internal {
@@ -82,7 +82,7 @@ torch::Tensor FullForward(const LlamaWeights& w, const ModelConfig& config, cons
 // (10 / 10 / 20 / 60%), of which a share `mid_share` (taken from max_length's 60%) is
 // max_length / 2. Never longer than max_length.
 int RowLength(double progress, int max_length, bool curriculum, double mid_share,
-              codec::SplitMix64& rng);
+              kvgate::stats::SplitMixRng& rng);
 
 torch::ScalarType ParseDtype(const std::string& name, const char* field);
 torch::Device ParseDevice(const std::string& name);

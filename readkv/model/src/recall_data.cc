@@ -10,7 +10,8 @@
 namespace readkv::model {
 namespace {
 
-using codec::SplitMix64;
+using kvgate::stats::DeriveSeed;
+using kvgate::stats::SplitMixRng;
 // The text of both prompt kinds is the checks' own (recall_format.h): one copy, two readers.
 using kvgate::checks::kCities;
 using kvgate::checks::kColors;
@@ -20,17 +21,17 @@ using kvgate::checks::kProse;
 using kvgate::checks::kQaTask;
 
 // Mixed filler prose for the multi-key and QA documents (the passkey template has its own).
-size_t Pick(SplitMix64& rng, size_t n) {
-  return static_cast<size_t>(rng.Uniform() * static_cast<double>(n)) % n;
+size_t Pick(SplitMixRng& rng, size_t n) {
+  return static_cast<size_t>(rng.Uniform01() * static_cast<double>(n)) % n;
 }
-int UniformInt(SplitMix64& rng, int lo, int hi) {  // inclusive
+int UniformInt(SplitMixRng& rng, int lo, int hi) {  // inclusive
   return lo + static_cast<int>(Pick(rng, static_cast<size_t>(hi - lo + 1)));
 }
 
 // Training keys: mostly five digits (as LongLoRA's 1..50000 mostly are), some 1-7 digits, so the
 // model copies any short digit string.
-std::string TrainingKey(SplitMix64& rng) {
-  const double u = rng.Uniform();
+std::string TrainingKey(SplitMixRng& rng) {
+  const double u = rng.Uniform01();
   int digits = 5;
   if (u < 0.3) digits = UniformInt(rng, 1, 7);
   std::string key;
@@ -78,7 +79,7 @@ struct Fact {
 };
 
 // A pronounceable made-up word ("Tovaril", "kemuso"): an answer no prior can guess.
-std::string PseudoWord(SplitMix64& rng, bool capital) {
+std::string PseudoWord(SplitMixRng& rng, bool capital) {
   static constexpr std::string_view kOnsets[] = {"b", "d", "f", "g", "k", "l", "m", "n",
                                                  "p", "r", "s", "t", "v", "z", "br", "st"};
   static constexpr std::string_view kVowels[] = {"a", "e", "i", "o", "u", "ai", "ou"};
@@ -88,14 +89,14 @@ std::string PseudoWord(SplitMix64& rng, bool capital) {
     w += kOnsets[Pick(rng, std::size(kOnsets))];
     w += kVowels[Pick(rng, std::size(kVowels))];
   }
-  if (rng.Uniform() < 0.5) w += kOnsets[Pick(rng, 13)];
+  if (rng.Uniform01() < 0.5) w += kOnsets[Pick(rng, 13)];
   if (capital) w[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(w[0])));
   return w;
 }
 
-Fact MakeFact(SplitMix64& rng, std::string_view name, int relation, double pseudo_words = 0.0) {
+Fact MakeFact(SplitMixRng& rng, std::string_view name, int relation, double pseudo_words = 0.0) {
   // Drawn only when enabled, so the default corpus stays byte-identical to stage 1.
-  const bool pseudo = pseudo_words > 0.0 && relation <= 2 && rng.Uniform() < pseudo_words;
+  const bool pseudo = pseudo_words > 0.0 && relation <= 2 && rng.Uniform01() < pseudo_words;
   Fact f;
   f.name = std::string(name);
   const std::string n(name);
@@ -135,7 +136,7 @@ Fact MakeFact(SplitMix64& rng, std::string_view name, int relation, double pseud
 }
 
 // Distinct names for a document.
-std::vector<std::string_view> PickNames(SplitMix64& rng, int count) {
+std::vector<std::string_view> PickNames(SplitMixRng& rng, int count) {
   std::vector<size_t> idx(kNames.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
   for (int i = 0; i < count; ++i) {
@@ -148,7 +149,7 @@ std::vector<std::string_view> PickNames(SplitMix64& rng, int count) {
 
 // Filler sentences totalling about `budget` bytes (joined by spaces), then `facts` inserted at
 // sentence slots: facts[i] at relative position depths[i]. Returns the joined text.
-std::string WeaveFacts(SplitMix64& rng, size_t budget, const std::vector<std::string>& facts,
+std::string WeaveFacts(SplitMixRng& rng, size_t budget, const std::vector<std::string>& facts,
                        const std::vector<double>& depths, bool landmark_filler) {
   std::vector<std::string> sentences;
   size_t used = 0;
@@ -180,19 +181,19 @@ std::string WeaveFacts(SplitMix64& rng, size_t budget, const std::vector<std::st
 
 // A QA context with `facts` (the first is the asked one, placed at `depth`; the others at
 // random depths) whose prompt (context + question block) is about `length` bytes.
-std::string QaPrompt(SplitMix64& rng, const std::vector<Fact>& facts, double depth, int length,
+std::string QaPrompt(SplitMixRng& rng, const std::vector<Fact>& facts, double depth, int length,
                      const std::string& question_block) {
   std::vector<std::string> statements;
   std::vector<double> depths;
   size_t fact_bytes = 0;
   for (size_t i = 0; i < facts.size(); ++i) {
     statements.push_back(facts[i].statement);
-    depths.push_back(i == 0 ? depth : rng.Uniform());
+    depths.push_back(i == 0 ? depth : rng.Uniform01());
     fact_bytes += facts[i].statement.size() + 1;
   }
   const size_t fixed = kQaTask.size() + 1 + fact_bytes + question_block.size();
   const size_t budget = static_cast<size_t>(length) > fixed ? length - fixed : 0;
-  const bool landmark = rng.Uniform() < 0.25;
+  const bool landmark = rng.Uniform01() < 0.25;
   std::string out(kQaTask);
   out.push_back('\n');
   out += WeaveFacts(rng, budget, statements, depths, landmark);
@@ -220,7 +221,7 @@ std::string PasskeyPrompt(std::string_view key, int length_bytes, double depth) 
 
 std::vector<RecallItem> MakePasskeySet(uint64_t seed, std::span<const int> lengths,
                                        std::span<const double> depths, int per_cell) {
-  SplitMix64 rng(codec::DeriveSeed(seed, 0x9a55));
+  SplitMixRng rng(DeriveSeed(seed, 0x9a55));
   std::vector<RecallItem> items;
   for (int length : lengths) {
     for (double depth : depths) {
@@ -241,7 +242,7 @@ std::vector<RecallItem> MakePasskeySet(uint64_t seed, std::span<const int> lengt
 
 std::vector<RecallItem> MakeQaSet(uint64_t seed, std::span<const int> lengths,
                                   std::span<const double> depths, int per_cell) {
-  SplitMix64 rng(codec::DeriveSeed(seed, 0x0a0a));
+  SplitMixRng rng(DeriveSeed(seed, 0x0a0a));
   std::vector<RecallItem> items;
   for (int length : lengths) {
     for (double depth : depths) {
@@ -267,17 +268,17 @@ std::vector<RecallItem> MakeQaSet(uint64_t seed, std::span<const int> lengths,
 
 std::string RecallCorpus::Next(int max_bytes) {
   max_bytes = std::max(max_bytes, 256);
-  const int target = max_bytes - static_cast<int>(rng_.Uniform() * 0.4 * max_bytes);
-  const double kind = rng_.Uniform();
+  const int target = max_bytes - static_cast<int>(rng_.Uniform01() * 0.4 * max_bytes);
+  const double kind = rng_.Uniform01();
   if (kind < mix_.passkey) {
     // The exact product template (mostly "\n"-joined; a few separator variants for robustness).
     const std::string key = TrainingKey(rng_);
-    const double sep_kind = rng_.Uniform();
+    const double sep_kind = rng_.Uniform01();
     const std::string_view sep = sep_kind < 0.85 ? "\n" : (sep_kind < 0.93 ? " " : "\n\n");
     const std::string answer = " " + key + ".";
     const size_t fixed = PasskeyFixedBytes(key, sep.size()) + answer.size();
     const size_t garbage = static_cast<size_t>(target) > fixed ? target - fixed : 0;
-    return JoinPasskey(key, garbage, rng_.Uniform(), sep) + answer;
+    return JoinPasskey(key, garbage, rng_.Uniform01(), sep) + answer;
   }
   if (kind < mix_.passkey + mix_.multikey) {
     // Multi-key recall (the notes' dense retrieval supervision).
@@ -290,7 +291,7 @@ std::string RecallCorpus::Next(int max_bytes) {
     for (int i = 0; i < n; ++i) {
       facts.push_back(MakeFact(rng_, names[static_cast<size_t>(i)], 4));
       statements.push_back(facts.back().statement);
-      depths.push_back(rng_.Uniform());
+      depths.push_back(rng_.Uniform01());
       fact_bytes += statements.back().size() + 1;
     }
     std::vector<size_t> order(facts.size());
@@ -306,7 +307,7 @@ std::string RecallCorpus::Next(int max_bytes) {
     const size_t budget = static_cast<size_t>(target) > fixed ? target - fixed : 0;
     std::string out(kPasskeyTask);
     out.push_back('\n');
-    out += WeaveFacts(rng_, budget, statements, depths, rng_.Uniform() < 0.5);
+    out += WeaveFacts(rng_, budget, statements, depths, rng_.Uniform01() < 0.5);
     out += questions;
     return out;
   }
@@ -319,7 +320,7 @@ std::string RecallCorpus::Next(int max_bytes) {
                              mix_.pseudo_words));
   }
   std::string block;
-  if (rng_.Uniform() < 1.0 - mix_.qa_all_questions) {
+  if (rng_.Uniform01() < 1.0 - mix_.qa_all_questions) {
     block = "\n\n" + QaQuestion(facts[0]) + " " + facts[0].answer;
   } else {
     std::vector<size_t> order(facts.size());
@@ -328,7 +329,7 @@ std::string RecallCorpus::Next(int max_bytes) {
     block = "\n";
     for (size_t i : order) block += "\n" + QaQuestion(facts[i]) + " " + facts[i].answer;
   }
-  return QaPrompt(rng_, facts, rng_.Uniform(), target, block);
+  return QaPrompt(rng_, facts, rng_.Uniform01(), target, block);
 }
 
 std::optional<std::string> FirstInteger(std::string_view text) {

@@ -9,8 +9,8 @@
 #include <fstream>
 #include <numbers>
 
+#include "kvgate/stats/random.h"
 #include "llama_internal.h"
-#include "readkv/codec/random.h"
 #include "readkv/model/recall_data.h"
 #include "readkv/model/tokenizer.h"
 
@@ -141,7 +141,7 @@ void WriteModel(const LlamaWeights& w, ModelConfig c, const std::string& dir,
 // Held-out checks: passkeys at every standard length up to max_length, QA at the shortest and
 // longest, from a seed the final evaluation (evaluation.h) does not use either.
 std::vector<RecallItem> HeldOutChecks(const TrainOptions& o) {
-  const uint64_t check_seed = codec::DeriveSeed(o.seed, 3);
+  const uint64_t check_seed = kvgate::stats::DeriveSeed(o.seed, 3);
   std::vector<int> lengths;
   for (int l : {1024, 2048, 4096, 8192, 16384, 32768}) {
     if (l <= o.max_length - 16) lengths.push_back(l);
@@ -164,7 +164,7 @@ std::vector<RecallItem> HeldOutChecks(const TrainOptions& o) {
 // One step's rows of `len` tokens from the corpus: inputs (EOS-padded) and next-token targets
 // (-100, ignored, past each row's end).
 void MakeBatch(const ModelConfig& c, int64_t rows, int len, RecallCorpus& corpus,
-               codec::SplitMix64& length_rng, std::vector<int64_t>& inputs,
+               kvgate::stats::SplitMixRng& length_rng, std::vector<int64_t>& inputs,
                std::vector<int64_t>& targets) {
   inputs.assign(static_cast<size_t>(rows * len), c.eos_token_id);
   targets.assign(static_cast<size_t>(rows * len), -100);
@@ -173,7 +173,7 @@ void MakeBatch(const ModelConfig& c, int64_t rows, int len, RecallCorpus& corpus
     std::vector<int64_t> row;
     row.reserve(doc.size() + 2);
     // A tenth of the rows start without BOS, so a client that sends none still gets answers.
-    if (length_rng.Uniform() >= 0.1) row.push_back(c.bos_token_id);
+    if (length_rng.Uniform01() >= 0.1) row.push_back(c.bos_token_id);
     for (unsigned char ch : doc) row.push_back(ch);
     row.push_back(c.eos_token_id);
     for (size_t i = 0; i + 1 < row.size() && i < static_cast<size_t>(len); ++i) {
@@ -228,8 +228,8 @@ TrainResult Train(const TrainOptions& o) {
   torch::optim::AdamW optimizer(groups, torch::optim::AdamWOptions(o.lr));
 
   const internal::RopeTables rope = internal::MakeRope(c, device);
-  RecallCorpus corpus(codec::DeriveSeed(o.seed, 1), o.mix);
-  codec::SplitMix64 length_rng(codec::DeriveSeed(o.seed, 2));
+  RecallCorpus corpus(kvgate::stats::DeriveSeed(o.seed, 1), o.mix);
+  kvgate::stats::SplitMixRng length_rng(kvgate::stats::DeriveSeed(o.seed, 2));
   std::vector<RecallItem> passkey_check, qa_check;
   for (auto& item : HeldOutChecks(o)) {
     (item.kind == "passkey" ? passkey_check : qa_check).push_back(item);
@@ -352,7 +352,7 @@ namespace internal {
 // `mid_share` of the rows (taken from the full length's) at half of it, so a model continued to a
 // longer context keeps seeing the lengths it served before.
 int RowLength(double progress, int max_length, bool curriculum, double mid_share,
-              codec::SplitMix64& rng) {
+              kvgate::stats::SplitMixRng& rng) {
   int len = max_length;
   if (!curriculum) progress = 1.0;
   if (progress < 0.08) {
@@ -364,7 +364,7 @@ int RowLength(double progress, int max_length, bool curriculum, double mid_share
   } else if (progress < 0.40) {
     len = 4096;
   } else {
-    const double u = rng.Uniform();
+    const double u = rng.Uniform01();
     len = u < 0.1   ? 1024
           : u < 0.2 ? 2048
           : u < 0.4 ? 4096

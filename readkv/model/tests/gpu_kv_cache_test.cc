@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "kvgate/stats/random.h"
 #include "../src/cuda_graph.h"
 #include "../src/gpu_kv_cache.h"
 #include "../src/llama_internal.h"
 #include "readkv/codec/attention.h"
 #include "readkv/codec/calibration.h"
-#include "readkv/codec/random.h"
 #include "readkv/model/evaluation.h"
 #include "readkv/model/recall_data.h"
 #include "readkv/model/runtime.h"
@@ -37,7 +37,8 @@ struct Geometry {
 };
 
 // Gaussian K/V with per-channel means and a few loud channels, [n][H_kv][d].
-std::vector<float> RandomRows(codec::SplitMix64& rng, int64_t n, const Geometry& g, bool keys) {
+std::vector<float> RandomRows(kvgate::stats::SplitMixRng& rng, int64_t n, const Geometry& g,
+                              bool keys) {
   std::vector<float> x(static_cast<size_t>(n * g.heads_kv * g.head_dim));
   for (size_t i = 0; i < x.size(); ++i) {
     const auto c = static_cast<int>(i % static_cast<size_t>(g.head_dim));
@@ -48,7 +49,7 @@ std::vector<float> RandomRows(codec::SplitMix64& rng, int64_t n, const Geometry&
 }
 
 std::shared_ptr<const codec::Calibration> RandomCalibration(const Geometry& g) {
-  codec::SplitMix64 rng(0xca1);
+  kvgate::stats::SplitMixRng rng(0xca1);
   codec::Calibrator cal(g.layers, g.heads_kv, g.head_dim);
   for (int l = 0; l < g.layers; ++l) {
     const std::vector<float> k = RandomRows(rng, 512, g, true);
@@ -130,7 +131,7 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
     }
     length[id] = 0;
   };
-  codec::SplitMix64 rng(0x6b0 + static_cast<uint64_t>(bc.head_dim));
+  kvgate::stats::SplitMixRng rng(0x6b0 + static_cast<uint64_t>(bc.head_dim));
   int64_t cpu_logical = 0;
   double worst = 0.0;
   // Appends `counts` tokens to each of `ids` on both sides and compares one attention per layer.

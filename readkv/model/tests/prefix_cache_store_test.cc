@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "kvgate/stats/random.h"
 #include "readkv/codec/bitplanes.h"
-#include "readkv/codec/random.h"
 #include "tiny_model.h"
 
 namespace readkv::model {
@@ -38,7 +38,7 @@ codec::CacheIdentity SmallIdentity() {
 
 // One full block of seeded codes for a prefix of `seed`-derived tokens.
 codec::CacheObject MakeObject(uint64_t seed, const codec::CacheIdentity& id = SmallIdentity()) {
-  codec::SplitMix64 rng(seed);
+  kvgate::stats::SplitMixRng rng(seed);
   codec::BitPlaneStore store(id.head_dim, id.store_bits);
   std::vector<uint8_t> k(static_cast<size_t>(id.head_dim)), v(k.size());
   for (int t = 0; t < codec::kBlockTokens; ++t) {

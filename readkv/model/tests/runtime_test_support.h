@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "readkv/codec/random.h"
+#include "kvgate/stats/random.h"
 #include "readkv/model/model_calibration.h"
 #include "readkv/model/recall_data.h"
 #include "readkv/model/runtime.h"
@@ -23,7 +23,7 @@
 namespace readkv::model::testing {
 
 inline std::vector<int32_t> Prompt(int n, uint64_t seed) {
-  codec::SplitMix64 rng(seed);
+  kvgate::stats::SplitMixRng rng(seed);
   std::vector<int32_t> ids = {256};
   for (int i = 1; i < n; ++i) ids.push_back(static_cast<int32_t>(rng.Next() % 256));
   return ids;

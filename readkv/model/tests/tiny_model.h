@@ -13,8 +13,8 @@
 
 #include <unistd.h>
 
+#include "kvgate/stats/random.h"
 #include "kvgate/filesystem/remove_tree.h"
-#include "readkv/codec/random.h"
 #include "readkv/model/config.h"
 #include "readkv/model/safetensors.h"
 
@@ -46,7 +46,7 @@ inline ModelConfig TinyConfig() {
 inline TinyModel MakeTinyModel(uint64_t seed, ModelConfig c = TinyConfig()) {
   TinyModel m;
   m.config = c;
-  codec::SplitMix64 rng(seed);
+  kvgate::stats::SplitMixRng rng(seed);
   const int64_t d = c.hidden_size, f = c.intermediate_size, v = c.vocab_size;
   const int64_t q = int64_t{c.num_attention_heads} * c.head_dim;
   const int64_t kv = int64_t{c.num_key_value_heads} * c.head_dim;

@@ -11,7 +11,7 @@ namespace {
 
 std::map<int, int> Draw(double progress, int max_length, bool curriculum, double mid_share,
                         int n) {
-  codec::SplitMix64 rng(20261203);
+  kvgate::stats::SplitMixRng rng(20261203);
   std::map<int, int> counts;
   for (int i = 0; i < n; ++i) {
     ++counts[internal::RowLength(progress, max_length, curriculum, mid_share, rng)];
@@ -20,7 +20,7 @@ std::map<int, int> Draw(double progress, int max_length, bool curriculum, double
 }
 
 TEST(RowLength, CurriculumStagesComeFirstUnlessTurnedOff) {
-  codec::SplitMix64 rng(1);
+  kvgate::stats::SplitMixRng rng(1);
   EXPECT_EQ(internal::RowLength(0.0, 33280, true, 0.3, rng), 512);
   EXPECT_EQ(internal::RowLength(0.10, 33280, true, 0.3, rng), 1024);
   EXPECT_EQ(internal::RowLength(0.20, 33280, true, 0.3, rng), 2048);

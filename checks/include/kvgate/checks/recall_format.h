@@ -5,7 +5,7 @@
 // (readkv/model/src/recall_data.cc) is written in the same forms, so the quality gates test
 // prompts of the forms the model was trained on. Only the text lives here: each side draws its
 // items from its own random streams (the checks from kvgate::stats::SeededRng under a domain tag,
-// the training corpus from codec::SplitMix64), so the checks' items stay held out.
+// the training corpus from kvgate::stats::SplitMixRng), so the checks' items stay held out.
 //
 // Header-only, no dependencies (target kvgate::recall_format); changing any string changes both
 // the checks' prompts and what a model trained from here sees.

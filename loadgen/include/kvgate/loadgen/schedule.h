@@ -1,7 +1,11 @@
 // The seeded schedule of a run, generated before the run starts: open-loop arrival times and the
 // request each schedule slot sends (prompt and max_tokens). Everything here is a pure function of
-// (settings, seed): the same inputs give the same schedule on any machine (Boost.Random's engines
-// and distributions are fully specified, unlike <random>'s distributions).
+// (settings, seed): every draw is kvgate::stats::SplitMixRng's under a seed from
+// kvgate::stats::DeriveSeed(seed, stream, index) (stats/random.h), one stream per purpose, so
+// request i's prompt does not depend on how many requests come before it. Word choices, uniform
+// lengths and passkeys are integer draws, identical on every machine; exponential, gamma, normal
+// and log-normal draws go through libm and may differ in the last ulp across math libraries (an
+// arrival time is rounded to the nanosecond, a length to an integer).
 //
 // Thread-safety: the functions are pure; a Workload is immutable after Create() and may be read
 // from several threads.
@@ -75,10 +79,5 @@ class Workload {
 // Draws one length from `dist` with a generator seeded by `seed` (used by Workload; exposed for
 // tests of the distributions).
 int SampleLength(const LengthDistribution& dist, uint64_t seed);
-
-// Derives an independent 64-bit seed for (seed, stream, index) (SplitMix64 finaliser), so that
-// arrivals, prompts and output lengths use unrelated streams and request i's prompt does not
-// depend on how many requests come before it.
-uint64_t DeriveSeed(uint64_t seed, uint64_t stream, uint64_t index);
 
 }  // namespace kvgate::loadgen

@@ -2,7 +2,8 @@
 // values per (KV head, channel) with their own means and scales, a few key "outlier" channels
 // with a large scale (as real post-RoPE keys have), and one planted high-attention token whose
 // key is aligned with the queries of its KV head. Deterministic: every draw comes from
-// SplitMix64 seeded through DeriveSeed, so the same config gives the same floats everywhere.
+// kvgate::stats::SplitMixRng seeded through kvgate::stats::DeriveSeed (stats/random.h), so the
+// same config gives the same floats everywhere.
 // The distribution's parameters, the data sample, the queries and the calibration sample use
 // independent derived seeds: the calibration never sees the data it is evaluated on.
 // Pure functions; thread-safe.

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "kvgate/stats/random.h"
 #include "readkv/engine/decode_model.h"
 #include "readkv/engine/request.h"
 #include "readkv/engine/serving_metrics.h"
@@ -135,7 +136,8 @@ class Engine {
   bool cancel_all_ = false;
   bool stop_ = false;
   uint64_t next_sequence_id_ = 1;
-  uint64_t seed_state_;
+  // Default sampling seeds for requests without one; seeded unpredictably at construction.
+  kvgate::stats::SplitMix64 default_seeds_;
   EngineCounters counters_;
 
   // Worker-only state.

@@ -2,14 +2,16 @@
 #pragma once
 
 #include <cstdint>
-#include <random>
 #include <span>
+
+#include "kvgate/stats/random.h"
 
 namespace readkv::engine {
 
 // One per sequence; not thread-safe (the engine worker owns it). The same temperature, seed and
-// logits always give the same tokens on any machine: the uniform draw is built from the raw
-// 64-bit engine output, not from a library distribution whose algorithm is unspecified.
+// logits always give the same tokens on any machine: one kvgate::stats::SeededRng::Uniform01 per
+// sampled token (mt19937_64 under the seed; bit-identical everywhere), not a library
+// distribution whose algorithm is unspecified.
 class Sampler {
  public:
   // temperature 0 = greedy; must be finite and >= 0 (the caller validates).
@@ -25,7 +27,7 @@ class Sampler {
 
  private:
   double temperature_;
-  std::mt19937_64 rng_;
+  kvgate::stats::SeededRng rng_;
 };
 
 }  // namespace readkv::engine

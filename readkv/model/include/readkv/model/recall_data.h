@@ -1,6 +1,7 @@
 // Seeded long-context recall text: the training corpus of the built-in model and its held-out
-// evaluation sets. Every generator draws from codec::SplitMix64, so a seed gives the same bytes
-// on every machine. Lengths are in bytes (= tokens of the byte-level tokenizer, BOS excluded).
+// evaluation sets. Every generator draws from kvgate::stats::SplitMixRng (stats/random.h), so a
+// seed gives the same bytes on every machine. Lengths are in bytes (= tokens of the byte-level
+// tokenizer, BOS excluded).
 //
 // Formats (the built-in model is trained on exactly these; a client that wants it to succeed
 // must ask in the same way):
@@ -23,8 +24,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kvgate/stats/random.h"
 #include "kvgate/checks/recall_format.h"
-#include "readkv/codec/random.h"
 
 namespace readkv::model {
 
@@ -76,7 +77,7 @@ class RecallCorpus {
   std::string Next(int max_bytes);
 
  private:
-  codec::SplitMix64 rng_;
+  kvgate::stats::SplitMixRng rng_;
   CorpusMix mix_;
 };
 
