@@ -15,6 +15,7 @@
 #include "file_workloads.h"
 #include "http_target.h"
 #include "run_loop.h"
+#include "session.h"
 #include "thread_guards.h"
 #include "token_sizer.h"
 #include "kvgate/http/stream.h"
@@ -80,6 +81,42 @@ void DescribeOutputLengths(LoadResult& result) {
   }
 }
 
+// The open loop's records, one per arrival, before the run (a closed loop adds its own).
+std::deque<RequestRecord> ScheduledRecords(const LoadSettings& settings,
+                                           const std::vector<int64_t>& arrivals) {
+  std::deque<RequestRecord> records;
+  if (settings.mode != LoadMode::kOpenLoop) return records;
+  for (size_t i = 0; i < arrivals.size(); ++i) {
+    RequestRecord& record = records.emplace_back();
+    record.index = static_cast<int64_t>(i);
+    record.session = record.index;
+    record.warmup = record.index < settings.warmup_requests;
+    record.scheduled_ns = arrivals[i];
+  }
+  return records;
+}
+
+// The records moved into the result, with the summary, validity and output lengths.
+void FinishResult(LoadResult& result, std::deque<RequestRecord>& records,
+                  const LoadSettings& settings) {
+  result.records.reserve(records.size());
+  for (RequestRecord& record : records) result.records.push_back(std::move(record));
+  result.settings = settings;
+  result.summary = Summarize(result.records, settings.slo, MeasuredDurationSeconds(result.records));
+  result.validity = CheckValidity(result.records, settings.mode, settings.validity);
+  DescribeOutputLengths(result);
+  if (result.stopped) {
+    int64_t cancelled = 0;
+    for (const RequestRecord& record : result.records) {
+      cancelled += record.error_cause == "cancelled";
+    }
+    result.validity.valid = false;
+    result.validity.reasons.insert(result.validity.reasons.begin(),
+                                   "stopped by request before the run ended (" +
+                                       std::to_string(cancelled) + " requests cancelled)");
+  }
+}
+
 }  // namespace
 
 LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCounters* counters,
@@ -120,8 +157,11 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
     built.emplace(std::move(trace.built.workload));
     result.input_lengths = std::move(trace.built.input_lengths);
   } else if (settings.mode == LoadMode::kOpenLoop) {
+    // With sessions the arrivals are when sessions start: enough of them for the request count.
+    const int64_t turns = settings.workload.multi_turn;
     arrivals = GenerateArrivals(settings.arrival, settings.rate_rps, settings.burstiness,
-                                settings.seed, settings.requests, settings.duration_s);
+                                settings.seed, (settings.requests + turns - 1) / turns,
+                                settings.duration_s);
     planned = static_cast<int64_t>(arrivals.size());
     if (planned == 0) throw SettingsError("duration", "the schedule holds no request");
   }
@@ -163,7 +203,7 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
   // Bodies are rendered before the run when the count is known, so sending costs no JSON work;
   // a closed loop bounded only by time renders them as it goes (its schedule is its pace).
   const int64_t distinct = settings.workload.distinct_prompts;
-  auto render = [&](int64_t index) {
+  auto spec_at = [&](int64_t index) {
     RequestSpec spec = workload.At(index);
     if (sizer) {
       internal::TokenSizer::Fitted fit =
@@ -173,13 +213,22 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
       ++fitted;
       exact += fit.exact;
     }
+    return spec;
+  };
+  auto render = [&](int64_t index) {
+    RequestSpec spec = spec_at(index);
     return PreparedRequest{
         std::make_shared<const std::string>(
             internal::RenderBody(model, spec, settings, target.endpoint)),
         spec.max_tokens};
   };
+  // Multi-turn sessions build each turn's body from the conversation as it goes; their requests
+  // (the new user messages) are fitted to their token lengths before the run.
+  const bool sessions = settings.workload.multi_turn > 1;
+  std::vector<RequestSpec> specs;
+  if (sessions) specs = internal::SessionSpecs(settings, workload, spec_at);
   std::vector<PreparedRequest> prepared;
-  if (planned > 0) {
+  if (planned > 0 && !sessions) {
     prepared.resize(static_cast<size_t>(planned));
     int64_t bytes = 0;
     for (int64_t i = 0; i < planned; ++i) {
@@ -220,17 +269,21 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
     return render(index);
   };
 
-  std::deque<RequestRecord> records;
-  if (settings.mode == LoadMode::kOpenLoop) {
-    for (int64_t i = 0; i < planned; ++i) {
-      RequestRecord& record = records.emplace_back();
-      record.index = i;
-      record.warmup = i < settings.warmup_requests;
-      record.scheduled_ns = arrivals[static_cast<size_t>(i)];
-    }
+  std::optional<internal::Sessions> session_state;
+  if (sessions) {
+    session_state.emplace(settings, target.endpoint, model, [&](int64_t index) {
+      const int64_t slot = distinct > 0 ? index % distinct : index;
+      return slot < static_cast<int64_t>(specs.size()) ? specs[static_cast<size_t>(slot)]
+                                                       : workload.At(slot);
+    });
   }
+
+  std::deque<RequestRecord> records = ScheduledRecords(settings, arrivals);
+  // The open loop's arrivals start sessions; its request bound counts every turn.
+  const int64_t request_bound =
+      sessions && settings.mode == LoadMode::kOpenLoop ? settings.requests : 0;
   if (counters) {
-    counters->total.store(planned, std::memory_order_relaxed);
+    counters->total.store(request_bound > 0 ? request_bound : planned, std::memory_order_relaxed);
     counters->sent.store(0, std::memory_order_relaxed);
     counters->finished.store(0, std::memory_order_relaxed);
     counters->errored.store(0, std::memory_order_relaxed);
@@ -241,7 +294,8 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
     internal::RealtimePriorityGuard priority(settings.realtime_priority);
     asio::io_context io(1);
     internal::Run run(io, settings, url, *tls, endpoints, request_of,
-            internal::RenderHeaderPrefix(url, target, settings.stream), records, counters, stop);
+            internal::RenderHeaderPrefix(url, target, settings.stream), records, counters, stop,
+            session_state ? &*session_state : nullptr);
     const Clock::time_point t0 = Clock::now() + kLead;
     result.start_steady_ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count();
@@ -249,7 +303,7 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
                                (std::chrono::system_clock::now() + kLead).time_since_epoch())
                                .count();
     if (settings.mode == LoadMode::kOpenLoop) {
-      run.StartOpenLoop(t0, arrivals);
+      run.StartOpenLoop(t0, arrivals, request_bound);
     } else {
       run.StartClosedLoop(t0, settings.requests, settings.duration_s);
     }
@@ -257,22 +311,7 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
     result.stopped = run.stopped();
   }
 
-  result.records.reserve(records.size());
-  for (RequestRecord& record : records) result.records.push_back(std::move(record));
-  result.settings = settings;
-  result.summary = Summarize(result.records, settings.slo, MeasuredDurationSeconds(result.records));
-  result.validity = CheckValidity(result.records, settings.mode, settings.validity);
-  DescribeOutputLengths(result);
-  if (result.stopped) {
-    int64_t cancelled = 0;
-    for (const RequestRecord& record : result.records) {
-      cancelled += record.error_cause == "cancelled";
-    }
-    result.validity.valid = false;
-    result.validity.reasons.insert(result.validity.reasons.begin(),
-                                   "stopped by request before the run ended (" +
-                                       std::to_string(cancelled) + " requests cancelled)");
-  }
+  FinishResult(result, records, settings);
   return result;
 }
 
