@@ -39,6 +39,7 @@ constexpr auto kLead = std::chrono::milliseconds(20);
 // A dataset workload of a closed loop bounded only by time cycles through this many requests.
 constexpr int64_t kDatasetPoolRequests = 1000;
 
+// The source's kind and path; its digest comes from the loader that parsed the file.
 WorkloadSource SourceOf(const WorkloadSettings& workload) {
   WorkloadSource source{std::string(WorkloadName(workload.kind)), "", ""};
   switch (workload.kind) {
@@ -53,9 +54,8 @@ WorkloadSource SourceOf(const WorkloadSettings& workload) {
       break;
     case WorkloadKind::kSynthetic:
     case WorkloadKind::kPasskey:
-      return source;
+      break;
   }
-  source.sha256 = FileSha256(source.path, source.kind == "file" ? "prompts" : source.kind);
   return source;
 }
 
@@ -156,6 +156,7 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
     planned = static_cast<int64_t>(arrivals.size());
     built.emplace(std::move(trace.built.workload));
     result.input_lengths = std::move(trace.built.input_lengths);
+    result.workload_source.sha256 = std::move(trace.built.sha256);
   } else if (settings.mode == LoadMode::kOpenLoop) {
     // With sessions the arrivals are when sessions start: enough of them for the request count.
     const int64_t turns = settings.workload.multi_turn;
@@ -178,9 +179,13 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
     built.emplace(std::move(share.workload));
     result.input_lengths = std::move(share.input_lengths);
     result.input_tokens_exact = share.input_tokens_exact;
+    result.workload_source.sha256 = std::move(share.sha256);
   }
   const Workload workload =
       built ? std::move(*built) : Workload::Create(settings.workload, settings.seed);
+  if (settings.workload.kind == WorkloadKind::kPromptFile) {
+    result.workload_source.sha256 = workload.file_sha256();
+  }
 
   // Token-true lengths: each synthetic prompt cut to its token target through /tokenize, before
   // the run (never inside the event loop), so a closed loop bounded only by time cannot use it.
