@@ -70,6 +70,9 @@ struct LoadOptions {
   std::vector<int> passkey_lengths = {1024};
   std::vector<double> passkey_depths = {0.0, 0.25, 0.5, 0.75, 1.0};
   int64_t distinct_prompts = 0;
+  int multi_turn = 1;
+  int think_time_ms = 0;
+  int max_context_tokens = 0;
   std::string slo;
   double attainment = 0.9;
   double rate_min = 1.0;
@@ -182,6 +185,9 @@ LoadSettings ToSettings(const LoadOptions& o) {
   s.workload.passkey_lengths = o.passkey_lengths;
   s.workload.passkey_depths = o.passkey_depths;
   s.workload.distinct_prompts = o.distinct_prompts;
+  s.workload.multi_turn = o.multi_turn;
+  s.workload.think_time_ms = o.think_time_ms;
+  s.workload.max_context_tokens = o.max_context_tokens;
   s.slo = loadgen::ParseSlo(o.slo);
   s.validity.max_send_lag_p99_ms = o.max_send_lag_p99_ms;
   s.validity.max_send_lag_share = o.max_send_lag_share;
@@ -395,6 +401,16 @@ void AddLoadCommand(CLI::App& app, CommandContext& context) {
   cmd->add_option("--passkey-depths", o->passkey_depths, "Needle depths in [0, 1]")->delimiter(',');
   cmd->add_option("--distinct-prompts", o->distinct_prompts,
                   "Reuse K distinct requests cyclically (0 = all distinct)");
+  cmd->add_option("--multi-turn", o->multi_turn,
+                  "Sessions of N turns: each turn resends the conversation so far (prompts and "
+                  "replies) plus a new user message (default 1 = single requests; "
+                  "docs/workloads.md)");
+  cmd->add_option("--think-time-ms", o->think_time_ms,
+                  "Multi-turn: mean pause between a reply and the next turn, drawn uniformly "
+                  "from [1, 2x] ms, seeded (default 0)");
+  cmd->add_option("--max-context-tokens", o->max_context_tokens,
+                  "Multi-turn: end a session before a turn that would pass this many tokens "
+                  "(the model's context; default 0 = no limit)");
   cmd->add_option("--slo", o->slo, "SLO for goodput, e.g. ttft_ms=500,tpot_ms=50");
   cmd->add_option("--attainment", o->attainment,
                   "Capacity search: share of requests that must meet the SLO (default 0.9)");

@@ -10,6 +10,7 @@
 #include <openssl/evp.h>
 #include <memory>
 #include <optional>
+#include <sstream>
 
 #include "kvgate/stats/random.h"
 
@@ -25,16 +26,13 @@ int64_t LineOf(const std::string& text, size_t byte) {
   return 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(byte), '\n');
 }
 
-std::string ReadWhole(const std::string& path, const std::string& field) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw SettingsError(field, "cannot open '" + path + "'");
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 }  // namespace
 
-std::vector<ShareGptPair> ReadShareGpt(const std::string& path, int64_t* skipped) {
-  const std::string text = ReadWhole(path, "dataset");
+std::vector<ShareGptPair> ReadShareGpt(const std::string& path, int64_t* skipped,
+                                       std::string* sha256) {
+  FileBytes file = ReadFileBytes(path, "dataset");
+  if (sha256) *sha256 = file.sha256;
+  const std::string& text = file.bytes;
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(text);
@@ -137,9 +135,10 @@ int64_t ApproximateTokens(const std::string& text) {
   return (static_cast<int64_t>(text.size()) + 3) / 4;
 }
 
-std::vector<TraceEntry> ReadTrace(const std::string& path, int block_tokens) {
-  std::ifstream in(path);
-  if (!in) throw SettingsError("trace", "cannot open '" + path + "'");
+std::vector<TraceEntry> ReadTrace(const std::string& path, int block_tokens, std::string* sha256) {
+  FileBytes file = ReadFileBytes(path, "trace");
+  if (sha256) *sha256 = file.sha256;
+  std::istringstream in(std::move(file.bytes));
   std::vector<TraceEntry> trace;
   std::string line;
   int64_t line_no = 0;
@@ -215,26 +214,21 @@ std::vector<int64_t> TraceArrivals(const std::vector<TraceEntry>& trace, double 
   return arrivals;
 }
 
-std::string FileSha256(const std::string& path, const std::string& field) {
+FileBytes ReadFileBytes(const std::string& path, const std::string& field) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw SettingsError(field, "cannot open '" + path + "'");
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
-    throw std::runtime_error("OpenSSL: cannot start a SHA-256 digest");
-  }
-  std::vector<char> buffer(size_t{1} << 16);
-  while (in) {
-    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    const std::streamsize got = in.gcount();
-    if (got > 0 && EVP_DigestUpdate(ctx.get(), buffer.data(), static_cast<size_t>(got)) != 1) {
-      throw std::runtime_error("OpenSSL: SHA-256 update failed");
-    }
-  }
+  FileBytes file;
+  file.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   if (in.bad()) throw SettingsError(field, "cannot read '" + path + "'");
+  file.sha256 = Sha256Hex(file.bytes);
+  return file;
+}
+
+std::string Sha256Hex(std::string_view bytes) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
-  if (EVP_DigestFinal_ex(ctx.get(), digest, &length) != 1) {
-    throw std::runtime_error("OpenSSL: SHA-256 final failed");
+  if (EVP_Digest(bytes.data(), bytes.size(), digest, &length, EVP_sha256(), nullptr) != 1) {
+    throw std::runtime_error("OpenSSL: SHA-256 digest failed");
   }
   static constexpr char kHex[] = "0123456789abcdef";
   std::string hex;
@@ -243,6 +237,10 @@ std::string FileSha256(const std::string& path, const std::string& field) {
     hex += kHex[digest[i] & 0xf];
   }
   return hex;
+}
+
+std::string FileSha256(const std::string& path, const std::string& field) {
+  return ReadFileBytes(path, field).sha256;
 }
 
 }  // namespace kvgate::loadgen

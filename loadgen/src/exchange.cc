@@ -106,13 +106,14 @@ class HttpExchange final : public Exchange,
                            public ResponseSink {
  public:
   HttpExchange(Run& run, RequestRecord& record, std::string header,
-           std::shared_ptr<const std::string> body, Clock::time_point deadline)
+           std::shared_ptr<const std::string> body, Clock::time_point deadline, bool keep_reply)
       : run_(run),
         record_(record),
         header_(std::move(header)),
         body_(std::move(body)),
         deadline_(deadline),
-        stream_(run.settings().stream) {}
+        stream_(run.settings().stream),
+        keep_reply_(keep_reply) {}
 
   Clock::time_point deadline() const override { return deadline_; }
   RequestRecord& record() override { return record_; }
@@ -134,7 +135,10 @@ class HttpExchange final : public Exchange,
     content_type_ = std::string(content_type);
     if (status == 200) {
       if (stream_) sse_ok_ = IsEventStream(content_type);
-      if (stream_ && sse_ok_) sse_.emplace();
+      if (stream_ && sse_ok_) {
+        sse_.emplace();
+        sse_->set_keep_text(keep_reply_);
+      }
     }
   }
   bool OnBody(std::string_view bytes) override {
@@ -319,13 +323,18 @@ class HttpExchange final : public Exchange,
       return object.is_object() && object.contains(key) && object[key].is_string() &&
              !object[key].get_ref<const std::string&>().empty();
     };
-    if (!choices.empty() &&
-        (non_empty_string(choices[0], "text") ||
-         (choices[0].is_object() && choices[0].contains("message") &&
-          non_empty_string(choices[0]["message"], "content")))) {
+    const bool text = !choices.empty() && non_empty_string(choices[0], "text");
+    const bool content = !choices.empty() && choices[0].is_object() &&
+                         choices[0].contains("message") &&
+                         non_empty_string(choices[0]["message"], "content");
+    if (text || content) {
       // Without streaming the whole output arrives at once: TTFT = E2E.
       record_.chunk_ns = {now};
       record_.first_token_ns = now;
+      if (keep_reply_) {
+        reply_ = text ? choices[0]["text"].get<std::string>()
+                      : choices[0]["message"]["content"].get<std::string>();
+      }
     }
     if (json.contains("usage") && json["usage"].is_object()) {
       const auto& usage = json["usage"];
@@ -380,7 +389,8 @@ class HttpExchange final : public Exchange,
       conn_->stream.Close();
       conn_.reset();
     }
-    run_.OnExchangeDone(record_, std::move(conn_), reusable);
+    const std::string& reply = sse_ && record_.ok() ? sse_->text() : reply_;
+    run_.OnExchangeDone(record_, std::move(conn_), reusable, reply);
   }
 
   Run& run_;
@@ -389,6 +399,8 @@ class HttpExchange final : public Exchange,
   std::shared_ptr<const std::string> body_;
   Clock::time_point deadline_;
   bool stream_;
+  bool keep_reply_;
+  std::string reply_;  // non-streamed reply text, when kept
   std::unique_ptr<Connection> conn_;
   bool reused_ = false;
   bool retried_ = false;
@@ -408,8 +420,9 @@ class HttpExchange final : public Exchange,
 
 std::shared_ptr<Exchange> Exchange::Create(Run& run, RequestRecord& record, std::string header,
                                            std::shared_ptr<const std::string> body,
-                                           Clock::time_point deadline) {
-  return std::make_shared<HttpExchange>(run, record, std::move(header), std::move(body), deadline);
+                                           Clock::time_point deadline, bool keep_reply) {
+  return std::make_shared<HttpExchange>(run, record, std::move(header), std::move(body), deadline,
+                                        keep_reply);
 }
 
 }  // namespace kvgate::loadgen::internal

@@ -17,9 +17,11 @@ namespace kvgate::loadgen::internal {
 class Exchange {
  public:
   // `record` and `run` outlive the exchange; `deadline` bounds every operation of it.
+  // `keep_reply`: the reply's text is kept and handed to Run::OnExchangeDone (multi-turn
+  // sessions continue the conversation with it); otherwise only its timing is kept.
   static std::shared_ptr<Exchange> Create(Run& run, RequestRecord& record, std::string header,
                                           std::shared_ptr<const std::string> body,
-                                          Clock::time_point deadline);
+                                          Clock::time_point deadline, bool keep_reply = false);
   virtual ~Exchange() = default;
 
   // Starts the exchange on `conn` (`reused`: an idle pooled connection, else a new one).

@@ -11,7 +11,8 @@ BuiltWorkload BuildShareGpt(const LoadSettings& settings, int64_t count, const h
                             const Target& target, const std::string& model) {
   const std::string& path = settings.workload.dataset;
   int64_t skipped = 0;
-  const std::vector<ShareGptPair> pairs = ReadShareGpt(path, &skipped);
+  std::string sha256;
+  const std::vector<ShareGptPair> pairs = ReadShareGpt(path, &skipped, &sha256);
   TokenSizer sizer(url, target, model);
   const bool server_counts = sizer.Available();
   auto prompt_tokens = [&](const std::string& text) {
@@ -25,7 +26,7 @@ BuiltWorkload BuildShareGpt(const LoadSettings& settings, int64_t count, const h
   const int64_t chosen = static_cast<int64_t>(selection.requests.size());
   BuiltWorkload built{Workload::FromEntries(settings.workload, settings.seed,
                                             std::move(selection.requests)),
-                      "", server_counts};
+                      "", server_counts, std::move(sha256)};
   built.input_lengths =
       (server_counts ? "tokens (server /tokenize, " + std::to_string(sizer.calls()) + " calls)"
                      : std::string("tokens approximated as bytes / 4 (the server has no POST "
@@ -42,7 +43,8 @@ BuiltWorkload BuildShareGpt(const LoadSettings& settings, int64_t count, const h
 
 BuiltTrace BuildTrace(const LoadSettings& settings) {
   const WorkloadSettings& w = settings.workload;
-  std::vector<TraceEntry> trace = ReadTrace(w.trace, w.trace_block_tokens);
+  std::string sha256;
+  std::vector<TraceEntry> trace = ReadTrace(w.trace, w.trace_block_tokens, &sha256);
   std::vector<int64_t> arrivals = TraceArrivals(trace, w.time_scale);
   size_t keep = arrivals.size();
   if (settings.requests > 0) keep = std::min(keep, static_cast<size_t>(settings.requests));
@@ -59,8 +61,9 @@ BuiltTrace BuildTrace(const LoadSettings& settings) {
     entries[i].prompt = TracePrompt(trace[i], w.trace_block_tokens, settings.seed);
     entries[i].max_tokens = trace[i].output_length;
   }
-  BuiltTrace out{{Workload::FromEntries(w, settings.seed, std::move(entries)), "", false},
-                 std::move(arrivals)};
+  BuiltTrace out{
+      {Workload::FromEntries(w, settings.seed, std::move(entries)), "", false, std::move(sha256)},
+      std::move(arrivals)};
   out.built.input_lengths = "words standing for tokens (trace blocks of " +
                             std::to_string(w.trace_block_tokens) +
                             " vocabulary words, about one token each): " + std::to_string(keep) +

@@ -17,6 +17,7 @@ struct BuiltWorkload {
   Workload workload;
   std::string input_lengths;  // what the lengths count, for LoadResult::input_lengths
   bool input_tokens_exact = false;
+  std::string sha256;  // of the file's bytes that were parsed
 };
 
 // The ShareGPT workload of `settings` with `count` distinct requests (request i uses i % count).

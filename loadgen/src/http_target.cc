@@ -18,22 +18,21 @@ http::Url ParseTargetUrl(const Target& target) {
   }
 }
 
-std::string RenderBody(const std::string& model, const RequestSpec& spec,
+namespace {
+
+// Every generation body: `conversation` is the prompt (completions) or the messages (chat).
+std::string RenderWith(const std::string& model, nlohmann::json conversation, int max_tokens,
                        const LoadSettings& settings, http::Endpoint endpoint) {
   nlohmann::json body = {{"model", model},
-                         {"max_tokens", spec.max_tokens},
+                         {"max_tokens", max_tokens},
                          {"temperature", settings.temperature},
                          {"stream", settings.stream},
                          {"ignore_eos", settings.ignore_eos}};
   if (settings.min_tokens > 0) {
-    body["min_tokens"] = std::min(settings.min_tokens, spec.max_tokens);
+    body["min_tokens"] = std::min(settings.min_tokens, max_tokens);
     body["ignore_eos"] = true;
   }
-  if (endpoint == http::Endpoint::kChat) {
-    body["messages"] = {{{"role", "user"}, {"content", spec.prompt}}};
-  } else {
-    body["prompt"] = spec.prompt;
-  }
+  body[endpoint == http::Endpoint::kChat ? "messages" : "prompt"] = std::move(conversation);
   // Token counts come only from the server's usage; in a stream it arrives in the final chunk
   // only when asked for.
   if (settings.stream) body["stream_options"] = {{"include_usage", true}};
@@ -42,6 +41,23 @@ std::string RenderBody(const std::string& model, const RequestSpec& spec,
     for (const auto& [key, value] : settings.extra_body.items()) body[key] = value;
   }
   return body.dump();
+}
+
+}  // namespace
+
+std::string RenderBody(const std::string& model, const RequestSpec& spec,
+                       const LoadSettings& settings, http::Endpoint endpoint) {
+  nlohmann::json conversation =
+      endpoint == http::Endpoint::kChat
+          ? nlohmann::json::array({{{"role", "user"}, {"content", spec.prompt}}})
+          : spec.prompt;
+  return RenderWith(model, std::move(conversation), spec.max_tokens, settings, endpoint);
+}
+
+std::string RenderConversationBody(const std::string& model, const nlohmann::json& conversation,
+                                   int max_tokens, const LoadSettings& settings,
+                                   http::Endpoint endpoint) {
+  return RenderWith(model, conversation, max_tokens, settings, endpoint);
 }
 
 std::string RenderHeaderPrefix(const http::Url& url, const Target& target, bool stream) {

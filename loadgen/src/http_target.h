@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "kvgate/http/client_config.h"
@@ -20,6 +21,12 @@ http::Url ParseTargetUrl(const Target& target);
 // {"prompt": ...}, for chat {"messages": [{"role": "user", "content": ...}]}.
 std::string RenderBody(const std::string& model, const RequestSpec& spec,
                        const LoadSettings& settings, http::Endpoint endpoint);
+
+// The body of a multi-turn session's turn (session.h): `conversation` is the completions prompt
+// (one string) or the chat `messages` array, exactly as given; otherwise as RenderBody.
+std::string RenderConversationBody(const std::string& model, const nlohmann::json& conversation,
+                                   int max_tokens, const LoadSettings& settings,
+                                   http::Endpoint endpoint);
 
 // Every request header line that is the same for the whole run, ending just before the
 // per-request X-Request-Id and Content-Length lines.

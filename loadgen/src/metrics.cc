@@ -107,6 +107,18 @@ Summary Summarize(std::span<const RequestRecord> records, const Slo& slo, double
   s.tpot = ComputeLatencyStats(std::move(samples.tpot));
   s.itl = ComputeLatencyStats(std::move(samples.itl));
   s.e2e = ComputeLatencyStats(std::move(samples.e2e));
+  const bool multi_turn = std::any_of(records.begin(), records.end(),
+                                      [](const RequestRecord& r) { return r.turn > 1; });
+  if (multi_turn) {
+    std::map<int, std::vector<double>> ttft_ms;
+    for (const RequestRecord& r : records) {
+      if (r.warmup || !r.ok()) continue;
+      if (std::optional<double> ttft = r.TtftSeconds()) ttft_ms[r.turn].push_back(*ttft * 1e3);
+    }
+    for (auto& [turn, samples_ms] : ttft_ms) {
+      s.ttft_by_turn[turn] = ComputeLatencyStats(std::move(samples_ms));
+    }
+  }
   return s;
 }
 

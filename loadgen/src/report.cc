@@ -72,6 +72,10 @@ std::string FormatSummary(const LoadResult& result) {
   } else {
     Row(out, "Mode:", "closed loop, concurrency " + std::to_string(s.concurrency));
   }
+  if (s.workload.multi_turn > 1) {
+    Row(out, "Sessions:", "up to " + std::to_string(s.workload.multi_turn) + " turns, think " +
+                              std::to_string(s.workload.think_time_ms) + " ms (mean)");
+  }
   Row(out, "Requests (measured / warmup):",
       std::to_string(m.requests) + " / " + std::to_string(s.warmup_requests));
   Row(out, "Completed:", std::to_string(m.completed));
@@ -93,6 +97,14 @@ std::string FormatSummary(const LoadResult& result) {
   LatencyRows(out, "TPOT", m.tpot);
   LatencyRows(out, "ITL", m.itl);
   LatencyRows(out, "E2E", m.e2e);
+  if (!m.ttft_by_turn.empty()) {
+    Title(out, "TTFT by turn");
+    for (const auto& [turn, stats] : m.ttft_by_turn) {
+      Row(out, "Turn " + std::to_string(turn) + " P50 / P99 TTFT (ms):",
+          Format("%.2f", stats.p50_ms) + " / " + Format("%.2f", stats.p99_ms) + " (n=" +
+              std::to_string(stats.count) + ")");
+    }
+  }
   Title(out, "Load generator");
   if (v.send_lag.count > 0) {
     Row(out, "P50 send lag (ms):", Format("%.3f", v.send_lag.p50_ms));
@@ -129,6 +141,8 @@ std::string FormatCapacity(const CapacityResult& result) {
 nlohmann::json RecordToJson(const RequestRecord& r) {
   return {{"index", r.index},
           {"warmup", r.warmup},
+          {"session", r.session},
+          {"turn", r.turn},
           {"scheduled_ns", r.scheduled_ns},
           {"issued_ns", r.issued_ns},
           {"sent_ns", r.sent_ns},
@@ -147,6 +161,9 @@ RequestRecord RecordFromJson(const nlohmann::json& j) {
   RequestRecord r;
   r.index = j.at("index").get<int64_t>();
   r.warmup = j.at("warmup").get<bool>();
+  // Records written before sessions existed: every request was its own one-turn session.
+  r.session = j.value("session", r.index);
+  r.turn = j.value("turn", 1);
   r.scheduled_ns = j.at("scheduled_ns").get<int64_t>();
   r.issued_ns = j.value("issued_ns", int64_t{-1});
   r.sent_ns = j.at("sent_ns").get<int64_t>();
@@ -169,24 +186,32 @@ nlohmann::json LatencyStatsToJson(const LatencyStats& s) {
 }
 
 nlohmann::json SummaryToJson(const Summary& m) {
-  return {{"requests", m.requests},
-          {"completed", m.completed},
-          {"errored", m.errored},
-          {"errors_by_cause", m.errors_by_cause},
-          {"missing_usage", m.missing_usage},
-          {"duration_s", m.duration_s},
-          {"request_throughput_rps", m.request_throughput_rps},
-          {"total_input_tokens", m.total_input_tokens},
-          {"total_output_tokens", m.total_output_tokens},
-          {"input_token_throughput", m.input_token_throughput},
-          {"output_token_throughput", m.output_token_throughput},
-          {"good", m.good},
-          {"goodput_rps", m.goodput_rps},
-          {"slo_attainment", m.slo_attainment},
-          {"ttft", LatencyStatsToJson(m.ttft)},
-          {"tpot", LatencyStatsToJson(m.tpot)},
-          {"itl", LatencyStatsToJson(m.itl)},
-          {"e2e", LatencyStatsToJson(m.e2e)}};
+  nlohmann::json j = {{"requests", m.requests},
+                      {"completed", m.completed},
+                      {"errored", m.errored},
+                      {"errors_by_cause", m.errors_by_cause},
+                      {"missing_usage", m.missing_usage},
+                      {"duration_s", m.duration_s},
+                      {"request_throughput_rps", m.request_throughput_rps},
+                      {"total_input_tokens", m.total_input_tokens},
+                      {"total_output_tokens", m.total_output_tokens},
+                      {"input_token_throughput", m.input_token_throughput},
+                      {"output_token_throughput", m.output_token_throughput},
+                      {"good", m.good},
+                      {"goodput_rps", m.goodput_rps},
+                      {"slo_attainment", m.slo_attainment},
+                      {"ttft", LatencyStatsToJson(m.ttft)},
+                      {"tpot", LatencyStatsToJson(m.tpot)},
+                      {"itl", LatencyStatsToJson(m.itl)},
+                      {"e2e", LatencyStatsToJson(m.e2e)}};
+  if (!m.ttft_by_turn.empty()) {
+    nlohmann::json by_turn = nlohmann::json::object();
+    for (const auto& [turn, stats] : m.ttft_by_turn) {
+      by_turn[std::to_string(turn)] = LatencyStatsToJson(stats);
+    }
+    j["ttft_by_turn"] = std::move(by_turn);
+  }
+  return j;
 }
 
 nlohmann::json ValidityToJson(const Validity& v) {
@@ -231,7 +256,10 @@ nlohmann::json SettingsToJson(const LoadSettings& s) {
             {"trace", s.workload.trace},
             {"time_scale", s.workload.time_scale},
             {"trace_block_tokens", s.workload.trace_block_tokens},
-            {"distinct_prompts", s.workload.distinct_prompts}}},
+            {"distinct_prompts", s.workload.distinct_prompts},
+            {"multi_turn", s.workload.multi_turn},
+            {"think_time_ms", s.workload.think_time_ms},
+            {"max_context_tokens", s.workload.max_context_tokens}}},
           {"slo",
            {{"ttft_ms", opt(s.slo.ttft_ms)},
             {"tpot_ms", opt(s.slo.tpot_ms)},

@@ -15,6 +15,7 @@
 #include "file_workloads.h"
 #include "http_target.h"
 #include "run_loop.h"
+#include "session.h"
 #include "thread_guards.h"
 #include "token_sizer.h"
 #include "kvgate/http/stream.h"
@@ -39,6 +40,7 @@ constexpr auto kLead = std::chrono::milliseconds(20);
 // A dataset workload of a closed loop bounded only by time cycles through this many requests.
 constexpr int64_t kDatasetPoolRequests = 1000;
 
+// The source's kind and path; its digest comes from the loader that parsed the file.
 WorkloadSource SourceOf(const WorkloadSettings& workload) {
   WorkloadSource source{std::string(WorkloadName(workload.kind)), "", ""};
   switch (workload.kind) {
@@ -53,9 +55,8 @@ WorkloadSource SourceOf(const WorkloadSettings& workload) {
       break;
     case WorkloadKind::kSynthetic:
     case WorkloadKind::kPasskey:
-      return source;
+      break;
   }
-  source.sha256 = FileSha256(source.path, source.kind == "file" ? "prompts" : source.kind);
   return source;
 }
 
@@ -78,6 +79,42 @@ void DescribeOutputLengths(LoadResult& result) {
                          " completed requests (usage.completion_tokens == max_tokens)";
   if (counted > 0 && without_usage > 0) {
     result.output_lengths += "; " + std::to_string(without_usage) + " without usage";
+  }
+}
+
+// The open loop's records, one per arrival, before the run (a closed loop adds its own).
+std::deque<RequestRecord> ScheduledRecords(const LoadSettings& settings,
+                                           const std::vector<int64_t>& arrivals) {
+  std::deque<RequestRecord> records;
+  if (settings.mode != LoadMode::kOpenLoop) return records;
+  for (size_t i = 0; i < arrivals.size(); ++i) {
+    RequestRecord& record = records.emplace_back();
+    record.index = static_cast<int64_t>(i);
+    record.session = record.index;
+    record.warmup = record.index < settings.warmup_requests;
+    record.scheduled_ns = arrivals[i];
+  }
+  return records;
+}
+
+// The records moved into the result, with the summary, validity and output lengths.
+void FinishResult(LoadResult& result, std::deque<RequestRecord>& records,
+                  const LoadSettings& settings) {
+  result.records.reserve(records.size());
+  for (RequestRecord& record : records) result.records.push_back(std::move(record));
+  result.settings = settings;
+  result.summary = Summarize(result.records, settings.slo, MeasuredDurationSeconds(result.records));
+  result.validity = CheckValidity(result.records, settings.mode, settings.validity);
+  DescribeOutputLengths(result);
+  if (result.stopped) {
+    int64_t cancelled = 0;
+    for (const RequestRecord& record : result.records) {
+      cancelled += record.error_cause == "cancelled";
+    }
+    result.validity.valid = false;
+    result.validity.reasons.insert(result.validity.reasons.begin(),
+                                   "stopped by request before the run ended (" +
+                                       std::to_string(cancelled) + " requests cancelled)");
   }
 }
 
@@ -120,9 +157,13 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
     planned = static_cast<int64_t>(arrivals.size());
     built.emplace(std::move(trace.built.workload));
     result.input_lengths = std::move(trace.built.input_lengths);
+    result.workload_source.sha256 = std::move(trace.built.sha256);
   } else if (settings.mode == LoadMode::kOpenLoop) {
+    // With sessions the arrivals are when sessions start: enough of them for the request count.
+    const int64_t turns = settings.workload.multi_turn;
     arrivals = GenerateArrivals(settings.arrival, settings.rate_rps, settings.burstiness,
-                                settings.seed, settings.requests, settings.duration_s);
+                                settings.seed, (settings.requests + turns - 1) / turns,
+                                settings.duration_s);
     planned = static_cast<int64_t>(arrivals.size());
     if (planned == 0) throw SettingsError("duration", "the schedule holds no request");
   }
@@ -139,9 +180,13 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
     built.emplace(std::move(share.workload));
     result.input_lengths = std::move(share.input_lengths);
     result.input_tokens_exact = share.input_tokens_exact;
+    result.workload_source.sha256 = std::move(share.sha256);
   }
   const Workload workload =
       built ? std::move(*built) : Workload::Create(settings.workload, settings.seed);
+  if (settings.workload.kind == WorkloadKind::kPromptFile) {
+    result.workload_source.sha256 = workload.file_sha256();
+  }
 
   // Token-true lengths: each synthetic prompt cut to its token target through /tokenize, before
   // the run (never inside the event loop), so a closed loop bounded only by time cannot use it.
@@ -164,7 +209,7 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
   // Bodies are rendered before the run when the count is known, so sending costs no JSON work;
   // a closed loop bounded only by time renders them as it goes (its schedule is its pace).
   const int64_t distinct = settings.workload.distinct_prompts;
-  auto render = [&](int64_t index) {
+  auto spec_at = [&](int64_t index) {
     RequestSpec spec = workload.At(index);
     if (sizer) {
       internal::TokenSizer::Fitted fit =
@@ -174,13 +219,22 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
       ++fitted;
       exact += fit.exact;
     }
+    return spec;
+  };
+  auto render = [&](int64_t index) {
+    RequestSpec spec = spec_at(index);
     return PreparedRequest{
         std::make_shared<const std::string>(
             internal::RenderBody(model, spec, settings, target.endpoint)),
         spec.max_tokens};
   };
+  // Multi-turn sessions build each turn's body from the conversation as it goes; their requests
+  // (the new user messages) are fitted to their token lengths before the run.
+  const bool sessions = settings.workload.multi_turn > 1;
+  std::vector<RequestSpec> specs;
+  if (sessions) specs = internal::SessionSpecs(settings, workload, spec_at);
   std::vector<PreparedRequest> prepared;
-  if (planned > 0) {
+  if (planned > 0 && !sessions) {
     prepared.resize(static_cast<size_t>(planned));
     int64_t bytes = 0;
     for (int64_t i = 0; i < planned; ++i) {
@@ -221,17 +275,21 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
     return render(index);
   };
 
-  std::deque<RequestRecord> records;
-  if (settings.mode == LoadMode::kOpenLoop) {
-    for (int64_t i = 0; i < planned; ++i) {
-      RequestRecord& record = records.emplace_back();
-      record.index = i;
-      record.warmup = i < settings.warmup_requests;
-      record.scheduled_ns = arrivals[static_cast<size_t>(i)];
-    }
+  std::optional<internal::Sessions> session_state;
+  if (sessions) {
+    session_state.emplace(settings, target.endpoint, model, [&](int64_t index) {
+      const int64_t slot = distinct > 0 ? index % distinct : index;
+      return slot < static_cast<int64_t>(specs.size()) ? specs[static_cast<size_t>(slot)]
+                                                       : workload.At(slot);
+    });
   }
+
+  std::deque<RequestRecord> records = ScheduledRecords(settings, arrivals);
+  // The open loop's arrivals start sessions; its request bound counts every turn.
+  const int64_t request_bound =
+      sessions && settings.mode == LoadMode::kOpenLoop ? settings.requests : 0;
   if (counters) {
-    counters->total.store(planned, std::memory_order_relaxed);
+    counters->total.store(request_bound > 0 ? request_bound : planned, std::memory_order_relaxed);
     counters->sent.store(0, std::memory_order_relaxed);
     counters->finished.store(0, std::memory_order_relaxed);
     counters->errored.store(0, std::memory_order_relaxed);
@@ -242,7 +300,8 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
     internal::RealtimePriorityGuard priority(settings.realtime_priority);
     asio::io_context io(1);
     internal::Run run(io, settings, url, *tls, endpoints, request_of,
-            internal::RenderHeaderPrefix(url, target, settings.stream), records, counters, stop);
+            internal::RenderHeaderPrefix(url, target, settings.stream), records, counters, stop,
+            session_state ? &*session_state : nullptr);
     const Clock::time_point t0 = Clock::now() + kLead;
     result.start_steady_ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count();
@@ -250,7 +309,7 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
                                (std::chrono::system_clock::now() + kLead).time_since_epoch())
                                .count();
     if (settings.mode == LoadMode::kOpenLoop) {
-      run.StartOpenLoop(t0, arrivals);
+      run.StartOpenLoop(t0, arrivals, request_bound);
     } else {
       run.StartClosedLoop(t0, settings.requests, settings.duration_s);
     }
@@ -258,22 +317,7 @@ LoadResult RunLoad(const LoadSettings& settings_in, const Target& target, LiveCo
     result.stopped = run.stopped();
   }
 
-  result.records.reserve(records.size());
-  for (RequestRecord& record : records) result.records.push_back(std::move(record));
-  result.settings = settings;
-  result.summary = Summarize(result.records, settings.slo, MeasuredDurationSeconds(result.records));
-  result.validity = CheckValidity(result.records, settings.mode, settings.validity);
-  DescribeOutputLengths(result);
-  if (result.stopped) {
-    int64_t cancelled = 0;
-    for (const RequestRecord& record : result.records) {
-      cancelled += record.error_cause == "cancelled";
-    }
-    result.validity.valid = false;
-    result.validity.reasons.insert(result.validity.reasons.begin(),
-                                   "stopped by request before the run ended (" +
-                                       std::to_string(cancelled) + " requests cancelled)");
-  }
+  FinishResult(result, records, settings);
   return result;
 }
 

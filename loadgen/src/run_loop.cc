@@ -3,6 +3,7 @@
 
 #include "exchange.h"
 #include "http_target.h"
+#include "session.h"
 
 namespace kvgate::loadgen::internal {
 namespace {
@@ -13,10 +14,12 @@ constexpr auto kWatchdogGrace = std::chrono::seconds(5);
 
 }  // namespace
 
-void Run::StartOpenLoop(Clock::time_point t0, const std::vector<int64_t>& arrivals) {
+void Run::StartOpenLoop(Clock::time_point t0, const std::vector<int64_t>& arrivals,
+                        int64_t total) {
   t0_ = t0;
   arrivals_ = &arrivals;
   open_loop_ = true;
+  total_ = total;
   if (arrivals.empty()) {
     scheduling_done_ = true;
     MaybeShutdown();
@@ -48,10 +51,7 @@ void Run::StartClosedLoop(Clock::time_point t0, int64_t total, double duration_s
   scheduler_.async_wait([this](beast::error_code ec) {
     if (ec || shut_down_) return;
     for (int i = 0; i < settings_.concurrency; ++i) IssueClosedLoop();
-    if (outstanding_ == 0) {
-      scheduling_done_ = true;
-      MaybeShutdown();
-    }
+    CheckDone();
   });
 }
 
@@ -84,29 +84,108 @@ void Run::OnSchedulerTimer(beast::error_code ec) {
 
 void Run::Issue(int64_t index) {
   RequestRecord& record = records_[static_cast<size_t>(index)];
+  if (sessions_ == nullptr) {
+    record.session = index;
+    Send(record, request_of_(index));
+    return;
+  }
+  SessionTurn turn = sessions_->Start(index);
+  record.session = turn.session;
+  record.turn = turn.turn;
+  Send(record, std::move(turn.request));
+}
+
+void Run::Send(RequestRecord& record, PreparedRequest request) {
   ++outstanding_;
-  PreparedRequest request = request_of_(index);
   record.max_tokens = request.max_tokens;
   auto& body = request.body;
   auto deadline = t0_ + std::chrono::nanoseconds(record.scheduled_ns) +
                   std::chrono::nanoseconds(static_cast<int64_t>(settings_.request_timeout_s * 1e9));
+  if (open_loop_ && record.turn > 1) ExtendWatchdog(deadline);
   // The header first: the body is moved into the exchange (argument order is unspecified).
-  std::string header = internal::RenderHeader(header_prefix_, index, body->size());
-  auto exchange = Exchange::Create(*this, record, std::move(header), std::move(body), deadline);
+  std::string header = internal::RenderHeader(header_prefix_, record.index, body->size());
+  auto exchange = Exchange::Create(*this, record, std::move(header), std::move(body), deadline,
+                                   /*keep_reply=*/sessions_ != nullptr);
   Acquire(std::move(exchange));
 }
 
-void Run::IssueClosedLoop() {
-  if (shut_down_) return;
-  if ((total_ > 0 && next_ >= total_) || Clock::now() >= issue_until_) return;
-  const int64_t index = next_++;
+RequestRecord& Run::NewRecord() {
+  const int64_t index = open_loop_ ? static_cast<int64_t>(records_.size()) : next_++;
   if (static_cast<int64_t>(records_.size()) <= index) records_.emplace_back();
   RequestRecord& record = records_[static_cast<size_t>(index)];
   record.index = index;
   record.warmup = index < settings_.warmup_requests;
-  // Closed loop has no schedule: a request is "scheduled" when a slot frees up for it.
+  // Closed loop has no schedule: a request is "scheduled" when a slot (or a session's next
+  // turn) is ready for it.
   record.scheduled_ns = NowNs();
-  Issue(index);
+  return record;
+}
+
+bool Run::BudgetLeft() const {
+  if (shut_down_) return false;
+  if (open_loop_) return total_ == 0 || static_cast<int64_t>(records_.size()) < total_;
+  return (total_ == 0 || next_ < total_) && Clock::now() < issue_until_;
+}
+
+void Run::IssueClosedLoop() {
+  if (!BudgetLeft()) return;
+  Issue(NewRecord().index);
+}
+
+void Run::AfterRequest(const RequestRecord& record, std::string_view reply) {
+  if (sessions_ != nullptr) {
+    if (std::optional<int64_t> pause = sessions_->OnReply(record, reply)) {
+      if (!BudgetLeft()) {
+        sessions_->End(record.session);
+      } else if (*pause == 0) {
+        IssueTurn(record.session);
+        return;
+      } else {
+        ++thinking_;
+        auto timer = std::make_shared<asio::steady_timer>(io_);
+        timer->expires_after(std::chrono::nanoseconds(*pause));
+        timer->async_wait([this, timer, session = record.session](beast::error_code ec) {
+          --thinking_;
+          if (ec || shut_down_) return;
+          IssueTurn(session);
+          CheckDone();
+        });
+        return;
+      }
+    }
+  }
+  if (!open_loop_) IssueClosedLoop();
+}
+
+void Run::IssueTurn(int64_t session) {
+  if (!BudgetLeft()) {
+    sessions_->End(session);
+    return;
+  }
+  const int64_t index = open_loop_ ? static_cast<int64_t>(records_.size()) : next_;
+  std::optional<SessionTurn> turn = sessions_->Next(session, index);
+  if (!turn) {
+    // The context limit ended the session: its slot starts a new one.
+    if (!open_loop_) IssueClosedLoop();
+    return;
+  }
+  RequestRecord& record = NewRecord();
+  record.session = turn->session;
+  record.turn = turn->turn;
+  Send(record, std::move(turn->request));
+}
+
+void Run::ExtendWatchdog(Clock::time_point deadline) {
+  if (watchdog_.expiry() >= deadline + kWatchdogGrace) return;
+  watchdog_.expires_at(deadline + kWatchdogGrace);
+  watchdog_.async_wait([this](beast::error_code ec) { OnWatchdog(ec); });
+}
+
+void Run::CheckDone() {
+  if (!open_loop_ && outstanding_ == 0 && waiting_.empty() && thinking_ == 0) {
+    scheduling_done_ = true;
+  }
+  MaybeShutdown();
 }
 
 void Run::Acquire(std::shared_ptr<Exchange> exchange) {
@@ -127,7 +206,7 @@ void Run::Acquire(std::shared_ptr<Exchange> exchange) {
 }
 
 void Run::OnExchangeDone(const RequestRecord& record, std::unique_ptr<Connection> conn,
-                         bool reusable) {
+                         bool reusable, std::string_view reply) {
   if (conn && reusable && !shut_down_) {
     idle_.push_back(std::move(conn));
   } else {
@@ -135,9 +214,8 @@ void Run::OnExchangeDone(const RequestRecord& record, std::unique_ptr<Connection
   }
   CountFinished(record);
   PumpWaiting();
-  if (!open_loop_) IssueClosedLoop();
-  if (!open_loop_ && outstanding_ == 0 && waiting_.empty()) scheduling_done_ = true;
-  MaybeShutdown();
+  AfterRequest(record, reply);
+  CheckDone();
 }
 
 void Run::CountFinished(const RequestRecord& record) {
@@ -167,7 +245,7 @@ void Run::FinishUnsent(const std::shared_ptr<Exchange>& exchange) {
                       std::to_string(settings_.max_connections) + ")";
   record.end_ns = NowNs();
   CountFinished(record);
-  if (!open_loop_) IssueClosedLoop();
+  AfterRequest(record, "");
 }
 
 void Run::ArmSweeper() {
@@ -190,12 +268,11 @@ void Run::ExpireWaiting() {
     FinishUnsent(exchange);
   }
   ArmSweeper();
-  if (!open_loop_ && outstanding_ == 0 && waiting_.empty()) scheduling_done_ = true;
-  MaybeShutdown();
+  CheckDone();
 }
 
 void Run::MaybeShutdown() {
-  if (shut_down_ || !scheduling_done_ || outstanding_ > 0) return;
+  if (shut_down_ || !scheduling_done_ || outstanding_ > 0 || thinking_ > 0) return;
   shut_down_ = true;
   scheduler_.cancel();
   sweeper_.cancel();

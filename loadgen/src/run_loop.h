@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvgate/http/stream.h"
@@ -41,6 +42,7 @@ struct Connection {
 };
 
 class Exchange;
+class Sessions;
 
 // A request ready to send: its rendered body (shared when prompts repeat) and what it asks for.
 struct PreparedRequest {
@@ -54,7 +56,7 @@ class Run {
   Run(asio::io_context& io, const LoadSettings& settings, const kvgate::http::Url& url,
       const kvgate::http::TlsContext& tls, tcp::resolver::results_type endpoints,
       RequestSource request_of, std::string header_prefix, std::deque<RequestRecord>& records,
-      LiveCounters* counters, const std::atomic<bool>* stop)
+      LiveCounters* counters, const std::atomic<bool>* stop, Sessions* sessions = nullptr)
       : io_(io),
         settings_(settings),
         url_(url),
@@ -65,14 +67,19 @@ class Run {
         records_(records),
         counters_(counters),
         stop_(stop),
+        sessions_(sessions),
         scheduler_(io),
         sweeper_(io),
         watchdog_(io),
         stop_poll_(io) {}
 
-  // Open loop: `arrivals` are the scheduled offsets. Closed loop: `total` requests (0 = until
-  // the duration bound).
-  void StartOpenLoop(Clock::time_point t0, const std::vector<int64_t>& arrivals);
+  // Open loop: `arrivals` are the scheduled offsets (with sessions: when each session starts;
+  // its later turns follow their replies, up to `total` requests in all, 0 = no count bound).
+  // Closed loop: `total` requests (0 = until the duration bound). Without `sessions` (null: the
+  // single-turn run) request i's body is `request_of(i)`; with them each closed-loop slot runs
+  // one session after another (session.h).
+  void StartOpenLoop(Clock::time_point t0, const std::vector<int64_t>& arrivals,
+                     int64_t total = 0);
   void StartClosedLoop(Clock::time_point t0, int64_t total, double duration_s);
 
   int64_t NowNs() const {
@@ -88,8 +95,10 @@ class Run {
   void OnSent() {
     if (counters_) counters_->sent.fetch_add(1, std::memory_order_relaxed);
   }
-  // An exchange is over; `conn` is handed back (null when it was closed).
-  void OnExchangeDone(const RequestRecord& record, std::unique_ptr<Connection> conn, bool reusable);
+  // An exchange is over; `conn` is handed back (null when it was closed). `reply` is the text
+  // the server returned (kept only when the run has sessions).
+  void OnExchangeDone(const RequestRecord& record, std::unique_ptr<Connection> conn, bool reusable,
+                      std::string_view reply);
   // Whether the run ended because its stop flag was set.
   bool stopped() const { return stopped_; }
 
@@ -97,7 +106,17 @@ class Run {
   void ScheduleNext();
   void OnSchedulerTimer(beast::error_code ec);
   void Issue(int64_t index);
+  void Send(RequestRecord& record, PreparedRequest request);
   void IssueClosedLoop();
+  // A new record at the end of the run (closed loop, and sessions' later turns), scheduled now.
+  RequestRecord& NewRecord();
+  // Whether the run's bounds allow one more request.
+  bool BudgetLeft() const;
+  // A request ended: continue its session or, in the closed loop, fill its slot.
+  void AfterRequest(const RequestRecord& record, std::string_view reply);
+  void IssueTurn(int64_t session);
+  void ExtendWatchdog(Clock::time_point deadline);
+  void CheckDone();
   void Acquire(std::shared_ptr<Exchange> exchange);
   void PumpWaiting();
   void ArmSweeper();
@@ -120,6 +139,7 @@ class Run {
   std::deque<RequestRecord>& records_;
   LiveCounters* counters_;
   const std::atomic<bool>* stop_;  // may be null
+  Sessions* sessions_;             // null: single-turn run
   bool stopped_ = false;
 
   Clock::time_point t0_;
@@ -130,6 +150,7 @@ class Run {
   Clock::time_point issue_until_ = Clock::time_point::max();
   bool scheduling_done_ = false;
   int64_t outstanding_ = 0;  // issued and not yet finished
+  int64_t thinking_ = 0;     // sessions pausing before their next turn
   bool shut_down_ = false;
 
   std::vector<std::unique_ptr<Connection>> idle_;

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <iterator>
 #include <sstream>
 #include <stdexcept>
 
+#include "kvgate/loadgen/datasets.h"
 #include "kvgate/stats/random.h"
 
 namespace kvgate::loadgen {
@@ -205,9 +205,11 @@ std::string PasskeyPrompt(int length_words, double depth, int64_t key) {
 
 namespace {
 
-std::shared_ptr<const std::vector<Workload::FileEntry>> ParsePromptFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw SettingsError("prompts", "cannot open prompt file '" + path + "'");
+std::shared_ptr<const std::vector<Workload::FileEntry>> ParsePromptFile(const std::string& path,
+                                                                        std::string& sha256) {
+  FileBytes file = ReadFileBytes(path, "prompts");
+  sha256 = std::move(file.sha256);
+  std::istringstream in(std::move(file.bytes));
   auto entries = std::make_unique<std::vector<Workload::FileEntry>>();
   std::string line;
   int line_no = 0;
@@ -260,7 +262,7 @@ Workload Workload::Create(const WorkloadSettings& settings, uint64_t seed) {
   workload.settings_ = settings;
   workload.seed_ = seed;
   if (settings.kind == WorkloadKind::kPromptFile) {
-    workload.file_ = ParsePromptFile(settings.prompt_file);
+    workload.file_ = ParsePromptFile(settings.prompt_file, workload.file_sha256_);
   }
   return workload;
 }

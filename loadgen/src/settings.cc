@@ -157,6 +157,27 @@ void ValidateSettings(const LoadSettings& s) {
     throw SettingsError("dataset", "the sharegpt workload needs a ShareGPT JSON file");
   }
   if (s.workload.distinct_prompts < 0) throw SettingsError("distinct-prompts", "must be >= 0");
+  if (s.workload.multi_turn < 1 || s.workload.multi_turn > kMaxMultiTurn) {
+    throw SettingsError("multi-turn",
+                        "must be a number of turns in [1, " + std::to_string(kMaxMultiTurn) +
+                            "] (1 = single turn), got " + std::to_string(s.workload.multi_turn));
+  }
+  if (s.workload.think_time_ms < 0 || s.workload.think_time_ms > kMaxThinkTimeMs) {
+    throw SettingsError("think-time-ms", "must be in [0, " + std::to_string(kMaxThinkTimeMs) +
+                                             "] milliseconds, got " +
+                                             std::to_string(s.workload.think_time_ms));
+  }
+  if (s.workload.max_context_tokens < 0) {
+    throw SettingsError("max-context-tokens", "must be >= 0 (0 = no limit)");
+  }
+  if (s.workload.multi_turn > 1 && s.workload.kind == WorkloadKind::kTrace) {
+    throw SettingsError("multi-turn", "a trace replays its own requests at their timestamps; "
+                                      "sessions apply to the other workloads");
+  }
+  if (s.workload.multi_turn == 1 && s.workload.think_time_ms > 0) {
+    throw SettingsError("think-time-ms", "is the pause between a session's turns: it needs "
+                                         "--multi-turn N > 1");
+  }
   if (s.min_tokens < 0) throw SettingsError("min-tokens", "must be >= 0");
   if (s.workload.input_unit == InputUnit::kTokens && s.workload.kind != WorkloadKind::kSynthetic) {
     throw SettingsError("input-unit", "tokens sizes the synthetic workload's prompts only");

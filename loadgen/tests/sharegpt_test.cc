@@ -117,6 +117,40 @@ TEST(ShareGptTest, FileSha256IsTheDigestOfTheBytes) {
   EXPECT_THROW(FileSha256("/nonexistent/file", "dataset"), SettingsError);
 }
 
+// Each loader reads its file once and returns the digest of the bytes it parsed: the same
+// digest FileSha256 gives for the file (so a run records what it recorded before), and one that
+// cannot name bytes written after the parse.
+TEST(ShareGptTest, EachLoaderReturnsTheDigestOfTheBytesItParsed) {
+  const std::string prompts =
+      "{\"prompt\": \"alpha beta\"}\n{\"prompt\": \"gamma\", \"max_tokens\": 3}\n";
+  TempFile prompt_file(prompts);
+  WorkloadSettings settings;
+  settings.kind = WorkloadKind::kPromptFile;
+  settings.prompt_file = prompt_file.path;
+  const Workload workload = Workload::Create(settings, 0);
+  EXPECT_EQ(workload.file_lines(), 2u);
+  // sha256sum of the same bytes.
+  EXPECT_EQ(workload.file_sha256(),
+            "04f0db0c1d9afe880722bdf7f8cc635c184f6fa367c64d22211b8cab43e11aeb");
+  EXPECT_EQ(workload.file_sha256(), FileSha256(prompt_file.path, "prompts"));
+  std::ofstream(prompt_file.path) << "{\"prompt\": \"changed after the parse\"}\n";
+  EXPECT_EQ(workload.file_sha256(),
+            "04f0db0c1d9afe880722bdf7f8cc635c184f6fa367c64d22211b8cab43e11aeb");
+
+  TempFile trace(
+      "{\"timestamp\": 0, \"input_length\": 4, \"output_length\": 2, \"hash_ids\": [1]}\n");
+  std::string trace_sha;
+  ASSERT_EQ(ReadTrace(trace.path, 512, &trace_sha).size(), 1u);
+  EXPECT_EQ(trace_sha, "bfba725ffdafeb04e55924cb9a429595251c873fb51f9f7a9b4b1d86de4d02fa");
+  EXPECT_EQ(trace_sha, FileSha256(trace.path, "trace"));
+
+  TempFile dataset(Dataset().dump());
+  std::string dataset_sha;
+  EXPECT_FALSE(ReadShareGpt(dataset.path, nullptr, &dataset_sha).empty());
+  EXPECT_EQ(dataset_sha, FileSha256(dataset.path, "dataset"));
+  EXPECT_EQ(dataset_sha, Sha256Hex(Dataset().dump()));
+}
+
 TEST(ShareGptTest, PrunesAsVllmDoes) {
   EXPECT_TRUE(ShareGptPairFits(4, 4));
   EXPECT_FALSE(ShareGptPairFits(3, 100));

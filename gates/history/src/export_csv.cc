@@ -50,7 +50,8 @@ void Flatten(const json& value, const std::string& prefix,
 }
 
 void Requests(HistoryDb& db, int64_t run_id, std::ostream& out) {
-  WriteRow(out, {"load_run_id", "label", "pair_index", "index", "warmup", "scheduled_ns",
+  WriteRow(out, {"load_run_id", "label", "pair_index", "index", "warmup", "session", "turn",
+                 "scheduled_ns",
                  "issued_ns", "sent_ns", "first_token_ns", "end_ns", "chunks", "prompt_tokens",
                  "completion_tokens", "max_tokens", "http_status", "error_cause", "error_text",
                  "ttft_ms", "tpot_ms", "e2e_ms"});
@@ -58,7 +59,8 @@ void Requests(HistoryDb& db, int64_t run_id, std::ostream& out) {
     const std::string pair = lr.meta.pair_index ? std::to_string(*lr.meta.pair_index) : "";
     for (const loadgen::RequestRecord& r : db.LoadRecords(lr.id)) {
       WriteRow(out, {std::to_string(lr.id), lr.meta.label, pair, std::to_string(r.index),
-                     r.warmup ? "1" : "0", std::to_string(r.scheduled_ns),
+                     r.warmup ? "1" : "0", std::to_string(r.session), std::to_string(r.turn),
+                     std::to_string(r.scheduled_ns),
                      std::to_string(r.issued_ns), std::to_string(r.sent_ns),
                      std::to_string(r.first_token_ns), std::to_string(r.end_ns),
                      std::to_string(r.chunk_ns.size()), std::to_string(r.prompt_tokens),

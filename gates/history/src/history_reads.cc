@@ -21,7 +21,8 @@ std::vector<loadgen::RequestRecord> HistoryDb::LoadRecords(int64_t load_run_id) 
       c,
       "SELECT seq, record_index, warmup, scheduled_ns, issued_ns, sent_ns, first_token_ns, "
       "end_ns, chunk_ns, prompt_tokens, completion_tokens, max_tokens, http_status, error_cause, "
-      "error_text FROM load_requests WHERE load_run_id = ? ORDER BY seq",
+      "error_text, COALESCE(session, record_index), turn FROM load_requests "
+      "WHERE load_run_id = ? ORDER BY seq",
       "read load requests");
   stmt.Bind(1, load_run_id);
   std::vector<loadgen::RequestRecord> records;
@@ -47,6 +48,8 @@ std::vector<loadgen::RequestRecord> HistoryDb::LoadRecords(int64_t load_run_id) 
     r.http_status = static_cast<int>(stmt.Int(12));
     r.error_cause = stmt.Text(13);
     r.error_text = stmt.Text(14);
+    r.session = stmt.Int(15);
+    r.turn = static_cast<int>(stmt.Int(16));
     records.push_back(std::move(r));
   }
   return records;

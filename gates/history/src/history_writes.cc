@@ -71,8 +71,8 @@ int64_t HistoryDb::AddLoadRun(int64_t run_id, const LoadRunMeta& meta,
       c,
       "INSERT INTO load_requests (load_run_id, seq, record_index, warmup, scheduled_ns, "
       "issued_ns, sent_ns, first_token_ns, end_ns, chunk_ns, prompt_tokens, completion_tokens, "
-      "max_tokens, http_status, error_cause, error_text) "
-      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      "max_tokens, http_status, error_cause, error_text, session, turn) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
       "insert load request");
   for (size_t seq = 0; seq < records.size(); ++seq) {
     const loadgen::RequestRecord& r = records[seq];
@@ -92,7 +92,9 @@ int64_t HistoryDb::AddLoadRun(int64_t run_id, const LoadRunMeta& meta,
         .Bind(13, r.max_tokens)
         .Bind(14, r.http_status)
         .Bind(15, r.error_cause)
-        .Bind(16, r.error_text);
+        .Bind(16, r.error_text)
+        .Bind(17, r.session)
+        .Bind(18, r.turn);
     stmt.Run();
   }
   transaction.Commit();

@@ -129,9 +129,18 @@ ALTER TABLE load_runs ADD COLUMN workload_sha256 TEXT NOT NULL DEFAULT ''
   CHECK (workload_sha256 = '' OR length(workload_sha256) = 64);
 )sql";
 
+// Version 3: a request's multi-turn session and its turn in it (loadgen::RequestRecord). Rows
+// recorded before it were single-turn requests: a NULL session reads as the row's own
+// record_index, and the turn is 1.
+constexpr const char* kVersion3 = R"sql(
+ALTER TABLE load_requests ADD COLUMN session INTEGER CHECK (session IS NULL OR session >= 0);
+ALTER TABLE load_requests ADD COLUMN turn INTEGER NOT NULL DEFAULT 1 CHECK (turn >= 1);
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, kVersion1},
     {2, kVersion2},
+    {3, kVersion3},
 };
 
 }  // namespace

@@ -23,7 +23,7 @@ namespace {
 using Kind = HistoryError::Kind;
 using loadgen::RequestRecord;
 
-// Tripwire: RequestRecord is an aggregate of 14 fields today, all stored by the history. If the
+// Tripwire: RequestRecord is an aggregate of 16 fields today, all stored by the history. If the
 // load generator adds a field, this fails until history_db.cc stores it (and a schema migration
 // adds its column) and ExpectSameRecord below compares it.
 struct AnyField {
@@ -36,8 +36,8 @@ constexpr bool BraceInitializableWith() {
     return requires { T{(static_cast<void>(I), AnyField{})...}; };
   }(std::make_index_sequence<N>{});
 }
-static_assert(BraceInitializableWith<RequestRecord, 14>() &&
-                  !BraceInitializableWith<RequestRecord, 15>(),
+static_assert(BraceInitializableWith<RequestRecord, 16>() &&
+                  !BraceInitializableWith<RequestRecord, 17>(),
               "loadgen::RequestRecord changed: store the new field in the history");
 
 // Plain SQLite access to the same file, to check what is really on disk.
@@ -96,6 +96,8 @@ std::vector<RequestRecord> SampleRecords() {
   RequestRecord warm = ok;
   warm.index = 1;
   warm.warmup = true;
+  warm.session = 5;  // a later turn of another request's session
+  warm.turn = 3;
   records.push_back(warm);
 
   RequestRecord refused;  // never sent: every time -1, no usage
@@ -135,6 +137,8 @@ void ExpectSameRecord(const RequestRecord& a, const RequestRecord& b, size_t i) 
   SCOPED_TRACE("record " + std::to_string(i));
   EXPECT_EQ(a.index, b.index);
   EXPECT_EQ(a.warmup, b.warmup);
+  EXPECT_EQ(a.session, b.session);
+  EXPECT_EQ(a.turn, b.turn);
   EXPECT_EQ(a.scheduled_ns, b.scheduled_ns);
   EXPECT_EQ(a.issued_ns, b.issued_ns);
   EXPECT_EQ(a.sent_ns, b.sent_ns);

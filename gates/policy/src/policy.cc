@@ -359,7 +359,13 @@ Policy ParsePolicy(const std::string& text, const std::string& source) {
     load.Get("prompt_words", l.prompt_words, 1, 1 << 24);
     load.Get("output_tokens", l.output_tokens, 1, 1 << 20);
     load.Get("request_timeout_s", l.request_timeout_s, 0.0, 86400.0, true);
+    load.Get("multi_turn", l.multi_turn, 1, loadgen::kMaxMultiTurn);
+    load.Get("think_time_ms", l.think_time_ms, 0, loadgen::kMaxThinkTimeMs);
     load.Finish();
+    if (l.think_time_ms > 0 && l.multi_turn == 1) {
+      throw PolicyError(source, load.Line(), "load.think_time_ms",
+                        "is the pause between a session's turns: it needs multi_turn > 1");
+    }
   }
   {
     TableReader gates = top.Sub("gates");

@@ -212,6 +212,20 @@ TEST(PolicyTest, OutOfRangeValueIsRejected) {
               "must be one of constant, gamma, poisson");
   ExpectError(std::string(kMinimal) + "[quality.passkey]\ndepths = [0.5, 1.5]\n", 7,
               "quality.passkey.depths", "must be in [0, 1]");
+  ExpectError(std::string(kMinimal) + "[load]\nmulti_turn = 0\n", 7, "load.multi_turn",
+              "must be in [1");
+  ExpectError(std::string(kMinimal) + "[load]\nmulti_turn = 100000\n", 7, "load.multi_turn",
+              "must be in [1");
+  ExpectError(std::string(kMinimal) + "[load]\nthink_time_ms = 50\n", 6, "load.think_time_ms",
+              "needs multi_turn > 1");
+}
+
+TEST(PolicyTest, MultiTurnSessionsAreRead) {
+  const Policy p = ParsePolicy(
+      std::string(kMinimal) + "[load]\nmulti_turn = 4\nthink_time_ms = 250\n", "p.toml");
+  EXPECT_EQ(p.load.multi_turn, 4);
+  EXPECT_EQ(p.load.think_time_ms, 250);
+  EXPECT_EQ(ParsePolicy(kMinimal, "p.toml").load.multi_turn, 1);
 }
 
 TEST(PolicyTest, InconsistentValuesAreRejected) {

@@ -101,6 +101,8 @@ loadgen::LoadSettings LoadSettingsFor(const policy::Policy& p, int pair_index) {
   s.workload.input = {loadgen::LengthDistributionKind::kConstant, load.prompt_words, 0.0, 1 << 20};
   s.workload.output = {loadgen::LengthDistributionKind::kConstant, load.output_tokens, 0.0,
                        1 << 20};
+  s.workload.multi_turn = load.multi_turn;
+  s.workload.think_time_ms = load.think_time_ms;
   s.slo = p.slo;
   return s;
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvgate/loadgen/schedule.h"
@@ -27,8 +28,10 @@ struct ShareGptPair {
 
 // Reads a ShareGPT JSON file: a top-level array of {"conversations": [{"from", "value"}, ...]}.
 // A conversation without a human turn followed by a gpt turn is skipped (counted in `skipped`);
-// a field of the wrong type is an error.
-std::vector<ShareGptPair> ReadShareGpt(const std::string& path, int64_t* skipped = nullptr);
+// a field of the wrong type is an error. `sha256` (optional) receives the digest of the bytes
+// that were parsed (the file is read once).
+std::vector<ShareGptPair> ReadShareGpt(const std::string& path, int64_t* skipped = nullptr,
+                                       std::string* sha256 = nullptr);
 
 // vLLM's pruning of ShareGPT pairs (benchmarks' is_valid_sequence defaults): a pair is used only
 // when the prompt and the reply both hold at least 4 tokens, the prompt at most 1024 and both
@@ -68,8 +71,10 @@ struct TraceEntry {
 };
 
 // Reads a Mooncake JSONL trace; timestamps must not decrease and `input_length` must fit in the
-// line's blocks (<= hash_ids.size() * block_tokens).
-std::vector<TraceEntry> ReadTrace(const std::string& path, int block_tokens);
+// line's blocks (<= hash_ids.size() * block_tokens). `sha256` (optional) receives the digest of
+// the bytes that were parsed (the file is read once).
+std::vector<TraceEntry> ReadTrace(const std::string& path, int block_tokens,
+                                  std::string* sha256 = nullptr);
 
 // The prompt of a trace line: block k is `block_tokens` seeded vocabulary words (about one
 // token each) that depend only on (hash_ids[k], seed), joined by spaces, and the prompt is cut to
@@ -79,8 +84,19 @@ std::string TracePrompt(const TraceEntry& entry, int block_tokens, uint64_t seed
 // The trace's send times: (timestamp - first timestamp) / time_scale, in nanoseconds.
 std::vector<int64_t> TraceArrivals(const std::vector<TraceEntry>& trace, double time_scale);
 
-// Lower-case hex SHA-256 of a file's bytes (OpenSSL EVP); throws SettingsError(field, ...) when
-// it cannot be read.
+// A workload file read once: its bytes and their lower-case hex SHA-256 (OpenSSL EVP), so a
+// digest recorded with what was parsed names exactly those bytes. Throws SettingsError(field,
+// ...) when the file cannot be read.
+struct FileBytes {
+  std::string bytes;
+  std::string sha256;
+};
+FileBytes ReadFileBytes(const std::string& path, const std::string& field);
+
+// Lower-case hex SHA-256 of `bytes`.
+std::string Sha256Hex(std::string_view bytes);
+
+// Lower-case hex SHA-256 of a file's bytes as they are now (ReadFileBytes(path, field).sha256).
 std::string FileSha256(const std::string& path, const std::string& field);
 
 }  // namespace kvgate::loadgen

@@ -50,6 +50,10 @@ struct Summary {
   // Over completed measured requests. TPOT needs >= 2 output tokens; ITL pools the gaps between
   // successive token chunks of every completed request.
   LatencyStats ttft, tpot, itl, e2e;
+  // Multi-turn runs only (some record has turn > 1; empty otherwise): TTFT of the completed
+  // measured requests by their turn in the session (RequestRecord::turn). Turn 1 sends a fresh
+  // prompt; later turns resend the conversation, which a prefix cache may already hold.
+  std::map<int, LatencyStats> ttft_by_turn;
 };
 
 // True when `record` completed and meets every bound set in `slo`.

@@ -19,6 +19,12 @@ namespace kvgate::loadgen {
 struct RequestRecord {
   int64_t index = 0;    // position in the seeded schedule (0-based)
   bool warmup = false;  // excluded from metrics
+  // The conversation this request belongs to and its turn in it (1-based). A single-turn run
+  // (WorkloadSettings::multi_turn == 1) makes every request its own session: session == index,
+  // turn == 1. With multi-turn sessions, sessions are numbered 0, 1, ... in the order they
+  // started and turn k + 1's prompt holds the whole conversation up to turn k's reply.
+  int64_t session = 0;
+  int turn = 1;
   int64_t scheduled_ns = 0;
   int64_t sent_ns = -1;           // first byte of the request written; -1 if never sent
   int64_t first_token_ns = -1;    // first non-empty token chunk; -1 if none arrived

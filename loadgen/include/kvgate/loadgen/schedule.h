@@ -69,11 +69,14 @@ class Workload {
 
   // Number of distinct prompts of a prompt file or chosen dataset (0 for generated workloads).
   size_t file_lines() const { return file_ ? file_->size() : 0; }
+  // The SHA-256 of the prompt file's bytes that Create() parsed ("" for other workloads).
+  const std::string& file_sha256() const { return file_sha256_; }
 
  private:
   WorkloadSettings settings_;
   uint64_t seed_ = 0;
   std::shared_ptr<const std::vector<FileEntry>> file_;
+  std::string file_sha256_;
 };
 
 // Draws one length from `dist` with a generator seeded by `seed` (used by Workload; exposed for

@@ -100,7 +100,30 @@ struct WorkloadSettings {
   // 0: every request has its own prompt. K > 0: request i reuses prompt i % K (bounds memory
   // for long prompts; note that a server with prefix caching then sees repeats).
   int64_t distinct_prompts = 0;
+  // Multi-turn sessions (docs/workloads.md, "Multi-turn sessions"). 1 = every request is on its
+  // own (today's requests, byte for byte). N > 1: each closed-loop slot (open loop: each
+  // arrival) runs a conversation of up to N turns; turn 1 is the workload's request, turn k + 1
+  // sends the whole conversation so far (every earlier prompt and the server's replies as
+  // returned) plus a new user message, the workload's request of that turn's index. Chat sends
+  // it as a growing `messages` list (user/assistant), completions as one text with
+  // kTurnSeparator before each new user message. At most kMaxMultiTurn.
+  int multi_turn = 1;
+  // Mean pause in milliseconds between a reply and the session's next turn: each pause is drawn
+  // uniformly from [1, 2 * think_time_ms] (seeded by the turn's request index). 0 = none.
+  // At most kMaxThinkTimeMs.
+  int think_time_ms = 0;
+  // > 0: a session ends before a turn whose request would pass this many tokens (the previous
+  // turn's usage.prompt_tokens + completion_tokens, the new message at bytes/4, its max_tokens):
+  // the model's context. 0 = no limit (N turns bound the session).
+  int max_context_tokens = 0;
 };
+
+// Bounds of the multi-turn settings (a typo must fail clearly, not run for days).
+inline constexpr int kMaxMultiTurn = 1000;
+inline constexpr int kMaxThinkTimeMs = 600'000;
+// What separates the turns of a completions conversation: the text of turn k + 1 is turn k's
+// prompt, its reply as returned, kTurnSeparator, then the new user message.
+inline constexpr std::string_view kTurnSeparator = "\n\n";
 
 // Service-level objectives in milliseconds; an unset field is not checked. A request meets the
 // SLO when it completed without error and every set bound holds (TPOT is not checked for a

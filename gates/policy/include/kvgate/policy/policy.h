@@ -94,6 +94,10 @@ struct LoadWorkload {
   int prompt_words = 96;       // synthetic prompt length in words (the server counts tokens)
   int output_tokens = 32;
   double request_timeout_s = 120.0;
+  // Multi-turn sessions (loadgen::WorkloadSettings::multi_turn, think_time_ms): 1 = single
+  // requests; N > 1 = each request slot runs conversations of N turns.
+  int multi_turn = 1;
+  int think_time_ms = 0;
 };
 
 struct GateSpec {
