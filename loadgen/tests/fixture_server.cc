@@ -212,6 +212,37 @@ awaitable<void> SleepUntil(asio::io_context& io, Clock::time_point due) {
   co_await timer.async_wait(asio::redirect_error(use_awaitable, ec));
 }
 
+// The request's id: its X-Request-Id header when it holds a number, else the next of the server.
+int64_t RequestIdOf(State& state, const http::request<http::string_body>& request) {
+  int64_t id = -1;
+  auto it = request.find("X-Request-Id");
+  if (it != request.end()) {
+    try {
+      id = std::stoll(std::string(it->value()));
+    } catch (const std::exception&) {
+      id = -1;
+    }
+  }
+  return id >= 0 ? id : state.next_id.fetch_add(1);
+}
+
+// A whole (non-streamed) completion of `tokens` tokens " t0 t1 ...", with its usage.
+std::string CompletionJson(const std::string& model, int tokens, int prompt_tokens) {
+  std::string text;
+  for (int k = 0; k < tokens; ++k) text += " t" + std::to_string(k);
+  const nlohmann::json response = {
+      {"id", "cmpl-fixture"},
+      {"object", "text_completion"},
+      {"created", 0},
+      {"model", model},
+      {"choices", {{{"index", 0}, {"text", text}, {"finish_reason", "length"}}}},
+      {"usage",
+       {{"prompt_tokens", prompt_tokens},
+        {"completion_tokens", tokens},
+        {"total_tokens", prompt_tokens + tokens}}}};
+  return response.dump();
+}
+
 // Serves one completions request. Returns false when the connection must be closed.
 awaitable<bool> ServeCompletion(State& state, beast::tcp_stream& stream,
                                 const http::request<http::string_body>& request) {
@@ -228,16 +259,7 @@ awaitable<bool> ServeCompletion(State& state, beast::tcp_stream& stream,
     out.Append(SimpleResponse(400, "Bad Request", "application/json", err, true));
     co_return co_await out.Flush();
   }
-  int64_t id = -1;
-  auto it = request.find("X-Request-Id");
-  if (it != request.end()) {
-    try {
-      id = std::stoll(std::string(it->value()));
-    } catch (const std::exception&) {
-      id = -1;
-    }
-  }
-  if (id < 0) id = state.next_id.fetch_add(1);
+  const int64_t id = RequestIdOf(state, request);
   FixtureReply reply = state.options.plan ? state.options.plan(id) : FixtureReply{};
   const int max_tokens = body.value("max_tokens", 16);
   const bool streaming = body.value("stream", false);
@@ -287,20 +309,9 @@ awaitable<bool> ServeCompletion(State& state, beast::tcp_stream& stream,
 
   if (!streaming) {
     co_await SleepUntil(state.io, due(std::max(tokens - 1, 0)));
-    std::string text;
-    for (int k = 0; k < tokens; ++k) text += " t" + std::to_string(k);
-    nlohmann::json response = {
-        {"id", "cmpl-fixture"},
-        {"object", "text_completion"},
-        {"created", 0},
-        {"model", model},
-        {"choices", {{{"index", 0}, {"text", text}, {"finish_reason", "length"}}}},
-        {"usage",
-         {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", tokens},
-          {"total_tokens", prompt_tokens + tokens}}}};
     Output out(stream, false);
-    out.Append(SimpleResponse(200, "OK", "application/json", response.dump(), true));
+    out.Append(SimpleResponse(200, "OK", "application/json",
+                              CompletionJson(model, tokens, prompt_tokens), true));
     co_return co_await out.Flush();
   }
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "decode_test_support.h"
+#include "test_buffers.h"
 #include "readkv/codec/allocator.h"
 #include "readkv/codec/attention.h"
 #include "readkv/codec/codebook.h"
@@ -62,18 +63,6 @@ CpuReference MakeCpuReference(const Case& c, const Workload& w) {
 // Layer 0's calibration rows of every KV head ([H_kv][d] of the [layers][H_kv][d] array).
 std::vector<float> LayerZero(const std::vector<float>& all, int hkv, int d) {
   return std::vector<float>(all.begin(), all.begin() + hkv * d);
-}
-
-// The Hadamard transforms' signs of layer 0, [H_kv][d], of the keys or of the values.
-std::vector<float> TransformSigns(const codec::Calibration& calibration, int hkv, int d,
-                                  bool keys) {
-  std::vector<float> signs;
-  for (int h = 0; h < hkv; ++h) {
-    const codec::HadamardTransform t(
-        d, keys ? calibration.seeds.KeySeed(0, h) : calibration.seeds.ValueSeed(0, h));
-    for (int8_t x : t.signs()) signs.push_back(x);
-  }
-  return signs;
 }
 
 std::vector<float> Centroids(const codec::LloydTree& tree) {

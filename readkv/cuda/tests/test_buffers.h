@@ -1,5 +1,6 @@
-// What the GPU tests share: a device buffer that frees itself, and the per-head relative error of
-// a GPU output against the CPU reference. Test code; CUDA builds only.
+// What the GPU tests share: a device buffer that frees itself, the per-head relative error of a
+// GPU output against the CPU reference, and the Hadamard signs the kernels take. Test code; CUDA
+// builds only.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -7,7 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
+
+#include "readkv/codec/calibration.h"
+#include "readkv/codec/transform.h"
 
 namespace readkv::cuda {
 
@@ -52,6 +57,18 @@ inline double MaxHeadError(const std::vector<float>& gpu, const std::vector<floa
     worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
   }
   return worst;
+}
+
+// Layer 0's Hadamard signs of every KV head, [H_kv][d], of the keys or of the values.
+inline std::vector<float> TransformSigns(const codec::Calibration& calibration, int hkv, int d,
+                                         bool keys) {
+  std::vector<float> signs;
+  for (int h = 0; h < hkv; ++h) {
+    const codec::HadamardTransform t(
+        d, keys ? calibration.seeds.KeySeed(0, h) : calibration.seeds.ValueSeed(0, h));
+    for (const int8_t x : t.signs()) signs.push_back(x);
+  }
+  return signs;
 }
 
 }  // namespace readkv::cuda

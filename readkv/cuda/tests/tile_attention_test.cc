@@ -59,6 +59,45 @@ struct TileCase {
   }
 };
 
+// The GPU's tile inputs in tile_attention.h's layout, packed from the CPU caches: per (sequence,
+// KV head) the key and value tiles (zero past a sequence's end) and the BF16 residual windows.
+struct HostTiles {
+  std::vector<uint8_t> key_tiles, value_tiles;
+  std::vector<uint16_t> residual_k, residual_v;
+  std::vector<int32_t> encoded_lens, residual_lens;
+};
+
+HostTiles PackTiles(const std::vector<std::unique_ptr<codec::LayerKvCache>>& caches,
+                    const TileDecodeShape& shape) {
+  const int d = shape.head_dim, hkv = shape.heads_kv, W = shape.store_bits, groups = d / 16;
+  const int max_residual = shape.max_residual_tokens;
+  const size_t tile_row = static_cast<size_t>(shape.max_token_tiles()) * groups * W * 32;
+  HostTiles t;
+  t.key_tiles.assign(caches.size() * hkv * tile_row, 0);
+  t.value_tiles.assign(t.key_tiles.size(), 0);
+  t.residual_k.assign(caches.size() * hkv * max_residual * d, 0);
+  t.residual_v.assign(t.residual_k.size(), 0);
+  for (size_t b = 0; b < caches.size(); ++b) {
+    const auto& cache = dynamic_cast<const codec::ReadKvLayerCache&>(*caches[b]);
+    const codec::TileLayerView view = cache.tile_view();
+    t.encoded_lens.push_back(static_cast<int32_t>(view.encoded_tokens));
+    t.residual_lens.push_back(static_cast<int32_t>(view.residual_tokens));
+    for (int h = 0; h < hkv; ++h) {
+      const codec::TilePlaneStore& store = view.stores[static_cast<size_t>(h)];
+      const size_t row = b * hkv + h;
+      const size_t bytes = static_cast<size_t>(store.token_tiles()) * groups * W * 32;
+      if (bytes > 0) {
+        std::memcpy(t.key_tiles.data() + row * tile_row, store.KeyTile(0, 0), bytes);
+        std::memcpy(t.value_tiles.data() + row * tile_row, store.ValueTile(0, 0), bytes);
+      }
+      const auto& rk = view.residual_keys[static_cast<size_t>(h)];
+      const auto& rv = view.residual_values[static_cast<size_t>(h)];
+      std::copy(rk.begin(), rk.end(), t.residual_k.begin() + row * max_residual * d);
+      std::copy(rv.begin(), rv.end(), t.residual_v.begin() + row * max_residual * d);
+    }
+  }
+  return t;
+}
 class TileKernelTest : public ::testing::TestWithParam<TileCase> {};
 
 TEST_P(TileKernelTest, MatchesTheCpuTileReader) {
@@ -106,39 +145,10 @@ TEST_P(TileKernelTest, MatchesTheCpuTileReader) {
   // The GPU's inputs in tile_attention.h's layout.
   TileDecodeShape shape{batch, hq, hkv, d, W, max_encoded, max_residual};
   const int max_tiles = shape.max_token_tiles();
-  const size_t tile_row = static_cast<size_t>(max_tiles) * groups * W * 32;
-  std::vector<uint8_t> key_tiles(static_cast<size_t>(batch) * hkv * tile_row, 0);
-  std::vector<uint8_t> value_tiles(key_tiles.size(), 0);
-  std::vector<uint16_t> residual_k(static_cast<size_t>(batch) * hkv * max_residual * d, 0);
-  std::vector<uint16_t> residual_v(residual_k.size(), 0);
-  std::vector<int32_t> encoded_lens, residual_lens;
-  for (int b = 0; b < batch; ++b) {
-    const auto& cache =
-        dynamic_cast<const codec::ReadKvLayerCache&>(*caches[static_cast<size_t>(b)]);
-    const codec::TileLayerView view = cache.tile_view();
-    encoded_lens.push_back(static_cast<int32_t>(view.encoded_tokens));
-    residual_lens.push_back(static_cast<int32_t>(view.residual_tokens));
-    for (int h = 0; h < hkv; ++h) {
-      const codec::TilePlaneStore& store = view.stores[static_cast<size_t>(h)];
-      const size_t row = static_cast<size_t>(b) * hkv + h;
-      const size_t bytes = static_cast<size_t>(store.token_tiles()) * groups * W * 32;
-      if (bytes > 0) {
-        std::memcpy(key_tiles.data() + row * tile_row, store.KeyTile(0, 0), bytes);
-        std::memcpy(value_tiles.data() + row * tile_row, store.ValueTile(0, 0), bytes);
-      }
-      const auto& rk = view.residual_keys[static_cast<size_t>(h)];
-      const auto& rv = view.residual_values[static_cast<size_t>(h)];
-      std::copy(rk.begin(), rk.end(), residual_k.begin() + row * max_residual * d);
-      std::copy(rv.begin(), rv.end(), residual_v.begin() + row * max_residual * d);
-    }
-  }
-  std::vector<float> key_signs, value_signs;
-  for (int h = 0; h < hkv; ++h) {
-    const codec::HadamardTransform kt(d, calibration->seeds.KeySeed(0, h));
-    const codec::HadamardTransform vt(d, calibration->seeds.ValueSeed(0, h));
-    for (const int8_t x : kt.signs()) key_signs.push_back(x);
-    for (const int8_t x : vt.signs()) value_signs.push_back(x);
-  }
+  const HostTiles host = PackTiles(caches, shape);
+  const std::vector<int32_t>& encoded_lens = host.encoded_lens;
+  const std::vector<float> key_signs = TransformSigns(*calibration, hkv, d, /*keys=*/true);
+  const std::vector<float> value_signs = TransformSigns(*calibration, hkv, d, /*keys=*/false);
   const codec::LloydTree tree(W);
   const codec::DepthAllocator step1(tree.distortions(), 1, 1);  // the tile reader's K and V step
   std::vector<double> increments;
@@ -155,9 +165,9 @@ TEST_P(TileKernelTest, MatchesTheCpuTileReader) {
                                  nullptr};
   const ReadKvReadPolicy policy{plan.key_bits, plan.value_bits, inc.get(), W - 1, inc.get(), W - 1};
   DeviceBuffer<float> d_queries(queries);
-  DeviceBuffer<uint8_t> d_ktiles(key_tiles), d_vtiles(value_tiles);
-  DeviceBuffer<uint16_t> d_rk(residual_k), d_rv(residual_v);
-  DeviceBuffer<int32_t> d_enc(encoded_lens), d_res(residual_lens);
+  DeviceBuffer<uint8_t> d_ktiles(host.key_tiles), d_vtiles(host.value_tiles);
+  DeviceBuffer<uint16_t> d_rk(host.residual_k), d_rv(host.residual_v);
+  DeviceBuffer<int32_t> d_enc(host.encoded_lens), d_res(host.residual_lens);
   DeviceBuffer<float> d_out(queries.size());
   CUDA_OK(cudaMemset(d_out.get(), 0xff, queries.size() * sizeof(float)));  // NaN poison
   DeviceBuffer<uint8_t> d_kdepths(static_cast<size_t>(batch) * hkv * groups);
