@@ -72,6 +72,39 @@ AttentionLedgers TileLedgers(const LayerGeometry& geo, int64_t t_enc, int64_t t_
   return ledgers;
 }
 
+// The residual window's exact logits, columns [t_enc, t_enc + t_res) of the g rows of `probs`:
+// keys BF16, centred on mu (the shift the folded query's logits take), times the scaled query.
+void ResidualKeyLogits(const uint16_t* residual, int64_t t_enc, int64_t t_res,
+                       std::span<const float> k_mean, const float* scaled, int g, int d,
+                       float* row, float* probs, int64_t stride) {
+  const auto ud = static_cast<size_t>(d);
+  for (int64_t r = 0; r < t_res; ++r) {
+    for (size_t c = 0; c < ud; ++c) {
+      row[c] = internal::Bf16ToFloat(residual[static_cast<size_t>(r) * ud + c]) - k_mean[c];
+    }
+    for (size_t h2 = 0; h2 < static_cast<size_t>(g); ++h2) {
+      probs[h2 * static_cast<size_t>(stride) + static_cast<size_t>(t_enc + r)] =
+          internal::Dot(scaled + h2 * ud, row, d);
+    }
+  }
+}
+
+// head_out[h2] += sum over the residual window of p * v (values BF16, exact).
+void AddResidualValueSums(const uint16_t* residual, int64_t t_enc, int64_t t_res,
+                          const float* probs, int64_t stride, int g, int d, float* row,
+                          float* head_out) {
+  const auto ud = static_cast<size_t>(d);
+  for (int64_t r = 0; r < t_res; ++r) {
+    for (size_t c = 0; c < ud; ++c) {
+      row[c] = internal::Bf16ToFloat(residual[static_cast<size_t>(r) * ud + c]);
+    }
+    for (size_t h2 = 0; h2 < static_cast<size_t>(g); ++h2) {
+      internal::Axpy(probs[h2 * static_cast<size_t>(stride) + static_cast<size_t>(t_enc + r)],
+                     row, head_out + h2 * ud, d);
+    }
+  }
+}
+
 }  // namespace
 
 AttentionLedgers TileAttend(const TileLayerView& view, const ReaderPlan& plan,
@@ -149,17 +182,8 @@ AttentionLedgers TileAttend(const TileLayerView& view, const ReaderPlan& plan,
         outlier_read_bytes += view.outliers[head].BlockReadBytes(b);
       }
     }
-    const uint16_t* residual = view.residual_keys[head].data();
-    for (int64_t r = 0; r < t_res; ++r) {
-      for (size_t c = 0; c < ud; ++c) {
-        residual_row[c] =
-            internal::Bf16ToFloat(residual[static_cast<size_t>(r) * ud + c]) - k_mean[c];
-      }
-      for (size_t h2 = 0; h2 < ug; ++h2) {
-        probs[h2 * static_cast<size_t>(stride) + static_cast<size_t>(t_enc + r)] =
-            internal::Dot(scaled.data() + h2 * ud, residual_row.data(), d);
-      }
-    }
+    ResidualKeyLogits(view.residual_keys[head].data(), t_enc, t_res, k_mean, scaled.data(), g, d,
+                      residual_row.data(), probs, stride);
     for (size_t h2 = 0; h2 < ug; ++h2) {
       internal::SoftmaxInPlace(probs + h2 * static_cast<size_t>(stride), tokens);
     }
@@ -195,16 +219,8 @@ AttentionLedgers TileAttend(const TileLayerView& view, const ReaderPlan& plan,
         head_out[h2 * ud + c] = v_mean[c] * m + v_std[c] * acc[h2 * ud + c];
       }
     }
-    const uint16_t* residual_v = view.residual_values[head].data();
-    for (int64_t r = 0; r < t_res; ++r) {
-      for (size_t c = 0; c < ud; ++c) {
-        residual_row[c] = internal::Bf16ToFloat(residual_v[static_cast<size_t>(r) * ud + c]);
-      }
-      for (size_t h2 = 0; h2 < ug; ++h2) {
-        internal::Axpy(probs[h2 * static_cast<size_t>(stride) + static_cast<size_t>(t_enc + r)],
-                       residual_row.data(), head_out.data() + h2 * ud, d);
-      }
-    }
+    AddResidualValueSums(view.residual_values[head].data(), t_enc, t_res, probs, stride, g, d,
+                         residual_row.data(), head_out.data());
     for (size_t h2 = 0; h2 < ug; ++h2) {
       view.value_transforms[head].Inverse(std::span<const float>(head_out).subspan(h2 * ud, ud),
                                           out.subspan((head * ug + h2) * ud, ud));
