@@ -270,6 +270,49 @@ SelectKernels SelectInstances(std::index_sequence<S...>) {
   return {Select<G, kSelectShapes[S].threads, kSelectShapes[S].cluster, kList>...};
 }
 
+// The kernels' arguments: the call's inputs and the workspace cut into its arrays (Layout).
+Args MakeArgs(const DecodeShape& s, const DecodeInputs& in, const ReadKvCache& cache,
+              const ReadKvCodec& codec, const ReadKvReadPolicy& policy, void* workspace,
+              const ReadKvDebug& debug) {
+  const Layout layout(s);
+  char* base = static_cast<char*>(workspace);
+  Args a{};
+  a.batch = s.batch;
+  a.heads_q = s.heads_q;
+  a.heads_kv = s.heads_kv;
+  a.head_dim = s.head_dim;
+  a.group = s.group();
+  a.max_pages = s.max_pages;
+  a.max_tokens = s.max_tokens;
+  a.chunk_tokens = s.chunk_tokens;
+  a.max_chunks = s.max_chunks();
+  a.store_bits = codec.store_bits;
+  a.attention_scale = 1.0f / sqrtf(static_cast<float>(s.head_dim));
+  a.transform_scale = static_cast<float>(1.0 / sqrt(static_cast<double>(s.head_dim)));
+  a.queries = in.queries;
+  a.page_table = in.page_table;
+  a.seq_lens = in.seq_lens;
+  a.out = in.out;
+  a.key_planes = cache.key_planes;
+  a.value_planes = cache.value_planes;
+  a.codec = codec;
+  a.policy = policy;
+  a.qa = reinterpret_cast<float*>(base + layout.qa);
+  a.bias = reinterpret_cast<float*>(base + layout.bias);
+  a.key_depths = reinterpret_cast<uint8_t*>(base + layout.key_depths);
+  a.key_lists = reinterpret_cast<KeyList*>(base + layout.key_lists);
+  a.logits = reinterpret_cast<float*>(base + layout.logits);
+  a.chunk_ml = reinterpret_cast<float*>(base + layout.chunk_ml);
+  a.stats = reinterpret_cast<float*>(base + layout.stats);
+  a.importance = reinterpret_cast<double*>(base + layout.importance);
+  a.value_depths = reinterpret_cast<uint8_t*>(base + layout.value_depths);
+  a.partial_out = reinterpret_cast<float*>(base + layout.partial_out);
+  a.partial_mass = reinterpret_cast<float*>(base + layout.partial_mass);
+  a.row_arrivals = reinterpret_cast<unsigned*>(base + layout.row_arrivals);
+  a.debug = debug;
+  return a;
+}
+
 }  // namespace
 
 size_t ReadKvDecodeWorkspaceBytes(const DecodeShape& shape) {
@@ -297,42 +340,7 @@ cudaError_t ReadKvDecodeAttention(const DecodeShape& requested, const DecodeInpu
     // (The last: Value allocation keys token << 2 | step are 32-bit.)
     return cudaErrorInvalidValue;
   }
-  const Layout layout(s);
-  char* base = static_cast<char*>(workspace);
-  Args a{};
-  a.batch = s.batch;
-  a.heads_q = s.heads_q;
-  a.heads_kv = s.heads_kv;
-  a.head_dim = s.head_dim;
-  a.group = s.group();
-  a.max_pages = s.max_pages;
-  a.max_tokens = s.max_tokens;
-  a.chunk_tokens = s.chunk_tokens;
-  a.max_chunks = s.max_chunks();
-  a.store_bits = W;
-  a.attention_scale = 1.0f / sqrtf(static_cast<float>(s.head_dim));
-  a.transform_scale = static_cast<float>(1.0 / sqrt(static_cast<double>(s.head_dim)));
-  a.queries = in.queries;
-  a.page_table = in.page_table;
-  a.seq_lens = in.seq_lens;
-  a.out = in.out;
-  a.key_planes = cache.key_planes;
-  a.value_planes = cache.value_planes;
-  a.codec = codec;
-  a.policy = policy;
-  a.qa = reinterpret_cast<float*>(base + layout.qa);
-  a.bias = reinterpret_cast<float*>(base + layout.bias);
-  a.key_depths = reinterpret_cast<uint8_t*>(base + layout.key_depths);
-  a.key_lists = reinterpret_cast<KeyList*>(base + layout.key_lists);
-  a.logits = reinterpret_cast<float*>(base + layout.logits);
-  a.chunk_ml = reinterpret_cast<float*>(base + layout.chunk_ml);
-  a.stats = reinterpret_cast<float*>(base + layout.stats);
-  a.importance = reinterpret_cast<double*>(base + layout.importance);
-  a.value_depths = reinterpret_cast<uint8_t*>(base + layout.value_depths);
-  a.partial_out = reinterpret_cast<float*>(base + layout.partial_out);
-  a.partial_mass = reinterpret_cast<float*>(base + layout.partial_mass);
-  a.row_arrivals = reinterpret_cast<unsigned*>(base + layout.row_arrivals);
-  a.debug = debug;
+  const Args a = MakeArgs(s, in, cache, codec, policy, workspace, debug);
 
   const dim3 heads(s.heads_kv, s.batch);
   const dim3 chunks(s.max_chunks(), s.heads_kv, s.batch);
