@@ -15,6 +15,7 @@
 
 #include "kvgate/checks/completion_client.h"
 #include "kvgate/checks/prometheus_text.h"
+#include "kvgate/stats/random.h"
 #include "kvgate/suite/server_process.h"
 #include "reference_server.h"
 
@@ -69,28 +70,25 @@ std::unique_ptr<suite::ServerProcess> StartServer(const ScenarioContext& context
       (fs::path(context.work_dir) / (name + ".log")).string());
 }
 
+// The DeriveSeed stream of the scenarios' prompts (stats/random.h).
+constexpr uint64_t kPromptStream = 0x9c0d;
+
 std::vector<std::string> Prompts(int count, uint64_t seed) {
   static const char* const kWords[] = {"the",     "river",  "stone",  "garden", "window", "morning",
                                        "silver",  "harbor", "quiet",  "letter", "market", "lantern",
                                        "bridge",  "north",  "copper", "meadow", "winter", "signal",
                                        "orchard", "candle", "valley", "paper",  "engine", "forest"};
   constexpr uint64_t kWordCount = sizeof kWords / sizeof kWords[0];
-  uint64_t state = seed * 0x9E3779B97F4A7C15ULL + 1;
-  auto next = [&state] {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    return state;
-  };
+  stats::SplitMixRng rng(stats::DeriveSeed(seed, kPromptStream));
   std::vector<std::string> prompts;
   for (int p = 0; p < count; ++p) {
-    const size_t length = 600 + next() % 601;
+    const auto length = static_cast<size_t>(rng.UniformInt(600, 1200));
     std::string text;
     int sentence = 0;
     while (text.size() < length) {
-      text += "The " + std::string(kWords[next() % kWordCount]) + " " +
-              kWords[next() % kWordCount] + " of record " + std::to_string(++sentence) + " is " +
-              std::to_string(next() % 10000) + ". ";
+      text += "The " + std::string(kWords[rng.UniformIndex(kWordCount)]) + " " +
+              kWords[rng.UniformIndex(kWordCount)] + " of record " + std::to_string(++sentence) +
+              " is " + std::to_string(rng.UniformIndex(10000)) + ". ";
     }
     text.resize(length);
     prompts.push_back(text + "\nThe code of record 1 is");

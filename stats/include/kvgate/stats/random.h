@@ -1,9 +1,9 @@
 // kvgate's one source of random numbers: two engines, one set of draws written once over either,
 // and one seed derivation. The host's seeded draws (bootstraps, check items, loadgen schedules
 // and prompts, the codec's signs and synthetic data, the training corpus, sampling) go through
-// this header, so a seed means the same numbers wherever it is used. Not yet: the CUDA bench
-// kernels hash (seed, index) on the device (readkv/cuda/src/bench_kernels.cu), and failure_tests'
-// scenario prompts come from a local xorshift (failure_tests/src/prefix_cache_servers.cc).
+// this header, so a seed means the same numbers wherever it is used. The one exception: the CUDA
+// bench kernels hash (seed, index) on the device (readkv/cuda/src/bench_kernels.cu), where host
+// code cannot run.
 //
 // Engines (both are standard UniformRandomBitGenerators):
 //   - std::mt19937_64: its output sequence is fixed by the C++ standard ([rand.predef]).
