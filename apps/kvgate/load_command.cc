@@ -373,7 +373,7 @@ void AddLoadCommand(CLI::App& app, CommandContext& context) {
                   "Per-request limit in seconds from its scheduled time (default 300)");
   cmd->add_option("--seed", o->seed, "Seed of the schedule and workload (default 0)");
   cmd->add_option("--workload", o->workload,
-                  "synthetic | passkey | file | sharegpt (default synthetic; docs/workloads.md)");
+                  "synthetic | passkey | file | sharegpt | trace (default synthetic; docs/workloads.md)");
   cmd->add_option("--dataset", o->dataset,
                   "sharegpt: ShareGPT JSON; prompt = first human turn, max_tokens = its reply's "
                   "tokens (server /tokenize), pruned as vLLM does");
