@@ -239,8 +239,4 @@ std::string Sha256Hex(std::string_view bytes) {
   return hex;
 }
 
-std::string FileSha256(const std::string& path, const std::string& field) {
-  return ReadFileBytes(path, field).sha256;
-}
-
 }  // namespace kvgate::loadgen

@@ -110,15 +110,15 @@ TEST(ShareGptTest, AMalformedFileNamesTheFileTheEntryAndTheField) {
   EXPECT_THROW(ReadShareGpt("/nonexistent/sharegpt.json"), SettingsError);
 }
 
-TEST(ShareGptTest, FileSha256IsTheDigestOfTheBytes) {
+TEST(ShareGptTest, ReadFileBytesDigestsTheBytes) {
   TempFile abc("abc");  // FIPS 180-2's first test vector
-  EXPECT_EQ(FileSha256(abc.path, "dataset"),
+  EXPECT_EQ(ReadFileBytes(abc.path, "dataset").sha256,
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  EXPECT_THROW(FileSha256("/nonexistent/file", "dataset"), SettingsError);
+  EXPECT_THROW(ReadFileBytes("/nonexistent/file", "dataset"), SettingsError);
 }
 
 // Each loader reads its file once and returns the digest of the bytes it parsed: the same
-// digest FileSha256 gives for the file (so a run records what it recorded before), and one that
+// digest ReadFileBytes gives for the file (so a run records what it recorded before), and one that
 // cannot name bytes written after the parse.
 TEST(ShareGptTest, EachLoaderReturnsTheDigestOfTheBytesItParsed) {
   const std::string prompts =
@@ -132,7 +132,7 @@ TEST(ShareGptTest, EachLoaderReturnsTheDigestOfTheBytesItParsed) {
   // sha256sum of the same bytes.
   EXPECT_EQ(workload.file_sha256(),
             "04f0db0c1d9afe880722bdf7f8cc635c184f6fa367c64d22211b8cab43e11aeb");
-  EXPECT_EQ(workload.file_sha256(), FileSha256(prompt_file.path, "prompts"));
+  EXPECT_EQ(workload.file_sha256(), ReadFileBytes(prompt_file.path, "prompts").sha256);
   std::ofstream(prompt_file.path) << "{\"prompt\": \"changed after the parse\"}\n";
   EXPECT_EQ(workload.file_sha256(),
             "04f0db0c1d9afe880722bdf7f8cc635c184f6fa367c64d22211b8cab43e11aeb");
@@ -142,12 +142,12 @@ TEST(ShareGptTest, EachLoaderReturnsTheDigestOfTheBytesItParsed) {
   std::string trace_sha;
   ASSERT_EQ(ReadTrace(trace.path, 512, &trace_sha).size(), 1u);
   EXPECT_EQ(trace_sha, "bfba725ffdafeb04e55924cb9a429595251c873fb51f9f7a9b4b1d86de4d02fa");
-  EXPECT_EQ(trace_sha, FileSha256(trace.path, "trace"));
+  EXPECT_EQ(trace_sha, ReadFileBytes(trace.path, "trace").sha256);
 
   TempFile dataset(Dataset().dump());
   std::string dataset_sha;
   EXPECT_FALSE(ReadShareGpt(dataset.path, nullptr, &dataset_sha).empty());
-  EXPECT_EQ(dataset_sha, FileSha256(dataset.path, "dataset"));
+  EXPECT_EQ(dataset_sha, ReadFileBytes(dataset.path, "dataset").sha256);
   EXPECT_EQ(dataset_sha, Sha256Hex(Dataset().dump()));
 }
 
@@ -217,7 +217,7 @@ TEST(ShareGptTest, EachRequestIsAHumanTurnWithItsRepliesTokenCountAsMaxTokens) {
   // The run names its source: kind, path and the file's SHA-256, in the result and its JSON.
   EXPECT_EQ(result.workload_source.kind, "sharegpt");
   EXPECT_EQ(result.workload_source.path, file.path);
-  EXPECT_EQ(result.workload_source.sha256, FileSha256(file.path, "dataset"));
+  EXPECT_EQ(result.workload_source.sha256, ReadFileBytes(file.path, "dataset").sha256);
   EXPECT_EQ(LoadResultToJson(result, false)["workload_source"]["sha256"],
             result.workload_source.sha256);
   for (const RequestRecord& r : result.records) EXPECT_TRUE(r.ok()) << r.error_text;

@@ -96,7 +96,4 @@ FileBytes ReadFileBytes(const std::string& path, const std::string& field);
 // Lower-case hex SHA-256 of `bytes`.
 std::string Sha256Hex(std::string_view bytes);
 
-// Lower-case hex SHA-256 of a file's bytes as they are now (ReadFileBytes(path, field).sha256).
-std::string FileSha256(const std::string& path, const std::string& field);
-
 }  // namespace kvgate::loadgen
