@@ -24,6 +24,7 @@ SessionTurn Sessions::Start(int64_t index) {
   const int64_t session = started_++;
   RequestSpec spec = spec_of_(index);
   State state;
+  state.approx_tokens = ApproximateTokens(spec.prompt.get_ref<const std::string&>());
   state.conversation = endpoint_ == http::Endpoint::kChat
                            ? nlohmann::json::array({{{"role", "user"}, {"content", spec.prompt}}})
                            : spec.prompt;
@@ -64,14 +65,14 @@ std::optional<SessionTurn> Sessions::Next(int64_t session, int64_t index) {
   if (const int limit = settings_.workload.max_context_tokens; limit > 0) {
     const int64_t so_far = state.context_tokens >= 0
                                ? state.context_tokens
-                               : ApproximateTokens(state.conversation.dump()) +
-                                     ApproximateTokens(state.reply);
+                               : state.approx_tokens + ApproximateTokens(state.reply);
     if (so_far + ApproximateTokens(message) + next.max_tokens > limit) {
       ++ended_at_context_limit_;
       open_.erase(it);
       return std::nullopt;
     }
   }
+  state.approx_tokens += ApproximateTokens(state.reply) + ApproximateTokens(message);
   if (endpoint_ == http::Endpoint::kChat) {
     state.conversation.push_back({{"role", "assistant"}, {"content", std::move(state.reply)}});
     state.conversation.push_back({{"role", "user"}, {"content", message}});

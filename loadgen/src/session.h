@@ -69,6 +69,7 @@ class Sessions {
     int turn = 1;
     std::string reply;           // the last turn's reply, until the next turn takes it
     int64_t context_tokens = -1;  // the last turn's prompt + completion tokens (usage), -1 unknown
+    int64_t approx_tokens = 0;    // ApproximateTokens of the conversation's texts, kept as it grows
   };
 
   SessionTurn Render(int64_t session, const State& state, int max_tokens) const;

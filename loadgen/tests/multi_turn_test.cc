@@ -209,6 +209,27 @@ TEST(MultiTurnTest, TheContextLimitEndsSessionsEarly) {
   EXPECT_EQ(BySession(result, 5).size(), 6u);
 }
 
+// Answer without the usage chunk: the session then bounds its context by its own approximate
+// count of the conversation's texts (ApproximateTokens, kept as the conversation grows).
+ht::TestReply AnswerWithoutUsage(const ht::TestRequest& request) {
+  ht::TestReply reply = Answer(request);
+  if (reply.parts.size() == 3) reply.parts.back() = "data: [DONE]\n\n";
+  return reply;
+}
+
+TEST(MultiTurnTest, WithoutUsageTheContextLimitUsesTheApproximateCount) {
+  ht::TestServer server(false, {}, "", AnswerWithoutUsage);
+  LoadSettings s = Sessions(3, 6, 2);
+  s.workload.max_context_tokens = 20;  // below any turn 2: prompt + reply + message + max_tokens
+  const LoadResult tight = RunLoad(s, {server.url(), "turn-model"});
+  ASSERT_EQ(tight.records.size(), 6u);
+  for (const RequestRecord& r : tight.records) EXPECT_EQ(r.turn, 1);
+  s.workload.max_context_tokens = 1'000'000;  // never reached: every session runs all turns
+  const LoadResult loose = RunLoad(s, {server.url(), "turn-model"});
+  ASSERT_EQ(loose.records.size(), 6u);
+  for (const auto& [id, records] : BySession(loose, 3)) EXPECT_EQ(records.size(), 3u) << id;
+}
+
 TEST(MultiTurnTest, OneTurnSendsTodaysRequestsByteForByte) {
   ht::TestServer server(false, {}, "", Answer);
   const LoadSettings s = Sessions(1, 6, 2);
