@@ -1,7 +1,8 @@
 // `kvgate bench attention`: issue 8's kernel benchmark. Times the dense, FP8 and ReadKV decode
-// kernels of readkv/cuda over a (tokens x batch) grid with a cold L2, next to the device's
-// streaming-read bandwidth and torch's scaled_dot_product_attention on the same dense inputs
-// (readkv/cuda/bench/README.md explains every column). Prints a table, and JSON with --json.
+// kernels of readkv/cuda (the constrained and the tile reader) over a (tokens x batch) grid with
+// a cold L2, next to the device's streaming-read bandwidth and torch's
+// scaled_dot_product_attention on the same dense inputs (readkv/cuda/bench/README.md explains
+// every column). Prints a table, and JSON with --json.
 // (`kvgate bench decode`, the runtime's whole decode step, is in bench_decode_command.cc.)
 // Exit statuses: 0 done; 1 some kernel produced NaN/Inf; 2 bad arguments (the message names the
 // flag); 3 no CUDA device ("no CUDA device: <reason>") or a CUDA failure.
@@ -154,8 +155,8 @@ void AddBenchCommand(CLI::App& app, CommandContext& context) {
   bench->require_subcommand(1);
   auto* cmd = bench->add_subcommand(
       "attention",
-      "Decode-attention kernels (dense, FP8, ReadKV) with a cold L2, their ledgers, "
-      "streaming bandwidth and torch SDPA as the anchor");
+      "Decode-attention kernels (dense, FP8, ReadKV: constrained and tile readers) with a cold "
+      "L2, their ledgers, streaming bandwidth and torch SDPA as the anchor");
   auto args = std::make_shared<BenchArgs>();
   cmd->add_option("--device", args->device, "Device kind (cuda)")->capture_default_str();
   cmd->add_option("--tokens", args->tokens, "Tokens per sequence, comma-separated")
@@ -165,7 +166,9 @@ void AddBenchCommand(CLI::App& app, CommandContext& context) {
   cmd->add_option("--heads-kv", args->heads_kv, "KV heads (group 1, 2, 4 or 8)")
       ->capture_default_str();
   cmd->add_option("--head-dim", args->head_dim, "Head dim (64 or 128)")->capture_default_str();
-  cmd->add_option("--kv", args->kv, "Backends: dense, fp8, readkv:W:R, comma-separated")
+  cmd->add_option("--kv", args->kv,
+                  "Backends: dense, fp8, readkv:W:R[:RK:RV], tile:W:R[:RK:RV] (the tile reader), "
+                  "comma-separated")
       ->capture_default_str();
   cmd->add_option("--iters", args->iters, "Timed launches per row (>= 20)")->capture_default_str();
   cmd->add_option("--min-total-ms", args->min_total_ms,
@@ -173,7 +176,7 @@ void AddBenchCommand(CLI::App& app, CommandContext& context) {
       ->capture_default_str();
   cmd->add_option("--chunk-tokens", args->chunk_tokens,
                   "ReadKV tokens per thread block (multiple of 256; 0: the automatic choice kvgate "
-                  "serve uses)")
+                  "serve uses); tile rows plan their own")
       ->capture_default_str();
   cmd->add_flag("--ragged", args->ragged, "Sequence lengths uniform in [T/2, T]");
   cmd->add_flag("--no-anchor", args->no_anchor, "Skip torch's scaled_dot_product_attention");

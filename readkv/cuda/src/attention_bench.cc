@@ -20,6 +20,7 @@
 #include "readkv/codec/errors.h"
 #include "readkv/cuda/codec_tables.h"
 #include "readkv/cuda/device.h"
+#include "readkv/cuda/tile_attention.h"
 
 #if defined(KVGATE_HAVE_CUDA)
 #include <cuda_runtime.h>
@@ -51,10 +52,12 @@ using bench::AnchorSet;
 using bench::Check;
 using bench::DenseSet;
 using bench::DeviceBuffer;
+using bench::Download;
 using bench::Fp8Set;
 using bench::kMiB;
 using bench::PointGeometry;
 using bench::ReadKvSet;
+using bench::TileSet;
 
 constexpr int64_t kAssumedL2Bytes = 60 * kMiB;  // issue 8: rotate past a 60 MiB L2
 constexpr int kMaxLaunches = 2000;
@@ -93,12 +96,6 @@ TimingStats TimeLaunches(const std::function<void(int)>& launch, int copies,
     copy = (copy + 1) % copies;
   }
   return SummariseTimes(std::move(times));
-}
-
-std::vector<float> Download(const float* device, size_t n, const std::string& what) {
-  std::vector<float> host(n);
-  Check(cudaMemcpy(host.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost), what);
-  return host;
 }
 
 bool AllFinite(const std::vector<float>& x) {
@@ -161,7 +158,8 @@ struct Point {
   DeviceBuffer queries, out, workspace;
   DenseSet dense;
   Fp8Set fp8;
-  std::vector<std::unique_ptr<ReadKvSet> > readkv;  // one set per W
+  std::vector<std::unique_ptr<ReadKvSet> > readkv;  // one set per W (readkv: and tile: specs)
+  std::vector<std::unique_ptr<TileSet> > tiles;     // one set per W of the tile: specs
   AnchorSet anchor;
   bool run_anchor = false;
   std::vector<float> reference;  // the dense kernel's output
@@ -172,13 +170,16 @@ struct Point {
   void Poison() const {
     Check(cudaMemset(out.as<void>(), 0xFF, out_elems * sizeof(float)), "poison output");
   }
-  const ReadKvSet& ReadKv(int store_bits) const {
-    const ReadKvSet* rk = nullptr;
-    for (const auto& candidate : readkv) {
-      if (candidate->store_bits == store_bits) rk = candidate.get();
+  // The set of a spec's W, which BuildPoint made.
+  template <typename Set>
+  static const Set& OfWidth(const std::vector<std::unique_ptr<Set> >& sets, int store_bits) {
+    for (const auto& candidate : sets) {
+      if (candidate->store_bits == store_bits) return *candidate;
     }
-    return *rk;
+    throw std::logic_error("no input set of W = " + std::to_string(store_bits));
   }
+  const ReadKvSet& ReadKv(int store_bits) const { return OfWidth(readkv, store_bits); }
+  const TileSet& Tile(int store_bits) const { return OfWidth(tiles, store_bits); }
 };
 
 // Builds every input set of one point on the device (each backend from the same dense pages),
@@ -190,9 +191,12 @@ void BuildPoint(Point& p, const BenchConfig& config, int64_t tokens, bool run_an
   p.out_elems = static_cast<size_t>(s.batch) * s.heads_q * s.head_dim;
   const bool want_fp8 = std::any_of(config.kv.begin(), config.kv.end(),
                                     [](const KvSpec& k) { return k.backend == KvBackend::kFp8; });
-  std::set<int> readkv_widths;
+  std::set<int> readkv_widths, tile_widths;  // a tile spec's W needs the ReadKV set as its source
   for (const KvSpec& k : config.kv) {
     if (k.backend == KvBackend::kReadKv) readkv_widths.insert(k.store_bits);
+    if (k.backend == KvBackend::kReadKv && k.reader == codec::ReaderKind::kTile) {
+      tile_widths.insert(k.store_bits);
+    }
   }
 
   // Point-wide scratch.
@@ -201,10 +205,9 @@ void BuildPoint(Point& p, const BenchConfig& config, int64_t tokens, bool run_an
                            kvgate::stats::DeriveSeed(config.seed, 103), 0),
         "fill queries");
   p.out = DeviceBuffer(p.out_elems * sizeof(float), "output");
-  const size_t workspace_bytes =
+  size_t workspace_bytes =
       std::max(SplitDecodeWorkspaceBytes(s),
                readkv_widths.empty() ? size_t{0} : ReadKvDecodeWorkspaceBytes(s));
-  p.workspace = DeviceBuffer(std::max<size_t>(workspace_bytes, 256), "workspace");
 
   const float* queries = p.queries.as<const float>();
   bench::BuildDense(p.dense, p.g, config, queries, device.l2_bytes);
@@ -214,12 +217,21 @@ void BuildPoint(Point& p, const BenchConfig& config, int64_t tokens, bool run_an
     p.readkv.back()->store_bits = w;
     bench::BuildReadKv(*p.readkv.back(), p.g, p.dense, device.l2_bytes, progress);
   }
+  for (int w : tile_widths) {
+    p.tiles.push_back(std::make_unique<TileSet>());
+    bench::BuildTile(*p.tiles.back(), p.g, p.ReadKv(w), device.sms, device.l2_bytes, progress);
+    workspace_bytes =
+        std::max(workspace_bytes, TileDecodeWorkspaceBytes(p.tiles.back()->shape,
+                                                           p.tiles.back()->plan));
+  }
+  p.workspace = DeviceBuffer(std::max<size_t>(workspace_bytes, 256), "workspace");
   p.run_anchor = run_anchor;
   if (run_anchor) bench::BuildAnchor(p.anchor, p.g, p.dense, queries, tokens, device.l2_bytes);
 
   p.dense.set.Replicate("dense set");
   if (want_fp8) p.fp8.set.Replicate("fp8 set");
   for (const auto& rk : p.readkv) rk->set.Replicate("readkv set");
+  for (const auto& tile : p.tiles) tile->set.Replicate("tile set");
   if (run_anchor) p.anchor.set.Replicate("anchor set");
 
   // One untimed launch per backend for the outputs the correctness checks compare.
@@ -284,6 +296,7 @@ BenchRow MeasureBackend(const Point& p, const KvSpec& spec, int64_t tokens, int6
   row.batch = batch;
   row.kv = spec.Name();
   row.backend = spec.backend;
+  row.reader = spec.reader;
   row.context_tokens = g.context_tokens;
   std::function<void(int)> launch;
   std::vector<float> output;
@@ -317,6 +330,8 @@ BenchRow MeasureBackend(const Point& p, const KvSpec& spec, int64_t tokens, int6
     row.copy_bytes = static_cast<int64_t>(fp8.set.copy_bytes());
     row.capacity_bytes = static_cast<int64_t>(2 * p.page_elems + 2 * s.heads_kv * sizeof(float));
     row.workspace_bytes = static_cast<int64_t>(SplitDecodeWorkspaceBytes(s));
+  } else if (spec.reader == codec::ReaderKind::kTile) {
+    launch = bench::TileRow(p.Tile(spec.store_bits), spec, out_ptr, p.out_elems, ws, row, output);
   } else {
     launch = ReadKvRow(p, spec, row, output);
   }

@@ -17,17 +17,20 @@ namespace readkv::cuda {
 
 using codec::InvalidArgument;
 using codec::KvBackend;
+using codec::ReaderKind;
 
 // ---- Configuration ---------------------------------------------------------------------------
 
 std::string KvSpec::Name() const {
   std::ostringstream text;
-  text << codec::KvBackendName(backend);
   switch (backend) {
     case KvBackend::kDense:
     case KvBackend::kFp8:
-      return text.str();
+      return std::string(codec::KvBackendName(backend));
     case KvBackend::kReadKv: {
+      // The constrained reader is the backend's own form; the tile reader is named by its reader.
+      text << (reader == ReaderKind::kTile ? codec::ReaderName(reader)
+                                           : codec::KvBackendName(backend));
       text << ":" << store_bits << ":" << read_bits;
       if (key_bits != read_bits || value_bits != read_bits) {
         text << ":" << key_bits << ":" << value_bits;
@@ -70,17 +73,29 @@ std::vector<std::string> Split(const std::string& text, char separator) {
   return parts;
 }
 
+// A spec's head that names no backend may name the tile reader (a ReadKV reader with a layout of
+// its own); any other reader is no --kv form. Throws InvalidArgument("--kv", usage) otherwise.
+ReaderKind TileReaderOrThrow(const std::string& head, const std::string& usage) {
+  try {
+    if (codec::ParseReaderKind(head) == ReaderKind::kTile) return ReaderKind::kTile;
+  } catch (const InvalidArgument&) {
+  }
+  throw InvalidArgument("--kv", usage);
+}
+
 }  // namespace
 
 KvSpec ParseKvSpec(const std::string& text) {
   const std::string usage = "expected dense, fp8, readkv:W:R or readkv:W:R:RK:RV (e.g. "
-                            "readkv:8:4 or readkv:8:4:6:2), got '" + text + "'";
+                            "readkv:8:4 or readkv:8:4:6:2), tile:W:R or tile:W:R:RK:RV (the tile "
+                            "reader), got '" + text + "'";
   std::vector<std::string> parts = Split(text, ':');
-  KvSpec spec{KvBackend::kDense, 0, 0.0, 0.0, 0.0};
+  KvSpec spec;
   try {
     spec.backend = codec::ParseKvBackend(parts.front());  // the backend's one name
   } catch (const InvalidArgument&) {
-    throw InvalidArgument("--kv", usage);
+    spec.reader = TileReaderOrThrow(parts.front(), usage);  // the reader's one name
+    spec.backend = KvBackend::kReadKv;
   }
   switch (spec.backend) {
     case KvBackend::kDense:
@@ -102,8 +117,8 @@ KvSpec ParseKvSpec(const std::string& text) {
   spec.store_bits = static_cast<int>(store_bits);
   if (!(spec.read_bits >= 1.0 && spec.read_bits <= spec.store_bits)) {
     throw InvalidArgument("--kv",
-                          "R must be in [1, W] (the constrained reader reads at least "
-                          "one plane) in '" +
+                          "R must be in [1, W] (the constrained and tile readers read at "
+                          "least one plane) in '" +
                               text + "'");
   }
   spec.key_bits = spec.read_bits;

@@ -76,6 +76,9 @@ std::string BenchReportJson(const BenchConfig& config, const BenchReport& report
     rows.push_back({{"tokens", r.tokens},
                     {"batch", r.batch},
                     {"kv", r.kv},
+                    {"reader", !r.anchor && r.backend == codec::KvBackend::kReadKv
+                                   ? nlohmann::json(std::string(codec::ReaderName(r.reader)))
+                                   : nlohmann::json(nullptr)},
                     {"anchor", r.anchor},
                     {"context_tokens", r.context_tokens},
                     {"time", TimingJson(r.time)},

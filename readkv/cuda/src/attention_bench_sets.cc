@@ -103,6 +103,12 @@ void Check(cudaError_t status, const std::string& what) {
   }
 }
 
+std::vector<float> Download(const float* device, size_t n, const std::string& what) {
+  std::vector<float> host(n);
+  Check(cudaMemcpy(host.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost), what);
+  return host;
+}
+
 PointGeometry MakeGeometry(const BenchConfig& config, int64_t tokens, int64_t batch) {
   PointGeometry g;
   g.shape.batch = static_cast<int>(batch);
@@ -268,12 +274,7 @@ void BuildReadKv(ReadKvSet& rk, const PointGeometry& g, const DenseSet& dense, i
   rk.key_planes = rk.set.Add(static_cast<size_t>(g.num_pages) * hd * w * 32);
   rk.value_planes =
       rk.set.Add(static_cast<size_t>(g.num_pages) * s.heads_kv * kPageTokens * w * s.head_dim / 8);
-  rk.key_mean = rk.set.Add(hd * sizeof(float));
-  rk.key_std = rk.set.Add(hd * sizeof(float));
-  rk.value_mean = rk.set.Add(hd * sizeof(float));
-  rk.value_std = rk.set.Add(hd * sizeof(float));
-  rk.key_signs = rk.set.Add(hd * sizeof(float));
-  rk.value_signs = rk.set.Add(hd * sizeof(float));
+  rk.tables.Reserve(rk.set, hd);
   rk.centroids = rk.set.Add(((size_t{2} << w) - 1) * sizeof(float));
   rk.boundaries = rk.set.Add(((size_t{1} << w) - 1) * sizeof(float));
   rk.key_increments = rk.set.Add(tables.key_increments.size() * sizeof(double));
@@ -284,12 +285,12 @@ void BuildReadKv(ReadKvSet& rk, const PointGeometry& g, const DenseSet& dense, i
 
   // Codec tables.
   const codec::Calibration cal = Calibrate(g, dense);
-  UploadTo(rk.set.At<float>(0, rk.key_mean), cal.key_mean, "key_mean");
-  UploadTo(rk.set.At<float>(0, rk.key_std), cal.key_std, "key_std");
-  UploadTo(rk.set.At<float>(0, rk.value_mean), cal.value_mean, "value_mean");
-  UploadTo(rk.set.At<float>(0, rk.value_std), cal.value_std, "value_std");
-  UploadTo(rk.set.At<float>(0, rk.key_signs), tables.key_signs, "key_signs");
-  UploadTo(rk.set.At<float>(0, rk.value_signs), tables.value_signs, "value_signs");
+  UploadTo(rk.set.At<float>(0, rk.tables.key_mean), cal.key_mean, "key_mean");
+  UploadTo(rk.set.At<float>(0, rk.tables.key_std), cal.key_std, "key_std");
+  UploadTo(rk.set.At<float>(0, rk.tables.value_mean), cal.value_mean, "value_mean");
+  UploadTo(rk.set.At<float>(0, rk.tables.value_std), cal.value_std, "value_std");
+  UploadTo(rk.set.At<float>(0, rk.tables.key_signs), tables.key_signs, "key_signs");
+  UploadTo(rk.set.At<float>(0, rk.tables.value_signs), tables.value_signs, "value_signs");
   UploadTo(rk.set.At<float>(0, rk.centroids), tables.centroids, "centroids");
   UploadTo(rk.set.At<float>(0, rk.boundaries), tables.boundaries, "boundaries");
   UploadTo(rk.set.At<double>(0, rk.key_increments), tables.key_increments, "increments");

@@ -1,7 +1,8 @@
 // `kvgate bench attention`'s input sets (internal to readkv/cuda, CUDA builds only): device
 // buffers, the cold-L2 rotation's replicated input sets, one point's geometry (lengths, a random
 // page permutation), and the dense, FP8, ReadKV and anchor sets built on the device from the same
-// seeded bfloat16 pages, so that every backend reads the same data.
+// seeded bfloat16 pages, so that every backend reads the same data; the tile reader's set is
+// relaid from the ReadKV set of its W (attention_bench_tile.cc).
 #pragma once
 
 #if defined(KVGATE_HAVE_CUDA)
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -17,6 +19,8 @@
 
 #include "readkv/cuda/attention_bench.h"
 #include "readkv/cuda/decode_attention.h"
+#include "readkv/cuda/tile_attention.h"
+#include "readkv/cuda/tile_centroids.h"
 
 namespace readkv::cuda::bench {
 
@@ -66,6 +70,8 @@ DeviceBuffer Upload(const std::vector<T>& host, const std::string& what) {
   }
   return buffer;
 }
+
+std::vector<float> Download(const float* device, size_t n, const std::string& what);
 
 template <typename T>
 void UploadTo(T* device, const std::vector<T>& host, const std::string& what) {
@@ -155,19 +161,23 @@ struct Fp8Set {
   }
 };
 
-struct ReadKvSet {
-  int store_bits = 8;
-  InputSet set;
-  CommonRegions common;
-  size_t key_planes = 0, value_planes = 0;
-  size_t key_mean = 0, key_std = 0, value_mean = 0, value_std = 0, key_signs = 0, value_signs = 0,
-         centroids = 0, boundaries = 0, key_increments = 0, value_increments = 0;
-  int key_steps = 0, value_steps = 0;
-  int64_t capacity_bytes = 0;  // planes + codec tables (ledger 1)
-  ReadKvCache Cache(int copy) const {
-    return ReadKvCache{set.At<uint8_t>(copy, key_planes), set.At<uint8_t>(copy, value_planes)};
+// The codec's per-(KV head, channel) tables in an input set: the calibration and the transform
+// signs, [H_kv][d] floats each, reserved back to back in this order (`bytes` from key_mean on),
+// so that one copy moves all six from one set to another.
+struct CodecRegions {
+  size_t key_mean = 0, key_std = 0, value_mean = 0, value_std = 0, key_signs = 0, value_signs = 0;
+  size_t bytes = 0;
+  void Reserve(InputSet& set, size_t floats_each) {
+    key_mean = set.Add(floats_each * sizeof(float));
+    key_std = set.Add(floats_each * sizeof(float));
+    value_mean = set.Add(floats_each * sizeof(float));
+    value_std = set.Add(floats_each * sizeof(float));
+    key_signs = set.Add(floats_each * sizeof(float));
+    value_signs = set.Add(floats_each * sizeof(float));
+    bytes = set.copy_bytes() - key_mean;
   }
-  ReadKvCodec Codec(int copy) const {
+  // The codec of W = store_bits over these tables (no centroids or boundaries).
+  ReadKvCodec Codec(const InputSet& set, int copy, int store_bits) const {
     ReadKvCodec c;
     c.store_bits = store_bits;
     c.key_mean = set.At<const float>(copy, key_mean);
@@ -176,6 +186,24 @@ struct ReadKvSet {
     c.value_std = set.At<const float>(copy, value_std);
     c.key_signs = set.At<const float>(copy, key_signs);
     c.value_signs = set.At<const float>(copy, value_signs);
+    return c;
+  }
+};
+
+struct ReadKvSet {
+  int store_bits = 8;
+  InputSet set;
+  CommonRegions common;
+  size_t key_planes = 0, value_planes = 0;
+  CodecRegions tables;
+  size_t centroids = 0, boundaries = 0, key_increments = 0, value_increments = 0;
+  int key_steps = 0, value_steps = 0;
+  int64_t capacity_bytes = 0;  // planes + codec tables (ledger 1)
+  ReadKvCache Cache(int copy) const {
+    return ReadKvCache{set.At<uint8_t>(copy, key_planes), set.At<uint8_t>(copy, value_planes)};
+  }
+  ReadKvCodec Codec(int copy) const {
+    ReadKvCodec c = tables.Codec(set, copy, store_bits);
     c.centroids = set.At<const float>(copy, centroids);
     c.boundaries = set.At<const float>(copy, boundaries);
     return c;
@@ -188,6 +216,44 @@ struct ReadKvSet {
     p.key_steps = key_steps;
     p.value_increments = set.At<const double>(copy, value_increments);
     p.value_steps = value_steps;
+    return p;
+  }
+};
+
+// The tile reader's inputs (tile_attention.h) for one W: the planes of the ReadKvSet of that W
+// relaid into the tile layout on the device, every token encoded (no residual window: the other
+// rows have none either), the same queries and codec tables, the step-1 increment table for both
+// allocators. The call's plan and centroid tables live here too (host values).
+struct TileSet {
+  int store_bits = 8;
+  TileDecodeShape shape;
+  TilePlan plan;
+  tile::TileCentroids centroids;
+  std::vector<int32_t> encoded_lens, residual_lens;  // host copies, [B]
+  InputSet set;
+  size_t queries = 0, encoded = 0, residual = 0, key_tiles = 0, value_tiles = 0;
+  CodecRegions tables;
+  size_t increments = 0;
+  int64_t capacity_bytes = 0;  // ledger 1 (TileCapacityBytes)
+  TileDecodeInputs Inputs(int copy, float* out) const {
+    TileDecodeInputs in;
+    in.queries = set.At<const float>(copy, queries);
+    in.key_tiles = set.At<const uint8_t>(copy, key_tiles);
+    in.value_tiles = set.At<const uint8_t>(copy, value_tiles);
+    in.encoded_lens = set.At<const int32_t>(copy, encoded);
+    in.residual_lens = set.At<const int32_t>(copy, residual);
+    in.out = out;
+    return in;
+  }
+  ReadKvCodec Codec(int copy) const { return tables.Codec(set, copy, store_bits); }
+  ReadKvReadPolicy Policy(int copy, const KvSpec& spec) const {
+    ReadKvReadPolicy p;
+    p.key_bits = spec.key_bits;
+    p.value_bits = spec.value_bits;
+    p.key_increments = set.At<const double>(copy, increments);
+    p.key_steps = store_bits - 1;
+    p.value_increments = p.key_increments;  // the tile reader's Value step is 1 too
+    p.value_steps = store_bits - 1;
     return p;
   }
 };
@@ -209,6 +275,18 @@ void BuildFp8(Fp8Set& fp8, const PointGeometry& g, const DenseSet& dense, const 
 // measured on the host from the dense pages.
 void BuildReadKv(ReadKvSet& rk, const PointGeometry& g, const DenseSet& dense, int64_t l2_bytes,
                  std::ostream* progress);
+
+// The tile set of source.store_bits from the ReadKV set `source` (copy 0: its planes, page table,
+// lengths, queries and codec tables), planned for `sm_count` SMs.
+void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source, int sm_count,
+               int64_t l2_bytes, std::ostream* progress);
+
+// A tile spec's row: one untimed launch with TileDecodeDebug's depths into `out` (poisoned first)
+// for `output` and the row's ledgers, then the timed launch over the rotation's copies. Errors
+// name the spec and the step ("depths launch", "timed launch").
+std::function<void(int)> TileRow(const TileSet& tile, const KvSpec& spec, float* out,
+                                 size_t out_elems, void* workspace, BenchRow& row,
+                                 std::vector<float>& output);
 
 // The anchor's contiguous bfloat16 copies of queries, keys and values (equal lengths only: it
 // takes no mask).

@@ -1,6 +1,7 @@
 // Kernels of the attention bench (attention_bench.cc): seeded data generation straight into the
 // paged caches, the FP8 conversion, gathers for the ReadKV append and the torch anchor, the
-// streaming-read kernel and the pre-launch spin. Internal to readkv/cuda; every launcher enqueues
+// relayout of the ReadKV planes for the tile reader, the streaming-read kernel and the
+// pre-launch spin. Internal to readkv/cuda; every launcher enqueues
 // on `stream`, never synchronises, and returns the launch status. Shapes as decode_attention.h:
 // pages [P][H_kv][256][d], page_table [B][max_pages], seq_lens [B].
 #pragma once
@@ -8,6 +9,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "tile_relayout.h"
 
 namespace readkv::cuda::bench {
 
@@ -49,6 +52,13 @@ cudaError_t GatherContiguousBf16(const uint16_t* pages, const int32_t* page_tabl
 
 // out[i] = bf16 round-to-nearest-even of in[i].
 cudaError_t ConvertFloatToBf16(const float* in, uint16_t* out, int64_t n, cudaStream_t stream);
+
+// The tile layout [B][H_kv][max_tiles][d / 16][W][32] of keys and values (tile_attention.h)
+// from the paged planes `src` (its page table and seq_lens [B] on the device): every byte by
+// TileByteFromPages, so tiles past a sequence's end and bits of its absent tokens are 0.
+cudaError_t PagesToTiles(const PagedPlanes& src, const int32_t* seq_lens, int batch,
+                         int max_tiles, uint8_t* key_tiles, uint8_t* value_tiles,
+                         cudaStream_t stream);
 
 // Reads `bytes` (a multiple of 16) with 16-byte loads and folds them into *sink (so the loads
 // cannot be elided); `blocks` thread blocks of 512 threads.

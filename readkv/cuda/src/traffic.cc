@@ -1,5 +1,5 @@
-// The traffic model of decode_attention.h: bytes each kernel reads or writes in global memory,
-// counted from the kernels' own loops (an upper bound of DRAM traffic: re-reads that hit L2 are
+// The traffic model of decode_attention.h and the tile reader's ledgers (tile_ledgers.h): bytes
+// each kernel reads or writes in global memory, counted from the kernels' own loops (an upper bound of DRAM traffic: re-reads that hit L2 are
 // counted too, and said so in the bench output). Host-only; compiled with and without CUDA.
 #include <algorithm>
 #include <cstdint>
@@ -8,6 +8,8 @@
 #include <initializer_list>
 
 #include "readkv/cuda/decode_attention.h"
+#include "readkv/cuda/tile_centroids.h"
+#include "readkv/cuda/tile_ledgers.h"
 #include "select_share.h"
 #include "split_work.h"
 
@@ -248,6 +250,104 @@ TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_le
       t.Write(kIo, kPrepare, g * (d + 1) * 4);
       t.Read(kIo, kLogits, chunks * g * (d + 1) * 4);
       t.Write(kIo, kValues, g * d * 4);
+    }
+  }
+  return t.Take();
+}
+
+int64_t TileCapacityBytes(const TileDecodeShape& shape, const int32_t* encoded_lens_host,
+                          const int32_t* residual_lens_host) {
+  const int64_t d = shape.head_dim, heads = shape.heads_kv, w = shape.store_bits;
+  int64_t bytes = 6 * heads * d * 4 + (w - 1) * 8 + static_cast<int64_t>(sizeof(tile::TileCentroids));
+  for (int b = 0; b < shape.batch; ++b) {
+    const int64_t tiles = Chunks(encoded_lens_host[b], 16);
+    bytes += 2 * tiles * (d / 16) * heads * w * 32;            // key and value planes
+    bytes += 2 * int64_t{residual_lens_host[b]} * heads * d * 2;  // BF16 window, K and V
+  }
+  return bytes;
+}
+
+int64_t TileLogicalBytes(const TileDecodeShape& shape, const int32_t* encoded_lens_host,
+                         const uint8_t* key_depths_host, const uint8_t* value_depths_host) {
+  const int groups = shape.groups();
+  const int64_t max_tiles = shape.max_token_tiles();
+  int64_t bytes = 0;
+  for (int b = 0; b < shape.batch; ++b) {
+    const int64_t tiles = Chunks(encoded_lens_host[b], 16);
+    for (int h = 0; h < shape.heads_kv; ++h) {
+      const int64_t row = int64_t{b} * shape.heads_kv + h;
+      for (int g = 0; g < groups; ++g) bytes += key_depths_host[row * groups + g] * tiles * 32;
+      for (int64_t r = 0; r < tiles; ++r) {
+        bytes += int64_t{value_depths_host[row * max_tiles + r]} * groups * 32;
+      }
+    }
+  }
+  return bytes;
+}
+
+TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& plan,
+                               const int32_t* encoded_lens_host,
+                               const int32_t* residual_lens_host,
+                               const uint8_t* key_depths_host, const uint8_t* value_depths_host) {
+  enum { kPrepare, kLogits, kSelect, kValues, kCombine };
+  Ledger t({"TilePrepare", "TileLogits", "TileSelect", "TileValues", "TileCombine"});
+  const int64_t d = shape.head_dim, g = shape.group(), groups = shape.groups();
+  const int64_t increments = (int64_t{shape.store_bits} - 1) * 8;
+  const int64_t folded = groups * 32 * 8;  // the folded queries: a uint2 per (group, lane)
+  const auto centroids = static_cast<int64_t>(sizeof(tile::TileCentroids));
+  t.Read(kMetadata, kLogits, centroids);  // a kernel parameter: once per launch
+  t.Read(kMetadata, kValues, centroids);
+  const bool payload = key_depths_host != nullptr && value_depths_host != nullptr;
+  if (payload) {
+    // The planes: exactly the logical ledger's sectors, Keys by Logits and Values by Values.
+    const int64_t max_tiles = shape.max_token_tiles();
+    for (int b = 0; b < shape.batch; ++b) {
+      const int64_t tiles = Chunks(encoded_lens_host[b], 16);
+      for (int h = 0; h < shape.heads_kv; ++h) {
+        const int64_t row = int64_t{b} * shape.heads_kv + h;
+        for (int k = 0; k < groups; ++k) {
+          t.Read(kPayload, kLogits, key_depths_host[row * groups + k] * tiles * 32);
+        }
+        for (int64_t r = 0; r < tiles; ++r) {
+          t.Read(kPayload, kValues, int64_t{value_depths_host[row * max_tiles + r]} * groups * 32);
+        }
+      }
+    }
+  }
+  for (int b = 0; b < shape.batch; ++b) {
+    const int64_t encoded = encoded_lens_host[b], residual = residual_lens_host[b];
+    const int64_t tiles = Chunks(encoded, 16);
+    const int64_t chunks = Chunks(encoded, plan.chunk_tokens);  // Values blocks holding tokens
+    for (int h = 0; h < shape.heads_kv; ++h) {
+      // 1. Prepare.
+      t.Read(kIo, kPrepare, g * d * 4);
+      t.Read(kMetadata, kPrepare, 3 * d * 4 + increments);
+      t.Read(kPayload, kPrepare, residual * d * 2);
+      t.Write(kSchedule, kPrepare, groups);
+      t.Write(kIo, kPrepare, folded);
+      t.Write(kScores, kPrepare, g * residual * 4);
+      // 2. Logits: every block of the plan reads the group depths, every warp pass the queries.
+      t.Read(kSchedule, kLogits, groups * plan.chunks);
+      t.Read(kIo, kLogits, Chunks(tiles, 8) * folded);
+      t.Write(kScores, kLogits, g * encoded * 4);
+      // 3. Select.
+      t.Read(kMetadata, kSelect, increments);
+      t.Read(kScores, kSelect, g * (3 * encoded + 2 * residual) * 4);
+      t.Write(kPartials, kSelect, g * 4 * 4);
+      t.Write(kScores, kSelect, tiles * 8);
+      t.Read(kScores, kSelect, tiles * 8);
+      t.Write(kSchedule, kSelect, tiles);
+      // 4. Values.
+      t.Read(kPartials, kValues, chunks * g * 4);
+      t.Read(kScores, kValues, g * encoded * 4);
+      t.Read(kSchedule, kValues, tiles);
+      t.Write(kPartials, kValues, chunks * g * d * 4);
+      // 5. Combine.
+      t.Read(kMetadata, kCombine, 3 * d * 4);
+      t.Read(kPartials, kCombine, g * (residual > 0 ? 3 : 2) * 4 + chunks * g * d * 4);
+      t.Read(kScores, kCombine, g * residual * 4);
+      t.Read(kPayload, kCombine, residual * d * 2);
+      t.Write(kIo, kCombine, g * d * 4);
     }
   }
   return t.Take();

@@ -55,6 +55,55 @@ TEST(KvSpecTest, ParsesTheThreeFormsAndNamesThemCanonically) {
   EXPECT_EQ(ParseKvSpec("readkv:8:4:4:4").Name(), "readkv:8:4");  // an equal split is no split
 }
 
+TEST(KvSpecTest, ParsesTheTileReaderAsAReadKvReaderAndNamesItByTheReader) {
+  const KvSpec t = ParseKvSpec("tile:8:4");
+  EXPECT_EQ(t.backend, KvBackend::kReadKv);  // the same backend, another reader
+  EXPECT_EQ(t.reader, codec::ReaderKind::kTile);
+  EXPECT_EQ(t.store_bits, 8);
+  EXPECT_DOUBLE_EQ(t.key_bits, 4.0);
+  EXPECT_DOUBLE_EQ(t.value_bits, 4.0);
+  EXPECT_EQ(t.Name(), "tile:8:4");
+  EXPECT_EQ(ParseKvSpec("readkv:8:4").reader, codec::ReaderKind::kConstrained);
+  EXPECT_EQ(ParseKvSpec("tile:8:2").Name(), "tile:8:2");
+  EXPECT_EQ(ParseKvSpec("tile:4:2.5").Name(), "tile:4:2.5");
+  const KvSpec split = ParseKvSpec("tile:8:4:6:2");
+  EXPECT_EQ(split.reader, codec::ReaderKind::kTile);
+  EXPECT_DOUBLE_EQ(split.key_bits, 6.0);
+  EXPECT_DOUBLE_EQ(split.value_bits, 2.0);
+  EXPECT_EQ(split.Name(), "tile:8:4:6:2");
+  EXPECT_EQ(ParseKvSpec("tile:8:4:4:4").Name(), "tile:8:4");
+  // Every name parses back to the same spec.
+  for (const char* text : {"tile:8:4", "tile:8:2", "tile:2:1.5", "tile:8:4.5:7:2", "readkv:8:4"}) {
+    const KvSpec once = ParseKvSpec(text);
+    const KvSpec twice = ParseKvSpec(once.Name());
+    EXPECT_EQ(twice.Name(), once.Name()) << text;
+    EXPECT_EQ(twice.reader, once.reader) << text;
+    EXPECT_DOUBLE_EQ(twice.key_bits, once.key_bits) << text;
+    EXPECT_DOUBLE_EQ(twice.value_bits, once.value_bits) << text;
+  }
+  // The issue's must-show list: the constrained and the tile reader of one W side by side.
+  const std::vector<KvSpec> specs = ParseKvSpecs("fp8,readkv:8:4,tile:8:4,tile:8:2");
+  ASSERT_EQ(specs.size(), 4u);
+  EXPECT_EQ(specs[1].Name(), "readkv:8:4");
+  EXPECT_EQ(specs[2].Name(), "tile:8:4");
+  EXPECT_EQ(ThrownField([] { ParseKvSpecs("tile:8:4,tile:8:4.0"); }), "--kv");
+}
+
+TEST(KvSpecTest, RejectsBadTileSpecsAndOtherReadersNamingTheFlag) {
+  for (const char* bad : {"tile", "tile:8", "tile:8:", "tile::4", "tile:x:4", "tile:9:4",
+                          "tile:1:1", "tile:8:0.5", "tile:8:9", "tile:8:4:6", "tile:8:4:6:3",
+                          "tile:8:4:x:2", "tile:8:4:6:2:1", "Tile:8:4", "tiles:8:4",
+                          "constrained:8:4", "flexible:8:4", "full:8:8", "tile:8:4:7.5:0.5"}) {
+    EXPECT_EQ(ThrownField([&] { ParseKvSpec(bad); }), "--kv") << bad;
+  }
+  try {
+    ParseKvSpec("full:8:8");
+    FAIL() << "full:8:8 parsed";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("tile:W:R"), std::string::npos) << e.what();
+  }
+}
+
 TEST(KvSpecTest, RejectsIncompleteOrOutOfRangeSpecsNamingTheFlag) {
   for (const char* bad : {"readkv:8", "readkv", "readkv:8:", "readkv::4", "readkv:x:4",
                           "readkv:8:4:1", "readkv:9:4", "readkv:1:1", "readkv:8:0.5", "readkv:8:9",
@@ -143,7 +192,12 @@ BenchReport SampleReport() {
   anchor.anchor = true;
   anchor.time_vs_fp8 = 0;  // absent -> null
   anchor.finite = false;
-  report.rows = {fp8, anchor};
+  BenchRow tile = fp8;
+  tile.kv = "tile:8:4";
+  tile.backend = KvBackend::kReadKv;
+  tile.reader = codec::ReaderKind::kTile;
+  tile.traffic.kernels[4] = {"TileCombine", 32, 8};
+  report.rows = {fp8, anchor, tile};
   return report;
 }
 
@@ -167,7 +221,7 @@ TEST(BenchReportJsonTest, HoldsTheRunInfoDeviceStreamAndEveryRowWithItsLedgers) 
   EXPECT_EQ(j.at("config").at("tokens"), nlohmann::json({8192}));
   EXPECT_EQ(j.at("cold_l2_method"), "rotation");
   const nlohmann::json rows = j.at("rows");  // copies: g++ 13 -Wdangling-reference
-  ASSERT_EQ(rows.size(), 2u);
+  ASSERT_EQ(rows.size(), 3u);
   const nlohmann::json r = rows[0];
   EXPECT_EQ(r.at("kv"), "fp8");
   EXPECT_DOUBLE_EQ(r.at("time").at("median_us").get<double>(), 11.0);
@@ -186,6 +240,14 @@ TEST(BenchReportJsonTest, HoldsTheRunInfoDeviceStreamAndEveryRowWithItsLedgers) 
   EXPECT_TRUE(rows[1].at("anchor").get<bool>());
   EXPECT_TRUE(rows[1].at("time_vs_fp8").is_null());
   EXPECT_FALSE(rows[1].at("finite").get<bool>());
+  // The reader of the ReadKV rows only; a fifth launch in the model comes out in order.
+  EXPECT_TRUE(r.at("reader").is_null());
+  EXPECT_TRUE(rows[1].at("reader").is_null());
+  EXPECT_EQ(rows[2].at("kv"), "tile:8:4");
+  EXPECT_EQ(rows[2].at("reader"), "tile");
+  const nlohmann::json launches = rows[2].at("traffic_kernels");
+  ASSERT_EQ(launches.size(), 3u);
+  EXPECT_EQ(launches[2].at("kernel"), "TileCombine");
 }
 
 TEST(KernelSwitchesTest, RecordsTheSwitchesTheEnvironmentSetsAndNoOthers) {
@@ -209,6 +271,7 @@ TEST(BenchTableTest, PrintsOneLinePerRowAndMarksNonFiniteOutputs) {
   EXPECT_NE(text.find("4000.0 GB/s"), std::string::npos) << text;
   EXPECT_NE(text.find("torch_sdpa!NaN"), std::string::npos) << text;
   EXPECT_NE(text.find("1.000"), std::string::npos) << text;  // fp8 vs itself
+  EXPECT_NE(text.find("tile:8:4"), std::string::npos) << text;
 }
 
 TEST(Fp8EncodeTest, DeviceEncoderMatchesTheCodecBitForBit) {

@@ -23,24 +23,29 @@
 #include <vector>
 
 #include "readkv/codec/attention.h"
+#include "readkv/codec/readers.h"
 #include "readkv/cuda/decode_attention.h"
 
 namespace readkv::cuda {
 
 // One value of --kv: "dense", "fp8" (per-tensor scales), "readkv:W:R" (constrained reader,
-// R_K = R_V = R) or "readkv:W:R:RK:RV" (the same reader with a K/V split, mean R).
+// R_K = R_V = R), "readkv:W:R:RK:RV" (the same reader with a K/V split, mean R), or "tile:W:R" /
+// "tile:W:R:RK:RV" (the tile reader, TileDecodeAttention, on the same W-bit codes relaid into the
+// tile layout; the same ranges; its chunk is PlanTileDecode's, not --chunk-tokens).
 struct KvSpec {
   codec::KvBackend backend = codec::KvBackend::kDense;  // the server's one backend type
+  // ReadKV only: kConstrained ("readkv:") or kTile ("tile:"), the server's one reader type.
+  codec::ReaderKind reader = codec::ReaderKind::kConstrained;
   int store_bits = 0;        // W, ReadKV only, in [2, 8]
   double read_bits = 0;      // R, ReadKV only, in [1, W]
   double key_bits = 0;       // R_K, ReadKV only, in [1, W]; R when no split is given
   double value_bits = 0;     // R_V, likewise
   // Canonical text: "dense", "fp8", "readkv:8:4", "readkv:8:2.5", "readkv:8:4:6:2" (the split
-  // only when unequal).
+  // only when unequal), "tile:8:2", "tile:8:4:6:2".
   std::string Name() const;
 };
 
-// Throws InvalidArgument("--kv") for anything but the forms above (e.g. "readkv:8").
+// Throws InvalidArgument("--kv") for anything but the forms above (e.g. "readkv:8", "full:8:8").
 KvSpec ParseKvSpec(const std::string& text);
 // A comma-separated list of specs; throws InvalidArgument("--kv") on an empty list or duplicate.
 std::vector<KvSpec> ParseKvSpecs(const std::string& text);
@@ -56,8 +61,9 @@ struct BenchConfig {
   std::vector<KvSpec> kv = {KvSpec{}};
   int iters = 50;               // timed launches per row, at least 20 ...
   double min_total_ms = 200.0;  // ... and until their kernel times add up to this
-  int chunk_tokens = 0;  // ReadKV's chunk, a multiple of 256; 0: the automatic choice that
-                         // kvgate serve uses (ReadKvChunkTokens)
+  int chunk_tokens = 0;  // the constrained reader's chunk, a multiple of 256; 0: the automatic
+                         // choice that kvgate serve uses (ReadKvChunkTokens). Tile rows plan
+                         // their own (PlanTileDecode).
   bool ragged = false;          // seq_lens uniform in [T/2, T] instead of all T
   uint64_t seed = 1;
   // Throws InvalidArgument naming the flag: "--tokens", "--batch", "--heads-q", "--heads-kv"
@@ -95,11 +101,13 @@ struct BenchRow {
   std::string kv;      // KvSpec::Name() or the anchor's name
   bool anchor = false;
   codec::KvBackend backend = codec::KvBackend::kDense;  // the spec's; not for the anchor
+  codec::ReaderKind reader = codec::ReaderKind::kConstrained;  // the spec's (ReadKV rows)
   TimingStats time;
   int64_t context_tokens = 0;   // sum of seq_lens over the batch
   int64_t capacity_bytes = 0;   // ledger 1: cache pages (whole pages) + scales / codec tables
   int64_t workspace_bytes = 0;  // ledger 4: the launcher's workspace; -1: unknown (anchor)
-  int chunk_tokens = 0;         // ReadKV rows: the chunk the call used; 0 for the others
+  int chunk_tokens = 0;         // ReadKV rows: the chunk the call used (tile rows: the
+                                // TilePlan's); 0 for the others
   int64_t logical_bytes = 0;    // ledger 2: payload the reader chose
   TrafficBytes traffic;         // ledger 3 (the anchor: the dense kernel's model of the same reads)
   double achieved_gbps = 0;     // traffic.Total() / median time, 1e9 bytes/s
@@ -141,7 +149,8 @@ struct BenchRunInfo {
 std::map<std::string, std::string> KernelSwitchesSet();
 // The report as JSON text (2-space indent): {"bench": "attention", "version", "git_commit",
 // "date_utc", "command_line", "kernel_switches": {...}, "device": {...}, "config": {...},
-// "stream": {...}, "cold_l2_method", "anchor_note", "rows": [{...}, ...]}.
+// "stream": {...}, "cold_l2_method", "anchor_note", "rows": [{...}, ...]}; a row's "reader" is
+// the ReadKV reader's name ("constrained", "tile"), null for the other rows.
 std::string BenchReportJson(const BenchConfig& config, const BenchReport& report,
                             const BenchRunInfo& info);
 // The human table, one line per row.

@@ -205,7 +205,8 @@ cudaError_t ReadKvAppend(const DecodeShape& shape, int tokens, const float* keys
 // ledger, docs/ledgers.md): cache payload in 32-byte sectors as the kernels touch
 // them, codec metadata, scores/logits written and read back, depth schedules, chunk partials, and
 // queries/outputs. Host functions over host copies of seq_lens (and, for ReadKV, of the depths
-// the call chose: ReadKvDebug); they compile without CUDA.
+// the call chose: ReadKvDebug); they compile without CUDA. The tile reader's model
+// (TileDecodeTraffic) is in tile_ledgers.h, which says what each of its launches moves.
 // The same bytes by launch: what the model has one kernel read and write. `kernel` is the
 // kernel's name up to its template arguments, so a profiler's name for the launch starts with it
 // ("Logits" for LogitsTransposed<4, 4>); a static string, null in unused entries.
@@ -222,8 +223,9 @@ struct TrafficBytes {
   int64_t partials = 0;   // per-chunk partial outputs and softmax statistics, written and read
   int64_t io = 0;         // queries read, outputs written
   // In launch order: dense and FP8 SplitDecodeKernel, CombineSplits; ReadKV Prepare, Logits,
-  // Select, Values (with the row's finish). Their reads and writes add up to Total().
-  std::array<KernelTraffic, 4> kernels{};
+  // Select, Values (with the row's finish); the tile reader's five launches (tile_ledgers.h).
+  // Their reads and writes add up to Total().
+  std::array<KernelTraffic, 5> kernels{};
   int64_t Total() const { return payload + metadata + scores + schedule + partials + io; }
 };
 // Logical payload: what the readers chose (dense/FP8: every K/V byte).

@@ -1,0 +1,62 @@
+// The ledgers of one TileDecodeAttention call (tile_attention.h; docs/ledgers.md): capacity,
+// logical reads and the physical-traffic model, as `kvgate bench attention` reports them for a
+// `tile:W:R` row. Host functions over host copies of the lengths and of the depths the call chose
+// (TileDecodeDebug::key_depths / value_depths); they compile without CUDA (src/traffic.cc).
+//
+// The traffic model, like decode_attention.h's, counts the bytes the five launches' own loops
+// read and write in global memory (an upper bound of DRAM traffic: re-reads that hit L2 count
+// too), by category and by launch. Per (sequence b, KV head) row, E = encoded_lens[b] tokens in
+// tiles = ceil(E / 16) token tiles, R = residual_lens[b], g = H_q / H_kv heads, d / 16 groups,
+// chunks = ceil(E / chunk_tokens) chunks holding tokens:
+//   1. TilePrepare: reads the g queries, the Key mean, std and signs, the Key increments and the
+//      R residual keys (BF16, payload); writes the d / 16 Key group depths, the folded queries
+//      (d / 16 groups x 32 lanes x 8 bytes, the B fragments) and the residual logits.
+//   2. TileLogits (plan.chunks blocks a row): each block reads the row's group depths, each warp
+//      pass over 8 token tiles the row's folded queries (ceil(tiles / 8) passes), the Key planes
+//      t_g x 32 bytes per (tile, group) (a tail batch's clamped re-reads of the last tile are the
+//      same sectors: not counted); writes the g x E logits.
+//   3. TileSelect: reads the Value increments and the logits three times over the encoded tokens
+//      (max, sum, block weights) and twice over the residual ones; writes the g heads' statistics
+//      (4 floats), the block weights (a double per tile, read back once by the depth pass; the
+//      radix passes' re-reads when a cut is needed are data-dependent, not counted, as for the
+//      constrained reader) and the Value depths.
+//   4. TileValues (the row's `chunks` blocks that hold tokens; the others exit at once): each
+//      reads the g heads' maxima; together they read the g x E logits, the tile depths and the
+//      Value planes t_r x 32 bytes per (tile, group); each writes its partial g x d floats.
+//   5. TileCombine: reads the Value mean, std and signs, the statistics (2 floats a head, 3 with
+//      a residual window), the partials, the residual logits and values; writes the g x d outputs.
+// The f16 centroid tables (tile::TileCentroids) are a kernel parameter of TileLogits and
+// TileValues: counted once per launch. The lengths arrays are not counted (nor are the other
+// kernels' seq_lens).
+#pragma once
+
+#include <cstdint>
+
+#include "readkv/cuda/decode_attention.h"
+#include "readkv/cuda/tile_attention.h"
+
+namespace readkv::cuda {
+
+// Ledger 1: the tile planes of keys and values, W x 32 bytes per tile, whole tiles
+// (ceil(encoded_lens[b] / 16) token tiles x d / 16 groups x H_kv a sequence), the BF16 residual
+// windows (keys and values, residual_lens[b] tokens), and the codec's tables: the means, stds
+// and signs of K and V ([H_kv][d] floats each), the step-1 increment table (W - 1 doubles) and
+// the f16 centroid tables.
+int64_t TileCapacityBytes(const TileDecodeShape& shape, const int32_t* encoded_lens_host,
+                          const int32_t* residual_lens_host);
+
+// Ledger 2: the plane bytes the chosen depths read, whole 32-byte sectors: per row
+// sum_g t_g x tiles x 32 (keys) + sum_r t_r x (d / 16) x 32 (values). key_depths_host
+// [B][H_kv][d / 16] and value_depths_host [B][H_kv][max_token_tiles] as TileDecodeDebug wrote
+// them.
+int64_t TileLogicalBytes(const TileDecodeShape& shape, const int32_t* encoded_lens_host,
+                         const uint8_t* key_depths_host, const uint8_t* value_depths_host);
+
+// Ledger 3, by launch ("TilePrepare", "TileLogits", "TileSelect", "TileValues", "TileCombine")
+// and by category; both depth arrays null: every term but the planes' payload.
+TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& plan,
+                               const int32_t* encoded_lens_host,
+                               const int32_t* residual_lens_host,
+                               const uint8_t* key_depths_host, const uint8_t* value_depths_host);
+
+}  // namespace readkv::cuda

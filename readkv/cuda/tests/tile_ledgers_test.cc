@@ -1,0 +1,119 @@
+// The tile reader's ledgers (tile_ledgers.h) on a shape small enough to count by hand: one
+// sequence, 2 query heads on 1 KV head, d = 64 (4 groups), W = 4, 40 encoded tokens (3 token
+// tiles, the last one partial), one chunk of 512. Host code, every build.
+#include "readkv/cuda/tile_ledgers.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "readkv/cuda/tile_centroids.h"
+
+namespace readkv::cuda {
+namespace {
+
+constexpr auto kCentroids = static_cast<int64_t>(sizeof(tile::TileCentroids));
+
+TileDecodeShape TinyShape(int residual) { return TileDecodeShape{1, 2, 1, 64, 4, 40, residual}; }
+
+int64_t SumOfLaunches(const TrafficBytes& t) {
+  int64_t bytes = 0;
+  for (const KernelTraffic& k : t.kernels) bytes += k.read + k.write;
+  return bytes;
+}
+
+const std::vector<uint8_t> kKeyDepths = {1, 2, 3, 4};  // per group
+const std::vector<uint8_t> kValueDepths = {1, 2, 3};   // per token tile
+
+TEST(TileLedgersTest, CapacityCountsWholeTilesTheWindowAndTheTables) {
+  const std::vector<int32_t> encoded = {40}, none = {0}, window = {5};
+  // Planes: K and V x 3 tiles x 4 groups x 1 head x 4 planes x 32 bytes. Tables: 6 x 64 floats,
+  // 3 increments, the centroid tables.
+  const int64_t planes = 2 * 3 * 4 * 4 * 32, tables = 6 * 64 * 4 + 3 * 8 + kCentroids;
+  EXPECT_EQ(TileCapacityBytes(TinyShape(0), encoded.data(), none.data()), planes + tables);
+  EXPECT_EQ(TileCapacityBytes(TinyShape(5), encoded.data(), window.data()),
+            planes + tables + 2 * 5 * 64 * 2);
+}
+
+TEST(TileLedgersTest, LogicalReadsAreTheChosenPlanesInWholeSectors) {
+  const std::vector<int32_t> encoded = {40};
+  // Keys: (1 + 2 + 3 + 4) planes x 3 tiles x 32 = 960; values: (1 + 2 + 3) x 4 groups x 32 = 768.
+  EXPECT_EQ(TileLogicalBytes(TinyShape(0), encoded.data(), kKeyDepths.data(), kValueDepths.data()),
+            960 + 768);
+  // A shorter sequence reads only its own tiles: 17 tokens are 2 tiles.
+  const std::vector<int32_t> shorter = {17};
+  EXPECT_EQ(TileLogicalBytes(TinyShape(0), shorter.data(), kKeyDepths.data(), kValueDepths.data()),
+            10 * 2 * 32 + 3 * 4 * 32);
+}
+
+TEST(TileLedgersTest, TrafficByLaunchWorkedOutByHand) {
+  const std::vector<int32_t> encoded = {40}, none = {0};
+  const TilePlan plan{512, 1};
+  const TrafficBytes t = TileDecodeTraffic(TinyShape(0), plan, encoded.data(), none.data(),
+                                           kKeyDepths.data(), kValueDepths.data());
+  const std::vector<std::string> names = {"TilePrepare", "TileLogits", "TileSelect", "TileValues",
+                                          "TileCombine"};
+  for (size_t k = 0; k < names.size(); ++k) {
+    ASSERT_NE(t.kernels[k].kernel, nullptr) << k;
+    EXPECT_EQ(t.kernels[k].kernel, names[k]);
+  }
+  // Prepare: 2 x 64 float queries, K mean/std/signs, 3 increments; writes 4 group depths and the
+  // folded queries (4 groups x 32 lanes x 8 bytes).
+  EXPECT_EQ(t.kernels[0].read, 512 + 768 + 24);
+  EXPECT_EQ(t.kernels[0].write, 4 + 1024);
+  // Logits: the centroid parameter, the group depths, one warp pass's folded queries, the Key
+  // planes (960); writes 2 x 40 logits.
+  EXPECT_EQ(t.kernels[1].read, kCentroids + 4 + 1024 + 960);
+  EXPECT_EQ(t.kernels[1].write, 320);
+  // Select: the increments, the logits three times, the 3 block weights read back; writes the
+  // statistics (2 heads x 4 floats), the block weights and 3 tile depths.
+  EXPECT_EQ(t.kernels[2].read, 24 + 3 * 320 + 24);
+  EXPECT_EQ(t.kernels[2].write, 32 + 24 + 3);
+  // Values: the centroid parameter, 2 maxima, the logits, 3 tile depths, the Value planes (768);
+  // writes one chunk's partial (2 heads x 64 floats).
+  EXPECT_EQ(t.kernels[3].read, kCentroids + 8 + 320 + 3 + 768);
+  EXPECT_EQ(t.kernels[3].write, 512);
+  // Combine: V mean/std/signs, 2 statistics a head, the partial; writes the 2 x 64 outputs.
+  EXPECT_EQ(t.kernels[4].read, 768 + 16 + 512);
+  EXPECT_EQ(t.kernels[4].write, 512);
+  EXPECT_EQ(t.payload, 960 + 768);
+  EXPECT_EQ(t.metadata, 768 + 24 + kCentroids + 24 + kCentroids + 768);
+  EXPECT_EQ(t.scores, 320 + 3 * 320 + 24 + 24 + 320);
+  EXPECT_EQ(t.schedule, 4 + 4 + 3 + 3);
+  EXPECT_EQ(t.partials, 32 + 8 + 512 + 16 + 512);
+  EXPECT_EQ(t.io, 512 + 1024 + 1024 + 512);
+  EXPECT_EQ(SumOfLaunches(t), t.Total());
+
+  // Without the depths, everything but the planes.
+  const TrafficBytes bare =
+      TileDecodeTraffic(TinyShape(0), plan, encoded.data(), none.data(), nullptr, nullptr);
+  EXPECT_EQ(bare.payload, 0);
+  EXPECT_EQ(bare.Total(), t.Total() - 960 - 768);
+  EXPECT_EQ(SumOfLaunches(bare), bare.Total());
+}
+
+TEST(TileLedgersTest, TrafficCountsTheWindowAndEveryPlannedLogitsBlock) {
+  const std::vector<int32_t> encoded = {40}, none = {0}, window = {5};
+  const TrafficBytes base = TileDecodeTraffic(TinyShape(0), TilePlan{512, 1}, encoded.data(),
+                                              none.data(), nullptr, nullptr);
+  // 5 residual tokens: Prepare reads their keys (5 x 64 BF16) and writes their 2 x 5 logits,
+  // Select reads those twice, Combine reads them, the window's values and one more statistic.
+  const TrafficBytes res = TileDecodeTraffic(TinyShape(5), TilePlan{512, 1}, encoded.data(),
+                                             window.data(), nullptr, nullptr);
+  EXPECT_EQ(res.kernels[0].read - base.kernels[0].read, 5 * 64 * 2);
+  EXPECT_EQ(res.kernels[0].write - base.kernels[0].write, 2 * 5 * 4);
+  EXPECT_EQ(res.kernels[2].read - base.kernels[2].read, 2 * 2 * 5 * 4);
+  EXPECT_EQ(res.kernels[4].read - base.kernels[4].read, 2 * 5 * 4 + 5 * 64 * 2 + 2 * 4);
+  EXPECT_EQ(res.payload - base.payload, 2 * 5 * 64 * 2);
+  // A plan of 3 chunks for 40 tokens: the two empty Logits blocks still read the group depths;
+  // the empty Values blocks exit before reading anything counted.
+  const TrafficBytes wide = TileDecodeTraffic(TinyShape(0), TilePlan{512, 3}, encoded.data(),
+                                              none.data(), nullptr, nullptr);
+  EXPECT_EQ(wide.kernels[1].read - base.kernels[1].read, 2 * 4);
+  EXPECT_EQ(wide.kernels[3].read, base.kernels[3].read);
+}
+
+}  // namespace
+}  // namespace readkv::cuda
