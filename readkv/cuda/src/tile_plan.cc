@@ -40,9 +40,10 @@ void CheckTileShape(const TileDecodeShape& s) {
 
 TileWorkspaceLayout MakeTileWorkspaceLayout(const TileDecodeShape& s, const TilePlan& plan) {
   CheckTileShape(s);
-  Require(
-      plan.chunk_tokens >= kTileChunkStep && plan.chunk_tokens % kTileChunkStep == 0, "plan",
-      "chunk_tokens must be a positive multiple of 512, got " + std::to_string(plan.chunk_tokens));
+  Require(plan.chunk_tokens >= kTileChunkStep && plan.chunk_tokens <= kTileMaxChunk &&
+              plan.chunk_tokens % kTileChunkStep == 0,
+          "plan",
+          "chunk_tokens must be 512, 1024, 1536 or 2048, got " + std::to_string(plan.chunk_tokens));
   const int64_t need = (int64_t{s.max_encoded_tokens} + plan.chunk_tokens - 1) / plan.chunk_tokens;
   Require(plan.chunks >= 1 && plan.chunks >= need, "plan",
           "chunks " + std::to_string(plan.chunks) + " do not cover " +
@@ -62,6 +63,8 @@ TileWorkspaceLayout MakeTileWorkspaceLayout(const TileDecodeShape& s, const Tile
   w.value_depths = Section(at, rows * tiles);
   w.partials = Section(at, rows * static_cast<size_t>(plan.chunks) * kTileMaxGroup *
                                static_cast<size_t>(s.head_dim) * sizeof(float));
+  w.tile_stats = Section(at, rows * tiles * 3 * static_cast<size_t>(s.group()) * sizeof(float));
+  w.probs = Section(at, rows * tiles * static_cast<size_t>(s.group()) * 16 * sizeof(uint16_t));
   w.total = at;
   return w;
 }
@@ -74,9 +77,9 @@ TilePlan PlanTileDecode(const TileDecodeShape& shape, int sm_count) {
   const int64_t rows = int64_t{shape.batch} * shape.heads_kv;
   TilePlan plan;
   plan.chunk_tokens = kTileChunkStep;
-  for (const int chunk : {4096, 2048, 1024}) {
+  for (const int chunk : {kTileMaxChunk, 1024}) {
     const int64_t chunks = (int64_t{shape.max_encoded_tokens} + chunk - 1) / chunk;
-    if (rows * chunks >= 2 * int64_t{sm_count}) {
+    if (rows * chunks >= 4 * int64_t{sm_count}) {
       plan.chunk_tokens = chunk;
       break;
     }

@@ -17,18 +17,20 @@ struct TileWorkspaceLayout {
   int64_t logit_stride = 0;  // floats per query head's logit row: encoded + residual, to 16
   size_t fragments = 0;      // uint32 [B][H_kv][d / 16][32 lanes][2]: folded f16 queries, B order
   size_t key_depths = 0;     // uint8 [B][H_kv][d / 16]
-  size_t logits = 0;         // float [B][H_q][logit_stride]
+  size_t logits = 0;         // float [B][H_q][logit_stride]: the window's at [encoded, ...)
   size_t stats = 0;          // float [B][H_q][4]: max, 1 / sum, encoded mass, unused
   size_t block_weights = 0;  // double [B][H_kv][max_token_tiles]
   size_t value_depths = 0;   // uint8 [B][H_kv][max_token_tiles]
   size_t partials = 0;       // float [B][H_kv][chunks][8][d]
+  size_t tile_stats = 0;     // float [B][H_kv][max_token_tiles][3][group]: M, sum e, sum e^2
+  size_t probs = 0;          // f16 [B][H_kv][max_token_tiles][group][16]: e = exp(l - M)
   size_t total = 0;
 };
 
 // Throws readkv::codec::InvalidArgument naming the field the kernels refuse.
 void CheckTileShape(const TileDecodeShape& shape);
-// Throws as CheckTileShape, and InvalidArgument("plan") for chunks that are not a positive
-// multiple of kTileChunkStep or do not cover max_encoded_tokens.
+// Throws as CheckTileShape, and InvalidArgument("plan") for chunks that are not a multiple of
+// kTileChunkStep in [kTileChunkStep, kTileMaxChunk] or do not cover max_encoded_tokens.
 TileWorkspaceLayout MakeTileWorkspaceLayout(const TileDecodeShape& shape, const TilePlan& plan);
 
 }  // namespace readkv::cuda::internal
