@@ -12,6 +12,7 @@
 #include "readkv/cuda/tile_attention.h"
 #include "readkv_device.cuh"
 #include "tile_fragment.h"
+#include "tile_plan.h"
 
 namespace readkv::cuda::tile_kernels {
 
@@ -19,9 +20,9 @@ using internal::kWarp;
 inline constexpr int kMaxGroup = 8;  // query heads per KV head: the MMA's N
 inline constexpr int kStepBits = 3;  // an object's steps <= 7 (W <= 8, step 1)
 inline constexpr int kMaxSteps = (1 << kStepBits) - 1;
-inline constexpr int kMmaWarps = 4;  // warps of a Logits or Values block
+inline constexpr int kMmaWarps = internal::kTileBlockWarps;  // warps of a Logits or Values block
 inline constexpr int kMmaThreads = kMmaWarps * 32;
-inline constexpr int kWarpTiles = 8;  // token tiles a Logits warp holds accumulators for
+inline constexpr int kWarpTiles = internal::kTileStageTiles;  // token tiles of a stage, at most
 inline constexpr int kSelectThreads = 256;
 static_assert(kMmaWarps * kWarpTiles * 16 == kTileChunkStep, "a chunk is whole Logits passes");
 
@@ -73,7 +74,7 @@ __device__ __forceinline__ void CpAsyncWait() {
 // two stages in shared memory: while it decodes one stage the next is in flight (cp.async), so
 // every SM keeps tens of KB of plane reads outstanding (one byte load per lane kept only ~8 KB
 // in flight and the kernels ran at ~15% of DRAM bandwidth, ncu 2026-12-05).
-inline constexpr int kStageBytes = 4096;
+inline constexpr int kStageBytes = internal::kTileStageBytes;
 inline constexpr int kStages = 2;
 
 // This warp's share [lo, hi) of the chunk's token tiles [first, end): contiguous, 4 warps.

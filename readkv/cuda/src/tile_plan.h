@@ -12,6 +12,18 @@ namespace readkv::cuda::internal {
 
 inline constexpr int kTileMaxGroup = 8;  // query heads per KV head: the MMA's N
 
+// The Logits and Values blocks' staging (tile_kernels.cuh), shared with the traffic model: 4
+// warps a block, each streaming its contiguous share of the chunk's token tiles through a ring of
+// two stages of at most kTileStageBytes and kTileStageTiles tiles.
+inline constexpr int kTileBlockWarps = 4;
+inline constexpr int kTileStageTiles = 8;
+inline constexpr int kTileStageBytes = 4096;
+
+// The number of Logits stages over a row of `encoded` tokens whose Key group depths add up to
+// `key_planes` (each stage reads the folded queries once): per chunk, per warp,
+// ceil(share / tiles a stage).
+int64_t TileLogitsStages(const TilePlan& plan, int64_t encoded, int key_planes);
+
 // Byte offsets into the workspace, each section 256-byte aligned.
 struct TileWorkspaceLayout {
   int64_t logit_stride = 0;  // floats per query head's logit row: encoded + residual, to 16
