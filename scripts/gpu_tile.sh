@@ -10,15 +10,17 @@
 # scripts/gpu_tile_profile.sh's ncu tables into $OUT/prof.
 set -uo pipefail
 # The device tool returns at most 8 files: everything is written to a work folder and packed
-# into $OUT/round.tgz at the end, beside steps.txt, timing.txt and bench.txt.
+# into $OUT/round.tgz at the end; steps.txt, timing.txt and bench.txt are written to $OUT as the
+# round goes.
 FINAL=${OUT:-/tmp/kvgate-gpu-tile}
 B=${BUILD_DIR:-/tmp/kvgate-gpu-tile-build}
 OUT=$(mktemp -d)
 mkdir -p "$FINAL"
-pack() { tar czf "$FINAL/round.tgz" -C "$OUT" . && cp "$OUT"/{steps,timing,bench}.txt "$FINAL/" 2>/dev/null; }
+pack() { tar czf "$FINAL/round.tgz" -C "$OUT" .; }
 trap pack EXIT
+trap 'exit 143' TERM INT  # a time limit still packs what came before it
 start=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - start )) s] $*" | tee -a "$OUT/steps.txt"; }
+stamp() { echo "[$(( $(date +%s) - start )) s] $*" | tee -a "$FINAL/steps.txt"; }
 source .devdeps/unpack-debs.sh > "$OUT/devdeps.log" 2>&1
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem \
   --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -32,12 +34,12 @@ if [[ -n "${BENCH:-}" ]]; then
   KVGATE_BUILD=$!
 fi
 T="$B/readkv/cuda/readkv_cuda_test"
-FILTER=${TILE_FILTER:-'Tile*:*TileKernelTest*'}
+FILTER=${TILE_FILTER:-'Tile*:*TileKernelTest*:AttentionBenchGpuTest.*'}
 timeout 120 "$T" --gtest_filter="$FILTER" --gtest_output=json:"$OUT/tests.json" > "$OUT/tests.txt" 2>&1
 stamp "tests rc=$?: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests.txt" | tr '\n' ' ')"
 grep -E 'FAILED|Failure|error|differ|Expected|Which is|actual' "$OUT/tests.txt" | head -40
 SAN=/usr/local/cuda/bin/compute-sanitizer
-SFILTER=${SAN_FILTER:-'*TileKernelTest*:TileAttentionTest.*'}
+SFILTER=${SAN_FILTER:-'*TileKernelTest*:TileAttentionTest.*:TileRelayoutTest.*'}
 if [[ "${SANITIZE:-1}" == 1 ]]; then
   for tool in memcheck racecheck; do
     timeout "${SAN_LIMIT:-150}" "$SAN" --tool "$tool" --error-exitcode 9 "$T" \
@@ -47,8 +49,15 @@ if [[ "${SANITIZE:-1}" == 1 ]]; then
 fi
 for spec in ${TILE_TIMINGS:-32768,16,2 32768,16,4 8192,1,2 16384,16,2,8,2,64 16384,16,7,2,8,2,64}; do
   KVGATE_TILE_TIMING=$spec timeout 90 "$T" --gtest_also_run_disabled_tests \
-    --gtest_filter='TileTiming*' 2>&1 | grep -E 'tile reader|FAIL|rror' | tee -a "$OUT/timing.txt"
+    --gtest_filter='TileTiming*' 2>&1 | grep -E 'tile reader|FAIL|rror' | tee -a "$FINAL/timing.txt"
 done
+if [[ "${PROFILE:-0}" == 1 ]]; then
+  OUT=$OUT/prof BUILD_DIR=$B bash scripts/gpu_tile_profile.sh > "$OUT/profile.log" 2>&1
+  stamp "profile rc=$?"
+  cat "$OUT/prof/ncu_kernels.txt" | tee -a "$FINAL/timing.txt"
+  grep -E "Tile(Logits|Values)<|Duration|DRAM Throughput|Eligible Warps|Achieved Occ|Block Limit (Reg|Shared)|stalled waiting" \
+    "$OUT/prof/ncu_details.txt" | head -24
+fi
 if [[ -n "${BENCH:-}" ]]; then
   wait "$KVGATE_BUILD" || { grep -B2 -A12 -m5 error "$OUT/build_kvgate.log" | head -60; exit 1; }
   stamp "kvgate built"
@@ -59,15 +68,8 @@ if [[ -n "${BENCH:-}" ]]; then
     timeout "${BENCH_LIMIT:-200}" "$B/apps/kvgate" bench attention --device cuda $args \
       --json "$OUT/bench_$n.json" > "$OUT/bench_$n.txt" 2>&1
     stamp "bench $n rc=$? ($args)"
-    grep -vE '^(  |T=|streaming)' "$OUT/bench_$n.txt" | tee -a "$OUT/bench.txt" | tail -12
+    grep -vE '^(  |T=|streaming)' "$OUT/bench_$n.txt" | tee -a "$FINAL/bench.txt" | tail -14
     n=$((n + 1))
   done
-fi
-if [[ "${PROFILE:-0}" == 1 ]]; then
-  OUT=$OUT/prof BUILD_DIR=$B bash scripts/gpu_tile_profile.sh > "$OUT/profile.log" 2>&1
-  stamp "profile rc=$?"
-  cat "$OUT/prof/ncu_kernels.txt" | tee -a "$OUT/timing.txt"
-  grep -E "Tile(Logits|Values)<|Duration|DRAM Throughput|Eligible Warps|Achieved Occ|Block Limit (Reg|Shared)|stalled waiting" \
-    "$OUT/prof/ncu_details.txt" | head -24
 fi
 stamp "round done"
