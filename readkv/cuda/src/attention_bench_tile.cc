@@ -49,7 +49,8 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source, i
   const size_t tile_bytes = static_cast<size_t>(s.batch) * s.heads_kv *
                             static_cast<size_t>(tile.shape.max_token_tiles()) *
                             static_cast<size_t>(tile.shape.groups()) * w * 32;
-  tile.queries = tile.set.Add(static_cast<size_t>(s.batch) * s.heads_q * s.head_dim * sizeof(float));
+  const size_t query_bytes = static_cast<size_t>(s.batch) * s.heads_q * s.head_dim * sizeof(float);
+  tile.queries = tile.set.Add(query_bytes);
   tile.encoded = tile.set.Add(tile.encoded_lens.size() * sizeof(int32_t));
   tile.residual = tile.set.Add(tile.residual_lens.size() * sizeof(int32_t));
   tile.key_tiles = tile.set.Add(tile_bytes);
@@ -60,8 +61,7 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source, i
                                           tile.residual_lens.data());
   tile.set.Allocate(l2_bytes, "tile:" + std::to_string(w) + " set");
 
-  CopyTable(tile, tile.queries, source, source.common.queries,
-            static_cast<size_t>(s.batch) * s.heads_q * s.head_dim * sizeof(float), "queries");
+  CopyTable(tile, tile.queries, source, source.common.queries, query_bytes, "queries");
   UploadTo(tile.set.At<int32_t>(0, tile.encoded), tile.encoded_lens, "tile encoded_lens");
   UploadTo(tile.set.At<int32_t>(0, tile.residual), tile.residual_lens, "tile residual_lens");
   CopyTable(tile, tile.tables.key_mean, source, source.tables.key_mean, tile.tables.bytes,

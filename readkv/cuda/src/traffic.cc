@@ -1,6 +1,7 @@
 // The traffic model of decode_attention.h and the tile reader's ledgers (tile_ledgers.h): bytes
-// each kernel reads or writes in global memory, counted from the kernels' own loops (an upper bound of DRAM traffic: re-reads that hit L2 are
-// counted too, and said so in the bench output). Host-only; compiled with and without CUDA.
+// each kernel reads or writes in global memory, counted from the kernels' own loops (an upper
+// bound of DRAM traffic: re-reads that hit L2 are counted too, and said so in the bench output).
+// Host-only; compiled with and without CUDA.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -259,7 +260,8 @@ TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_le
 int64_t TileCapacityBytes(const TileDecodeShape& shape, const int32_t* encoded_lens_host,
                           const int32_t* residual_lens_host) {
   const int64_t d = shape.head_dim, heads = shape.heads_kv, w = shape.store_bits;
-  int64_t bytes = 6 * heads * d * 4 + (w - 1) * 8 + static_cast<int64_t>(sizeof(tile::TileCentroids));
+  const auto centroids = static_cast<int64_t>(sizeof(tile::TileCentroids));
+  int64_t bytes = 6 * heads * d * 4 + (w - 1) * 8 + centroids;  // the codec's tables
   for (int b = 0; b < shape.batch; ++b) {
     const int64_t tiles = Chunks(encoded_lens_host[b], 16);
     bytes += 2 * tiles * (d / 16) * heads * w * 32;            // key and value planes

@@ -88,8 +88,13 @@ TEST(AttentionBenchGpuTest, TileRowsRunBesideTheConstrainedReaderOnTheSameData) 
   EXPECT_GE(t4.logical_bytes, fp8.logical_bytes / 2 * 9 / 10);
   EXPECT_LE(t2.logical_bytes, fp8.logical_bytes / 4);
   EXPECT_GE(t2.logical_bytes, fp8.logical_bytes / 4 * 9 / 10);
-  EXPECT_LT(t4.rel_l2_vs_dense, 2.0 * readkv.rel_l2_vs_dense + 0.02);
+  // On the CPU (`kvgate codec attention --tokens 2048 --no-residual-window`, seeds 1-4) the tile
+  // reader at R = 4 was 1.2-1.6x the constrained reader's error (0.066-0.104 against
+  // 0.050-0.064) and 0.32-0.34 at R = 2; planes in the wrong place give errors near 1.
+  EXPECT_LT(t4.rel_l2_vs_dense, 3.0 * readkv.rel_l2_vs_dense + 0.02);
+  EXPECT_LT(t4.rel_l2_vs_dense, 0.3);
   EXPECT_LT(t4.rel_l2_vs_dense, t2.rel_l2_vs_dense);
+  EXPECT_LT(t2.rel_l2_vs_dense, 0.6);
 }
 
 // A tile spec alone: the ReadKV set of its W is built only as the source, with ragged lengths.
@@ -105,7 +110,7 @@ TEST(AttentionBenchGpuTest, ATileSpecAloneBuildsItsSourceAndTakesRaggedLengths) 
   EXPECT_TRUE(t.finite);
   EXPECT_EQ(t.traffic.payload, t.logical_bytes);
   EXPECT_GT(t.rel_l2_vs_dense, 0.0);
-  EXPECT_LT(t.rel_l2_vs_dense, 1.0);
+  EXPECT_LT(t.rel_l2_vs_dense, 0.9);  // the CPU's tile reader at W 4, 3:1, 1000 tokens: ~0.6
 }
 
 }  // namespace
