@@ -86,6 +86,7 @@ __global__ void __launch_bounds__(128) TilePrepare(TileArgs a) {
   if (c == 0) {
     const long long budget = internal::FloorBudget(a.policy.key_bits, static_cast<double>(kGroups));
     count = tile::CountSmallSteps(group_weight, kGroups, budget, inc, spo);
+    cut = 0.0;  // unused unless a cut is needed
   }
   __syncthreads();
   const int candidates = kGroups * spo;

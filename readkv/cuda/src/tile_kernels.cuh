@@ -79,6 +79,7 @@ inline constexpr int kStages = 2;
 
 // This warp's share [lo, hi) of the chunk's token tiles [first, end): contiguous, 4 warps.
 __device__ __forceinline__ int2 WarpTiles(int first, int end, int warp) {
+  if (end <= first) return make_int2(first, first);  // a chunk past the sequence
   const int per_warp = (end - first + kMmaWarps - 1) / kMmaWarps;
   const int lo = min(end, first + warp * per_warp);
   return make_int2(lo, min(end, lo + per_warp));
