@@ -1,6 +1,5 @@
 // The GPU tile reader: TilePrepare, TileSelect, TileCombine and the launcher of all five launches
-// (tile_attention.h); TileLogits and TileValues are in tile_kernels.cuh. Written without a GPU:
-// compiled, not yet run.
+// (tile_attention.h); TileLogits and TileValues are in tile_kernels.cuh.
 //
 // Depth choices are codec::DepthAllocator::Threshold's for the same weights: the same doubles
 // (__dmul_rn / __dadd_rn, no contraction), the same cut (the steps-th largest gain), the same
@@ -40,6 +39,10 @@ __global__ void __launch_bounds__(128) TilePrepare(TileArgs a) {
   __shared__ double weight[D];
   __shared__ double group_weight[kGroups];
   __shared__ uint8_t depth[kGroups];
+  __shared__ double inc[kMaxSteps];
+  __shared__ double gains[kGroups * kMaxSteps];
+  __shared__ tile::SmallCount count;
+  __shared__ double cut;
   const int h = blockIdx.x, b = blockIdx.y, c = threadIdx.x;
   const int lane = c % kWarp, warp = c / kWarp;
   const size_t row = RowOf(a, b, h);
@@ -75,13 +78,28 @@ __global__ void __launch_bounds__(128) TilePrepare(TileArgs a) {
     group_weight[c] = sum;
   }
   __syncthreads();
+  // The group depths: counts by one thread, the cut by a thread per candidate gain (a sort by
+  // one thread took ~50 us), the depths by one thread (tile_threshold.h).
+  const int spo = a.policy.key_steps;
+  if (c < kMaxSteps) inc[c] = c < spo ? a.policy.key_increments[c] : 0.0;
+  __syncthreads();
   if (c == 0) {
-    double inc[kMaxSteps];
-    for (int s = 0; s < kMaxSteps; ++s)
-      inc[s] = s < a.policy.key_steps ? a.policy.key_increments[s] : 0.0;
     const long long budget = internal::FloorBudget(a.policy.key_bits, static_cast<double>(kGroups));
-    tile::SmallThreshold(group_weight, kGroups, budget, inc, a.policy.key_steps, depth);
+    count = tile::CountSmallSteps(group_weight, kGroups, budget, inc, spo);
+    cut = 0.0;  // unused unless a cut is needed
   }
+  __syncthreads();
+  const int candidates = kGroups * spo;
+  if (count.NeedsCut()) {
+    if (c < candidates) gains[c] = tile::SmallGain(group_weight, count, inc, spo, c);
+    __syncthreads();
+    if (c < candidates && gains[c] >= 0.0 &&
+        tile::IsStepsThLargest(gains[c], gains, candidates, count.steps)) {
+      cut = gains[c];  // every thread that writes writes the same value
+    }
+    __syncthreads();
+  }
+  if (c == 0) tile::ApplySmallCut(group_weight, kGroups, inc, spo, count, cut, depth);
   __syncthreads();
   if (c < kGroups) {
     a.key_depths[row * kGroups + c] = depth[c];
@@ -135,67 +153,71 @@ __device__ __forceinline__ double BlockSumD(double v, double* scratch) {
   return s;
 }
 
-// Grid (H_kv, B) x 256: per head the softmax statistics over encoded + residual logits (stats:
-// max, 1 / sum, the encoded tokens' mass), then per 16-token block (thread j owns blocks j,
-// j + 256, ...) the weight sum_i sum_h p_hi^2 (ValueTokenImportance then SumPerTile, in their
-// orders), and the Value depths: steps above the cut found by BlockSelect, ties by block.
+// Grid (H_kv, B) x 256: per head the softmax statistics (stats: max, 1 / sum, the encoded
+// tokens' mass) from the tiles' statistics that TileLogits wrote (per tile and head M, sum e,
+// sum e^2 with e = exp(l - M)) and the residual window's logits, then per 16-token block (thread
+// j owns blocks j, j + 256, ...) the weight sum_h sum_i p_hi^2 = sum_h (sum e^2) exp(2 (M - m_h))
+// / S_h^2, and the Value depths: steps above the cut found by BlockSelect, ties by block. The
+// encoded logits are not read again (they were, three times over, when this launch took ~450 us
+// of a 32K x 16 call).
 template <int G>
 __global__ void __launch_bounds__(kSelectThreads) TileSelect(TileArgs a) {
   __shared__ float fscratch[kSelectThreads / kWarp];
   __shared__ double dscratch[kSelectThreads / kWarp];
   __shared__ long long lscratch[32];
-  __shared__ float head_max[G], head_inv[G];
+  __shared__ float head_max[G];
+  __shared__ double head_inv[G];
   __shared__ double inc[kMaxSteps];
   __shared__ internal::SelectShared selection;
   const int h = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
   const size_t row = RowOf(a, b, h);
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
   const int encoded = a.in.encoded_lens[b];
-  const int total = encoded + a.in.residual_lens[b];
+  const int residual = a.in.residual_lens[b];
+  const int total = encoded + residual;
+  const int tiles = (encoded + 15) / 16;
+  const float* tile_stats = a.tile_stats + row * a.max_tiles * 3 * G;
   if (tid < kMaxSteps) inc[tid] = tid < a.policy.value_steps ? a.policy.value_increments[tid] : 0.0;
   for (int q = 0; q < G; ++q) {
     const float* l = a.logits + (first_q + q) * a.logit_stride;
     float m = -INFINITY;
-    for (int i = tid; i < total; i += blockDim.x) m = fmaxf(m, l[i]);
+    for (int j = tid; j < tiles; j += blockDim.x) m = fmaxf(m, tile_stats[j * 3 * G + q]);
+    for (int i = encoded + tid; i < total; i += blockDim.x) m = fmaxf(m, l[i]);
     m = BlockMax(m, fscratch);
-    double all = 0.0, enc = 0.0;
-    for (int i = tid; i < total; i += blockDim.x) {
-      const double e = expf(l[i] - m);
-      all += e;
-      if (i < encoded) enc += e;
+    double enc = 0.0, window = 0.0;
+    for (int j = tid; j < tiles; j += blockDim.x) {
+      const float* st = tile_stats + j * 3 * G;
+      enc += static_cast<double>(st[G + q]) * expf(st[q] - m);
     }
-    all = BlockSumD(all, dscratch);
+    for (int i = encoded + tid; i < total; i += blockDim.x) window += expf(l[i] - m);
     enc = BlockSumD(enc, dscratch);
+    window = BlockSumD(window, dscratch);
+    const double all = enc + window;
     if (tid == 0) {
       head_max[q] = m;
-      head_inv[q] = static_cast<float>(1.0 / all);
+      head_inv[q] = 1.0 / all;
       float* s = a.stats + (first_q + q) * 4;
       s[0] = m;
-      s[1] = head_inv[q];
+      s[1] = static_cast<float>(1.0 / all);
       s[2] = static_cast<float>(enc / all);
       s[3] = 0.0f;
     }
-    if (a.debug.logits != nullptr) {
+    if (a.debug.logits != nullptr) {  // the window's (TileLogits wrote the encoded ones)
       float* out = a.debug.logits + (first_q + q) * a.logit_stride;
-      for (int i = tid; i < total; i += blockDim.x) out[i] = l[i];
+      for (int i = encoded + tid; i < total; i += blockDim.x) out[i] = l[i];
     }
   }
   __syncthreads();
-  const int tiles = (encoded + 15) / 16;
   double* weights = a.block_weights + row * a.max_tiles;
   int positive_steps = 0;  // this thread's objects' leading positive steps
   const int spo = a.policy.value_steps;
   for (int j = tid; j < tiles; j += blockDim.x) {
+    const float* st = tile_stats + j * 3 * G;
     double w = 0.0;
-    for (int i = 16 * j; i < min(16 * j + 16, encoded); ++i) {
-      double importance = 0.0;
 #pragma unroll
-      for (int q = 0; q < G; ++q) {
-        const double p =
-            expf(a.logits[(first_q + q) * a.logit_stride + i] - head_max[q]) * head_inv[q];
-        importance = __dadd_rn(importance, __dmul_rn(p, p));
-      }
-      w = __dadd_rn(w, importance);
+    for (int q = 0; q < G; ++q) {
+      const double scale = expf(2.0f * (st[q] - head_max[q])) * head_inv[q] * head_inv[q];
+      w += static_cast<double>(st[2 * G + q]) * scale;
     }
     weights[j] = w;
     if (a.debug.block_weights != nullptr) a.debug.block_weights[row * a.max_tiles + j] = w;
@@ -355,6 +377,8 @@ cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeIn
   a.block_weights = reinterpret_cast<double*>(base + layout.block_weights);
   a.value_depths = base + layout.value_depths;
   a.partials = reinterpret_cast<float*>(base + layout.partials);
+  a.tile_stats = reinterpret_cast<float*>(base + layout.tile_stats);
+  a.probs = reinterpret_cast<__half*>(base + layout.probs);
   return shape.head_dim == 64
              ? tile_kernels::LaunchForGroup<64>(a, centroids, shape.batch, shape.group(), stream)
              : tile_kernels::LaunchForGroup<128>(a, centroids, shape.batch, shape.group(), stream);

@@ -1,5 +1,5 @@
 // The GPU tile reader's kernels (tile_attention.h says what each launch does); included only by
-// tile_attention.cu, which launches them. Internal. Written without a GPU: not yet run.
+// tile_attention.cu, which launches them. Internal.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -12,6 +12,7 @@
 #include "readkv/cuda/tile_attention.h"
 #include "readkv_device.cuh"
 #include "tile_fragment.h"
+#include "tile_plan.h"
 
 namespace readkv::cuda::tile_kernels {
 
@@ -19,9 +20,9 @@ using internal::kWarp;
 inline constexpr int kMaxGroup = 8;  // query heads per KV head: the MMA's N
 inline constexpr int kStepBits = 3;  // an object's steps <= 7 (W <= 8, step 1)
 inline constexpr int kMaxSteps = (1 << kStepBits) - 1;
-inline constexpr int kMmaWarps = 4;  // warps of a Logits or Values block
+inline constexpr int kMmaWarps = internal::kTileBlockWarps;  // warps of a Logits or Values block
 inline constexpr int kMmaThreads = kMmaWarps * 32;
-inline constexpr int kWarpTiles = 8;  // token tiles a Logits warp holds accumulators for
+inline constexpr int kWarpTiles = internal::kTileStageTiles;  // token tiles of a stage, at most
 inline constexpr int kSelectThreads = 256;
 static_assert(kMmaWarps * kWarpTiles * 16 == kTileChunkStep, "a chunk is whole Logits passes");
 
@@ -42,24 +43,46 @@ struct TileArgs {
   double* block_weights;
   uint8_t* value_depths;
   float* partials;
+  float* tile_stats;  // [B][H_kv][max_tiles][3][G]: per tile and head M, sum e, sum e^2
+  __half* probs;      // [B][H_kv][max_tiles][G][16]: e = exp(l - M) per tile, head and token
 };
 
 __device__ __forceinline__ size_t RowOf(const TileArgs& a, int b, int h) {
   return static_cast<size_t>(b) * a.heads_kv + h;
 }
 
-// The planes of tile (token tile r, group g) of row `row`, at this lane's byte.
-template <int kGroups>
-__device__ __forceinline__ const uint8_t* TileLane(const uint8_t* tiles, const TileArgs& a,
-                                                   size_t row, int r, int g, int lane) {
-  const size_t tile = (row * a.max_tiles + r) * kGroups + g;
-  return tiles + tile * a.store_bits * 32 + lane;
+// 16 bytes global -> shared without registers (cp.async.cg: L2 only, the planes are read once).
+__device__ __forceinline__ void CpAsync16(void* shared, const void* global) {
+  const auto to = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(global) : "memory");
+}
+// 4 bytes (cp.async.ca: the only sizes below 16 go through L1).
+__device__ __forceinline__ void CpAsync4(void* shared, const void* global) {
+  const auto to = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(to), "l"(global) : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-template <int T>
-__device__ __forceinline__ void LoadPlanes(const uint8_t* lane_bytes, uint32_t (&b)[T]) {
-#pragma unroll
-  for (int p = 0; p < T; ++p) b[p] = __ldg(lane_bytes + p * 32);
+// Each warp of a Logits or Values block streams its own token tiles through a private ring of
+// two stages in shared memory: while it decodes one stage the next is in flight (cp.async), so
+// every SM keeps tens of KB of plane reads outstanding (one byte load per lane kept only ~8 KB
+// in flight and the kernels ran at ~15% of DRAM bandwidth, ncu 2026-12-05).
+inline constexpr int kStageBytes = internal::kTileStageBytes;
+inline constexpr int kStages = 2;
+
+// This warp's share [lo, hi) of the chunk's token tiles [first, end): contiguous, 4 warps.
+__device__ __forceinline__ int2 WarpTiles(int first, int end, int warp) {
+  if (end <= first) return make_int2(first, first);  // a chunk past the sequence
+  const int per_warp = (end - first + kMmaWarps - 1) / kMmaWarps;
+  const int lo = min(end, first + warp * per_warp);
+  return make_int2(lo, min(end, lo + per_warp));
 }
 
 // D += A B on tensor cores, m16n8k16, f16 inputs, f32 accumulate.
@@ -126,68 +149,139 @@ __device__ __forceinline__ void WithDepth(int t, const Body& body) {
 
 // ---- 2. TileLogits -----------------------------------------------------------------------------
 //
-// Grid (chunks, H_kv, B) x 128. A warp takes kWarpTiles consecutive token tiles per pass (four
-// warps: 512 tokens) and keeps their accumulators (8 x 4 floats) live while it walks the Key
-// groups: one depth dispatch per group, then per batch of tiles their t lane loads (one 32-byte
-// sector per plane for the warp, all in flight together), the decode of tile_fragment.h and one
-// MMA per tile against the group's folded queries (B: 16 channels x 8 heads, precomputed in lane
-// order by TilePrepare). Logits go to the workspace row of each query head; tokens past the
-// encoded ones, and tiles past the chunk, are not written.
+// Grid (chunks, H_kv, B) x 128. Each warp takes a contiguous quarter of the chunk's token tiles
+// and streams them through its two-stage ring (a stage: up to 8 tiles' chosen planes, compact:
+// the group runs of a tile back to back, <= kStageBytes). Per stage it walks the Key groups: one
+// depth dispatch per group, then per staged tile the t plane bytes from shared memory, the
+// decode of tile_fragment.h and one MMA against the group's folded queries (B: 16 channels x 8
+// heads, precomputed in lane order by TilePrepare). Per finished tile and head it writes
+// e = exp(l - M) in f16 for its 16 tokens (M the tile's max; TileValues scales them by
+// exp(M - max) into its B operand) and the tile's softmax statistics (M, sum e, sum e^2), from
+// which TileSelect forms the heads' statistics and the Value block weights. The f32 logits are
+// written only for TileDecodeDebug::logits: the round trip through memory is 2 bytes a token
+// and head instead of 4.
 template <int D, int G>
 __global__ void __launch_bounds__(kMmaThreads)
     TileLogits(TileArgs a, const __grid_constant__ tile::TileCentroids centroids) {
   constexpr int kGroups = D / 16;
+  constexpr int kMaxPieces = 2 * kGroups * tile::kMaxTileDepth;  // 16-byte pieces of a tile
   __shared__ uint16_t table[tile::kTileTableEntries];
   __shared__ uint8_t depth[kGroups];
+  __shared__ uint8_t plane_at[kGroups];   // first plane of group g in a staged tile
+  __shared__ uint16_t piece[kMaxPieces];  // staged piece o: its 16-byte index in the token tile
+  __shared__ int staged_planes;           // planes of one staged tile (sum of the depths)
+  __shared__ __align__(16) uint8_t ring[kMmaWarps][kStages][kStageBytes];
   const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const size_t row = RowOf(a, b, h);
   LoadTable(centroids, table);
   if (threadIdx.x < kGroups) depth[threadIdx.x] = a.key_depths[row * kGroups + threadIdx.x];
   __syncthreads();
+  if (threadIdx.x == 0) {
+    int at = 0;
+    for (int g = 0; g < kGroups; ++g) {
+      plane_at[g] = static_cast<uint8_t>(at);
+      for (int p = 0; p < depth[g]; ++p, ++at) {
+        piece[2 * at] = static_cast<uint16_t>(2 * (g * a.store_bits + p));
+        piece[2 * at + 1] = static_cast<uint16_t>(2 * (g * a.store_bits + p) + 1);
+      }
+    }
+    staged_planes = at;
+  }
+  __syncthreads();
   const int encoded = a.in.encoded_lens[b];
   const int tiles = (encoded + 15) / 16;
   const int first = chunk * (a.chunk_tokens / 16);
-  const int end = min(tiles, first + a.chunk_tokens / 16);
+  const int2 mine = WarpTiles(first, min(tiles, first + a.chunk_tokens / 16), warp);
+  const int planes = staged_planes;
+  const int pieces = 2 * planes;
+  const int per_stage = min(kWarpTiles, kStageBytes / (32 * planes));
+  const int stages = (mine.y - mine.x + per_stage - 1) / per_stage;
+  const size_t tile_bytes = static_cast<size_t>(kGroups) * a.store_bits * 32;
+  const uint8_t* row_tiles = a.in.key_tiles + row * a.max_tiles * tile_bytes;
+  const auto issue = [&](int k) {  // stage k of this warp into its ring slot
+    const int lo = mine.x + k * per_stage, n = min(per_stage, mine.y - lo);
+    uint8_t* to = ring[warp][k % kStages];
+    for (int i = 0; i < n; ++i) {
+      const uint8_t* from = row_tiles + static_cast<size_t>(lo + i) * tile_bytes;
+      for (int o = lane; o < pieces; o += kWarp)
+        CpAsync16(to + (i * pieces + o) * 16, from + piece[o] * 16);
+    }
+    CpAsyncCommit();
+  };
   const SharedTable lookup{table};
   const uint2* frags = reinterpret_cast<const uint2*>(a.fragments) + row * kGroups * kWarp;
-  for (int base = first + warp * kWarpTiles; base < end; base += kMmaWarps * kWarpTiles) {
+  float* tile_stats = a.tile_stats + row * a.max_tiles * 3 * G;
+  __half* probs = a.probs + row * a.max_tiles * G * 16;
+  float* debug_logits = a.debug.logits;
+  const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
+  if (stages > 0) issue(0);
+  for (int k = 0; k < stages; ++k) {
+    if (k + 1 < stages) {
+      issue(k + 1);
+    } else {
+      CpAsyncCommit();  // an empty group keeps the wait's count
+    }
+    CpAsyncWait<1>();
+    __syncwarp();
+    const int base = mine.x + k * per_stage, n = min(per_stage, mine.y - base);
+    const uint8_t* staged = ring[warp][k % kStages];
     float acc[kWarpTiles][4] = {};
     for (int g = 0; g < kGroups; ++g) {
       const uint2 q = frags[g * kWarp + lane];
+      const uint8_t* group_bytes = staged + plane_at[g] * 32 + lane;
       WithDepth(depth[g], [&](auto depth_tag) {
         constexpr int T = decltype(depth_tag)::value;
-        // Loads of a batch of tiles issue together (tiles past `end` re-read the last one, their
-        // results are never stored), then their decodes and MMAs: T x kBatch <= 16 registers.
-        constexpr int kBatch = T <= 2 ? kWarpTiles : (T <= 4 ? kWarpTiles / 2 : kWarpTiles / 4);
 #pragma unroll
-        for (int first_tile = 0; first_tile < kWarpTiles; first_tile += kBatch) {
-          if (base + first_tile >= end) break;  // uniform over the warp
-          uint32_t bytes[kBatch][T];
+        for (int i = 0; i < kWarpTiles; ++i) {
+          if (i < n) {  // uniform over the warp
+            uint32_t bytes[T], frag[4];
 #pragma unroll
-          for (int i = 0; i < kBatch; ++i) {
-            const int tile = min(base + first_tile + i, end - 1);
-            LoadPlanes<T>(TileLane<kGroups>(a.in.key_tiles, a, row, tile, g, lane), bytes[i]);
-          }
-#pragma unroll
-          for (int i = 0; i < kBatch; ++i) {
-            uint32_t frag[4];
-            tile::DecodeFragment<T>(bytes[i], centroids, lookup, frag);
-            Mma(acc[first_tile + i], frag, q.x, q.y);
+            for (int p = 0; p < T; ++p) bytes[p] = group_bytes[(i * planes + p) * 32];
+            tile::DecodeFragment<T>(bytes, centroids, lookup, frag);
+            Mma(acc[i], frag, q.x, q.y);
           }
         }
       });
     }
+    __syncwarp();  // the slot is refilled by stage k + 2's issue
     // C: rows = tokens (lane / 4, + 8), columns = heads (2 (lane % 4), + 1).
 #pragma unroll
     for (int i = 0; i < kWarpTiles; ++i) {
+      if (i >= n) continue;
+      const int tile = base + i;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int token = (base + i) * 16 + lane / 4 + 8 * (e / 2);
-        const int n = 2 * (lane % 4) + e % 2;
-        if (n < G && token < encoded && base + i < end) {
-          const size_t head = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G + n;
-          a.logits[head * a.logit_stride + token] = acc[i][e];
+      for (int hh = 0; hh < 2; ++hh) {
+        const int n_head = 2 * (lane % 4) + hh;
+        const int t0 = tile * 16 + lane / 4, t1 = t0 + 8;
+        const float x0 = t0 < encoded ? acc[i][hh] : -INFINITY;
+        const float x1 = t1 < encoded ? acc[i][hh + 2] : -INFINITY;
+        if (debug_logits != nullptr && n_head < G) {
+          float* out = debug_logits + (first_q + n_head) * a.logit_stride;
+          if (t0 < encoded) out[t0] = x0;
+          if (t1 < encoded) out[t1] = x1;
+        }
+        float m = fmaxf(x0, x1);
+#pragma unroll
+        for (int o = 4; o < kWarp; o *= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        const float e0 = t0 < encoded ? __expf(x0 - m) : 0.0f;
+        const float e1 = t1 < encoded ? __expf(x1 - m) : 0.0f;
+        float sum = e0 + e1, sq = e0 * e0 + e1 * e1;
+#pragma unroll
+        for (int o = 4; o < kWarp; o *= 2) {
+          sum += __shfl_xor_sync(0xffffffffu, sum, o);
+          sq += __shfl_xor_sync(0xffffffffu, sq, o);
+        }
+        if (n_head < G) {
+          __half* pr = probs + (static_cast<size_t>(tile) * G + n_head) * 16 + lane / 4;
+          pr[0] = __float2half_rn(e0);
+          pr[8] = __float2half_rn(e1);
+        }
+        if (lane < 4 && n_head < G) {
+          float* st = tile_stats + static_cast<size_t>(tile) * 3 * G;
+          st[n_head] = m;
+          st[G + n_head] = sum;
+          st[2 * G + n_head] = sq;
         }
       }
     }
@@ -196,19 +290,27 @@ __global__ void __launch_bounds__(kMmaThreads)
 
 // ---- 4. TileValues -----------------------------------------------------------------------------
 //
-// Grid (chunks, H_kv, B) x 128. Warp w takes the chunk's token tiles w, w + 4, ...; per tile one
-// depth dispatch, then for each channel group the tile's t planes, the decode and one MMA with
-// A = the value tile (channels x tokens) and B = the tile's unnormalised probabilities
-// e = exp(l - max) in f16 (16 tokens x 8 heads), into d / 16 accumulators kept live over the
-// warp's tiles. The warps' sums meet in shared memory (fixed order) and the chunk's partial
-// sum_i e_i C(code_i) [G][d] goes to the workspace.
+// Grid (chunks, H_kv, B) x 128. Each warp takes a contiguous quarter (<= 32, chunks <= 2048
+// tokens) of the chunk's token tiles; lane i holds the depth of its i-th tile. Its tiles stream
+// through its two-stage ring, a stage being consecutive tiles (<= 8) whose e values and maxima
+// (TileLogits') and chosen planes (d / 16 group runs of t planes) fit kStageBytes, back to back. Per staged
+// tile one depth dispatch, then for each channel group the t plane bytes from shared memory,
+// the decode and one MMA with A = the value tile (channels x tokens) and B = the tile's
+// unnormalised probabilities exp(l - max) = e exp(M - max) in f16 (16 tokens x 8 heads), into d / 16
+// accumulators kept live over the warp's tiles. The warps' sums meet in shared memory (fixed
+// order) and the chunk's partial sum_i e_i C(code_i) [G][d] goes to the workspace.
 template <int D, int G>
 __global__ void __launch_bounds__(kMmaThreads)
     TileValues(TileArgs a, const __grid_constant__ tile::TileCentroids centroids) {
   constexpr int kGroups = D / 16;
+  // A staged tile starts with its f16 e values [G][16] and its maxima M [G] (16-byte padded).
+  constexpr int kLogitBytes = G * 16 * 2 + (G * 4 + 15) / 16 * 16;
   __shared__ uint16_t table[tile::kTileTableEntries];
   __shared__ float head_max[kMaxGroup];
-  __shared__ float sums[kMmaWarps][G][D];
+  __shared__ __align__(16) uint8_t ring[kMmaWarps][kStages][kStageBytes];
+  static_assert(sizeof(float) * kMmaWarps * G * D <= sizeof(ring), "the warps' sums reuse the ring");
+  static_assert(kLogitBytes + kGroups * tile::kMaxTileDepth * 32 <= kStageBytes,
+                "a stage holds at least one tile");
   const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const size_t row = RowOf(a, b, h);
@@ -217,33 +319,92 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int tiles = (encoded + 15) / 16;
   const int first = chunk * (a.chunk_tokens / 16);
   if (first >= tiles) return;  // the block-uniform exit of a chunk past the sequence
-  const int end = min(tiles, first + a.chunk_tokens / 16);
   LoadTable(centroids, table);
   if (threadIdx.x < G) head_max[threadIdx.x] = a.stats[(first_q + threadIdx.x) * 4];
   __syncthreads();
-  const SharedTable lookup{table};
-  const int n = lane / 4;  // this lane's head in B
-  const float* logit_row = a.logits + (first_q + min(n, G - 1)) * a.logit_stride;
-  const float m = head_max[min(n, G - 1)];
-  float acc[kGroups][4] = {};
-  for (int r = first + warp; r < end; r += kMmaWarps) {
-    const auto e = [&](int token) {
-      return n < G && token < encoded ? __expf(logit_row[token] - m) : 0.0f;
-    };
-    const int k0 = r * 16 + 2 * (lane % 4);
-    const uint32_t p0 = PackHalves(e(k0), e(k0 + 1));
-    const uint32_t p1 = PackHalves(e(k0 + 8), e(k0 + 9));
-    WithDepth(a.value_depths[row * a.max_tiles + r], [&](auto depth_tag) {
-      constexpr int T = decltype(depth_tag)::value;
-#pragma unroll
-      for (int g = 0; g < kGroups; ++g) {
-        uint32_t bytes[T], frag[4];
-        LoadPlanes<T>(TileLane<kGroups>(a.in.value_tiles, a, row, r, g, lane), bytes);
-        tile::DecodeFragment<T>(bytes, centroids, lookup, frag);
-        Mma(acc[g], frag, p0, p1);
+  const int2 mine = WarpTiles(first, min(tiles, first + a.chunk_tokens / 16), warp);
+  const int count = mine.y - mine.x;  // <= 32
+  const int my_depth = lane < count ? a.value_depths[row * a.max_tiles + mine.x + lane] : 0;
+  const auto depth_of = [&](int i) { return __shfl_sync(0xffffffffu, my_depth, i); };
+  const auto bytes_of = [](int t) { return kLogitBytes + kGroups * t * 32; };
+  const auto span = [&](int s) {  // tiles in the stage that starts at the warp's tile s
+    int n = 0, bytes = 0;
+    while (n < kWarpTiles && s + n < count) {
+      const int tb = bytes_of(depth_of(s + n));
+      if (n > 0 && bytes + tb > kStageBytes) break;
+      bytes += tb;
+      ++n;
+    }
+    return n;
+  };
+  const size_t tile_bytes = static_cast<size_t>(kGroups) * a.store_bits * 32;
+  const uint8_t* row_tiles = a.in.value_tiles + row * a.max_tiles * tile_bytes;
+  const auto issue = [&](int slot, int s, int n) {
+    uint8_t* to = ring[warp][slot];
+    for (int i = 0; i < n; ++i) {
+      const int t = depth_of(s + i), r = mine.x + s + i;
+      const size_t tile = row * a.max_tiles + r;
+      for (int o = lane; o < 2 * G; o += kWarp)  // e values: 32 bytes a head
+        CpAsync16(to + o * 16, a.probs + tile * G * 16 + o * 8);
+      if (lane < G) CpAsync4(to + G * 32 + lane * 4, a.tile_stats + tile * 3 * G + lane);
+      const uint8_t* from = row_tiles + static_cast<size_t>(r) * tile_bytes;
+      for (int o = lane; o < 2 * kGroups * t; o += kWarp) {  // planes: group o / 2t
+        const int g = o / (2 * t), rest = o % (2 * t);
+        CpAsync16(to + kLogitBytes + o * 16, from + g * a.store_bits * 32 + rest * 16);
       }
-    });
+      to += bytes_of(t);
+    }
+    CpAsyncCommit();
+  };
+  const SharedTable lookup{table};
+  const int n_head = lane / 4;  // this lane's head in B
+  const float m = head_max[min(n_head, G - 1)];
+  float acc[kGroups][4] = {};
+  int s = 0, n = count > 0 ? span(0) : 0, slot = 0;
+  if (n > 0) issue(0, s, n);
+  while (n > 0) {
+    const int next_s = s + n, next_n = next_s < count ? span(next_s) : 0;
+    if (next_n > 0) {
+      issue(slot ^ 1, next_s, next_n);
+    } else {
+      CpAsyncCommit();  // an empty group keeps the wait's count
+    }
+    CpAsyncWait<1>();
+    __syncwarp();
+    const uint8_t* staged = ring[warp][slot];
+    for (int i = 0; i < n; ++i) {
+      const int t = depth_of(s + i);
+      // B: this lane's head n_head, tokens 2 (lane % 4) + {0, 1} and + 8: e exp(M - max).
+      uint32_t p0 = 0, p1 = 0;
+      if (n_head < G) {
+        const auto* e = reinterpret_cast<const __half2*>(staged) + n_head * 8 + lane % 4;
+        const float tile_max = reinterpret_cast<const float*>(staged + G * 32)[n_head];
+        const __half2 scale = __float2half2_rn(__expf(tile_max - m));
+        const __half2 b0 = __hmul2(e[0], scale), b1 = __hmul2(e[4], scale);
+        p0 = *reinterpret_cast<const uint32_t*>(&b0);
+        p1 = *reinterpret_cast<const uint32_t*>(&b1);
+      }
+      const uint8_t* planes = staged + kLogitBytes + lane;
+      WithDepth(t, [&](auto depth_tag) {
+        constexpr int T = decltype(depth_tag)::value;
+#pragma unroll
+        for (int g = 0; g < kGroups; ++g) {
+          uint32_t bytes[T], frag[4];
+#pragma unroll
+          for (int p = 0; p < T; ++p) bytes[p] = planes[(g * T + p) * 32];
+          tile::DecodeFragment<T>(bytes, centroids, lookup, frag);
+          Mma(acc[g], frag, p0, p1);
+        }
+      });
+      staged += bytes_of(t);
+    }
+    __syncwarp();  // the slot is refilled two stages on
+    s = next_s;
+    n = next_n;
+    slot ^= 1;
   }
+  __syncthreads();  // every warp is done with its ring: the warps' sums take its place
+  auto& sums = *reinterpret_cast<float(*)[kMmaWarps][G][D]>(&ring[0][0][0]);
   // C: rows = channels (16 g + lane / 4, + 8), columns = heads (2 (lane % 4), + 1).
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
@@ -257,10 +418,10 @@ __global__ void __launch_bounds__(kMmaThreads)
   float* out = a.partials + (row * a.chunks + chunk) * kMaxGroup * D;
   for (int idx = threadIdx.x; idx < G * D; idx += blockDim.x) {
     const int q = idx / D, c = idx % D;
-    float s = 0.0f;
+    float sum = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kMmaWarps; ++w) s += sums[w][q][c];
-    out[q * D + c] = s;
+    for (int w = 0; w < kMmaWarps; ++w) sum += sums[w][q][c];
+    out[q * D + c] = sum;
   }
 }
 

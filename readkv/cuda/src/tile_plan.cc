@@ -40,9 +40,10 @@ void CheckTileShape(const TileDecodeShape& s) {
 
 TileWorkspaceLayout MakeTileWorkspaceLayout(const TileDecodeShape& s, const TilePlan& plan) {
   CheckTileShape(s);
-  Require(
-      plan.chunk_tokens >= kTileChunkStep && plan.chunk_tokens % kTileChunkStep == 0, "plan",
-      "chunk_tokens must be a positive multiple of 512, got " + std::to_string(plan.chunk_tokens));
+  Require(plan.chunk_tokens >= kTileChunkStep && plan.chunk_tokens <= kTileMaxChunk &&
+              plan.chunk_tokens % kTileChunkStep == 0,
+          "plan",
+          "chunk_tokens must be 512, 1024, 1536 or 2048, got " + std::to_string(plan.chunk_tokens));
   const int64_t need = (int64_t{s.max_encoded_tokens} + plan.chunk_tokens - 1) / plan.chunk_tokens;
   Require(plan.chunks >= 1 && plan.chunks >= need, "plan",
           "chunks " + std::to_string(plan.chunks) + " do not cover " +
@@ -62,8 +63,26 @@ TileWorkspaceLayout MakeTileWorkspaceLayout(const TileDecodeShape& s, const Tile
   w.value_depths = Section(at, rows * tiles);
   w.partials = Section(at, rows * static_cast<size_t>(plan.chunks) * kTileMaxGroup *
                                static_cast<size_t>(s.head_dim) * sizeof(float));
+  w.tile_stats = Section(at, rows * tiles * 3 * static_cast<size_t>(s.group()) * sizeof(float));
+  w.probs = Section(at, rows * tiles * static_cast<size_t>(s.group()) * 16 * sizeof(uint16_t));
   w.total = at;
   return w;
+}
+
+int64_t TileLogitsStages(const TilePlan& plan, int64_t encoded, int key_planes) {
+  const int64_t tiles = (encoded + 15) / 16, chunk_tiles = plan.chunk_tokens / 16;
+  const int64_t per_stage =
+      std::min<int64_t>(kTileStageTiles, kTileStageBytes / (32 * std::max(key_planes, 1)));
+  int64_t stages = 0;
+  for (int64_t first = 0; first < tiles; first += chunk_tiles) {
+    const int64_t end = std::min(tiles, first + chunk_tiles);
+    const int64_t share = (end - first + kTileBlockWarps - 1) / kTileBlockWarps;
+    for (int w = 0; w < kTileBlockWarps; ++w) {
+      const int64_t lo = std::min(end, first + w * share), hi = std::min(end, lo + share);
+      stages += (hi - lo + per_stage - 1) / per_stage;
+    }
+  }
+  return stages;
 }
 
 }  // namespace internal
@@ -74,9 +93,9 @@ TilePlan PlanTileDecode(const TileDecodeShape& shape, int sm_count) {
   const int64_t rows = int64_t{shape.batch} * shape.heads_kv;
   TilePlan plan;
   plan.chunk_tokens = kTileChunkStep;
-  for (const int chunk : {4096, 2048, 1024}) {
+  for (const int chunk : {kTileMaxChunk, 1024}) {
     const int64_t chunks = (int64_t{shape.max_encoded_tokens} + chunk - 1) / chunk;
-    if (rows * chunks >= 2 * int64_t{sm_count}) {
+    if (rows * chunks >= 4 * int64_t{sm_count}) {
       plan.chunk_tokens = chunk;
       break;
     }

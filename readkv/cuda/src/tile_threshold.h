@@ -1,7 +1,8 @@
-// The Threshold allocator (codec::DepthAllocator::Threshold) over a handful of objects by one
-// thread: the tile reader's Key group depths (d / 16 <= 8 groups, t_min 1, step 1), host and
-// device, so tests/tile_fragment_test.cc proves it equal to the codec's on the CPU. The gains are
-// sorted instead of nth_element'd: the same steps-th largest value, the same ties by object.
+// The Threshold allocator (codec::DepthAllocator::Threshold) over a handful of objects: the tile
+// reader's Key group depths (d / 16 <= 8 groups, t_min 1, step 1), host and device, so
+// tests/tile_threshold_test.cc proves it equal to the codec's on the CPU. The cut (the steps-th
+// largest gain) is found by counting, not nth_element: the same value, the same ties by object,
+// and on the GPU one thread per candidate gain instead of one thread sorting.
 #pragma once
 
 #include <cstdint>
@@ -29,37 +30,59 @@ KVGATE_TILE_HD int StepsAbove(double w, double x, const double* inc, int spo) {
   return k;
 }
 
-// Depths 1 + steps for `objects` <= 8 weights (finite, >= 0) under `budget` depth units
-// (>= objects), spo <= 7 steps of increments inc.
-KVGATE_TILE_HD void SmallThreshold(const double* w, int objects, long long budget,
-                                   const double* inc, int spo, uint8_t* depths) {
-  long long steps = budget - objects;
-  if (steps > static_cast<long long>(objects) * spo) steps = static_cast<long long>(objects) * spo;
-  int k[kSmallObjects] = {};
-  long long positive = 0;
+// What a budget buys before any cut: each object's leading positive steps (k), their total
+// (positive) and the steps the budget allows above t_min (steps, clamped to objects x spo).
+// Trivially constructible (TilePrepare keeps one in shared memory): CountSmallSteps fills it.
+struct SmallCount {
+  int k[kSmallObjects];
+  long long positive;
+  long long steps;
+  // A cut is needed when the budget buys fewer steps than are positive.
+  KVGATE_TILE_HD bool NeedsCut() const { return steps > 0 && positive > steps; }
+};
+
+KVGATE_TILE_HD SmallCount CountSmallSteps(const double* w, int objects, long long budget,
+                                          const double* inc, int spo) {
+  SmallCount c;
+  for (int j = 0; j < kSmallObjects; ++j) c.k[j] = 0;
+  c.positive = 0;
+  c.steps = budget - objects;
+  if (c.steps > static_cast<long long>(objects) * spo) c.steps = static_cast<long long>(objects) * spo;
   for (int j = 0; j < objects; ++j) {
-    k[j] = StepsAbove(w[j], 0.0, inc, spo);
-    positive += k[j];
+    c.k[j] = StepsAbove(w[j], 0.0, inc, spo);
+    c.positive += c.k[j];
   }
-  if (steps <= 0) {
-    for (int j = 0; j < objects; ++j) k[j] = 0;
-  } else if (positive > steps) {
-    double gains[kSmallObjects * kSmallSteps];
-    int n = 0;
-    for (int j = 0; j < objects; ++j) {
-      for (int s = 0; s < k[j]; ++s) gains[n++] = StepGain(w[j], inc[s]);
-    }
-    for (int i = 1; i < n; ++i) {  // insertion sort, descending
-      const double x = gains[i];
-      int at = i;
-      while (at > 0 && gains[at - 1] < x) {
-        gains[at] = gains[at - 1];
-        --at;
-      }
-      gains[at] = x;
-    }
-    const double cut = gains[steps - 1];
-    long long remaining = steps;
+  return c;
+}
+
+// Whether gain x is the steps-th largest of gains[0, n) (entries < 0 are absent): fewer than
+// `steps` gains exceed it and at least `steps` are >= it. The steps-th value of the list sorted
+// descending, found by counting so that threads can test candidates in parallel.
+KVGATE_TILE_HD bool IsStepsThLargest(double x, const double* gains, int n, long long steps) {
+  long long above = 0, at_least = 0;
+  for (int i = 0; i < n; ++i) {
+    above += gains[i] > x;
+    at_least += gains[i] >= x;
+  }
+  return above < steps && at_least >= steps;
+}
+
+// The gain of object j's step s, or -1 (absent) past its positive steps; index i = j spo + s.
+KVGATE_TILE_HD double SmallGain(const double* w, const SmallCount& c, const double* inc, int spo,
+                                int i) {
+  const int j = i / spo, s = i % spo;
+  return s < c.k[j] ? StepGain(w[j], inc[s]) : -1.0;
+}
+
+// The depths once the cut is known (any cut when !c.NeedsCut()): steps above the cut, then the
+// cut's ties in object order.
+KVGATE_TILE_HD void ApplySmallCut(const double* w, int objects, const double* inc, int spo,
+                                  const SmallCount& c, double cut, uint8_t* depths) {
+  int k[kSmallObjects] = {};
+  if (c.steps > 0 && !c.NeedsCut()) {
+    for (int j = 0; j < objects; ++j) k[j] = c.k[j];
+  } else if (c.NeedsCut()) {
+    long long remaining = c.steps;
     for (int j = 0; j < objects; ++j) {
       k[j] = StepsAbove(w[j], cut, inc, spo);
       remaining -= k[j];
@@ -72,6 +95,27 @@ KVGATE_TILE_HD void SmallThreshold(const double* w, int objects, long long budge
     }
   }
   for (int j = 0; j < objects; ++j) depths[j] = static_cast<uint8_t>(1 + k[j]);
+}
+
+// Depths 1 + steps for `objects` <= 8 weights (finite, >= 0) under `budget` depth units
+// (>= objects), spo <= 7 steps of increments inc: codec::DepthAllocator::Threshold's answer, by
+// one thread (TilePrepare finds the cut with a thread per candidate gain instead).
+KVGATE_TILE_HD void SmallThreshold(const double* w, int objects, long long budget,
+                                   const double* inc, int spo, uint8_t* depths) {
+  const SmallCount c = CountSmallSteps(w, objects, budget, inc, spo);
+  double cut = 0.0;
+  if (c.NeedsCut()) {
+    double gains[kSmallObjects * kSmallSteps];
+    const int n = objects * spo;
+    for (int i = 0; i < n; ++i) gains[i] = SmallGain(w, c, inc, spo, i);
+    for (int i = 0; i < n; ++i) {
+      if (gains[i] >= 0.0 && IsStepsThLargest(gains[i], gains, n, c.steps)) {
+        cut = gains[i];
+        break;
+      }
+    }
+  }
+  ApplySmallCut(w, objects, inc, spo, c, cut, depths);
 }
 
 }  // namespace readkv::cuda::tile

@@ -13,6 +13,7 @@
 #include "readkv/cuda/tile_ledgers.h"
 #include "select_share.h"
 #include "split_work.h"
+#include "tile_plan.h"
 
 namespace readkv::cuda {
 namespace {
@@ -321,6 +322,9 @@ TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& pla
     const int64_t tiles = Chunks(encoded, 16);
     const int64_t chunks = Chunks(encoded, plan.chunk_tokens);  // Values blocks holding tokens
     for (int h = 0; h < shape.heads_kv; ++h) {
+      const int64_t row = int64_t{b} * shape.heads_kv + h;
+      int key_planes = 0;  // without the depths: every group at depth 1
+      for (int k = 0; k < groups; ++k) key_planes += payload ? key_depths_host[row * groups + k] : 1;
       // 1. Prepare.
       t.Read(kIo, kPrepare, g * d * 4);
       t.Read(kMetadata, kPrepare, 3 * d * 4 + increments);
@@ -328,20 +332,23 @@ TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& pla
       t.Write(kSchedule, kPrepare, groups);
       t.Write(kIo, kPrepare, folded);
       t.Write(kScores, kPrepare, g * residual * 4);
-      // 2. Logits: every block of the plan reads the group depths, every warp pass the queries.
+      // 2. Logits: every block of the plan reads the group depths, every warp stage the folded
+      // queries; per tile and head 16 f16 e values and 3 statistics.
       t.Read(kSchedule, kLogits, groups * plan.chunks);
-      t.Read(kIo, kLogits, Chunks(tiles, 8) * folded);
-      t.Write(kScores, kLogits, g * encoded * 4);
-      // 3. Select.
+      t.Read(kIo, kLogits, internal::TileLogitsStages(plan, encoded, key_planes) * folded);
+      t.Write(kScores, kLogits, tiles * g * (16 * 2 + 3 * 4));
+      // 3. Select: the tiles' statistics (M for the maxima, M and sum e for the sums, M and
+      // sum e^2 for the weights: 5 floats a tile and head), the window's logits twice.
       t.Read(kMetadata, kSelect, increments);
-      t.Read(kScores, kSelect, g * (3 * encoded + 2 * residual) * 4);
+      t.Read(kScores, kSelect, tiles * g * 5 * 4 + g * 2 * residual * 4);
       t.Write(kPartials, kSelect, g * 4 * 4);
       t.Write(kScores, kSelect, tiles * 8);
       t.Read(kScores, kSelect, tiles * 8);
       t.Write(kSchedule, kSelect, tiles);
-      // 4. Values.
+      // 4. Values: per block holding tokens the heads' maxima; per tile its depth, its e values
+      // and maxima.
       t.Read(kPartials, kValues, chunks * g * 4);
-      t.Read(kScores, kValues, g * encoded * 4);
+      t.Read(kScores, kValues, tiles * g * (16 * 2 + 4));
       t.Read(kSchedule, kValues, tiles);
       t.Write(kPartials, kValues, chunks * g * d * 4);
       // 5. Combine.

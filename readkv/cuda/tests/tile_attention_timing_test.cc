@@ -2,7 +2,8 @@
 // `kvgate bench attention` runs the tile reader: disabled by default (it allocates ~2 GiB of device
 // memory and prints numbers, it checks nothing but that both launch). Run it with
 //   readkv_cuda_test --gtest_also_run_disabled_tests --gtest_filter='TileTiming*'
-// KVGATE_TILE_TIMING="T,B,R" picks tokens, batch and R (default 32768,16,2). Planes and FP8
+// KVGATE_TILE_TIMING="T,B,R[,HQ,HKV,D]" or "T,B,RK,RV,HQ,HKV,D" picks tokens, batch, the read
+// budget (R_K = R_V = R, or a split) and the heads (default 32768,16,2,32,8,128). Planes and FP8
 // codes are seeded random bytes (warm-up launches first; the sets are far larger than the L2, so
 // each timed launch streams from DRAM as a decode step would).
 #include <cuda_runtime.h>
@@ -59,12 +60,19 @@ double TimeUs(const Launch& launch, int iters) {
 
 TEST(TileTimingTest, DISABLED_TileReaderAgainstFp8) {
   if (QueryDevices().device_count == 0) GTEST_SKIP() << "no CUDA device: " << QueryDevices().reason;
-  int tokens = 32768, batch = 16;
-  double r = 2.0;
+  int tokens = 32768, batch = 16, hq = 32, hkv = 8, d = 128;
+  double rk = 2.0, rv = 2.0;
   if (const char* spec = std::getenv("KVGATE_TILE_TIMING")) {
-    ASSERT_EQ(std::sscanf(spec, "%d,%d,%lf", &tokens, &batch, &r), 3) << spec;
+    const int got =
+        std::sscanf(spec, "%d,%d,%lf,%lf,%d,%d,%d", &tokens, &batch, &rk, &rv, &hq, &hkv, &d);
+    if (got != 7) {
+      const int short_form = std::sscanf(spec, "%d,%d,%lf,%d,%d,%d", &tokens, &batch, &rk, &hq,
+                                         &hkv, &d);
+      ASSERT_TRUE(short_form == 3 || short_form == 6) << spec;
+      rv = rk;
+    }
   }
-  const int hq = 32, hkv = 8, d = 128, W = 8;
+  const int W = 8;
   const TileDecodeShape shape{batch, hq, hkv, d, W, tokens, 0};
   int sm_count = 0;
   CUDA_OK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
@@ -98,7 +106,7 @@ TEST(TileTimingTest, DISABLED_TileReaderAgainstFp8) {
                                  d_signs.get(),
                                  nullptr,
                                  nullptr};
-  const ReadKvReadPolicy policy{r, r, d_inc.get(), W - 1, d_inc.get(), W - 1};
+  const ReadKvReadPolicy policy{rk, rv, d_inc.get(), W - 1, d_inc.get(), W - 1};
   const TileDecodeInputs inputs{d_queries.get(), key_tiles.get(), value_tiles.get(),
                                 no_window.get(), no_window.get(), encoded.get(),
                                 residual.get(),  out.get()};
@@ -139,9 +147,10 @@ TEST(TileTimingTest, DISABLED_TileReaderAgainstFp8) {
   CUDA_OK(status);
   CUDA_OK(cudaDeviceSynchronize());
   std::printf(
-      "tile reader %d x %d (32,8) d128 W8 R %.2f: %.1f us (chunk %d, %d chunks); "
-      "fp8: %.1f us; fp8 / tile = %.2fx\n",
-      tokens, batch, r, tile_us, plan.chunk_tokens, plan.chunks, fp8_us, fp8_us / tile_us);
+      "tile reader %d x %d (%d,%d) d%d W8 R_K %.2f R_V %.2f: %.1f us (chunk %d, %d chunks); "
+      "fp8: %.1f us; tile / fp8 = %.3f\n",
+      tokens, batch, hq, hkv, d, rk, rv, tile_us, plan.chunk_tokens, plan.chunks, fp8_us,
+      tile_us / fp8_us);
 }
 
 }  // namespace

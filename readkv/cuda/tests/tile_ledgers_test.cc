@@ -63,27 +63,29 @@ TEST(TileLedgersTest, TrafficByLaunchWorkedOutByHand) {
   // folded queries (4 groups x 32 lanes x 8 bytes).
   EXPECT_EQ(t.kernels[0].read, 512 + 768 + 24);
   EXPECT_EQ(t.kernels[0].write, 4 + 1024);
-  // Logits: the centroid parameter, the group depths, one warp pass's folded queries, the Key
-  // planes (960); writes 2 x 40 logits.
-  EXPECT_EQ(t.kernels[1].read, kCentroids + 4 + 1024 + 960);
-  EXPECT_EQ(t.kernels[1].write, 320);
-  // Select: the increments, the logits three times, the 3 block weights read back; writes the
-  // statistics (2 heads x 4 floats), the block weights and 3 tile depths.
-  EXPECT_EQ(t.kernels[2].read, 24 + 3 * 320 + 24);
+  // Logits: the centroid parameter, the group depths, the folded queries once per warp stage
+  // (3 tiles over 4 warps: 3 stages), the Key planes (960); writes per tile and head 16 f16 e
+  // values and 3 statistics (3 x 2 x 44).
+  EXPECT_EQ(t.kernels[1].read, kCentroids + 4 + 3 * 1024 + 960);
+  EXPECT_EQ(t.kernels[1].write, 264);
+  // Select: the increments, 5 floats of statistics a tile and head, the 3 block weights read
+  // back; writes the statistics (2 heads x 4 floats), the block weights and 3 tile depths.
+  EXPECT_EQ(t.kernels[2].read, 24 + 3 * 2 * 20 + 24);
   EXPECT_EQ(t.kernels[2].write, 32 + 24 + 3);
-  // Values: the centroid parameter, 2 maxima, the logits, 3 tile depths, the Value planes (768);
-  // writes one chunk's partial (2 heads x 64 floats).
-  EXPECT_EQ(t.kernels[3].read, kCentroids + 8 + 320 + 3 + 768);
+  // Values: the centroid parameter, 2 maxima, per tile and head the e values and the maximum
+  // (3 x 2 x 36), 3 tile depths, the Value planes (768); writes one chunk's partial (2 heads x
+  // 64 floats).
+  EXPECT_EQ(t.kernels[3].read, kCentroids + 8 + 216 + 3 + 768);
   EXPECT_EQ(t.kernels[3].write, 512);
   // Combine: V mean/std/signs, 2 statistics a head, the partial; writes the 2 x 64 outputs.
   EXPECT_EQ(t.kernels[4].read, 768 + 16 + 512);
   EXPECT_EQ(t.kernels[4].write, 512);
   EXPECT_EQ(t.payload, 960 + 768);
   EXPECT_EQ(t.metadata, 768 + 24 + kCentroids + 24 + kCentroids + 768);
-  EXPECT_EQ(t.scores, 320 + 3 * 320 + 24 + 24 + 320);
+  EXPECT_EQ(t.scores, 264 + 120 + 24 + 24 + 216);
   EXPECT_EQ(t.schedule, 4 + 4 + 3 + 3);
   EXPECT_EQ(t.partials, 32 + 8 + 512 + 16 + 512);
-  EXPECT_EQ(t.io, 512 + 1024 + 1024 + 512);
+  EXPECT_EQ(t.io, 512 + 1024 + 3 * 1024 + 512);
   EXPECT_EQ(SumOfLaunches(t), t.Total());
 
   // Without the depths, everything but the planes.

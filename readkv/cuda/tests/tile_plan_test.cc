@@ -44,24 +44,27 @@ TEST(TilePlanTest, ChunksCoverTheTokensAndFillTheDevice) {
         const TilePlan plan = PlanTileDecode(s, 132);
         ASSERT_EQ(plan.chunk_tokens % kTileChunkStep, 0);
         ASSERT_GE(plan.chunk_tokens, kTileChunkStep);
-        ASSERT_LE(plan.chunk_tokens, 4096);
+        ASSERT_LE(plan.chunk_tokens, kTileMaxChunk);
         ASSERT_GE(plan.chunks, 1);
         ASSERT_GE(int64_t{plan.chunks} * plan.chunk_tokens, encoded);
         ASSERT_LT(int64_t{plan.chunks - 1} * plan.chunk_tokens, std::max(encoded, 1));
-        // A chunk above 512 only when two blocks per SM still remain.
+        // A chunk above 512 only when four blocks per SM still remain.
         if (plan.chunk_tokens > kTileChunkStep) {
-          EXPECT_GE(int64_t{batch} * hkv * plan.chunks, 2 * 132);
+          EXPECT_GE(int64_t{batch} * hkv * plan.chunks, 4 * 132);
         }
         EXPECT_GT(TileDecodeWorkspaceBytes(s, plan), 0u);
       }
     }
   }
-  // The largest chunk that keeps two blocks per SM (264 on 132 SMs): 8 rows of 32K tokens make
-  // 256 blocks even at 1024, so 512; 32 rows make 512 blocks at 2048.
+  // The largest chunk that keeps four blocks per SM (528 on 132 SMs): 8 rows of 32K tokens make
+  // 256 blocks even at 1024, so 512; 32 rows make 512 blocks at 2048 and 1024 at 1024; 128 rows
+  // (32K x 16, 8 KV heads) make 2048 blocks at 2048.
   const TileDecodeShape one = Shape(1, 32, 8, 128, 32768, 0);
   EXPECT_EQ(PlanTileDecode(one, 132).chunk_tokens, 512);
   const TileDecodeShape many = Shape(16, 16, 2, 128, 32768, 0);  // 32 rows
-  EXPECT_EQ(PlanTileDecode(many, 132).chunk_tokens, 2048);
+  EXPECT_EQ(PlanTileDecode(many, 132).chunk_tokens, 1024);
+  const TileDecodeShape served = Shape(16, 32, 8, 128, 32768, 0);  // 128 rows
+  EXPECT_EQ(PlanTileDecode(served, 132).chunk_tokens, 2048);
 }
 
 TEST(TilePlanTest, WorkspaceSectionsAreAlignedDisjointAndSized) {
@@ -69,7 +72,7 @@ TEST(TilePlanTest, WorkspaceSectionsAreAlignedDisjointAndSized) {
   const TilePlan plan{512, 2};
   const internal::TileWorkspaceLayout w = internal::MakeTileWorkspaceLayout(s, plan);
   EXPECT_EQ(w.logit_stride, 1040);
-  const std::array<std::pair<size_t, size_t>, 7> sections = {{
+  const std::array<std::pair<size_t, size_t>, 9> sections = {{
       {w.fragments, size_t{6} * 4 * 32 * 2 * 4},
       {w.key_depths, size_t{6} * 4},
       {w.logits, size_t{3} * 16 * 1040 * 4},
@@ -77,6 +80,8 @@ TEST(TilePlanTest, WorkspaceSectionsAreAlignedDisjointAndSized) {
       {w.block_weights, size_t{6} * 63 * 8},
       {w.value_depths, size_t{6} * 63},
       {w.partials, size_t{6} * 2 * 8 * 64 * 4},
+      {w.tile_stats, size_t{6} * 63 * 3 * 8 * 4},
+      {w.probs, size_t{6} * 63 * 8 * 16 * 2},
   }};
   for (size_t i = 0; i < sections.size(); ++i) {
     EXPECT_EQ(sections[i].first % 256, 0u) << i;
@@ -106,6 +111,7 @@ TEST(TilePlanTest, BadShapesAndPlansNameTheirField) {
   EXPECT_EQ(FieldOf(s, plan), "plan");
   EXPECT_EQ(FieldOf(s, TilePlan{1024, 1}), "");
   EXPECT_EQ(FieldOf(s, TilePlan{700, 1}), "plan");
+  EXPECT_EQ(FieldOf(s, TilePlan{4096, 1}), "plan");  // past kTileMaxChunk
   EXPECT_THROW(PlanTileDecode(s, 0), codec::InvalidArgument);
 }
 

@@ -1,9 +1,8 @@
 // The tile reader on the GPU (issue 37; docs/readkv.md, "The tile reader", "The tile layout"):
 // one decode step over tile-layout bit planes (readkv::codec::TilePlaneStore's bytes), both
 // products on tensor cores (mma.sync.m16n8k16, f16 in, f32 accumulate), the GQA heads of a KV
-// head in the MMA's N = 8 dimension. NOT YET RUN ON A GPU (written without one): it compiles, its
-// host pieces are tested; tests/tile_attention_test.cc holds its GPU tests. Not wired into the
-// served runtime until they pass.
+// head in the MMA's N = 8 dimension. Its GPU tests (tests/tile_attention_test.cc, against the CPU
+// reference) pass on an H100 (2026-12-05); not wired into the served runtime yet.
 //
 // Inputs, per (sequence b, KV head h), contiguous per sequence for now (no page table):
 //   key_tiles, value_tiles: [B][H_kv][max_token_tiles][d / 16][W][32] bytes, each (b, h) row the
@@ -73,11 +72,14 @@ struct TilePlan {
   int chunk_tokens = 1024;  // encoded tokens per Logits/Values block, a multiple of kTileChunkStep
   int chunks = 1;           // ceil(max_encoded_tokens / chunk_tokens), at least 1
 };
-// A chunk is a whole number of a Logits block's passes: 4 warps x 8 token tiles of 16 tokens.
+// A chunk is a whole number of a Logits block's passes (4 warps x 8 token tiles of 16 tokens),
+// at most 2048 tokens (a Values warp keeps the depths of its <= 32 tiles in one register).
 inline constexpr int kTileChunkStep = 512;
+inline constexpr int kTileMaxChunk = 2048;
 
-// The plan for a shape on a device of `sm_count` SMs: the largest chunk of 4096, 2048, 1024 or
-// 512 tokens that still gives every SM two Logits blocks (512 when none does). Throws
+// The plan for a shape on a device of `sm_count` SMs: the largest chunk of 2048 or 1024 tokens
+// that still gives every SM four Logits blocks (512 when none does): a block holds 33 KB of
+// staging, ~6 fit an SM, and a whole number of waves matters less past a few. Throws
 // readkv::codec::InvalidArgument naming the field for a shape the kernels refuse (head_dim not 64
 // or 128, group not 1, 2, 4 or 8, store_bits outside 1..8, negative or zero sizes, no tokens).
 TilePlan PlanTileDecode(const TileDecodeShape& shape, int sm_count);

@@ -12,17 +12,19 @@
 //      R residual keys (BF16, payload); writes the d / 16 Key group depths, the folded queries
 //      (d / 16 groups x 32 lanes x 8 bytes, the B fragments) and the residual logits.
 //   2. TileLogits (plan.chunks blocks a row): each block reads the row's group depths, each warp
-//      pass over 8 token tiles the row's folded queries (ceil(tiles / 8) passes), the Key planes
-//      t_g x 32 bytes per (tile, group) (a tail batch's clamped re-reads of the last tile are the
-//      same sectors: not counted); writes the g x E logits.
-//   3. TileSelect: reads the Value increments and the logits three times over the encoded tokens
-//      (max, sum, block weights) and twice over the residual ones; writes the g heads' statistics
-//      (4 floats), the block weights (a double per tile, read back once by the depth pass; the
-//      radix passes' re-reads when a cut is needed are data-dependent, not counted, as for the
-//      constrained reader) and the Value depths.
+//      stage the folded queries (internal::TileLogitsStages), the Key planes t_g x 32 bytes per
+//      (tile, group); writes per tile and head 16 f16 e = exp(l - M) and 3 floats (M, sum e,
+//      sum e^2).
+//   3. TileSelect: reads the Value increments, 5 floats of the tiles' statistics per tile and
+//      head (M for the maxima, M and sum e for the sums, M and sum e^2 for the weights) and the
+//      residual logits twice; writes the g heads' statistics (4 floats), the block weights (a
+//      double per tile, read back once by the depth pass; the radix passes' re-reads when a cut
+//      is needed are data-dependent, not counted, as for the constrained reader) and the Value
+//      depths.
 //   4. TileValues (the row's `chunks` blocks that hold tokens; the others exit at once): each
-//      reads the g heads' maxima; together they read the g x E logits, the tile depths and the
-//      Value planes t_r x 32 bytes per (tile, group); each writes its partial g x d floats.
+//      reads the g heads' maxima; together they read per tile its depth, its e values and
+//      maxima (g x (32 + 4) bytes) and the Value planes t_r x 32 bytes per (tile, group); each
+//      writes its partial g x d floats.
 //   5. TileCombine: reads the Value mean, std and signs, the statistics (2 floats a head, 3 with
 //      a residual window), the partials, the residual logits and values; writes the g x d outputs.
 // The f16 centroid tables (tile::TileCentroids) are a kernel parameter of TileLogits and
