@@ -1,6 +1,6 @@
 // The GPU tile reader (tile_attention.h) against the CPU tile reader (codec::TileAttend) on the
 // same caches: ragged sequences of synthetic K/V, with and without the residual window, depth
-// mixes from 1 to 8 planes. Skips cleanly without a GPU (written without one: not yet run).
+// mixes from 1 to 8 planes. Skips cleanly without a GPU.
 //
 // What must hold: the Key group depths equal the CPU's (the weights are bit-identical); the
 // Value block depths equal the CPU Threshold allocator's on the GPU's own block weights; every

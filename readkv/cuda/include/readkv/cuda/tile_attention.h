@@ -1,8 +1,9 @@
 // The tile reader on the GPU (issue 37; docs/readkv.md, "The tile reader", "The tile layout"):
 // one decode step over tile-layout bit planes (readkv::codec::TilePlaneStore's bytes), both
 // products on tensor cores (mma.sync.m16n8k16, f16 in, f32 accumulate), the GQA heads of a KV
-// head in the MMA's N = 8 dimension. Its GPU tests (tests/tile_attention_test.cc, against the CPU
-// reference) pass on an H100 (2026-12-05); not wired into the served runtime yet.
+// head in the MMA's N = 8 dimension. Its GPU tests are tests/tile_attention_test.cc (against the
+// CPU reference); the first version passed them on an H100 (2026-12-05), the present staged one
+// has not run on a GPU yet (readkv/cuda/README.md). Not wired into the served runtime yet.
 //
 // Inputs, per (sequence b, KV head h), contiguous per sequence for now (no page table):
 //   key_tiles, value_tiles: [B][H_kv][max_token_tiles][d / 16][W][32] bytes, each (b, h) row the
@@ -23,10 +24,13 @@
 // Launches (all on `stream`, in order; the plan fixes the grid):
 //   1. TilePrepare (H_kv, B) x d: transformed queries, Key group weights and depths, folded f16
 //      queries (scale * q~ * sigma), the residual window's exact logits.
-//   2. TileLogits (chunks, H_kv, B) x 128: q.K over the chunk's token tiles on tensor cores.
-//   3. TileSelect (H_kv, B) x 256: softmax statistics, Value block weights, Value depths (block
-//      radix selection of the cut).
-//   4. TileValues (chunks, H_kv, B) x 128: sum_i e_i C(code_i) per chunk on tensor cores.
+//   2. TileLogits (chunks, H_kv, B) x 128: q.K over the chunk's token tiles on tensor cores, the
+//      planes staged through shared memory by cp.async; per tile and head f16 e = exp(l - M)
+//      and the statistics M, sum e, sum e^2 (f32 logits only for TileDecodeDebug::logits).
+//   3. TileSelect (H_kv, B) x 256: softmax statistics and Value block weights from the tiles'
+//      statistics, Value depths (block radix selection of the cut).
+//   4. TileValues (chunks, H_kv, B) x 128: sum_i e_i C(code_i) per chunk on tensor cores, the
+//      e values, maxima and planes staged by cp.async.
 //   5. TileCombine (H_kv, B) x d: chunks summed, mu mass + sigma acc + the residual window's
 //      values, inverse V transform.
 // Thread-safety: reentrant; two calls that share a workspace must be ordered.
