@@ -13,6 +13,7 @@
 #include "readkv_device.cuh"
 #include "tile_fragment.h"
 #include "tile_plan.h"
+#include "tile_staging.h"
 
 namespace readkv::cuda::tile_kernels {
 
@@ -76,14 +77,6 @@ __device__ __forceinline__ void CpAsyncWait() {
 // in flight and the kernels ran at ~15% of DRAM bandwidth, ncu 2026-12-05).
 inline constexpr int kStageBytes = internal::kTileStageBytes;
 inline constexpr int kStages = 2;
-
-// This warp's share [lo, hi) of the chunk's token tiles [first, end): contiguous, 4 warps.
-__device__ __forceinline__ int2 WarpTiles(int first, int end, int warp) {
-  if (end <= first) return make_int2(first, first);  // a chunk past the sequence
-  const int per_warp = (end - first + kMmaWarps - 1) / kMmaWarps;
-  const int lo = min(end, first + warp * per_warp);
-  return make_int2(lo, min(end, lo + per_warp));
-}
 
 // D += A B on tensor cores, m16n8k16, f16 inputs, f32 accumulate.
 __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
@@ -177,30 +170,20 @@ __global__ void __launch_bounds__(kMmaThreads)
   LoadTable(centroids, table);
   if (threadIdx.x < kGroups) depth[threadIdx.x] = a.key_depths[row * kGroups + threadIdx.x];
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int at = 0;
-    for (int g = 0; g < kGroups; ++g) {
-      plane_at[g] = static_cast<uint8_t>(at);
-      for (int p = 0; p < depth[g]; ++p, ++at) {
-        piece[2 * at] = static_cast<uint16_t>(2 * (g * a.store_bits + p));
-        piece[2 * at + 1] = static_cast<uint16_t>(2 * (g * a.store_bits + p) + 1);
-      }
-    }
-    staged_planes = at;
-  }
+  if (threadIdx.x == 0) staged_planes = tile::PlanKeyStaging(depth, kGroups, a.store_bits, plane_at, piece);
   __syncthreads();
   const int encoded = a.in.encoded_lens[b];
   const int tiles = (encoded + 15) / 16;
   const int first = chunk * (a.chunk_tokens / 16);
-  const int2 mine = WarpTiles(first, min(tiles, first + a.chunk_tokens / 16), warp);
+  const tile::WarpShare mine = tile::ShareOfWarp(first, min(tiles, first + a.chunk_tokens / 16), warp);
   const int planes = staged_planes;
   const int pieces = 2 * planes;
-  const int per_stage = min(kWarpTiles, kStageBytes / (32 * planes));
-  const int stages = (mine.y - mine.x + per_stage - 1) / per_stage;
+  const int per_stage = tile::KeyTilesPerStage(planes);
+  const int stages = (mine.count() + per_stage - 1) / per_stage;
   const size_t tile_bytes = static_cast<size_t>(kGroups) * a.store_bits * 32;
   const uint8_t* row_tiles = a.in.key_tiles + row * a.max_tiles * tile_bytes;
   const auto issue = [&](int k) {  // stage k of this warp into its ring slot
-    const int lo = mine.x + k * per_stage, n = min(per_stage, mine.y - lo);
+    const int lo = mine.lo + k * per_stage, n = min(per_stage, mine.hi - lo);
     uint8_t* to = ring[warp][k % kStages];
     for (int i = 0; i < n; ++i) {
       const uint8_t* from = row_tiles + static_cast<size_t>(lo + i) * tile_bytes;
@@ -224,7 +207,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     }
     CpAsyncWait<1>();
     __syncwarp();
-    const int base = mine.x + k * per_stage, n = min(per_stage, mine.y - base);
+    const int base = mine.lo + k * per_stage, n = min(per_stage, mine.hi - base);
     const uint8_t* staged = ring[warp][k % kStages];
     float acc[kWarpTiles][4] = {};
     for (int g = 0; g < kGroups; ++g) {
@@ -304,7 +287,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     TileValues(TileArgs a, const __grid_constant__ tile::TileCentroids centroids) {
   constexpr int kGroups = D / 16;
   // A staged tile starts with its f16 e values [G][16] and its maxima M [G] (16-byte padded).
-  constexpr int kLogitBytes = G * 16 * 2 + (G * 4 + 15) / 16 * 16;
+  constexpr int kLogitBytes = tile::ValueHeadBytes(G);
   __shared__ uint16_t table[tile::kTileTableEntries];
   __shared__ float head_max[kMaxGroup];
   __shared__ __align__(16) uint8_t ring[kMmaWarps][kStages][kStageBytes];
@@ -322,36 +305,27 @@ __global__ void __launch_bounds__(kMmaThreads)
   LoadTable(centroids, table);
   if (threadIdx.x < G) head_max[threadIdx.x] = a.stats[(first_q + threadIdx.x) * 4];
   __syncthreads();
-  const int2 mine = WarpTiles(first, min(tiles, first + a.chunk_tokens / 16), warp);
-  const int count = mine.y - mine.x;  // <= 32
-  const int my_depth = lane < count ? a.value_depths[row * a.max_tiles + mine.x + lane] : 0;
+  const tile::WarpShare mine = tile::ShareOfWarp(first, min(tiles, first + a.chunk_tokens / 16), warp);
+  const int count = mine.count();  // <= 32
+  const int my_depth = lane < count ? a.value_depths[row * a.max_tiles + mine.lo + lane] : 0;
   const auto depth_of = [&](int i) { return __shfl_sync(0xffffffffu, my_depth, i); };
-  const auto bytes_of = [](int t) { return kLogitBytes + kGroups * t * 32; };
+  const auto bytes_of = [](int t) { return tile::ValueTileBytes(t, kGroups, kLogitBytes); };
   const auto span = [&](int s) {  // tiles in the stage that starts at the warp's tile s
-    int n = 0, bytes = 0;
-    while (n < kWarpTiles && s + n < count) {
-      const int tb = bytes_of(depth_of(s + n));
-      if (n > 0 && bytes + tb > kStageBytes) break;
-      bytes += tb;
-      ++n;
-    }
-    return n;
+    return tile::ValueStageTiles(depth_of, s, count, kGroups, kLogitBytes);
   };
   const size_t tile_bytes = static_cast<size_t>(kGroups) * a.store_bits * 32;
   const uint8_t* row_tiles = a.in.value_tiles + row * a.max_tiles * tile_bytes;
   const auto issue = [&](int slot, int s, int n) {
     uint8_t* to = ring[warp][slot];
     for (int i = 0; i < n; ++i) {
-      const int t = depth_of(s + i), r = mine.x + s + i;
+      const int t = depth_of(s + i), r = mine.lo + s + i;
       const size_t tile = row * a.max_tiles + r;
       for (int o = lane; o < 2 * G; o += kWarp)  // e values: 32 bytes a head
         CpAsync16(to + o * 16, a.probs + tile * G * 16 + o * 8);
       if (lane < G) CpAsync4(to + G * 32 + lane * 4, a.tile_stats + tile * 3 * G + lane);
       const uint8_t* from = row_tiles + static_cast<size_t>(r) * tile_bytes;
-      for (int o = lane; o < 2 * kGroups * t; o += kWarp) {  // planes: group o / 2t
-        const int g = o / (2 * t), rest = o % (2 * t);
-        CpAsync16(to + kLogitBytes + o * 16, from + g * a.store_bits * 32 + rest * 16);
-      }
+      for (int o = lane; o < 2 * kGroups * t; o += kWarp)  // planes: group o / 2t
+        CpAsync16(to + kLogitBytes + o * 16, from + tile::ValuePieceSource(o, t, a.store_bits));
       to += bytes_of(t);
     }
     CpAsyncCommit();

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "readkv/codec/errors.h"
+#include "tile_staging.h"
 
 namespace readkv::cuda {
 namespace internal {
@@ -71,15 +72,14 @@ TileWorkspaceLayout MakeTileWorkspaceLayout(const TileDecodeShape& s, const Tile
 
 int64_t TileLogitsStages(const TilePlan& plan, int64_t encoded, int key_planes) {
   const int64_t tiles = (encoded + 15) / 16, chunk_tiles = plan.chunk_tokens / 16;
-  const int64_t per_stage =
-      std::min<int64_t>(kTileStageTiles, kTileStageBytes / (32 * std::max(key_planes, 1)));
+  const int64_t per_stage = tile::KeyTilesPerStage(key_planes);
   int64_t stages = 0;
   for (int64_t first = 0; first < tiles; first += chunk_tiles) {
     const int64_t end = std::min(tiles, first + chunk_tiles);
-    const int64_t share = (end - first + kTileBlockWarps - 1) / kTileBlockWarps;
     for (int w = 0; w < kTileBlockWarps; ++w) {
-      const int64_t lo = std::min(end, first + w * share), hi = std::min(end, lo + share);
-      stages += (hi - lo + per_stage - 1) / per_stage;
+      const tile::WarpShare share =
+          tile::ShareOfWarp(static_cast<int>(first), static_cast<int>(end), w);
+      stages += (share.count() + per_stage - 1) / per_stage;
     }
   }
   return stages;
