@@ -112,7 +112,6 @@ __global__ void __launch_bounds__(128) TilePrepare(TileArgs a) {
     const uint32_t b1 = folded[n][k0 + 8] | (uint32_t{folded[n][k0 + 9]} << 16);
     reinterpret_cast<uint2*>(a.fragments)[(row * kGroups + g) * kWarp + l] = make_uint2(b0, b1);
   }
-  const int encoded = a.in.encoded_lens[b];
   const int residual = a.in.residual_lens[b];
   const uint16_t* keys = a.in.residual_keys + row * a.max_residual * D;
   for (int r = warp; r < residual; r += D / kWarp) {
@@ -126,7 +125,7 @@ __global__ void __launch_bounds__(128) TilePrepare(TileArgs a) {
 #pragma unroll
     for (int q = 0; q < G; ++q) {
       const float total = internal::WarpSum(dot[q]);
-      if (lane == 0) a.logits[(first_q + q) * a.logit_stride + encoded + r] = total;
+      if (lane == 0) a.logits[(first_q + q) * a.max_residual + r] = total;
     }
   }
 }
@@ -174,25 +173,24 @@ __global__ void __launch_bounds__(kSelectThreads) TileSelect(TileArgs a) {
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
   const int encoded = a.in.encoded_lens[b];
   const int residual = a.in.residual_lens[b];
-  const int total = encoded + residual;
   const int tiles = (encoded + 15) / 16;
   const float* tile_stats = a.tile_stats + row * a.max_tiles * 3 * G;
   if (tid < kMaxSteps) inc[tid] = tid < a.policy.value_steps ? a.policy.value_increments[tid] : 0.0;
   for (int q = 0; q < G; ++q) {
-    const float* l = a.logits + (first_q + q) * a.logit_stride;
+    const float* window = a.logits + (first_q + q) * a.max_residual;
     float m = -INFINITY;
     for (int j = tid; j < tiles; j += blockDim.x) m = fmaxf(m, tile_stats[j * 3 * G + q]);
-    for (int i = encoded + tid; i < total; i += blockDim.x) m = fmaxf(m, l[i]);
+    for (int i = tid; i < residual; i += blockDim.x) m = fmaxf(m, window[i]);
     m = BlockMax(m, fscratch);
-    double enc = 0.0, window = 0.0;
+    double enc = 0.0, in_window = 0.0;
     for (int j = tid; j < tiles; j += blockDim.x) {
       const float* st = tile_stats + j * 3 * G;
       enc += static_cast<double>(st[G + q]) * expf(st[q] - m);
     }
-    for (int i = encoded + tid; i < total; i += blockDim.x) window += expf(l[i] - m);
+    for (int i = tid; i < residual; i += blockDim.x) in_window += expf(window[i] - m);
     enc = BlockSumD(enc, dscratch);
-    window = BlockSumD(window, dscratch);
-    const double all = enc + window;
+    in_window = BlockSumD(in_window, dscratch);
+    const double all = enc + in_window;
     if (tid == 0) {
       head_max[q] = m;
       head_inv[q] = 1.0 / all;
@@ -203,8 +201,8 @@ __global__ void __launch_bounds__(kSelectThreads) TileSelect(TileArgs a) {
       s[3] = 0.0f;
     }
     if (a.debug.logits != nullptr) {  // the window's (TileLogits wrote the encoded ones)
-      float* out = a.debug.logits + (first_q + q) * a.logit_stride;
-      for (int i = encoded + tid; i < total; i += blockDim.x) out[i] = l[i];
+      float* out = a.debug.logits + (first_q + q) * a.logit_stride + encoded;
+      for (int i = tid; i < residual; i += blockDim.x) out[i] = window[i];
     }
   }
   __syncthreads();
@@ -279,7 +277,7 @@ __global__ void __launch_bounds__(128) TileCombine(TileArgs a) {
     float acc = 0.0f;
     for (int k = 0; k < chunks; ++k) acc += part[static_cast<size_t>(k) * kMaxGroup * D];
     float out = mu * s[2] + sd * (acc * s[1]);
-    const float* l = a.logits + (first_q + q) * a.logit_stride + encoded;
+    const float* l = a.logits + (first_q + q) * a.max_residual;
     for (int r = 0; r < residual; ++r) {
       const float p = expf(l[r] - s[0]) * s[1];
       out += p * __uint_as_float(uint32_t{values[static_cast<size_t>(r) * D + c]} << 16);

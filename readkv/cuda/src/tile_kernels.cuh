@@ -25,7 +25,6 @@ inline constexpr int kMmaWarps = internal::kTileBlockWarps;  // warps of a Logit
 inline constexpr int kMmaThreads = kMmaWarps * 32;
 inline constexpr int kWarpTiles = internal::kTileStageTiles;  // token tiles of a stage, at most
 inline constexpr int kSelectThreads = 256;
-static_assert(kMmaWarps * kWarpTiles * 16 == kTileChunkStep, "a chunk is whole Logits passes");
 
 // Everything a launch reads: the call's inputs and the workspace sections (tile_plan.h).
 struct TileArgs {
@@ -39,7 +38,7 @@ struct TileArgs {
   TileDecodeDebug debug;
   uint32_t* fragments;
   uint8_t* key_depths;
-  float* logits;
+  float* logits;  // [B][H_q][max_residual]: the residual window's exact logits
   float* stats;
   double* block_weights;
   uint8_t* value_depths;
@@ -86,11 +85,6 @@ __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint3
       "{%8,%9}, {%0,%1,%2,%3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t PackHalves(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
 }
 
 // The f16 centroid table in shared memory (depths >= 3), read by entry.

@@ -58,7 +58,7 @@ TileWorkspaceLayout MakeTileWorkspaceLayout(const TileDecodeShape& s, const Tile
   size_t at = 0;
   w.fragments = Section(at, rows * groups * 32 * 2 * sizeof(uint32_t));
   w.key_depths = Section(at, rows * groups);
-  w.logits = Section(at, heads * static_cast<size_t>(w.logit_stride) * sizeof(float));
+  w.logits = Section(at, heads * static_cast<size_t>(s.max_residual_tokens) * sizeof(float));
   w.stats = Section(at, heads * 4 * sizeof(float));
   w.block_weights = Section(at, rows * tiles * sizeof(double));
   w.value_depths = Section(at, rows * tiles);

@@ -26,10 +26,10 @@ int64_t TileLogitsStages(const TilePlan& plan, int64_t encoded, int key_planes);
 
 // Byte offsets into the workspace, each section 256-byte aligned.
 struct TileWorkspaceLayout {
-  int64_t logit_stride = 0;  // floats per query head's logit row: encoded + residual, to 16
+  int64_t logit_stride = 0;  // TileDecodeDebug::logits' row: encoded + residual, to 16
   size_t fragments = 0;      // uint32 [B][H_kv][d / 16][32 lanes][2]: folded f16 queries, B order
   size_t key_depths = 0;     // uint8 [B][H_kv][d / 16]
-  size_t logits = 0;         // float [B][H_q][logit_stride]: the window's at [encoded, ...)
+  size_t logits = 0;         // float [B][H_q][max_residual]: the residual window's exact logits
   size_t stats = 0;          // float [B][H_q][4]: max, 1 / sum, encoded mass, unused
   size_t block_weights = 0;  // double [B][H_kv][max_token_tiles]
   size_t value_depths = 0;   // uint8 [B][H_kv][max_token_tiles]

@@ -75,7 +75,7 @@ TEST(TilePlanTest, WorkspaceSectionsAreAlignedDisjointAndSized) {
   const std::array<std::pair<size_t, size_t>, 9> sections = {{
       {w.fragments, size_t{6} * 4 * 32 * 2 * 4},
       {w.key_depths, size_t{6} * 4},
-      {w.logits, size_t{3} * 16 * 1040 * 4},
+      {w.logits, size_t{3} * 16 * 40 * 4},
       {w.stats, size_t{3} * 16 * 4 * 4},
       {w.block_weights, size_t{6} * 63 * 8},
       {w.value_depths, size_t{6} * 63},
