@@ -27,7 +27,8 @@
 # SourceCounters + WarpStateStats) in one call of `kvgate bench attention ARGS` (SOURCE_COUNT
 # kernels from the SOURCE_SKIP-th matching launch on, default 1 and 20): the SASS table as
 # source_profile.csv.gz, its summary (readkv/cuda/bench/ncu_sass_summary.py) as
-# source_profile.txt. PACK=1 ends by packing $OUT into round.tgz beside summary.txt (the device
+# source_profile.txt. TILE_BENCH="T,B ..." times the tile reader at those points without kvgate
+# (below). PACK=1 ends by packing $OUT into round.tgz beside summary.txt (the device
 # tool returns at most 8 files).
 set -uo pipefail
 OUT=${OUT:-/tmp/kvgate-gpu-kernels}
@@ -99,6 +100,17 @@ for label in "${CANDIDATE_LABELS[@]}"; do
   wait_tree "$label"
   "${TREE_DIR[$label]}/readkv/cuda/readkv_cuda_test" > "$OUT/tests_$label.txt" 2>&1
   echo "tests ($label): $(grep -E "^\[  (PASSED|FAILED) " "$OUT/tests_$label.txt" | tr "\n" " ")"
+done
+# TILE_BENCH="T,B ...": the tile reader beside FP8 and the constrained reader at those points
+# (32/8/128) through the bench's own harness inside the test binary (AttentionBenchGpuTest with
+# KVGATE_TILE_BENCH), so a KERNELS_ONLY=1 round times it without building kvgate.
+n=0
+for point in ${TILE_BENCH:-}; do
+  KVGATE_TILE_BENCH=$point "$T" --gtest_filter='AttentionBenchGpuTest.TileRows*' \
+    > "$OUT/tile_bench_$n.txt" 2>&1
+  { echo "== tile bench $point (exit $?)"; grep -E "^ +[0-9]+ +[0-9]+ |FAILED|Failure" \
+      "$OUT/tile_bench_$n.txt"; } | tee -a "$OUT/summary.txt"
+  n=$((n + 1))
 done
 SAN=${COMPUTE_SANITIZER:-/usr/local/cuda/bin/compute-sanitizer}
 if [[ -x "$SAN" && "${SANITIZE:-1}" == 1 ]]; then
@@ -218,12 +230,16 @@ if [[ "${PROFILE:-0}" == 1 ]]; then
   for point in "${profile_points[@]}"; do
     read -r -a args <<< "$point"
     rm -f "$LOGS/ncu-bench.json"
+    # ReadKV: the seventh call's four launches (skip 24); the tile reader (whose calls are five
+    # launches, the only ones the regex names): the sixth call's five.
+    kernels='regex:Prepare|Logits|Select|Values|SplitDecode|CombineSplits' skip=24 count=4
+    [[ $point == *tile:* ]] &&
+      kernels='regex:Tile(Prepare|Logits|Select|Values|Combine)' skip=25 count=5
     metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
     metrics+=,lts__t_sectors_srcunit_tex_op_write.sum,smsp__inst_executed.sum
     metrics+=,sm__cycles_elapsed.avg.per_second
     "$NCU" --metrics "$metrics" --csv \
-      --launch-skip 24 --launch-count 4 \
-      -k 'regex:Prepare|Logits|Select|Values|SplitDecode|CombineSplits' \
+      --launch-skip "$skip" --launch-count "$count" -k "$kernels" \
       "$B/apps/kvgate" bench attention "${args[@]}" --iters 20 --min-total-ms 1 --no-anchor \
       --json "$LOGS/ncu-bench.json" > "$LOGS/ncu.csv" 2>&1
     echo "ncu ${args[*]}:" | tee -a "$OUT/profile.txt"
