@@ -4,24 +4,15 @@
 #include "attention_bench_sets.h"
 
 #if defined(KVGATE_HAVE_CUDA)
+#include <algorithm>
 #include <stdexcept>
 
 #include "bench_kernels.h"
-#include "readkv/codec/allocator.h"
 #include "readkv/codec/codebook.h"
 #include "readkv/cuda/tile_ledgers.h"
 
 namespace readkv::cuda::bench {
 namespace {
-
-// The allocators' increments of the tile reader (both sides): DepthAllocator(distortions, 1, 1),
-// W - 1 steps (tile_attention.h).
-std::vector<double> StepOneIncrements(const codec::LloydTree& tree) {
-  const codec::DepthAllocator step1(tree.distortions(), 1, 1);
-  std::vector<double> increments;
-  for (int k = 0; k < step1.steps_per_object(); ++k) increments.push_back(step1.increment(k));
-  return increments;
-}
 
 void CopyTable(const TileSet& tile, size_t to, const ReadKvSet& source, size_t from, size_t bytes,
                const std::string& what) {
@@ -41,7 +32,6 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source, i
   tile.plan = PlanTileDecode(tile.shape, sm_count);
   const codec::LloydTree tree(w);
   tile.centroids = tile::MakeTileCentroids(tree);
-  const std::vector<double> increments = StepOneIncrements(tree);
   tile.encoded_lens = g.seq_lens;
   tile.residual_lens.assign(g.seq_lens.size(), 0);
 
@@ -56,7 +46,11 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source, i
   tile.key_tiles = tile.set.Add(tile_bytes);
   tile.value_tiles = tile.set.Add(tile_bytes);
   tile.tables.Reserve(tile.set, hd);
-  tile.increments = tile.set.Add(increments.size() * sizeof(double));
+  // Both of the tile reader's allocators take the step-1 table (tile_attention.h): the
+  // constrained reader's Key table (MakeReadKvHostTables: t_min 1, step 1, never empty).
+  const size_t increment_bytes =
+      static_cast<size_t>(std::max(source.key_steps, 1)) * sizeof(double);
+  tile.increments = tile.set.Add(increment_bytes);
   tile.capacity_bytes = TileCapacityBytes(tile.shape, tile.encoded_lens.data(),
                                           tile.residual_lens.data());
   tile.set.Allocate(l2_bytes, "tile:" + std::to_string(w) + " set");
@@ -66,7 +60,8 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source, i
   UploadTo(tile.set.At<int32_t>(0, tile.residual), tile.residual_lens, "tile residual_lens");
   CopyTable(tile, tile.tables.key_mean, source, source.tables.key_mean, tile.tables.bytes,
             "calibration and signs");
-  UploadTo(tile.set.At<double>(0, tile.increments), increments, "tile step-1 increments");
+  CopyTable(tile, tile.increments, source, source.key_increments, increment_bytes,
+            "step-1 increments (its Key table)");
 
   const PagedPlanes planes{source.set.At<const uint8_t>(0, source.key_planes),
                            source.set.At<const uint8_t>(0, source.value_planes),
