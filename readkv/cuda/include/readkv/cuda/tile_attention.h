@@ -76,7 +76,7 @@ struct TilePlan {
   int chunk_tokens = 1024;  // encoded tokens per Logits/Values block, a multiple of kTileChunkStep
   int chunks = 1;           // ceil(max_encoded_tokens / chunk_tokens), at least 1
 };
-// A chunk is a whole number of a Logits block's passes (4 warps x 8 token tiles of 16 tokens),
+// A chunk is a multiple of 512 tokens (its four warps' shares then split evenly into tiles),
 // at most 2048 tokens (a Values warp keeps the depths of its <= 32 tiles in one register).
 inline constexpr int kTileChunkStep = 512;
 inline constexpr int kTileMaxChunk = 2048;
