@@ -170,6 +170,10 @@ void AddTrainCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--eval-passkeys", o->eval_passkeys, "held-out passkeys per check")
       ->capture_default_str();
   cmd->add_option("--eval-qa", o->eval_qa, "held-out QA items per check")->capture_default_str();
+  cmd->add_option("--eval-edge", o->eval_edge_passkeys,
+                  "and held-out passkeys at the longest length, key at depth 0 or 1")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
   cmd->add_option("--device", o->device, "auto | cpu | cuda")->capture_default_str();
   cmd->add_flag("--no-bf16", *no_bf16, "fp32 matmuls on CUDA");
   cmd->add_option("--init-from", o->init_from, "continue from this model directory");
@@ -188,6 +192,10 @@ void AddTrainCommand(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--pseudo-words", o->mix.pseudo_words,
                   "share of word answers replaced by made-up words")
+      ->capture_default_str();
+  cmd->add_option("--edge-depths", o->mix.edge_depths,
+                  "share of passkey prompts with the key within 2% of either end")
+      ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   cmd->add_option("--check-from", o->check_from, "progress at which held-out checks begin")
       ->capture_default_str();

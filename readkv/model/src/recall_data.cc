@@ -278,7 +278,13 @@ std::string RecallCorpus::Next(int max_bytes) {
     const std::string answer = " " + key + ".";
     const size_t fixed = PasskeyFixedBytes(key, sep.size()) + answer.size();
     const size_t garbage = static_cast<size_t>(target) > fixed ? target - fixed : 0;
-    return JoinPasskey(key, garbage, rng_.Uniform01(), sep) + answer;
+    double depth = rng_.Uniform01();
+    // An edge key: the same draw folded into the first or last 2% (no extra draw when off, so
+    // a corpus without edges is the one it always was).
+    if (mix_.edge_depths > 0.0 && rng_.Uniform01() < mix_.edge_depths) {
+      depth = depth < 0.5 ? depth * 0.04 : 1.0 - (1.0 - depth) * 0.04;
+    }
+    return JoinPasskey(key, garbage, depth, sep) + answer;
   }
   if (kind < mix_.passkey + mix_.multikey) {
     // Multi-key recall (the notes' dense retrieval supervision).

@@ -153,6 +153,13 @@ std::vector<RecallItem> HeldOutChecks(const TrainOptions& o) {
     depths.push_back(per_length == 1 ? 0.5 : static_cast<double>(i) / (per_length - 1));
   }
   std::vector<RecallItem> check = MakePasskeySet(check_seed, lengths, depths, 1);
+  if (o.eval_edge_passkeys > 0) {
+    const std::vector<int> longest = {lengths.back()};
+    const std::vector<double> edges = {0.0, 1.0};
+    auto edge = MakePasskeySet(kvgate::stats::DeriveSeed(o.seed, 4), longest, edges,
+                               std::max(1, o.eval_edge_passkeys / 2));
+    check.insert(check.end(), edge.begin(), edge.end());
+  }
   const std::vector<int> qa_lengths = {lengths.front(), lengths.back()};
   const std::vector<double> qa_depths = {0.0, 0.5, 1.0};
   const int per_cell = std::max(1, o.eval_qa / 6);
@@ -244,7 +251,8 @@ TrainResult Train(const TrainOptions& o) {
         }()},
        {"steps", o.steps}, {"time_limit_s", o.time_limit_s}, {"seed", o.seed},
        {"tokens_per_step", o.tokens_per_step}, {"max_length", o.max_length},
-       {"mid_length_share", o.mid_length_share},
+       {"mid_length_share", o.mid_length_share}, {"edge_depths", o.mix.edge_depths},
+       {"eval_edge_passkeys", o.eval_edge_passkeys},
        {"torch", TORCH_VERSION}});
 
   TrainResult result;

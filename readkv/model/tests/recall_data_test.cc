@@ -61,6 +61,48 @@ TEST(RecallDataTest, CorpusDocumentsFitTheirBudget) {
   EXPECT_GT(multi, 70);
 }
 
+// Where the needle of each passkey document sits: the share of the filler before it.
+std::vector<double> NeedleDepths(RecallCorpus& corpus, int docs) {
+  std::vector<double> out;
+  for (int i = 0; i < docs; ++i) {
+    const std::string doc = corpus.Next(4000);
+    const size_t question = doc.rfind(kPasskeyQuestion);
+    if (doc.rfind(kPasskeyTask, 0) != 0 || question == std::string::npos) continue;
+    const size_t needle = doc.find("The pass key is ", kPasskeyTask.size());
+    const std::string_view tail = " is the pass key.";
+    const size_t needle_end = doc.find(tail, needle) + tail.size();
+    const double before = static_cast<double>(needle - kPasskeyTask.size());
+    const double after = static_cast<double>(question - needle_end);
+    out.push_back(before / (before + after));
+  }
+  return out;
+}
+
+TEST(RecallDataTest, EdgeDepthsPutKeysNearTheEnds) {
+  CorpusMix edges;
+  edges.passkey = 1.0;
+  edges.multikey = 0.0;
+  edges.edge_depths = 1.0;
+  RecallCorpus corpus(21, edges);
+  const std::vector<double> depths = NeedleDepths(corpus, 200);
+  ASSERT_EQ(depths.size(), 200u);
+  int first = 0, last = 0;
+  for (double d : depths) {
+    EXPECT_TRUE(d < 0.03 || d > 0.96) << d;
+    first += d < 0.03 ? 1 : 0;
+    last += d > 0.96 ? 1 : 0;
+  }
+  EXPECT_GT(first, 60);  // both ends, about half each
+  EXPECT_GT(last, 60);
+  // Off, the depths spread over the filler as before.
+  CorpusMix spread = edges;
+  spread.edge_depths = 0.0;
+  RecallCorpus plain(21, spread);
+  int middle = 0;
+  for (double d : NeedleDepths(plain, 200)) middle += d > 0.2 && d < 0.8 ? 1 : 0;
+  EXPECT_GT(middle, 80);
+}
+
 TEST(RecallDataTest, ScoringFollowsSquadNormalisation) {
   EXPECT_EQ(NormalizeAnswer("  The  Eiffel-Tower, in an old PARIS! "), "eiffeltower in old paris");
   EXPECT_DOUBLE_EQ(TokenF1("Paris", "paris."), 1.0);

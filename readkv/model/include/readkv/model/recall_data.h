@@ -66,6 +66,9 @@ struct CorpusMix {
   double qa_all_questions = 0.40;  // QA documents asking about every fact (else one question)
   double pseudo_words = 0.0;       // share of city/color/job answers replaced by made-up words,
                                    // so only copying from the context can answer them
+  double edge_depths = 0.0;        // share of passkey prompts whose key sits within 2% of either
+                                   // end of the filler (the depths a uniform draw rarely trains:
+                                   // a key right after the task line of a 16K prompt)
 };
 
 // The training corpus: an endless stream of documents (answers included), each to be framed as

@@ -35,6 +35,8 @@ struct TrainOptions {
   int64_t eval_every = 300;         // steps between held-out checks (from 60% progress on)
   int eval_passkeys = 40;           // held-out passkey prompts per check
   int eval_qa = 20;                 // held-out QA prompts per check
+  int eval_edge_passkeys = 0;       // and passkeys at the longest length, half with the key at
+                                    // depth 0 and half at depth 1 (the edges a spread misses)
   std::string storage_dtype = "bfloat16";  // of model.safetensors
   std::string init_from;            // optional model dir to continue from
   CorpusMix mix;                    // training data shares (recall_data.h)
