@@ -42,6 +42,7 @@ struct BenchArgs {
   double min_total_ms = 200.0;
   int chunk_tokens = 0;
   bool ragged = false;
+  int outlier_cap = 0;
   bool no_anchor = false;
   uint64_t seed = 1;
   std::string json;
@@ -82,6 +83,7 @@ readkv::cuda::BenchConfig ToConfig(const BenchArgs& a) {
   config.min_total_ms = a.min_total_ms;
   config.chunk_tokens = a.chunk_tokens;
   config.ragged = a.ragged;
+  config.outlier_cap = a.outlier_cap;
   config.seed = a.seed;
   config.Validate();
   return config;
@@ -179,6 +181,10 @@ void AddBenchCommand(CLI::App& app, CommandContext& context) {
                   "serve uses); tile rows plan their own")
       ->capture_default_str();
   cmd->add_flag("--ragged", args->ragged, "Sequence lengths uniform in [T/2, T]");
+  cmd->add_option("--outlier-cap", args->outlier_cap,
+                  "Tile rows: outlier lists of this many entries per token and KV head, K and "
+                  "V (0: none)")
+      ->capture_default_str();
   cmd->add_flag("--no-anchor", args->no_anchor, "Skip torch's scaled_dot_product_attention");
   cmd->add_option("--seed", args->seed, "Seed of the data, queries and page permutation")
       ->capture_default_str();

@@ -1,5 +1,6 @@
 // `kvgate bench attention`'s configuration: the --kv specs, positive lists and the checks that
 // name the offending flag (attention_bench.h). Host code, every build.
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -210,6 +211,19 @@ void BenchConfig::Validate() const {
                           "must be a multiple of 256 (0: the kernels' choice), "
                           "got " +
                               std::to_string(chunk_tokens));
+  }
+  if (outlier_cap < 0 || outlier_cap > codec::kMaxOutlierCap) {
+    throw InvalidArgument("--outlier-cap", "must be in [0, " +
+                                               std::to_string(codec::kMaxOutlierCap) + "], got " +
+                                               std::to_string(outlier_cap));
+  }
+  const bool any_tile = std::any_of(kv.begin(), kv.end(), [](const KvSpec& s) {
+    return s.backend == KvBackend::kReadKv && s.reader == codec::ReaderKind::kTile;
+  });
+  if (outlier_cap > 0 && !any_tile) {
+    throw InvalidArgument("--outlier-cap",
+                          "only the tile reader's rows read outlier lists: give a tile: spec "
+                          "in --kv");
   }
 }
 

@@ -127,6 +127,7 @@ std::string BenchReportJson(const BenchConfig& config, const BenchReport& report
                                 {"min_total_ms", config.min_total_ms},
                                 {"chunk_tokens", config.chunk_tokens},
                                 {"ragged", config.ragged},
+                                {"outlier_cap", config.outlier_cap},
                                 {"seed", config.seed}}},
                               {"stream",
                                {{"bytes", report.stream_bytes},

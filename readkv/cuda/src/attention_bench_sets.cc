@@ -260,6 +260,45 @@ void BuildFp8(Fp8Set& fp8, const PointGeometry& g, const DenseSet& dense, const 
   Check(cudaDeviceSynchronize(), "fp8 conversion");
 }
 
+void ForEachTokenChunk(const PointGeometry& g, const DenseSet& dense,
+                       const std::function<void(const TokenChunk&)>& body) {
+  const DecodeShape& s = g.shape;
+  const size_t hd = static_cast<size_t>(s.heads_kv) * s.head_dim;
+  std::vector<int32_t> seq_ids, positions;
+  seq_ids.reserve(static_cast<size_t>(g.context_tokens));
+  positions.reserve(static_cast<size_t>(g.context_tokens));
+  for (int b = 0; b < s.batch; ++b) {
+    for (int32_t i = 0; i < g.seq_lens[static_cast<size_t>(b)]; ++i) {
+      seq_ids.push_back(b);
+      positions.push_back(i);
+    }
+  }
+  const DeviceBuffer seq_ids_d = Upload(seq_ids, "gather seq_ids");
+  const DeviceBuffer positions_d = Upload(positions, "gather positions");
+  const auto chunk = static_cast<size_t>(std::min<int64_t>(kAppendTokens, g.context_tokens));
+  const DeviceBuffer keys_f(chunk * hd * sizeof(float), "gathered keys");
+  const DeviceBuffer values_f(chunk * hd * sizeof(float), "gathered values");
+  const int32_t* table = dense.set.At<const int32_t>(0, dense.common.page_table);
+  for (int64_t begin = 0; begin < g.context_tokens; begin += kAppendTokens) {
+    TokenChunk c;
+    c.begin = begin;
+    c.n = static_cast<int>(std::min<int64_t>(kAppendTokens, g.context_tokens - begin));
+    c.seq_ids = seq_ids_d.as<const int32_t>() + begin;
+    c.positions = positions_d.as<const int32_t>() + begin;
+    Check(bench::GatherTokensFloat(dense.set.At<const uint16_t>(0, dense.k), table, s.max_pages,
+                                   s.heads_kv, s.head_dim, c.n, c.seq_ids, c.positions,
+                                   keys_f.as<float>(), 0),
+          "gather keys");
+    Check(bench::GatherTokensFloat(dense.set.At<const uint16_t>(0, dense.v), table, s.max_pages,
+                                   s.heads_kv, s.head_dim, c.n, c.seq_ids, c.positions,
+                                   values_f.as<float>(), 0),
+          "gather values");
+    c.keys = keys_f.as<const float>();
+    c.values = values_f.as<const float>();
+    body(c);
+  }
+}
+
 void BuildReadKv(ReadKvSet& rk, const PointGeometry& g, const DenseSet& dense, int64_t l2_bytes,
                  std::ostream* progress) {
   const DecodeShape& s = g.shape;
@@ -299,35 +338,12 @@ void BuildReadKv(ReadKvSet& rk, const PointGeometry& g, const DenseSet& dense, i
 
   // Encode every token through the kernel's own append, in chunks of float rows gathered from
   // the dense pages, so all backends see the same (bfloat16) data.
-  std::vector<int32_t> seq_ids, positions;
-  seq_ids.reserve(static_cast<size_t>(g.context_tokens));
-  positions.reserve(static_cast<size_t>(g.context_tokens));
-  for (int b = 0; b < s.batch; ++b) {
-    for (int32_t i = 0; i < g.seq_lens[static_cast<size_t>(b)]; ++i) {
-      seq_ids.push_back(b);
-      positions.push_back(i);
-    }
-  }
-  const DeviceBuffer seq_ids_d = Upload(seq_ids, "append seq_ids");
-  const DeviceBuffer positions_d = Upload(positions, "append positions");
-  const auto chunk = static_cast<size_t>(std::min<int64_t>(kAppendTokens, g.context_tokens));
-  const DeviceBuffer keys_f(chunk * hd * sizeof(float), "append keys");
-  const DeviceBuffer values_f(chunk * hd * sizeof(float), "append values");
   const int32_t* table = rk.set.At<const int32_t>(0, rk.common.page_table);
-  for (int64_t begin = 0; begin < g.context_tokens; begin += kAppendTokens) {
-    const int n = static_cast<int>(std::min<int64_t>(kAppendTokens, g.context_tokens - begin));
-    const int32_t* ids = seq_ids_d.as<const int32_t>() + begin;
-    const int32_t* pos = positions_d.as<const int32_t>() + begin;
-    Check(bench::GatherTokensFloat(dense.set.At<const uint16_t>(0, dense.k), table, s.max_pages,
-                                   s.heads_kv, s.head_dim, n, ids, pos, keys_f.as<float>(), 0),
-          "gather append keys");
-    Check(bench::GatherTokensFloat(dense.set.At<const uint16_t>(0, dense.v), table, s.max_pages,
-                                   s.heads_kv, s.head_dim, n, ids, pos, values_f.as<float>(), 0),
-          "gather append values");
-    Check(ReadKvAppend(s, n, keys_f.as<const float>(), values_f.as<const float>(), ids, pos, table,
-                       rk.Codec(0), rk.Cache(0), 0),
+  ForEachTokenChunk(g, dense, [&](const TokenChunk& c) {
+    Check(ReadKvAppend(s, c.n, c.keys, c.values, c.seq_ids, c.positions, table, rk.Codec(0),
+                       rk.Cache(0), 0),
           "ReadKvAppend");
-  }
+  });
   Check(cudaDeviceSynchronize(), "ReadKvAppend (synchronise)");
   if (progress != nullptr) {
     *progress << "  readkv W=" << w << ": encoded " << g.context_tokens << " tokens, calibrated on "

@@ -21,6 +21,7 @@
 #include "readkv/cuda/decode_attention.h"
 #include "readkv/cuda/tile_attention.h"
 #include "readkv/cuda/tile_centroids.h"
+#include "readkv/cuda/tile_outlier_lists.h"
 
 namespace readkv::cuda::bench {
 
@@ -223,7 +224,8 @@ struct ReadKvSet {
 // The tile reader's inputs (tile_attention.h) for one W: the planes of the ReadKvSet of that W
 // relaid into the tile layout on the device, every token encoded (no residual window: the other
 // rows have none either), the same queries and codec tables, the step-1 increment table for both
-// allocators. The call's plan and centroid tables live here too (host values).
+// allocators. The call's plan and centroid tables live here too (host values). With
+// --outlier-cap, the outlier lists of the same tokens (host copy for the ledgers, and in the set).
 struct TileSet {
   int store_bits = 8;
   TileDecodeShape shape;
@@ -235,6 +237,10 @@ struct TileSet {
   CodecRegions tables;
   size_t increments = 0;
   int64_t capacity_bytes = 0;  // ledger 1 (TileCapacityBytes)
+  bool has_lists = false;
+  TileOutlierLists lists;
+  size_t key_offsets = 0, key_entries = 0, value_offsets = 0, value_entries = 0;
+  const TileOutlierLists* Lists() const { return has_lists ? &lists : nullptr; }
   TileDecodeInputs Inputs(int copy, float* out) const {
     TileDecodeInputs in;
     in.queries = set.At<const float>(copy, queries);
@@ -243,6 +249,12 @@ struct TileSet {
     in.encoded_lens = set.At<const int32_t>(copy, encoded);
     in.residual_lens = set.At<const int32_t>(copy, residual);
     in.out = out;
+    if (has_lists) {
+      in.key_outlier_offsets = set.At<const uint32_t>(copy, key_offsets);
+      in.key_outlier_entries = set.At<const uint32_t>(copy, key_entries);
+      in.value_outlier_offsets = set.At<const uint32_t>(copy, value_offsets);
+      in.value_outlier_entries = set.At<const uint32_t>(copy, value_entries);
+    }
     return in;
   }
   ReadKvCodec Codec(int copy) const { return tables.Codec(set, copy, store_bits); }
@@ -271,15 +283,32 @@ void BuildDense(DenseSet& dense, const PointGeometry& g, const BenchConfig& conf
 void BuildFp8(Fp8Set& fp8, const PointGeometry& g, const DenseSet& dense, const float* queries,
               int64_t l2_bytes);
 
+// A chunk of the point's tokens (sequence by sequence, positions in order) gathered from the
+// dense pages as float rows: device pointers, valid during the call that receives them.
+struct TokenChunk {
+  int64_t begin = 0;  // index of the chunk's first token among all the point's tokens
+  int n = 0;
+  const int32_t* seq_ids = nullptr;    // [n]
+  const int32_t* positions = nullptr;  // [n]
+  const float* keys = nullptr;         // [n][H_kv][d]
+  const float* values = nullptr;       // [n][H_kv][d]
+};
+// Calls body once per chunk of the point's tokens, in order (what the ReadKV append encodes).
+void ForEachTokenChunk(const PointGeometry& g, const DenseSet& dense,
+                       const std::function<void(const TokenChunk&)>& body);
+
 // ReadKV planes of width rk.store_bits through the kernels' own append, with a calibration
 // measured on the host from the dense pages.
 void BuildReadKv(ReadKvSet& rk, const PointGeometry& g, const DenseSet& dense, int64_t l2_bytes,
                  std::ostream* progress);
 
 // The tile set of source.store_bits from the ReadKV set `source` (copy 0: its planes, page table,
-// lengths, queries and codec tables), planned for `sm_count` SMs.
-void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source, int sm_count,
-               int64_t l2_bytes, std::ostream* progress);
+// lengths, queries and codec tables), planned for `sm_count` SMs. outlier_cap > 0: with the
+// outlier lists of that cap, built on the host from the dense pages' tokens (each K and V
+// transformed and standardised as the codec's encoder does, with the source's calibration).
+void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
+               const DenseSet& dense, int outlier_cap, int sm_count, int64_t l2_bytes,
+               std::ostream* progress);
 
 // A tile spec's row: one untimed launch with TileDecodeDebug's depths into `out` (poisoned first)
 // for `output` and the row's ledgers, then the timed launch over the rotation's copies. Errors

@@ -1,6 +1,7 @@
 // `kvgate bench attention`'s tile reader (issue 37): its input set, relaid on the device from the
-// ReadKV set of the same W (attention_bench_sets.h), and its row: the ledgers from one untimed
-// launch's depths (tile_ledgers.h), then the timed launch. Nothing here without nvcc.
+// ReadKV set of the same W (attention_bench_sets.h), with --outlier-cap its outlier lists built
+// on the host, and its row: the ledgers from one untimed launch's depths (tile_ledgers.h), then
+// the timed launch. Nothing here without nvcc.
 #include "attention_bench_sets.h"
 
 #if defined(KVGATE_HAVE_CUDA)
@@ -8,7 +9,10 @@
 #include <stdexcept>
 
 #include "bench_kernels.h"
+#include "readkv/codec/calibration.h"
 #include "readkv/codec/codebook.h"
+#include "readkv/codec/outliers.h"
+#include "readkv/codec/transform.h"
 #include "readkv/cuda/tile_ledgers.h"
 
 namespace readkv::cuda::bench {
@@ -21,10 +25,73 @@ void CopyTable(const TileSet& tile, size_t to, const ReadKvSet& source, size_t f
         "tile set: copy " + what + " from the readkv set");
 }
 
+// The outlier lists of the point's tokens: every token's K and V as the ReadKV append reads
+// them (ForEachTokenChunk), transformed and standardised on the host exactly as the codec's
+// encoder (ReadKvLayerCache::EncodeToken: (x - mu) / sigma in float) with the source's
+// calibration and transform seeds, into one OutlierStore per (sequence, KV head), relaid by
+// token tile. Host work: two FWHTs of d per token and KV head.
+TileOutlierLists ListsFromPages(const PointGeometry& g, const DenseSet& dense,
+                                const ReadKvSet& source, int cap, int max_token_tiles) {
+  const DecodeShape& s = g.shape;
+  const int d = s.head_dim, hkv = s.heads_kv;
+  const size_t hd = static_cast<size_t>(hkv) * d;
+  const codec::LloydTree tree(source.store_bits);
+  const codec::OutlierOptions options = codec::ResolveOutlierOptions({cap, 0.0f}, tree, d);
+  const auto table = [&](size_t at, const char* what) {
+    return Download(source.set.At<const float>(0, at), hd, std::string("download ") + what);
+  };
+  const std::vector<float> k_mean = table(source.tables.key_mean, "key_mean");
+  const std::vector<float> k_std = table(source.tables.key_std, "key_std");
+  const std::vector<float> v_mean = table(source.tables.value_mean, "value_mean");
+  const std::vector<float> v_std = table(source.tables.value_std, "value_std");
+  const codec::TransformSeeds seeds;  // MakeReadKvHostTables' (BuildReadKv): layer 0
+  std::vector<codec::HadamardTransform> kt, vt;
+  for (int h = 0; h < hkv; ++h) {
+    kt.emplace_back(d, seeds.KeySeed(0, h));
+    vt.emplace_back(d, seeds.ValueSeed(0, h));
+  }
+  std::vector<codec::OutlierStore> stores(static_cast<size_t>(s.batch) * hkv,
+                                          codec::OutlierStore(d, options));
+  std::vector<int32_t> seq_of;  // sequence of each of the point's tokens, in gather order
+  for (int b = 0; b < s.batch; ++b) {
+    seq_of.insert(seq_of.end(), static_cast<size_t>(g.seq_lens[static_cast<size_t>(b)]), b);
+  }
+  std::vector<float> keys, values, x(static_cast<size_t>(d)), kz(x.size()), vz(x.size());
+  const auto standardise = [&](const codec::HadamardTransform& t, const float* in,
+                               const std::vector<float>& mean, const std::vector<float>& sd,
+                               size_t head, std::vector<float>& z) {
+    t.Forward(std::span<const float>(in, x.size()), x);
+    for (size_t ch = 0; ch < x.size(); ++ch) z[ch] = (x[ch] - mean[head + ch]) / sd[head + ch];
+  };
+  ForEachTokenChunk(g, dense, [&](const TokenChunk& c) {
+    keys.resize(static_cast<size_t>(c.n) * hd);
+    values.resize(keys.size());
+    Check(cudaMemcpy(keys.data(), c.keys, keys.size() * sizeof(float), cudaMemcpyDeviceToHost),
+          "tile set: download gathered keys");
+    Check(cudaMemcpy(values.data(), c.values, values.size() * sizeof(float),
+                     cudaMemcpyDeviceToHost),
+          "tile set: download gathered values");
+    for (int j = 0; j < c.n; ++j) {
+      const auto b = static_cast<size_t>(seq_of[static_cast<size_t>(c.begin + j)]);
+      for (int h = 0; h < hkv; ++h) {
+        const size_t row = static_cast<size_t>(j) * hd + static_cast<size_t>(h) * d;
+        const size_t head = static_cast<size_t>(h) * d;
+        standardise(kt[static_cast<size_t>(h)], keys.data() + row, k_mean, k_std, head, kz);
+        standardise(vt[static_cast<size_t>(h)], values.data() + row, v_mean, v_std, head, vz);
+        stores[b * hkv + static_cast<size_t>(h)].AppendToken(kz, vz);
+      }
+    }
+  });
+  std::vector<const codec::OutlierStore*> rows;
+  for (const auto& store : stores) rows.push_back(&store);
+  return BuildTileOutlierLists(rows, g.seq_lens, hkv, max_token_tiles);
+}
+
 }  // namespace
 
-void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source, int sm_count,
-               int64_t l2_bytes, std::ostream* progress) {
+void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
+               const DenseSet& dense, int outlier_cap, int sm_count, int64_t l2_bytes,
+               std::ostream* progress) {
   const DecodeShape& s = g.shape;
   const int w = source.store_bits;
   tile.store_bits = w;
@@ -34,6 +101,11 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source, i
   tile.centroids = tile::MakeTileCentroids(tree);
   tile.encoded_lens = g.seq_lens;
   tile.residual_lens.assign(g.seq_lens.size(), 0);
+  tile.has_lists = outlier_cap > 0;
+  if (tile.has_lists) {
+    tile.lists = ListsFromPages(g, dense, source, outlier_cap, tile.shape.max_token_tiles());
+    tile.shape.max_outlier_entries = tile.lists.max_entries;
+  }
 
   const size_t hd = static_cast<size_t>(s.heads_kv) * s.head_dim;
   const size_t tile_bytes = static_cast<size_t>(s.batch) * s.heads_kv *
@@ -51,9 +123,23 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source, i
   const size_t increment_bytes =
       static_cast<size_t>(std::max(source.key_steps, 1)) * sizeof(double);
   tile.increments = tile.set.Add(increment_bytes);
+  if (tile.has_lists) {
+    tile.key_offsets = tile.set.Add(tile.lists.key_offsets.size() * sizeof(uint32_t));
+    tile.key_entries = tile.set.Add(tile.lists.key_entries.size() * sizeof(uint32_t));
+    tile.value_offsets = tile.set.Add(tile.lists.value_offsets.size() * sizeof(uint32_t));
+    tile.value_entries = tile.set.Add(tile.lists.value_entries.size() * sizeof(uint32_t));
+  }
   tile.capacity_bytes = TileCapacityBytes(tile.shape, tile.encoded_lens.data(),
-                                          tile.residual_lens.data());
+                                          tile.residual_lens.data(), tile.Lists());
   tile.set.Allocate(l2_bytes, "tile:" + std::to_string(w) + " set");
+  if (tile.has_lists) {
+    UploadTo(tile.set.At<uint32_t>(0, tile.key_offsets), tile.lists.key_offsets, "key outliers");
+    UploadTo(tile.set.At<uint32_t>(0, tile.key_entries), tile.lists.key_entries, "key outliers");
+    UploadTo(tile.set.At<uint32_t>(0, tile.value_offsets), tile.lists.value_offsets,
+             "value outliers");
+    UploadTo(tile.set.At<uint32_t>(0, tile.value_entries), tile.lists.value_entries,
+             "value outliers");
+  }
 
   CopyTable(tile, tile.queries, source, source.common.queries, query_bytes, "queries");
   UploadTo(tile.set.At<int32_t>(0, tile.encoded), tile.encoded_lens, "tile encoded_lens");
@@ -79,6 +165,16 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source, i
     *progress << "  tile W=" << w << ": " << tile_bytes / kMiB << " MiB of key tiles relaid from "
               << "the readkv planes; chunks of " << tile.plan.chunk_tokens << " tokens ("
               << tile.plan.chunks << " a row)\n";
+    if (tile.has_lists) {
+      int64_t keys = 0, values = 0;
+      for (int row = 0; row < tile.lists.rows; ++row) {
+        keys += tile.lists.Entries(true, row, tile.lists.max_token_tiles);
+        values += tile.lists.Entries(false, row, tile.lists.max_token_tiles);
+      }
+      *progress << "  tile W=" << w << ": outlier lists (cap " << outlier_cap << "): " << keys
+                << " key and " << values << " value entries, " << tile.lists.max_entries
+                << " at most a row\n";
+    }
   }
 }
 
@@ -107,9 +203,9 @@ std::function<void(int)> TileRow(const TileSet& tile, const KvSpec& spec, float*
   Check(cudaMemcpy(vd.data(), value_depths.as<void>(), value_n, cudaMemcpyDeviceToHost),
         "download " + name + " value block depths");
   const int32_t* encoded = tile.encoded_lens.data();
-  row.logical_bytes = TileLogicalBytes(s, encoded, kd.data(), vd.data());
-  row.traffic =
-      TileDecodeTraffic(s, tile.plan, encoded, tile.residual_lens.data(), kd.data(), vd.data());
+  row.logical_bytes = TileLogicalBytes(s, encoded, kd.data(), vd.data(), tile.Lists());
+  row.traffic = TileDecodeTraffic(s, tile.plan, encoded, tile.residual_lens.data(), kd.data(),
+                                  vd.data(), tile.Lists());
   row.copies = tile.set.copies();
   row.copy_bytes = static_cast<int64_t>(tile.set.copy_bytes());
   row.capacity_bytes = tile.capacity_bytes;

@@ -24,6 +24,7 @@ TileCentroids MakeTileCentroids(const codec::LloydTree& tree) {
     for (size_t k = 0; k < centroids.size(); ++k) {
       out.table[(size_t{1} << t) - 1 + k] = codec::FloatToHalf(centroids[k]);
     }
+    if (t > 0) out.outermost[t] = centroids.back();
   }
   const uint16_t* d1 = out.table + 1;
   Require(d1[0] == (d1[1] ^ 0x8000u) && (d1[0] & 0x8000u) && d1[1] != 0,

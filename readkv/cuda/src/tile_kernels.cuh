@@ -12,6 +12,7 @@
 #include "readkv/cuda/tile_attention.h"
 #include "readkv_device.cuh"
 #include "tile_fragment.h"
+#include "tile_outliers.h"
 #include "tile_plan.h"
 #include "tile_staging.h"
 
@@ -29,6 +30,7 @@ inline constexpr int kSelectThreads = 256;
 // Everything a launch reads: the call's inputs and the workspace sections (tile_plan.h).
 struct TileArgs {
   int heads_q, heads_kv, store_bits, max_tiles, chunk_tokens, chunks, max_residual;
+  int max_outlier_entries;
   long long logit_stride;
   float attention_scale;  // 1 / sqrtf(d), as the CPU reader's
   float transform_scale;  // (float)(1 / sqrt((double)d)), as HadamardTransform's
@@ -45,6 +47,7 @@ struct TileArgs {
   float* partials;
   float* tile_stats;  // [B][H_kv][max_tiles][3][G]: per tile and head M, sum e, sum e^2
   __half* probs;      // [B][H_kv][max_tiles][G][16]: e = exp(l - M) per tile, head and token
+  float* scaled_queries;  // [B][H_kv][D][G]: scale q~ (f32), written only with Key lists
 };
 
 __device__ __forceinline__ size_t RowOf(const TileArgs& a, int b, int h) {
@@ -131,6 +134,91 @@ __device__ __forceinline__ void WithDepth(int t, const Body& body) {
       break;
     default:
       break;  // depth 0 reads nothing (not chosen with t_min 1)
+  }
+}
+
+// ---- Outlier lists (tile_attention.h; tile_outliers.h) ---------------------------------------
+//
+// A tile's entries are read with plain loads, every lane the same word (a broadcast): the lists
+// are rare (~0.03 entries per vector on the 16K model), so a tile without entries costs its two
+// offsets. Each entry corrects one row of the tile's C fragment over the heads in its columns;
+// only the lanes holding that row add (tile::OutlierRowSlot), in the entries' order, in f32 with
+// codec::AddKeyOutlierLogits / AddValueOutlierSums' roundings (no contraction).
+
+// acc[slot] += x0, acc[slot + 1] += x1 for slot 0 or 2 when `on`, by selects: no element is
+// indexed at run time, so the fragment stays in registers (a branch per group put TileValues'
+// accumulators on the stack).
+__device__ __forceinline__ void AddToFragmentRow(float (&acc)[4], int slot, float x0, float x1,
+                                                 bool on = true) {
+  const bool top = on && slot == 0, bottom = on && slot == 2;
+  acc[0] = top ? __fadd_rn(acc[0], x0) : acc[0];
+  acc[1] = top ? __fadd_rn(acc[1], x1) : acc[1];
+  acc[2] = bottom ? __fadd_rn(acc[2], x0) : acc[2];
+  acc[3] = bottom ? __fadd_rn(acc[3], x1) : acc[3];
+}
+
+__device__ __forceinline__ float OutlierZ(uint32_t entry) {
+  return __half2float(__ushort_as_half(tile::OutlierZHalf(entry)));
+}
+
+// Key tile `tile` of row `row`: logit_{h,r} += scaled_{h,c} * (sigma_c * correction(z, t_g)) for
+// each entry (token r, channel c), acc the tile's logits (C: rows tokens, columns heads).
+// depth: the row's group depths; scaled: the row's [D][G] f32 scale q~; key_std: its [D] sigma.
+template <int G>
+__device__ __forceinline__ void AddKeyOutliers(const TileArgs& a, size_t row, int tile, int lane,
+                                               const uint8_t* depth, const float* scaled,
+                                               const float* key_std,
+                                               const tile::TileCentroids& centroids,
+                                               float (&acc)[4]) {
+  const uint32_t* offsets = a.in.key_outlier_offsets + row * (a.max_tiles + 1);
+  const uint32_t lo = offsets[tile], hi = offsets[tile + 1];
+  const uint32_t* entries = a.in.key_outlier_entries + row * a.max_outlier_entries;
+  const int h0 = 2 * (lane % 4), h1 = h0 + 1;
+  for (uint32_t k = lo; k < hi; ++k) {
+    const uint32_t e = entries[k];
+    const int slot = tile::OutlierRowSlot(lane, tile::OutlierToken(e));
+    if (slot < 0) continue;
+    const int c = tile::OutlierChannel(e);
+    const float delta = __fmul_rn(
+        key_std[c], tile::OutlierCorrectionOf(OutlierZ(e), centroids.outermost[depth[c / 16]]));
+    const float x0 = h0 < G ? __fmul_rn(scaled[c * G + h0], delta) : 0.0f;
+    const float x1 = h1 < G ? __fmul_rn(scaled[c * G + h1], delta) : 0.0f;
+    AddToFragmentRow(acc, slot, x0, x1);
+  }
+}
+
+// Value tile `tile` of row `row`, read at depth t, staged at `staged` (its e values [G][16] f16,
+// then its maxima M [G]): acc_{h,c} += p_{h,r} * correction(z, t) for each entry (token r,
+// channel c), p = e exp(M - max) in f16 exactly as the MMA's B operand took it; acc: the warp's
+// accumulators (C: rows channels 16 g + lane / 4 (+ 8), columns heads).
+template <int D, int G>
+__device__ __forceinline__ void AddValueOutliers(const TileArgs& a, size_t row, int tile, int lane,
+                                                 int t, const uint8_t* staged,
+                                                 const float* head_max,
+                                                 const tile::TileCentroids& centroids,
+                                                 float (&acc)[D / 16][4]) {
+  const uint32_t* offsets = a.in.value_outlier_offsets + row * (a.max_tiles + 1);
+  const uint32_t lo = offsets[tile], hi = offsets[tile + 1];
+  const uint32_t* entries = a.in.value_outlier_entries + row * a.max_outlier_entries;
+  const auto* e_values = reinterpret_cast<const __half*>(staged);
+  const auto* tile_max = reinterpret_cast<const float*>(staged + G * 32);
+  const int h0 = 2 * (lane % 4), h1 = h0 + 1;
+  const auto p = [&](int h, int r) {  // the B operand's f16 e exp(M - max) of head h, token r
+    return __half2float(
+        __hmul(e_values[h * 16 + r], __float2half_rn(__expf(tile_max[h] - head_max[h]))));
+  };
+  const float outer = centroids.outermost[t];
+  for (uint32_t k = lo; k < hi; ++k) {
+    const uint32_t e = entries[k];
+    const int c = tile::OutlierChannel(e);
+    const int slot = tile::OutlierRowSlot(lane, c % 16);
+    if (slot < 0) continue;
+    const int r = tile::OutlierToken(e);
+    const float delta = tile::OutlierCorrectionOf(OutlierZ(e), outer);
+    const float x0 = h0 < G ? __fmul_rn(p(h0, r), delta) : 0.0f;
+    const float x1 = h1 < G ? __fmul_rn(p(h1, r), delta) : 0.0f;
+#pragma unroll
+    for (int g = 0; g < D / 16; ++g) AddToFragmentRow(acc[g], slot, x0, x1, g == c / 16);
   }
 }
 
@@ -222,6 +310,16 @@ __global__ void __launch_bounds__(kMmaThreads)
       });
     }
     __syncwarp();  // the slot is refilled by stage k + 2's issue
+    if (a.in.key_outlier_offsets != nullptr) {  // before the tiles' maxima and sums
+      const float* scaled = a.scaled_queries + row * D * G;
+      const float* key_std = a.codec.key_std + static_cast<size_t>(h) * D;
+#pragma unroll
+      for (int i = 0; i < kWarpTiles; ++i) {
+        if (i < n) {
+          AddKeyOutliers<G>(a, row, base + i, lane, depth, scaled, key_std, centroids, acc[i]);
+        }
+      }
+    }
     // C: rows = tokens (lane / 4, + 8), columns = heads (2 (lane % 4), + 1).
 #pragma unroll
     for (int i = 0; i < kWarpTiles; ++i) {
@@ -364,6 +462,9 @@ __global__ void __launch_bounds__(kMmaThreads)
           Mma(acc[g], frag, p0, p1);
         }
       });
+      if (a.in.value_outlier_offsets != nullptr) {
+        AddValueOutliers<D, G>(a, row, mine.lo + s + i, lane, t, staged, head_max, centroids, acc);
+      }
       staged += bytes_of(t);
     }
     __syncwarp();  // the slot is refilled two stages on

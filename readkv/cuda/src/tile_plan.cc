@@ -35,6 +35,7 @@ void CheckTileShape(const TileDecodeShape& s) {
           "must be in [1, 8], got " + std::to_string(s.store_bits));
   Require(s.max_encoded_tokens >= 0, "max_encoded_tokens", "must be >= 0");
   Require(s.max_residual_tokens >= 0, "max_residual_tokens", "must be >= 0");
+  Require(s.max_outlier_entries >= 0, "max_outlier_entries", "must be >= 0");
   Require(s.max_encoded_tokens + s.max_residual_tokens >= 1, "max_encoded_tokens",
           "a call needs at least one token");
 }
@@ -66,6 +67,7 @@ TileWorkspaceLayout MakeTileWorkspaceLayout(const TileDecodeShape& s, const Tile
                                static_cast<size_t>(s.head_dim) * sizeof(float));
   w.tile_stats = Section(at, rows * tiles * 3 * static_cast<size_t>(s.group()) * sizeof(float));
   w.probs = Section(at, rows * tiles * static_cast<size_t>(s.group()) * 16 * sizeof(uint16_t));
+  w.scaled_queries = Section(at, heads * static_cast<size_t>(s.head_dim) * sizeof(float));
   w.total = at;
   return w;
 }

@@ -36,6 +36,7 @@ struct TileWorkspaceLayout {
   size_t partials = 0;       // float [B][H_kv][chunks][8][d]
   size_t tile_stats = 0;     // float [B][H_kv][max_token_tiles][3][group]: M, sum e, sum e^2
   size_t probs = 0;          // f16 [B][H_kv][max_token_tiles][group][16]: e = exp(l - M)
+  size_t scaled_queries = 0;  // float [B][H_kv][d][group]: scale * q~, for the Key lists only
   size_t total = 0;
 };
 

@@ -14,6 +14,7 @@
 #include "select_share.h"
 #include "split_work.h"
 #include "tile_plan.h"
+#include "tile_staging.h"
 
 namespace readkv::cuda {
 namespace {
@@ -257,8 +258,47 @@ TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_le
   return t.Take();
 }
 
+// The outlier lists' bytes of row `row` of `tiles` token tiles, both kinds: the tiles' offsets
+// and their entries (ledgers 1 and 2).
+int64_t TileListBytes(const TileOutlierLists& lists, int64_t row, int64_t tiles) {
+  int64_t bytes = 0;
+  for (const bool keys : {true, false}) {
+    bytes += (tiles + 1) * 4 + lists.Entries(keys, row, tiles) * 4;
+  }
+  return bytes;
+}
+
+// Bytes of the 32-byte sectors that [begin, end) touches (0 when empty).
+int64_t SectorBytes(int64_t begin, int64_t end) {
+  return end > begin ? ((end - 1) / 32 - begin / 32 + 1) * 32 : 0;
+}
+
+// The sectors one kind's lists cost a TileLogits or TileValues launch over row `row` of `tiles`
+// tiles: each warp share [lo, hi) of each chunk reads offsets lo..hi and the entries between.
+int64_t TileListSectors(const TileOutlierLists& lists, bool keys, int64_t row, int64_t tiles,
+                        const TilePlan& plan) {
+  const std::vector<uint32_t>& offsets = lists.offsets(keys);
+  const int64_t stride = lists.max_token_tiles + 1;
+  const int64_t chunk_tiles = plan.chunk_tokens / 16;
+  int64_t bytes = 0;
+  for (int64_t first = 0; first < tiles; first += chunk_tiles) {
+    const int64_t end = std::min(tiles, first + chunk_tiles);
+    for (int w = 0; w < internal::kTileBlockWarps; ++w) {
+      const tile::WarpShare share =
+          tile::ShareOfWarp(static_cast<int>(first), static_cast<int>(end), w);
+      if (share.count() == 0) continue;
+      const int64_t lo = row * stride + share.lo, hi = row * stride + share.hi;
+      bytes += SectorBytes(4 * lo, 4 * (hi + 1));
+      const int64_t base = row * lists.max_entries;
+      bytes += SectorBytes(4 * (base + offsets[static_cast<size_t>(lo)]),
+                           4 * (base + offsets[static_cast<size_t>(hi)]));
+    }
+  }
+  return bytes;
+}
+
 int64_t TileCapacityBytes(const TileDecodeShape& shape, const int32_t* encoded_lens_host,
-                          const int32_t* residual_lens_host) {
+                          const int32_t* residual_lens_host, const TileOutlierLists* lists) {
   const int64_t d = shape.head_dim, heads = shape.heads_kv, w = shape.store_bits;
   const auto centroids = static_cast<int64_t>(sizeof(tile::TileCentroids));
   int64_t bytes = 6 * heads * d * 4 + (w - 1) * 8 + centroids;  // the codec's tables
@@ -266,12 +306,16 @@ int64_t TileCapacityBytes(const TileDecodeShape& shape, const int32_t* encoded_l
     const int64_t tiles = Chunks(encoded_lens_host[b], 16);
     bytes += 2 * tiles * (d / 16) * heads * w * 32;            // key and value planes
     bytes += 2 * int64_t{residual_lens_host[b]} * heads * d * 2;  // BF16 window, K and V
+    for (int64_t h = 0; lists != nullptr && h < heads; ++h) {
+      bytes += TileListBytes(*lists, b * heads + h, tiles);
+    }
   }
   return bytes;
 }
 
 int64_t TileLogicalBytes(const TileDecodeShape& shape, const int32_t* encoded_lens_host,
-                         const uint8_t* key_depths_host, const uint8_t* value_depths_host) {
+                         const uint8_t* key_depths_host, const uint8_t* value_depths_host,
+                         const TileOutlierLists* lists) {
   const int groups = shape.groups();
   const int64_t max_tiles = shape.max_token_tiles();
   int64_t bytes = 0;
@@ -283,6 +327,7 @@ int64_t TileLogicalBytes(const TileDecodeShape& shape, const int32_t* encoded_le
       for (int64_t r = 0; r < tiles; ++r) {
         bytes += int64_t{value_depths_host[row * max_tiles + r]} * groups * 32;
       }
+      if (lists != nullptr) bytes += TileListBytes(*lists, row, tiles);
     }
   }
   return bytes;
@@ -291,7 +336,8 @@ int64_t TileLogicalBytes(const TileDecodeShape& shape, const int32_t* encoded_le
 TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& plan,
                                const int32_t* encoded_lens_host,
                                const int32_t* residual_lens_host,
-                               const uint8_t* key_depths_host, const uint8_t* value_depths_host) {
+                               const uint8_t* key_depths_host, const uint8_t* value_depths_host,
+                               const TileOutlierLists* lists) {
   enum { kPrepare, kLogits, kSelect, kValues, kCombine };
   Ledger t({"TilePrepare", "TileLogits", "TileSelect", "TileValues", "TileCombine"});
   const int64_t d = shape.head_dim, g = shape.group(), groups = shape.groups();
@@ -357,6 +403,14 @@ TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& pla
       t.Read(kScores, kCombine, g * residual * 4);
       t.Read(kPayload, kCombine, residual * d * 2);
       t.Write(kIo, kCombine, g * d * 4);
+      if (lists != nullptr) {  // the outlier lists (tile_ledgers.h)
+        t.Write(kIo, kPrepare, g * d * 4);  // the f32 scaled queries
+        t.Read(kPayload, kLogits, TileListSectors(*lists, true, row, tiles, plan));
+        t.Read(kPayload, kValues, TileListSectors(*lists, false, row, tiles, plan));
+        const int64_t key_entries = lists->Entries(true, row, tiles);
+        t.Read(kMetadata, kLogits, key_entries * 4);
+        t.Read(kIo, kLogits, key_entries * g * 4);
+      }
     }
   }
   return t.Take();

@@ -151,6 +151,18 @@ TEST(BenchConfigTest, RejectsShapesTheKernelsCannotRunNamingTheFlag) {
   EXPECT_EQ(field([](BenchConfig& c) { c.chunk_tokens = 300; }), "--chunk-tokens");
   EXPECT_EQ(field([](BenchConfig& c) { c.kv = {}; }), "--kv");
   EXPECT_EQ(field([](BenchConfig& c) { c.chunk_tokens = 0; }), "");  // the kernels' choice
+  // Outlier lists: the tile rows' only, a cap in [0, 16].
+  EXPECT_EQ(field([](BenchConfig& c) { c.outlier_cap = 2; }), "--outlier-cap");  // no tile: spec
+  const auto tiled = [](int cap) {
+    return [cap](BenchConfig& c) {
+      c.kv = ParseKvSpecs("fp8,readkv:8:2,tile:8:2");
+      c.outlier_cap = cap;
+    };
+  };
+  EXPECT_EQ(field(tiled(2)), "");
+  EXPECT_EQ(field(tiled(0)), "");
+  EXPECT_EQ(field(tiled(-1)), "--outlier-cap");
+  EXPECT_EQ(field(tiled(17)), "--outlier-cap");
 }
 
 TEST(SummariseTimesTest, MedianAndPercentilesInterpolateOrderStatistics) {

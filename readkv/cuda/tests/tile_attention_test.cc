@@ -6,7 +6,9 @@
 // Value block depths equal the CPU Threshold allocator's on the GPU's own block weights; every
 // output is finite and within tolerance of the CPU output (f16 folded queries and
 // probabilities on the tensor cores: ~1e-3 relative, plus the quantisation noise of any Value
-// block whose depth differs from the CPU's choice on its float weights).
+// block whose depth differs from the CPU's choice on its float weights). With outlier lists
+// (planted 10-sigma K and V elements that change the output), the GPU with lists matches the CPU
+// with lists, the GPU without them the CPU without them, and the two differ.
 #include "readkv/cuda/tile_attention.h"
 
 #include <cuda_runtime.h>
@@ -16,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +33,7 @@
 #include "readkv/codec/transform.h"
 #include "readkv/cuda/device.h"
 #include "readkv/cuda/tile_centroids.h"
+#include "readkv/cuda/tile_outlier_lists.h"
 #include "test_buffers.h"
 
 namespace readkv::cuda {
@@ -98,57 +102,74 @@ HostTiles PackTiles(const std::vector<std::unique_ptr<codec::LayerKvCache>>& cac
   }
   return t;
 }
-class TileKernelTest : public ::testing::TestWithParam<TileCase> {};
+// The CPU side of a case: the caches (ReadKV, tile reader, outlier lists when a cap is given),
+// the queries, the CPU tile reader's outputs and depths.
+struct CpuSide {
+  std::shared_ptr<const codec::Calibration> calibration;
+  std::vector<std::unique_ptr<codec::LayerKvCache>> caches;
+  std::vector<float> queries, out;
+  std::vector<codec::TileDepths> depths;
+  int max_encoded = 0, max_residual = 0;
+  const codec::ReadKvLayerCache& Cache(size_t b) const {
+    return dynamic_cast<const codec::ReadKvLayerCache&>(*caches[b]);
+  }
+};
 
-TEST_P(TileKernelTest, MatchesTheCpuTileReader) {
-  if (QueryDevices().device_count == 0) GTEST_SKIP() << "no CUDA device: " << QueryDevices().reason;
-  const TileCase c = GetParam();
-  const int d = c.head_dim, hkv = c.heads_kv, hq = c.heads_q, W = 8, groups = d / 16;
-  const int batch = static_cast<int>(c.lens.size());
-  const codec::LayerGeometry geometry{hq, hkv, d};
+// Builds the case's caches from seeded synthetic layers; `plant(calibration, layer)` may change
+// a layer's keys and values before they are encoded.
+using Plant = std::function<void(const codec::Calibration&, codec::SyntheticLayer&)>;
+CpuSide MakeCpuSide(const TileCase& c, int outlier_cap, const Plant& plant = {}) {
+  const int d = c.head_dim, hq = c.heads_q;
+  const codec::LayerGeometry geometry{hq, c.heads_kv, d};
   codec::SyntheticConfig data;
   data.geometry = geometry;
   data.seed = 0x7113 + static_cast<uint64_t>(d);
-  const auto calibration =
+  CpuSide cpu;
+  cpu.calibration =
       std::make_shared<const codec::Calibration>(codec::MakeSyntheticCalibration(data, 2048));
   codec::LayerCacheConfig config;
   config.backend = codec::KvBackend::kReadKv;
   config.geometry = geometry;
-  config.calibration = calibration;
-  config.store_bits = W;
+  config.calibration = cpu.calibration;
+  config.store_bits = 8;
   config.policy = {codec::ReaderKind::kTile, c.read_bits, c.key_bits, c.value_bits};
   config.residual_window = c.residual_window;
-
-  // CPU caches, the CPU reader's outputs and depths.
-  std::vector<std::unique_ptr<codec::LayerKvCache>> caches;
-  std::vector<float> queries, cpu_out;
-  std::vector<codec::TileDepths> cpu_depths(static_cast<size_t>(batch));
-  int max_encoded = 0, max_residual = 0;
-  for (int b = 0; b < batch; ++b) {
-    data.tokens = c.lens[static_cast<size_t>(b)];
+  config.outliers = {outlier_cap, 0.0f};
+  cpu.depths.resize(c.lens.size());
+  for (size_t b = 0; b < c.lens.size(); ++b) {
+    data.tokens = c.lens[b];
     data.seed = 0x7113 * 31 + static_cast<uint64_t>(b);
-    const codec::SyntheticLayer layer = codec::MakeSyntheticLayer(data);
-    caches.push_back(codec::MakeLayerKvCache(config));
-    caches.back()->AppendTokens(layer.keys, layer.values);
-    const auto& cache = dynamic_cast<const codec::ReadKvLayerCache&>(*caches.back());
+    codec::SyntheticLayer layer = codec::MakeSyntheticLayer(data);
+    if (plant) plant(*cpu.calibration, layer);
+    cpu.caches.push_back(codec::MakeLayerKvCache(config));
+    cpu.caches.back()->AppendTokens(layer.keys, layer.values);
+    const codec::ReadKvLayerCache& cache = cpu.Cache(b);
     std::vector<float> out(static_cast<size_t>(hq) * d);
-    codec::TileAttend(cache.tile_view(), cache.plan(), layer.queries, out,
-                      &cpu_depths[static_cast<size_t>(b)]);
-    queries.insert(queries.end(), layer.queries.begin(), layer.queries.end());
-    cpu_out.insert(cpu_out.end(), out.begin(), out.end());
-    max_encoded = std::max(max_encoded, static_cast<int>(cache.encoded_tokens()));
-    max_residual = std::max(max_residual, static_cast<int>(cache.residual_tokens()));
+    codec::TileAttend(cache.tile_view(), cache.plan(), layer.queries, out, &cpu.depths[b]);
+    cpu.queries.insert(cpu.queries.end(), layer.queries.begin(), layer.queries.end());
+    cpu.out.insert(cpu.out.end(), out.begin(), out.end());
+    cpu.max_encoded = std::max(cpu.max_encoded, static_cast<int>(cache.encoded_tokens()));
+    cpu.max_residual = std::max(cpu.max_residual, static_cast<int>(cache.residual_tokens()));
   }
-  const auto& first = dynamic_cast<const codec::ReadKvLayerCache&>(*caches.front());
-  const codec::ReaderPlan& plan = first.plan();
+  return cpu;
+}
 
-  // The GPU's inputs in tile_attention.h's layout.
-  TileDecodeShape shape{batch, hq, hkv, d, W, max_encoded, max_residual};
-  const int max_tiles = shape.max_token_tiles();
-  const HostTiles host = PackTiles(caches, shape);
-  const std::vector<int32_t>& encoded_lens = host.encoded_lens;
-  const std::vector<float> key_signs = TransformSigns(*calibration, hkv, d, /*keys=*/true);
-  const std::vector<float> value_signs = TransformSigns(*calibration, hkv, d, /*keys=*/false);
+// What one GPU call gave: outputs, depths and the Value block weights (TileDecodeDebug).
+struct GpuRun {
+  std::vector<float> out;
+  std::vector<uint8_t> key_depths, value_depths;
+  std::vector<double> weights;
+};
+
+// TileDecodeAttention over the CPU side's caches, with `lists` (the caches' outlier lists in the
+// GPU layout) or none, the chunk of the case (0: PlanTileDecode's).
+void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, int chunk_tokens,
+              const TileOutlierLists* lists, GpuRun& run) {
+  const int d = shape.head_dim, hkv = shape.heads_kv, W = shape.store_bits, groups = d / 16;
+  const int batch = shape.batch, max_tiles = shape.max_token_tiles();
+  const HostTiles host = PackTiles(cpu.caches, shape);
+  const std::vector<float> key_signs = TransformSigns(*cpu.calibration, hkv, d, /*keys=*/true);
+  const std::vector<float> value_signs = TransformSigns(*cpu.calibration, hkv, d, /*keys=*/false);
   const codec::LloydTree tree(W);
   const codec::DepthAllocator step1(tree.distortions(), 1, 1);  // the tile reader's K and V step
   std::vector<double> increments;
@@ -156,14 +177,17 @@ TEST_P(TileKernelTest, MatchesTheCpuTileReader) {
   const auto layer0 = [&](const std::vector<float>& all) {
     return std::vector<float>(all.begin(), all.begin() + static_cast<size_t>(hkv) * d);
   };
-  DeviceBuffer<float> kmean(layer0(calibration->key_mean)), kstd(layer0(calibration->key_std));
-  DeviceBuffer<float> vmean(layer0(calibration->value_mean)), vstd(layer0(calibration->value_std));
+  const codec::Calibration& cal = *cpu.calibration;
+  DeviceBuffer<float> kmean(layer0(cal.key_mean)), kstd(layer0(cal.key_std));
+  DeviceBuffer<float> vmean(layer0(cal.value_mean)), vstd(layer0(cal.value_std));
   DeviceBuffer<float> ksigns(key_signs), vsigns(value_signs);
   DeviceBuffer<double> inc(increments);
   const ReadKvCodec codec_tables{W,          kmean.get(),  kstd.get(),   vmean.get(),
                                  vstd.get(), ksigns.get(), vsigns.get(), nullptr,
                                  nullptr};
+  const codec::ReaderPlan& plan = cpu.Cache(0).plan();
   const ReadKvReadPolicy policy{plan.key_bits, plan.value_bits, inc.get(), W - 1, inc.get(), W - 1};
+  const std::vector<float>& queries = cpu.queries;
   DeviceBuffer<float> d_queries(queries);
   DeviceBuffer<uint8_t> d_ktiles(host.key_tiles), d_vtiles(host.value_tiles);
   DeviceBuffer<uint16_t> d_rk(host.residual_k), d_rv(host.residual_v);
@@ -173,54 +197,89 @@ TEST_P(TileKernelTest, MatchesTheCpuTileReader) {
   DeviceBuffer<uint8_t> d_kdepths(static_cast<size_t>(batch) * hkv * groups);
   DeviceBuffer<uint8_t> d_vdepths(static_cast<size_t>(batch) * hkv * max_tiles);
   DeviceBuffer<double> d_weights(static_cast<size_t>(batch) * hkv * max_tiles);
+  const std::vector<uint32_t> no_lists;
+  DeviceBuffer<uint32_t> d_koff(lists ? lists->key_offsets : no_lists);
+  DeviceBuffer<uint32_t> d_kent(lists ? lists->key_entries : no_lists);
+  DeviceBuffer<uint32_t> d_voff(lists ? lists->value_offsets : no_lists);
+  DeviceBuffer<uint32_t> d_vent(lists ? lists->value_entries : no_lists);
 
   int sm_count = 0;
   CUDA_OK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
   const TilePlan tile_plan =
-      c.chunk_tokens > 0
-          ? TilePlan{c.chunk_tokens,
-                     std::max(1, (max_encoded + c.chunk_tokens - 1) / c.chunk_tokens)}
+      chunk_tokens > 0
+          ? TilePlan{chunk_tokens,
+                     std::max(1, (shape.max_encoded_tokens + chunk_tokens - 1) / chunk_tokens)}
           : PlanTileDecode(shape, sm_count);
   DeviceBuffer<uint8_t> workspace(TileDecodeWorkspaceBytes(shape, tile_plan));
-  const TileDecodeInputs inputs{d_queries.get(), d_ktiles.get(), d_vtiles.get(), d_rk.get(),
-                                d_rv.get(),      d_enc.get(),    d_res.get(),    d_out.get()};
+  TileDecodeInputs inputs{d_queries.get(), d_ktiles.get(), d_vtiles.get(), d_rk.get(),
+                          d_rv.get(),      d_enc.get(),    d_res.get(),    d_out.get()};
+  if (lists != nullptr) {
+    inputs.key_outlier_offsets = d_koff.get();
+    inputs.key_outlier_entries = d_kent.get();
+    inputs.value_outlier_offsets = d_voff.get();
+    inputs.value_outlier_entries = d_vent.get();
+  }
   const TileDecodeDebug debug{d_kdepths.get(), d_vdepths.get(), d_weights.get(), nullptr};
   CUDA_OK(TileDecodeAttention(shape, inputs, codec_tables, tile::MakeTileCentroids(tree), policy,
                               tile_plan, workspace.get(), nullptr, debug));
   CUDA_OK(cudaDeviceSynchronize());
+  run.out = d_out.Download(queries.size());
+  run.key_depths = d_kdepths.Download(static_cast<size_t>(batch) * hkv * groups);
+  run.value_depths = d_vdepths.Download(static_cast<size_t>(batch) * hkv * max_tiles);
+  run.weights = d_weights.Download(static_cast<size_t>(batch) * hkv * max_tiles);
+}
 
-  const auto out = d_out.Download(queries.size());
-  const auto kdepths = d_kdepths.Download(static_cast<size_t>(batch) * hkv * groups);
-  const auto vdepths = d_vdepths.Download(static_cast<size_t>(batch) * hkv * max_tiles);
-  const auto weights = d_weights.Download(static_cast<size_t>(batch) * hkv * max_tiles);
+TileDecodeShape ShapeOf(const TileCase& c, const CpuSide& cpu, const TileOutlierLists* lists) {
+  return TileDecodeShape{static_cast<int>(c.lens.size()), c.heads_q,        c.heads_kv,
+                         c.head_dim,                      8,                cpu.max_encoded,
+                         cpu.max_residual,                lists ? lists->max_entries : 0};
+}
+
+class TileKernelTest : public ::testing::TestWithParam<TileCase> {};
+
+TEST_P(TileKernelTest, MatchesTheCpuTileReader) {
+  if (QueryDevices().device_count == 0) GTEST_SKIP() << "no CUDA device: " << QueryDevices().reason;
+  const TileCase c = GetParam();
+  const int d = c.head_dim, hkv = c.heads_kv, hq = c.heads_q, groups = d / 16;
+  const int batch = static_cast<int>(c.lens.size());
+  const CpuSide cpu = MakeCpuSide(c, 0);
+  const TileDecodeShape shape = ShapeOf(c, cpu, nullptr);
+  const int max_tiles = shape.max_token_tiles();
+  GpuRun gpu;
+  ASSERT_NO_FATAL_FAILURE(RunOnGpu(cpu, shape, c.chunk_tokens, nullptr, gpu));
+
+  const codec::ReaderPlan& plan = cpu.Cache(0).plan();
+  const codec::LloydTree tree(8);
   const codec::ReaderAllocators allocators(plan, tree.distortions());
   codec::AllocatorScratch scratch;
   int64_t value_blocks = 0, same_as_cpu = 0;
   for (int b = 0; b < batch; ++b) {
-    const auto& chosen = cpu_depths[static_cast<size_t>(b)];
-    const int tiles = (encoded_lens[static_cast<size_t>(b)] + 15) / 16;
+    const auto& chosen = cpu.depths[static_cast<size_t>(b)];
+    const auto encoded = static_cast<int>(cpu.Cache(static_cast<size_t>(b)).encoded_tokens());
+    const int tiles = (encoded + 15) / 16;
     for (int h = 0; h < hkv; ++h) {
       const size_t row = static_cast<size_t>(b) * hkv + h;
       for (int g = 0; g < groups; ++g) {
-        ASSERT_EQ(kdepths[row * groups + g], chosen.key_groups[static_cast<size_t>(h * groups + g)])
+        ASSERT_EQ(gpu.key_depths[row * groups + g],
+                  chosen.key_groups[static_cast<size_t>(h * groups + g)])
             << "key group depth, sequence " << b << " head " << h << " group " << g;
       }
-      const std::vector<double> w(weights.begin() + row * max_tiles,
-                                  weights.begin() + row * max_tiles + tiles);
+      const std::vector<double> w(gpu.weights.begin() + row * max_tiles,
+                                  gpu.weights.begin() + row * max_tiles + tiles);
       std::vector<uint8_t> want(w.size());
       codec::ChooseValueBlockDepths(plan, allocators, w, want, scratch);
       for (int j = 0; j < tiles; ++j) {
-        ASSERT_EQ(vdepths[row * max_tiles + j], want[static_cast<size_t>(j)])
+        ASSERT_EQ(gpu.value_depths[row * max_tiles + j], want[static_cast<size_t>(j)])
             << "value block depth, sequence " << b << " head " << h << " block " << j;
         ++value_blocks;
-        same_as_cpu +=
-            vdepths[row * max_tiles + j] == chosen.value_blocks[static_cast<size_t>(h * tiles + j)];
+        same_as_cpu += gpu.value_depths[row * max_tiles + j] ==
+                       chosen.value_blocks[static_cast<size_t>(h * tiles + j)];
       }
     }
     const size_t offset = static_cast<size_t>(b) * hq * d;
-    const std::vector<float> cpu(cpu_out.begin() + offset, cpu_out.begin() + offset + hq * d);
-    for (size_t i = 0; i < cpu.size(); ++i) ASSERT_TRUE(std::isfinite(out[offset + i])) << i;
-    EXPECT_LT(MaxHeadError(out, cpu, offset, hq, d), 2e-2) << "sequence " << b;
+    const std::vector<float> want(cpu.out.begin() + offset, cpu.out.begin() + offset + hq * d);
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_TRUE(std::isfinite(gpu.out[offset + i])) << i;
+    EXPECT_LT(MaxHeadError(gpu.out, want, offset, hq, d), 2e-2) << "sequence " << b;
   }
   if (value_blocks > 0) {
     // Weights from f16-MMA logits differ from the CPU's in the last bits: nearly every block
@@ -245,6 +304,128 @@ INSTANTIATE_TEST_SUITE_P(
         TileCase{8, 1, 64, {1500}, true, 1.5, 0, 0, 512},
         TileCase{4, 4, 128, {640}, false, 7.0, 0, 0, 512}),
     [](const ::testing::TestParamInfo<TileCase>& param_info) { return param_info.param.Name(); });
+
+// Plants outliers in KV head h's keys and values of `tokens`: a Key element of z = +-10 on the
+// channel where the head's first query weighs most (|q~_c sigma_c|, the sign of q~_c: the
+// token's logit rises by ~6 sigma-weighted units past the clipped code), and Value elements of
+// z = -12 and +11 on two channels, so the token's now large probability carries them into the
+// output. In the transformed, standardised domain (x_c = mu_c + z sigma_c), as the codec lists
+// them.
+void PlantOutliers(const codec::Calibration& cal, const std::vector<int>& tokens,
+                   codec::SyntheticLayer& layer) {
+  const int d = layer.geometry.head_dim, hkv = layer.geometry.heads_kv;
+  const int g = layer.geometry.heads_q / hkv;
+  std::vector<float> x(static_cast<size_t>(d)), q(x.size());
+  for (int h = 0; h < hkv; ++h) {
+    const codec::HadamardTransform kt(d, cal.seeds.KeySeed(0, h));
+    const codec::HadamardTransform vt(d, cal.seeds.ValueSeed(0, h));
+    const auto k_mean = cal.KeyMean(0, h), k_std = cal.KeyStd(0, h);
+    const auto v_mean = cal.ValueMean(0, h), v_std = cal.ValueStd(0, h);
+    const float* first_query = layer.queries.data() + static_cast<size_t>(h * g * d);
+    kt.Forward(std::span<const float>(first_query, x.size()), q);
+    int best = 0;
+    for (int c = 1; c < d; ++c) {
+      if (std::fabs(q[c] * k_std[c]) > std::fabs(q[best] * k_std[best])) best = c;
+    }
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const size_t at = (static_cast<size_t>(tokens[i]) * hkv + h) * d;
+      const std::span<float> key(layer.keys.data() + at, x.size());
+      const std::span<float> value(layer.values.data() + at, x.size());
+      kt.Forward(key, x);
+      x[best] = k_mean[best] + (q[best] > 0.0f ? 10.0f : -10.0f) * k_std[best];
+      kt.Inverse(x, key);
+      vt.Forward(value, x);
+      const int c0 = static_cast<int>(7 + 5 * i) % d, c1 = (c0 + 16 + 3) % d;
+      x[c0] = v_mean[c0] - 12.0f * v_std[c0];
+      x[c1] = v_mean[c1] + 11.0f * v_std[c1];
+      vt.Inverse(x, value);
+    }
+  }
+}
+
+// The GPU tile reader with outlier lists against the CPU tile reader with the same lists, on
+// caches with planted 10-sigma outliers that change the output. The CPU half (the lists are
+// built, the planted outliers matter) runs in every CUDA build; the GPU half skips without a
+// device.
+TEST(TileAttentionTest, OutlierListsMatchTheCpuReaderAndChangeTheOutput) {
+  struct Planted {
+    TileCase c;
+    std::vector<int> tokens;  // planted in every sequence (encoded tokens)
+  };
+  const std::vector<Planted> cases = {
+      // A residual window (only encoded tokens carry lists), a ragged batch, chunks of 512.
+      {TileCase{8, 2, 64, {700, 300}, true, 2.0, 0, 0, 512}, {3, 77, 250}},
+      // No window: a planted token in the partial last tile; deep keys, shallow values.
+      {TileCase{16, 2, 128, {1000}, false, 3.0, 1.5, 4.5, 512}, {3, 500, 997}},
+      // GQA group 8, shallow keys and deep values, PlanTileDecode's chunk.
+      {TileCase{8, 1, 64, {600}, false, 4.0, 2.0, 6.0, 0}, {40, 41, 590}},
+  };
+  const bool gpu = QueryDevices().device_count > 0;
+  for (const Planted& p : cases) {
+    SCOPED_TRACE(p.c.Name());
+    const TileCase& c = p.c;
+    const int d = c.head_dim, hq = c.heads_q, hkv = c.heads_kv;
+    const size_t batch = c.lens.size();
+    const CpuSide cpu =
+        MakeCpuSide(c, 2, [&](const codec::Calibration& cal, codec::SyntheticLayer& layer) {
+          PlantOutliers(cal, p.tokens, layer);
+        });
+    std::vector<const codec::OutlierStore*> stores;
+    std::vector<int32_t> encoded;
+    std::vector<float> cpu_without;  // the same caches read without their lists
+    for (size_t b = 0; b < batch; ++b) {
+      const codec::ReadKvLayerCache& cache = cpu.Cache(b);
+      encoded.push_back(static_cast<int32_t>(cache.encoded_tokens()));
+      for (int h = 0; h < hkv; ++h) stores.push_back(&cache.outliers(h));
+      codec::TileLayerView view = cache.tile_view();
+      ASSERT_FALSE(view.outliers.empty());
+      view.outliers = {};
+      std::vector<float> out(static_cast<size_t>(hq) * d);
+      const std::vector<float> q(cpu.queries.begin() + b * hq * d,
+                                 cpu.queries.begin() + (b + 1) * hq * d);
+      codec::TileAttend(view, cache.plan(), q, out);
+      cpu_without.insert(cpu_without.end(), out.begin(), out.end());
+    }
+    const TileOutlierLists lists =
+        BuildTileOutlierLists(stores, encoded, hkv, (cpu.max_encoded + 15) / 16);
+    int64_t listed = 0;
+    for (int row = 0; row < lists.rows; ++row) {
+      listed += lists.Entries(true, row, lists.max_token_tiles) +
+                lists.Entries(false, row, lists.max_token_tiles);
+    }
+    // At least the planted K and 2 V entries per token, head and sequence.
+    ASSERT_GE(listed, static_cast<int64_t>(3 * p.tokens.size() * batch) * hkv);
+    for (size_t b = 0; b < batch; ++b) {
+      EXPECT_GT(MaxHeadError(cpu_without, std::vector<float>(cpu.out.begin() + b * hq * d,
+                                                             cpu.out.begin() + (b + 1) * hq * d),
+                             b * hq * d, hq, d),
+                0.1)
+          << "sequence " << b << ": the planted outliers must matter";
+    }
+    if (!gpu) continue;
+    const TileDecodeShape shape = ShapeOf(c, cpu, &lists);
+    GpuRun with, without;
+    ASSERT_NO_FATAL_FAILURE(RunOnGpu(cpu, shape, c.chunk_tokens, &lists, with));
+    ASSERT_NO_FATAL_FAILURE(RunOnGpu(cpu, ShapeOf(c, cpu, nullptr), c.chunk_tokens, nullptr,
+                                     without));
+    for (size_t b = 0; b < batch; ++b) {
+      const size_t offset = b * hq * d;
+      const std::vector<float> cpu_with(cpu.out.begin() + offset,
+                                        cpu.out.begin() + offset + hq * d);
+      const std::vector<float> cpu_bare(cpu_without.begin() + offset,
+                                        cpu_without.begin() + offset + hq * d);
+      for (size_t i = 0; i < cpu_with.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(with.out[offset + i])) << i;
+      }
+      EXPECT_EQ(with.key_depths, without.key_depths);  // Key depths never see the lists
+      EXPECT_LT(MaxHeadError(with.out, cpu_with, offset, hq, d), 2e-2) << "sequence " << b;
+      EXPECT_LT(MaxHeadError(without.out, cpu_bare, offset, hq, d), 2e-2) << "sequence " << b;
+      EXPECT_GT(MaxHeadError(without.out, cpu_with, offset, hq, d), 2e-2)
+          << "sequence " << b << ": without its lists the GPU must miss the planted outliers";
+    }
+  }
+  if (!gpu) GTEST_SKIP() << "no CUDA device (the CPU half ran): " << QueryDevices().reason;
+}
 
 TEST(TileAttentionTest, LauncherRefusesBadInputs) {
   if (QueryDevices().device_count == 0) GTEST_SKIP() << "no CUDA device: " << QueryDevices().reason;

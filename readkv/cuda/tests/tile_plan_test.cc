@@ -72,7 +72,7 @@ TEST(TilePlanTest, WorkspaceSectionsAreAlignedDisjointAndSized) {
   const TilePlan plan{512, 2};
   const internal::TileWorkspaceLayout w = internal::MakeTileWorkspaceLayout(s, plan);
   EXPECT_EQ(w.logit_stride, 1040);
-  const std::array<std::pair<size_t, size_t>, 9> sections = {{
+  const std::array<std::pair<size_t, size_t>, 10> sections = {{
       {w.fragments, size_t{6} * 4 * 32 * 2 * 4},
       {w.key_depths, size_t{6} * 4},
       {w.logits, size_t{3} * 16 * 40 * 4},
@@ -82,6 +82,7 @@ TEST(TilePlanTest, WorkspaceSectionsAreAlignedDisjointAndSized) {
       {w.partials, size_t{6} * 2 * 8 * 64 * 4},
       {w.tile_stats, size_t{6} * 63 * 3 * 8 * 4},
       {w.probs, size_t{6} * 63 * 8 * 16 * 2},
+      {w.scaled_queries, size_t{3} * 16 * 64 * 4},
   }};
   for (size_t i = 0; i < sections.size(); ++i) {
     EXPECT_EQ(sections[i].first % 256, 0u) << i;
@@ -107,6 +108,9 @@ TEST(TilePlanTest, BadShapesAndPlansNameTheirField) {
   EXPECT_EQ(FieldOf(s, plan), "batch");
   s = Shape(1, 32, 8, 128, 0, 0);
   EXPECT_EQ(FieldOf(s, plan), "max_encoded_tokens");
+  s = Shape(1, 32, 8, 128, 512, 0);
+  s.max_outlier_entries = -1;
+  EXPECT_EQ(FieldOf(s, plan), "max_outlier_entries");
   s = Shape(1, 32, 8, 128, 513, 0);  // one chunk of 512 does not cover 513
   EXPECT_EQ(FieldOf(s, plan), "plan");
   EXPECT_EQ(FieldOf(s, TilePlan{1024, 1}), "");

@@ -66,9 +66,12 @@ struct BenchConfig {
                          // their own (PlanTileDecode).
   bool ragged = false;          // seq_lens uniform in [T/2, T] instead of all T
   uint64_t seed = 1;
+  int outlier_cap = 0;  // tile rows: outlier lists of this cap (codec/outliers.h) from the same
+                        // tokens; 0: none. The constrained reader's rows never have lists.
   // Throws InvalidArgument naming the flag: "--tokens", "--batch", "--heads-q", "--heads-kv"
   // (must divide --heads-q with a group of 1, 2, 4 or 8), "--head-dim" (64 or 128), "--kv",
-  // "--iters", "--chunk-tokens".
+  // "--iters", "--chunk-tokens", "--outlier-cap" (outside [0, 16], or above 0 without a tile:
+  // spec).
   void Validate() const;
 };
 

@@ -13,6 +13,21 @@
 //     residual_lens[b] tokens of it read (keys post-RoPE and transformed, as the CPU's
 //     TileLayerView holds them).
 //   queries [B][H_q][d] float (keys' domain); out [B][H_q][d] float.
+// Outlier lists (optional; docs/readkv.md "Outliers", the codec's OutlierStore in a GPU layout,
+// src/tile_outliers.h packs an entry), per (b, h) row and separately for K and V, CSR by token
+// tile:
+//   *_outlier_offsets [B][H_kv][max_token_tiles + 1] u32: row-relative index of each tile's first
+//     entry; tile r's entries are [offsets[r], offsets[r + 1]), non-decreasing, the last
+//     <= max_outlier_entries (tiles past the row's ceil(encoded_lens[b] / 16) are never read).
+//   *_outlier_entries [B][H_kv][max_outlier_entries] u32: (token in tile, channel, fp16 z), a
+//     tile's sorted by (token, channel) as OutlierStore sorts them; tokens < encoded_lens[b].
+// A kind's two pointers are both null (no lists: the kernels' behaviour without them, bit for
+// bit) or both set. With lists every listed element reads as fp16(z): K before the softmax,
+// logit += (q~ scale)_c * (sigma_c * correction(z, t_group)); V before sigma, mu and the
+// inverse transform, acc += p * correction(z, t_block), p the f16 probability of the Value MMA
+// (codec::AddKeyOutlierLogits / AddValueOutlierSums; the correction needs z's sign and the
+// depth only: TileCentroids::outermost). An element is listed only if its code is clipped (all
+// ones or all zeros), as the codec guarantees.
 // The codec (ReadKvCodec: means, stds, signs of the layer; device memory) and the policy
 // (ReadKvReadPolicy: R_K, R_V and the Threshold allocator's increments) are the constrained
 // reader's types; for the tile reader both increment tables must be the step-1 table
@@ -23,14 +38,17 @@
 //
 // Launches (all on `stream`, in order; the plan fixes the grid):
 //   1. TilePrepare (H_kv, B) x d: transformed queries, Key group weights and depths, folded f16
-//      queries (scale * q~ * sigma), the residual window's exact logits.
+//      queries (scale * q~ * sigma), the residual window's exact logits; with Key lists also
+//      the f32 scale * q~ the corrections take.
 //   2. TileLogits (chunks, H_kv, B) x 128: q.K over the chunk's token tiles on tensor cores, the
 //      planes staged through shared memory by cp.async; per tile and head f16 e = exp(l - M)
-//      and the statistics M, sum e, sum e^2 (f32 logits only for TileDecodeDebug::logits).
+//      and the statistics M, sum e, sum e^2 (f32 logits only for TileDecodeDebug::logits); a
+//      tile's Key list entries are added to its logits before its statistics.
 //   3. TileSelect (H_kv, B) x 256: softmax statistics and Value block weights from the tiles'
 //      statistics, Value depths (block radix selection of the cut).
 //   4. TileValues (chunks, H_kv, B) x 128: sum_i e_i C(code_i) per chunk on tensor cores, the
-//      e values, maxima and planes staged by cp.async.
+//      e values, maxima and planes staged by cp.async; a tile's Value list entries added after
+//      its MMAs.
 //   5. TileCombine (H_kv, B) x d: chunks summed, mu mass + sigma acc + the residual window's
 //      values, inverse V transform.
 // Thread-safety: reentrant; two calls that share a workspace must be ordered.
@@ -52,6 +70,8 @@ struct TileDecodeShape {
   int store_bits = 8;           // W, 1..8
   int max_encoded_tokens = 0;   // >= every encoded_lens[b]
   int max_residual_tokens = 0;  // >= every residual_lens[b]; the rows' stride of the window
+  int max_outlier_entries = 0;  // >= 0: the outlier entries' row stride (K and V), unused
+                                // without lists
 
   int group() const { return heads_q / heads_kv; }
   int groups() const { return head_dim / 16; }
@@ -68,6 +88,11 @@ struct TileDecodeInputs {
   const int32_t* residual_lens = nullptr;  // [B], each in [0, max_residual_tokens]; >= 1 token
                                            // per sequence in all
   float* out = nullptr;                    // [B][H_q][d]
+  // The outlier lists (above); null: none.
+  const uint32_t* key_outlier_offsets = nullptr;    // [B][H_kv][max_token_tiles + 1]
+  const uint32_t* key_outlier_entries = nullptr;    // [B][H_kv][max_outlier_entries]
+  const uint32_t* value_outlier_offsets = nullptr;  // same shapes
+  const uint32_t* value_outlier_entries = nullptr;
 };
 
 // How a call splits its work, chosen on the host (PlanTileDecode) and passed to the launcher
@@ -103,7 +128,8 @@ struct TileDecodeDebug {
 
 // One decode step. `centroids` by value (a kernel parameter). Returns cudaErrorInvalidValue for
 // a plan or shape the kernels cannot run (checked as TileDecodeWorkspaceBytes does, without
-// throwing) or a null input; launch errors otherwise. Never synchronises.
+// throwing), a null input, or a kind of outlier list with one of its two pointers null;
+// launch errors otherwise. Never synchronises.
 cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeInputs& inputs,
                                 const ReadKvCodec& codec, const tile::TileCentroids& centroids,
                                 const ReadKvReadPolicy& policy, const TilePlan& plan,

@@ -22,6 +22,9 @@ struct TileCentroids {
   uint32_t depth2_base = 0;      // f16x2 of C_2[0] (-c_b) in both halves
   uint32_t depth2_flip = 0;      // f16x2 of C_2[0] ^ C_2[1]: the bits where c_b and c_a differ
   uint16_t table[kTileTableEntries] = {};  // f16 bits (round to nearest even) of C_t[code]
+  // f32 C_t's largest centroid (0 at t = 0): what an outlier entry's correction subtracts
+  // (tile_outliers.h; codec::OutlierCorrection reads the same float).
+  float outermost[kMaxTileDepth + 1] = {};
 };
 
 // The tables of `tree` (depths above its store_bits stay zero: a W-bit store has no deeper
