@@ -106,7 +106,7 @@ done
 # KVGATE_TILE_BENCH), so a KERNELS_ONLY=1 round times it without building kvgate.
 n=0
 for point in ${TILE_BENCH:-}; do
-  KVGATE_TILE_BENCH=$point "$T" --gtest_filter='AttentionBenchGpuTest.TileRows*' \
+  KVGATE_TILE_BENCH=$point "$T" --gtest_filter='AttentionBenchGpuTest.TileRowsRunBeside*' \
     > "$OUT/tile_bench_$n.txt" 2>&1
   { echo "== tile bench $point (exit $?)"; grep -E "^ +[0-9]+ +[0-9]+ |FAILED|Failure" \
       "$OUT/tile_bench_$n.txt"; } | tee -a "$OUT/summary.txt"
