@@ -16,7 +16,9 @@ namespace {
 
 constexpr auto kCentroids = static_cast<int64_t>(sizeof(tile::TileCentroids));
 
-TileDecodeShape TinyShape(int residual) { return TileDecodeShape{1, 2, 1, 64, 4, 40, residual}; }
+TileDecodeShape TinyShape(int residual) {
+  return TileDecodeShape{1, 2, 1, 64, 4, 40, residual, 0, 1};
+}
 
 int64_t SumOfLaunches(const TrafficBytes& t) {
   int64_t bytes = 0;
