@@ -16,7 +16,8 @@
 //     Capacity is whole pages (the allocator's unit, as ReadKV's).
 //   page_table: [B][max_pages] int32, TileDecodeShape::max_pages >= ceil(max_encoded_tokens /
 //     256) columns (may be null, with max_pages 0, when no sequence has encoded tokens).
-// bench::PagesToTiles relays a ReadKV cache into them under the same page table.
+// TileAppend writes the pools (codes ORed into zeroed pages); bench::PagesToTiles relays a
+// ReadKV cache into them under the same page table.
 // Inputs, per (sequence b, KV head h):
 //   residual_keys, residual_values: [B][H_kv][max_residual][d] BF16 bits, the exact window,
 //     residual_lens[b] tokens of it read (keys post-RoPE and transformed, as the CPU's
@@ -147,5 +148,26 @@ cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeIn
                                 const ReadKvReadPolicy& policy, const TilePlan& plan,
                                 void* workspace, cudaStream_t stream,
                                 const TileDecodeDebug& debug = {});
+
+// The write side of the tile pools (layout above; device memory).
+struct TileCache {
+  uint8_t* key_tiles = nullptr;    // [num_pages][H_kv][16][d / 16][W][32]
+  uint8_t* value_tiles = nullptr;  // same shape
+};
+
+// Encodes and appends tokens into the tile pools, as ReadKvAppend (decode_attention.h) does into
+// bit planes: keys and values [tokens][H_kv][d] float (keys post-RoPE); token k goes to
+// position positions[k] of sequence seq_ids[k], in page page_table[seq_ids[k] * max_pages +
+// positions[k] / 256] (shape: heads_kv, head_dim 64 or 128, max_pages; the rest unused). Codes
+// are bit-identical to ReadKvAppend's and readkv::codec's (the same append kernel and encode,
+// readkv_encode.cuh). A token's bits land in bytes that the other 15 tokens of its tile also
+// write: they are ORed in by 32-bit atomics, so the pages must be zero before their tokens are
+// appended (zero pages when allocating), any number of a tile's tokens may be appended in one
+// launch, and a slot must not be appended twice. Returns cudaErrorInvalidValue for a bad shape,
+// a store_bits outside 1..8 or a null pointer; never synchronises.
+cudaError_t TileAppend(const DecodeShape& shape, int tokens, const float* keys,
+                       const float* values, const int32_t* seq_ids, const int32_t* positions,
+                       const int32_t* page_table, const ReadKvCodec& codec,
+                       const TileCache& cache, cudaStream_t stream);
 
 }  // namespace readkv::cuda
