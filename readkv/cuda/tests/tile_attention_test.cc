@@ -464,6 +464,7 @@ TEST(TileAttentionTest, LauncherRefusesBadInputs) {
       cudaErrorInvalidValue);
   TileDecodeShape longer = shape;
   longer.max_encoded_tokens = 4096;
+  longer.max_pages = 16;  // the shape is sound: only the plan is refused
   EXPECT_EQ(
       TileDecodeAttention(longer, TileDecodeInputs{}, ReadKvCodec{}, tile::MakeTileCentroids(tree),
                           ReadKvReadPolicy{}, TilePlan{512, 1}, workspace.get(), nullptr),
