@@ -222,10 +222,11 @@ struct ReadKvSet {
 };
 
 // The tile reader's inputs (tile_attention.h) for one W: the planes of the ReadKvSet of that W
-// relaid into the tile layout on the device, every token encoded (no residual window: the other
-// rows have none either), the same queries and codec tables, the step-1 increment table for both
-// allocators. The call's plan and centroid tables live here too (host values). With
-// --outlier-cap, the outlier lists of the same tokens (host copy for the ledgers, and in the set).
+// relaid into the tile pools on the device under its page table (a copy of it), every token encoded
+// (no residual window: the other rows have none either), the same queries and codec tables, the
+// step-1 increment table for both allocators. The call's plan and centroid tables live here too
+// (host values). With --outlier-cap, the outlier lists of the same tokens (host copy for the
+// ledgers, and in the set).
 struct TileSet {
   int store_bits = 8;
   TileDecodeShape shape;
@@ -233,7 +234,7 @@ struct TileSet {
   tile::TileCentroids centroids;
   std::vector<int32_t> encoded_lens, residual_lens;  // host copies, [B]
   InputSet set;
-  size_t queries = 0, encoded = 0, residual = 0, key_tiles = 0, value_tiles = 0;
+  size_t queries = 0, encoded = 0, residual = 0, key_tiles = 0, value_tiles = 0, page_table = 0;
   CodecRegions tables;
   size_t increments = 0;
   int64_t capacity_bytes = 0;  // ledger 1 (TileCapacityBytes)
@@ -246,6 +247,7 @@ struct TileSet {
     in.queries = set.At<const float>(copy, queries);
     in.key_tiles = set.At<const uint8_t>(copy, key_tiles);
     in.value_tiles = set.At<const uint8_t>(copy, value_tiles);
+    in.page_table = set.At<const int32_t>(copy, page_table);
     in.encoded_lens = set.At<const int32_t>(copy, encoded);
     in.residual_lens = set.At<const int32_t>(copy, residual);
     in.out = out;

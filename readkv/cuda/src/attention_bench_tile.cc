@@ -14,6 +14,7 @@
 #include "readkv/codec/outliers.h"
 #include "readkv/codec/transform.h"
 #include "readkv/cuda/tile_ledgers.h"
+#include "tile_pages.h"
 
 namespace readkv::cuda::bench {
 namespace {
@@ -95,7 +96,8 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
   const DecodeShape& s = g.shape;
   const int w = source.store_bits;
   tile.store_bits = w;
-  tile.shape = TileDecodeShape{s.batch, s.heads_q, s.heads_kv, s.head_dim, w, s.max_tokens, 0};
+  tile.shape = TileDecodeShape{s.batch, s.heads_q, s.heads_kv, s.head_dim, w, s.max_tokens,
+                               0,       0,         s.max_pages};
   tile.plan = PlanTileDecode(tile.shape, sm_count);
   const codec::LloydTree tree(w);
   tile.centroids = tile::MakeTileCentroids(tree);
@@ -108,15 +110,17 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
   }
 
   const size_t hd = static_cast<size_t>(s.heads_kv) * s.head_dim;
-  const size_t tile_bytes = static_cast<size_t>(s.batch) * s.heads_kv *
-                            static_cast<size_t>(tile.shape.max_token_tiles()) *
-                            static_cast<size_t>(tile.shape.groups()) * w * 32;
+  // The pools hold the readkv set's pages (g.num_pages), each page 16 tiles per KV head.
+  const size_t tile_bytes = static_cast<size_t>(g.num_pages) * s.heads_kv *
+                            static_cast<size_t>(tile::PageHeadBytes(s.head_dim, w));
+  const size_t table_bytes = g.page_table.size() * sizeof(int32_t);
   const size_t query_bytes = static_cast<size_t>(s.batch) * s.heads_q * s.head_dim * sizeof(float);
   tile.queries = tile.set.Add(query_bytes);
   tile.encoded = tile.set.Add(tile.encoded_lens.size() * sizeof(int32_t));
   tile.residual = tile.set.Add(tile.residual_lens.size() * sizeof(int32_t));
   tile.key_tiles = tile.set.Add(tile_bytes);
   tile.value_tiles = tile.set.Add(tile_bytes);
+  tile.page_table = tile.set.Add(table_bytes);
   tile.tables.Reserve(tile.set, hd);
   // Both of the tile reader's allocators take the step-1 table (tile_attention.h): the
   // constrained reader's Key table (MakeReadKvHostTables: t_min 1, step 1, never empty).
@@ -142,6 +146,7 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
   }
 
   CopyTable(tile, tile.queries, source, source.common.queries, query_bytes, "queries");
+  CopyTable(tile, tile.page_table, source, source.common.page_table, table_bytes, "page table");
   UploadTo(tile.set.At<int32_t>(0, tile.encoded), tile.encoded_lens, "tile encoded_lens");
   UploadTo(tile.set.At<int32_t>(0, tile.residual), tile.residual_lens, "tile residual_lens");
   CopyTable(tile, tile.tables.key_mean, source, source.tables.key_mean, tile.tables.bytes,
@@ -156,8 +161,12 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
                            s.head_dim,
                            w,
                            s.max_pages};
+  Check(cudaMemset(tile.set.At<uint8_t>(0, tile.key_tiles), 0, tile_bytes),
+        "tile set: zero the key pool");
+  Check(cudaMemset(tile.set.At<uint8_t>(0, tile.value_tiles), 0, tile_bytes),
+        "tile set: zero the value pool");
   Check(PagesToTiles(planes, source.set.At<const int32_t>(0, source.common.seq_lens), s.batch,
-                     tile.shape.max_token_tiles(), tile.set.At<uint8_t>(0, tile.key_tiles),
+                     tile.set.At<uint8_t>(0, tile.key_tiles),
                      tile.set.At<uint8_t>(0, tile.value_tiles), 0),
         "tile set: relayout of the readkv:" + std::to_string(w) + " planes (PagesToTiles)");
   Check(cudaDeviceSynchronize(), "tile set: relayout (PagesToTiles, synchronise)");

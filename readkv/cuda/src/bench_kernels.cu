@@ -138,8 +138,9 @@ __global__ void FloatToBf16Kernel(const float* in, uint16_t* out, int64_t n) {
   }
 }
 
-// Thread e writes byte e of both tile arrays: e = ((((b H_kv + h) max_tiles + r) G + g) W + p) 32
-// + lane, G = d / 16.
+// Thread e writes one byte of both pools, e = ((((b H_kv + h) max_tiles + r) G + g) W + p) 32
+// + lane (G = d / 16, max_tiles = 16 max_pages), at PoolByte; tiles r past the sequence's pages
+// write nothing.
 __global__ void PagesToTilesKernel(PagedPlanes src, const int32_t* seq_lens, int max_tiles,
                                    int64_t n, uint8_t* key_tiles, uint8_t* value_tiles) {
   const int groups = src.head_dim / 16;
@@ -156,8 +157,10 @@ __global__ void PagesToTilesKernel(PagedPlanes src, const int32_t* seq_lens, int
     const int h = static_cast<int>(rest % src.heads_kv);
     const int b = static_cast<int>(rest / src.heads_kv);
     const int tokens = seq_lens[b];
-    key_tiles[e] = TileByteFromPages(src, true, b, h, tokens, tile, group, plane, lane);
-    value_tiles[e] = TileByteFromPages(src, false, b, h, tokens, tile, group, plane, lane);
+    if (tile >= PagedTiles(tokens)) continue;
+    const int64_t at = PoolByte(src, b, h, tile, group, plane, lane);
+    key_tiles[at] = TileByteFromPages(src, true, b, h, tokens, tile, group, plane, lane);
+    value_tiles[at] = TileByteFromPages(src, false, b, h, tokens, tile, group, plane, lane);
   }
 }
 
@@ -252,12 +255,12 @@ cudaError_t ConvertFloatToBf16(const float* in, uint16_t* out, int64_t n, cudaSt
 }
 
 cudaError_t PagesToTiles(const PagedPlanes& src, const int32_t* seq_lens, int batch,
-                         int max_tiles, uint8_t* key_tiles, uint8_t* value_tiles,
-                         cudaStream_t stream) {
+                         uint8_t* key_tiles, uint8_t* value_tiles, cudaStream_t stream) {
   if (src.head_dim % 16 != 0 || src.head_dim < 16 || src.store_bits < 1 || src.heads_kv < 1 ||
-      max_tiles < 0 || batch < 0) {
+      src.max_pages < 0 || batch < 0) {
     return cudaErrorInvalidValue;
   }
+  const int max_tiles = src.max_pages * tile::kPageTiles;
   const int64_t n = static_cast<int64_t>(batch) * src.heads_kv * max_tiles * (src.head_dim / 16) *
                     src.store_bits * 32;
   if (n == 0) return cudaSuccess;

@@ -53,12 +53,13 @@ cudaError_t GatherContiguousBf16(const uint16_t* pages, const int32_t* page_tabl
 // out[i] = bf16 round-to-nearest-even of in[i].
 cudaError_t ConvertFloatToBf16(const float* in, uint16_t* out, int64_t n, cudaStream_t stream);
 
-// The tile layout [B][H_kv][max_tiles][d / 16][W][32] of keys and values (tile_attention.h)
-// from the paged planes `src` (its page table and seq_lens [B] on the device): every byte by
-// TileByteFromPages, so tiles past a sequence's end and bits of its absent tokens are 0.
+// The tile pools [num_pages][H_kv][16][d / 16][W][32] of keys and values (tile_attention.h)
+// from the paged planes `src` under the same page table (src.page_table and seq_lens [B] on the
+// device): every byte of every page a sequence owns (its first ceil(seq_lens[b] / 256) entries)
+// by TileByteFromPages at PoolByte, so its tiles past its end and bits of its absent tokens
+// are 0. Pages no sequence owns are not written.
 cudaError_t PagesToTiles(const PagedPlanes& src, const int32_t* seq_lens, int batch,
-                         int max_tiles, uint8_t* key_tiles, uint8_t* value_tiles,
-                         cudaStream_t stream);
+                         uint8_t* key_tiles, uint8_t* value_tiles, cudaStream_t stream);
 
 // Reads `bytes` (a multiple of 16) with 16-byte loads and folds them into *sink (so the loads
 // cannot be elided); `blocks` thread blocks of 512 threads.

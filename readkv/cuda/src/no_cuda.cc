@@ -57,6 +57,12 @@ cudaError_t TileDecodeAttention(const TileDecodeShape&, const TileDecodeInputs&,
   return kNoDevice;
 }
 
+cudaError_t TileAppend(const DecodeShape&, int, const float*, const float*, const int32_t*,
+                       const int32_t*, const int32_t*, const ReadKvCodec&, const TileCache&,
+                       cudaStream_t) {
+  return kNoDevice;
+}
+
 cudaError_t Fp8Append(const DecodeShape&, int, const float*, const float*, const int32_t*,
                       const int32_t*, const int32_t*, const Fp8CacheWrite&, cudaStream_t) {
   return kNoDevice;

@@ -346,7 +346,8 @@ cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeIn
   const bool residual_ok = shape.max_residual_tokens == 0 ||
                            (inputs.residual_keys != nullptr && inputs.residual_values != nullptr);
   const bool tiles_ok = shape.max_encoded_tokens == 0 ||
-                        (inputs.key_tiles != nullptr && inputs.value_tiles != nullptr);
+                        (inputs.key_tiles != nullptr && inputs.value_tiles != nullptr &&
+                         inputs.page_table != nullptr);
   const bool lists_ok =
       (inputs.key_outlier_offsets == nullptr) == (inputs.key_outlier_entries == nullptr) &&
       (inputs.value_outlier_offsets == nullptr) == (inputs.value_outlier_entries == nullptr);
@@ -369,6 +370,7 @@ cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeIn
   a.chunks = plan.chunks;
   a.max_residual = shape.max_residual_tokens;
   a.max_outlier_entries = shape.max_outlier_entries;
+  a.max_pages = shape.max_pages;
   a.logit_stride = layout.logit_stride;
   a.attention_scale = 1.0f / sqrtf(static_cast<float>(shape.head_dim));
   a.transform_scale = static_cast<float>(1.0 / sqrt(static_cast<double>(shape.head_dim)));

@@ -13,6 +13,7 @@
 #include "readkv_device.cuh"
 #include "tile_fragment.h"
 #include "tile_outliers.h"
+#include "tile_pages.h"
 #include "tile_plan.h"
 #include "tile_staging.h"
 
@@ -31,6 +32,7 @@ inline constexpr int kSelectThreads = 256;
 struct TileArgs {
   int heads_q, heads_kv, store_bits, max_tiles, chunk_tokens, chunks, max_residual;
   int max_outlier_entries;
+  int max_pages;  // columns of in.page_table
   long long logit_stride;
   float attention_scale;  // 1 / sqrtf(d), as the CPU reader's
   float transform_scale;  // (float)(1 / sqrt((double)d)), as HadamardTransform's
@@ -52,6 +54,12 @@ struct TileArgs {
 
 __device__ __forceinline__ size_t RowOf(const TileArgs& a, int b, int h) {
   return static_cast<size_t>(b) * a.heads_kv + h;
+}
+
+// Token tile `tile` of (b, h) in a tile pool, through the page table (tile_pages.h).
+__device__ __forceinline__ const uint8_t* TileAt(const TileArgs& a, const uint8_t* pool,
+                                                 int64_t tile_bytes, int b, int h, int tile) {
+  return pool + tile::TileOffset(a.in.page_table, a.max_pages, a.heads_kv, tile_bytes, b, h, tile);
 }
 
 // 16 bytes global -> shared without registers (cp.async.cg: L2 only, the planes are read once).
@@ -262,13 +270,12 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int pieces = 2 * planes;
   const int per_stage = tile::KeyTilesPerStage(planes);
   const int stages = (mine.count() + per_stage - 1) / per_stage;
-  const size_t tile_bytes = static_cast<size_t>(kGroups) * a.store_bits * 32;
-  const uint8_t* row_tiles = a.in.key_tiles + row * a.max_tiles * tile_bytes;
+  const int64_t tile_bytes = tile::TokenTileBytes(D, a.store_bits);
   const auto issue = [&](int k) {  // stage k of this warp into its ring slot
     const int lo = mine.lo + k * per_stage, n = min(per_stage, mine.hi - lo);
     uint8_t* to = ring[warp][k % kStages];
     for (int i = 0; i < n; ++i) {
-      const uint8_t* from = row_tiles + static_cast<size_t>(lo + i) * tile_bytes;
+      const uint8_t* from = TileAt(a, a.in.key_tiles, tile_bytes, b, h, lo + i);
       for (int o = lane; o < pieces; o += kWarp)
         CpAsync16(to + (i * pieces + o) * 16, from + piece[o] * 16);
     }
@@ -405,8 +412,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   const auto span = [&](int s) {  // tiles in the stage that starts at the warp's tile s
     return tile::ValueStageTiles(depth_of, s, count, kGroups, kLogitBytes);
   };
-  const size_t tile_bytes = static_cast<size_t>(kGroups) * a.store_bits * 32;
-  const uint8_t* row_tiles = a.in.value_tiles + row * a.max_tiles * tile_bytes;
+  const int64_t tile_bytes = tile::TokenTileBytes(D, a.store_bits);
   const auto issue = [&](int slot, int s, int n) {
     uint8_t* to = ring[warp][slot];
     for (int i = 0; i < n; ++i) {
@@ -415,7 +421,7 @@ __global__ void __launch_bounds__(kMmaThreads)
       for (int o = lane; o < 2 * G; o += kWarp)  // e values: 32 bytes a head
         CpAsync16(to + o * 16, a.probs + tile * G * 16 + o * 8);
       if (lane < G) CpAsync4(to + G * 32 + lane * 4, a.tile_stats + tile * 3 * G + lane);
-      const uint8_t* from = row_tiles + static_cast<size_t>(r) * tile_bytes;
+      const uint8_t* from = TileAt(a, a.in.value_tiles, tile_bytes, b, h, r);
       for (int o = lane; o < 2 * kGroups * t; o += kWarp)  // planes: group o / 2t
         CpAsync16(to + kLogitBytes + o * 16, from + tile::ValuePieceSource(o, t, a.store_bits));
       to += bytes_of(t);

@@ -38,6 +38,10 @@ void CheckTileShape(const TileDecodeShape& s) {
   Require(s.max_outlier_entries >= 0, "max_outlier_entries", "must be >= 0");
   Require(s.max_encoded_tokens + s.max_residual_tokens >= 1, "max_encoded_tokens",
           "a call needs at least one token");
+  const int64_t pages = (int64_t{s.max_encoded_tokens} + kPageTokens - 1) / kPageTokens;
+  Require(s.max_pages >= pages, "max_pages",
+          "must be >= ceil(max_encoded_tokens / 256) = " + std::to_string(pages) + ", got " +
+              std::to_string(s.max_pages));
 }
 
 TileWorkspaceLayout MakeTileWorkspaceLayout(const TileDecodeShape& s, const TilePlan& plan) {

@@ -1,8 +1,10 @@
 // The bench's relayout of ReadKV's paged bit planes (decode_attention.h, ReadKvCache) into the
-// tile reader's layout (tile_attention.h; docs/readkv.md, "The tile layout"): one byte of a tile
-// plane gathered from the paged planes, on the host and the device. bench_kernels.cu's
-// PagesToTiles runs it once per byte; tests/tile_relayout_test.cc proves it on the CPU against
-// the codec's BitPlaneStore and TilePlaneStore holding the same codes. Internal to readkv/cuda
+// tile reader's paged pools (tile_attention.h; docs/readkv.md, "The tile layout") under the same
+// page table: one byte of a tile plane gathered from the paged planes, and where it goes in the
+// pools, on the host and the device. bench_kernels.cu's PagesToTiles runs it once per byte;
+// tests/tile_relayout_test.cc proves the gather on the CPU against the codec's BitPlaneStore and
+// TilePlaneStore holding the same codes, and tile_pages.h's bit positions (what TileAppend
+// writes) against the gather. Internal to readkv/cuda
 // (C++17: nvcc compiles it, so it spells TileElement's formula out rather than including the
 // codec's C++20 header).
 #pragma once
@@ -11,6 +13,7 @@
 
 #include "host_device.h"
 #include "readkv/cuda/decode_attention.h"
+#include "tile_pages.h"
 
 namespace readkv::cuda::bench {
 
@@ -56,6 +59,21 @@ KVGATE_TILE_HD uint8_t TileByteFromPages(const PagedPlanes& src, bool keys, int 
     byte |= bit << k;
   }
   return static_cast<uint8_t>(byte);
+}
+
+// The token tiles a sequence of `tokens` owns in the pools: its whole pages' (the tiles of its
+// last page past its tokens hold zeros).
+KVGATE_TILE_HD int PagedTiles(int tokens) {
+  return (tokens + kPageTokens - 1) / kPageTokens * tile::kPageTiles;
+}
+
+// Where TileByteFromPages(src, keys, b, h, tokens, tile, group, plane, lane) goes in a pool
+// [num_pages][H_kv][16][d / 16][W][32] under src's page table (tile < PagedTiles(tokens)).
+KVGATE_TILE_HD int64_t PoolByte(const PagedPlanes& src, int b, int h, int tile, int group,
+                                int plane, int lane) {
+  const int64_t tile_bytes = tile::TokenTileBytes(src.head_dim, src.store_bits);
+  return tile::TileOffset(src.page_table, src.max_pages, src.heads_kv, tile_bytes, b, h, tile) +
+         (int64_t{group} * src.store_bits + plane) * 32 + lane;
 }
 
 }  // namespace readkv::cuda::bench

@@ -13,6 +13,7 @@
 #include "readkv/cuda/tile_ledgers.h"
 #include "select_share.h"
 #include "split_work.h"
+#include "tile_pages.h"
 #include "tile_plan.h"
 #include "tile_staging.h"
 
@@ -303,8 +304,10 @@ int64_t TileCapacityBytes(const TileDecodeShape& shape, const int32_t* encoded_l
   const auto centroids = static_cast<int64_t>(sizeof(tile::TileCentroids));
   int64_t bytes = 6 * heads * d * 4 + (w - 1) * 8 + centroids;  // the codec's tables
   for (int b = 0; b < shape.batch; ++b) {
+    // Key and value pools: whole pages of 16 token tiles (what a sequence holds allocated).
+    const int64_t pages = Chunks(encoded_lens_host[b], kPageTokens);
+    bytes += 2 * pages * tile::kPageTiles * (d / 16) * heads * w * 32;
     const int64_t tiles = Chunks(encoded_lens_host[b], 16);
-    bytes += 2 * tiles * (d / 16) * heads * w * 32;            // key and value planes
     bytes += 2 * int64_t{residual_lens_host[b]} * heads * d * 2;  // BF16 window, K and V
     for (int64_t h = 0; lists != nullptr && h < heads; ++h) {
       bytes += TileListBytes(*lists, b * heads + h, tiles);
@@ -379,8 +382,10 @@ TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& pla
       t.Write(kIo, kPrepare, folded);
       t.Write(kScores, kPrepare, g * residual * 4);
       // 2. Logits: every block of the plan reads the group depths, every warp stage the folded
-      // queries; per tile and head 16 f16 e values and 3 statistics.
+      // queries, every tile its page-table entry; per tile and head 16 f16 e values and 3
+      // statistics.
       t.Read(kSchedule, kLogits, groups * plan.chunks);
+      t.Read(kMetadata, kLogits, tiles * 4);
       t.Read(kIo, kLogits, internal::TileLogitsStages(plan, encoded, key_planes) * folded);
       t.Write(kScores, kLogits, tiles * g * (16 * 2 + 3 * 4));
       // 3. Select: the tiles' statistics (M for the maxima, M and sum e for the sums, M and
@@ -391,9 +396,10 @@ TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& pla
       t.Write(kScores, kSelect, tiles * 8);
       t.Read(kScores, kSelect, tiles * 8);
       t.Write(kSchedule, kSelect, tiles);
-      // 4. Values: per block holding tokens the heads' maxima; per tile its depth, its e values
-      // and maxima.
+      // 4. Values: per block holding tokens the heads' maxima; per tile its depth, its
+      // page-table entry, its e values and maxima.
       t.Read(kPartials, kValues, chunks * g * 4);
+      t.Read(kMetadata, kValues, tiles * 4);
       t.Read(kScores, kValues, tiles * g * (16 * 2 + 4));
       t.Read(kSchedule, kValues, tiles);
       t.Write(kPartials, kValues, chunks * g * d * 4);

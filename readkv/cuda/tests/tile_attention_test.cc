@@ -63,10 +63,14 @@ struct TileCase {
   }
 };
 
-// The GPU's tile inputs in tile_attention.h's layout, packed from the CPU caches: per (sequence,
-// KV head) the key and value tiles (zero past a sequence's end) and the BF16 residual windows.
+// The GPU's tile inputs in tile_attention.h's layout, packed from the CPU caches: the key and
+// value pools under a page table that is not the identity (the sequences' pages in reverse
+// order, one spare page that the unused entries name), every byte the stores do not fill
+// poisoned (0xFF: tiles past a sequence's tokens in its last page, the spare page), and the BF16
+// residual windows.
 struct HostTiles {
-  std::vector<uint8_t> key_tiles, value_tiles;
+  std::vector<uint8_t> key_tiles, value_tiles;  // [num_pages][H_kv][16][d / 16][W][32]
+  std::vector<int32_t> page_table;              // [B][max_pages]
   std::vector<uint16_t> residual_k, residual_v;
   std::vector<int32_t> encoded_lens, residual_lens;
 };
@@ -74,11 +78,18 @@ struct HostTiles {
 HostTiles PackTiles(const std::vector<std::unique_ptr<codec::LayerKvCache>>& caches,
                     const TileDecodeShape& shape) {
   const int d = shape.head_dim, hkv = shape.heads_kv, W = shape.store_bits, groups = d / 16;
-  const int max_residual = shape.max_residual_tokens;
-  const size_t tile_row = static_cast<size_t>(shape.max_token_tiles()) * groups * W * 32;
+  const int max_residual = shape.max_residual_tokens, max_pages = shape.max_pages;
+  const size_t tile_bytes = static_cast<size_t>(groups) * W * 32;
+  int owned = 0;
+  for (const auto& cache : caches) {
+    const auto& rk = dynamic_cast<const codec::ReadKvLayerCache&>(*cache);
+    owned += static_cast<int>((rk.encoded_tokens() + kPageTokens - 1) / kPageTokens);
+  }
+  const int spare = owned;  // the last page: never owned
   HostTiles t;
-  t.key_tiles.assign(caches.size() * hkv * tile_row, 0);
-  t.value_tiles.assign(t.key_tiles.size(), 0);
+  t.page_table.assign(caches.size() * static_cast<size_t>(max_pages), spare);
+  t.key_tiles.assign(static_cast<size_t>(owned + 1) * hkv * 16 * tile_bytes, 0xFF);
+  t.value_tiles.assign(t.key_tiles.size(), 0xFF);
   t.residual_k.assign(caches.size() * hkv * max_residual * d, 0);
   t.residual_v.assign(t.residual_k.size(), 0);
   for (size_t b = 0; b < caches.size(); ++b) {
@@ -86,13 +97,18 @@ HostTiles PackTiles(const std::vector<std::unique_ptr<codec::LayerKvCache>>& cac
     const codec::TileLayerView view = cache.tile_view();
     t.encoded_lens.push_back(static_cast<int32_t>(view.encoded_tokens));
     t.residual_lens.push_back(static_cast<int32_t>(view.residual_tokens));
+    for (int64_t j = 0; j < (view.encoded_tokens + kPageTokens - 1) / kPageTokens; ++j) {
+      t.page_table[b * max_pages + static_cast<size_t>(j)] = --owned;  // reverse order
+    }
     for (int h = 0; h < hkv; ++h) {
       const codec::TilePlaneStore& store = view.stores[static_cast<size_t>(h)];
       const size_t row = b * hkv + h;
-      const size_t bytes = static_cast<size_t>(store.token_tiles()) * groups * W * 32;
-      if (bytes > 0) {
-        std::memcpy(t.key_tiles.data() + row * tile_row, store.KeyTile(0, 0), bytes);
-        std::memcpy(t.value_tiles.data() + row * tile_row, store.ValueTile(0, 0), bytes);
+      for (int64_t r = 0; r < store.token_tiles(); ++r) {
+        const auto page =
+            static_cast<size_t>(t.page_table[b * max_pages + static_cast<size_t>(r / 16)]);
+        const size_t at = ((page * hkv + h) * 16 + static_cast<size_t>(r % 16)) * tile_bytes;
+        std::memcpy(t.key_tiles.data() + at, store.KeyTile(r, 0), tile_bytes);
+        std::memcpy(t.value_tiles.data() + at, store.ValueTile(r, 0), tile_bytes);
       }
       const auto& rk = view.residual_keys[static_cast<size_t>(h)];
       const auto& rv = view.residual_values[static_cast<size_t>(h)];
@@ -190,6 +206,7 @@ void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, int chunk_tokens
   const std::vector<float>& queries = cpu.queries;
   DeviceBuffer<float> d_queries(queries);
   DeviceBuffer<uint8_t> d_ktiles(host.key_tiles), d_vtiles(host.value_tiles);
+  DeviceBuffer<int32_t> d_pages(host.page_table);
   DeviceBuffer<uint16_t> d_rk(host.residual_k), d_rv(host.residual_v);
   DeviceBuffer<int32_t> d_enc(host.encoded_lens), d_res(host.residual_lens);
   DeviceBuffer<float> d_out(queries.size());
@@ -211,8 +228,9 @@ void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, int chunk_tokens
                      std::max(1, (shape.max_encoded_tokens + chunk_tokens - 1) / chunk_tokens)}
           : PlanTileDecode(shape, sm_count);
   DeviceBuffer<uint8_t> workspace(TileDecodeWorkspaceBytes(shape, tile_plan));
-  TileDecodeInputs inputs{d_queries.get(), d_ktiles.get(), d_vtiles.get(), d_rk.get(),
-                          d_rv.get(),      d_enc.get(),    d_res.get(),    d_out.get()};
+  TileDecodeInputs inputs{d_queries.get(), d_ktiles.get(), d_vtiles.get(),
+                          d_pages.get(),   d_rk.get(),     d_rv.get(),
+                          d_enc.get(),     d_res.get(),    d_out.get()};
   if (lists != nullptr) {
     inputs.key_outlier_offsets = d_koff.get();
     inputs.key_outlier_entries = d_kent.get();
@@ -230,9 +248,15 @@ void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, int chunk_tokens
 }
 
 TileDecodeShape ShapeOf(const TileCase& c, const CpuSide& cpu, const TileOutlierLists* lists) {
-  return TileDecodeShape{static_cast<int>(c.lens.size()), c.heads_q,        c.heads_kv,
-                         c.head_dim,                      8,                cpu.max_encoded,
-                         cpu.max_residual,                lists ? lists->max_entries : 0};
+  return TileDecodeShape{static_cast<int>(c.lens.size()),
+                         c.heads_q,
+                         c.heads_kv,
+                         c.head_dim,
+                         8,
+                         cpu.max_encoded,
+                         cpu.max_residual,
+                         lists ? lists->max_entries : 0,
+                         (cpu.max_encoded + kPageTokens - 1) / kPageTokens};
 }
 
 class TileKernelTest : public ::testing::TestWithParam<TileCase> {};
@@ -429,7 +453,7 @@ TEST(TileAttentionTest, OutlierListsMatchTheCpuReaderAndChangeTheOutput) {
 
 TEST(TileAttentionTest, LauncherRefusesBadInputs) {
   if (QueryDevices().device_count == 0) GTEST_SKIP() << "no CUDA device: " << QueryDevices().reason;
-  const TileDecodeShape shape{1, 8, 2, 64, 8, 512, 0};
+  const TileDecodeShape shape{1, 8, 2, 64, 8, 512, 0, 0, 2};
   const TilePlan plan = PlanTileDecode(shape, 132);
   DeviceBuffer<uint8_t> workspace(TileDecodeWorkspaceBytes(shape, plan));
   const codec::LloydTree tree(8);
@@ -440,6 +464,7 @@ TEST(TileAttentionTest, LauncherRefusesBadInputs) {
       cudaErrorInvalidValue);
   TileDecodeShape longer = shape;
   longer.max_encoded_tokens = 4096;
+  longer.max_pages = 16;  // the shape is sound: only the plan is refused
   EXPECT_EQ(
       TileDecodeAttention(longer, TileDecodeInputs{}, ReadKvCodec{}, tile::MakeTileCentroids(tree),
                           ReadKvReadPolicy{}, TilePlan{512, 1}, workspace.get(), nullptr),

@@ -1,6 +1,7 @@
 // The tile reader's ledgers (tile_ledgers.h) on a shape small enough to count by hand: one
 // sequence, 2 query heads on 1 KV head, d = 64 (4 groups), W = 4, 40 encoded tokens (3 token
-// tiles, the last one partial), one chunk of 512. Host code, every build.
+// tiles, the last one partial, in one page of 16 tiles), one chunk of 512. Host code, every
+// build.
 #include "readkv/cuda/tile_ledgers.h"
 
 #include <gtest/gtest.h>
@@ -16,7 +17,9 @@ namespace {
 
 constexpr auto kCentroids = static_cast<int64_t>(sizeof(tile::TileCentroids));
 
-TileDecodeShape TinyShape(int residual) { return TileDecodeShape{1, 2, 1, 64, 4, 40, residual}; }
+TileDecodeShape TinyShape(int residual) {
+  return TileDecodeShape{1, 2, 1, 64, 4, 40, residual, 0, 1};
+}
 
 int64_t SumOfLaunches(const TrafficBytes& t) {
   int64_t bytes = 0;
@@ -27,14 +30,21 @@ int64_t SumOfLaunches(const TrafficBytes& t) {
 const std::vector<uint8_t> kKeyDepths = {1, 2, 3, 4};  // per group
 const std::vector<uint8_t> kValueDepths = {1, 2, 3};   // per token tile
 
-TEST(TileLedgersTest, CapacityCountsWholeTilesTheWindowAndTheTables) {
+TEST(TileLedgersTest, CapacityCountsWholePagesTheWindowAndTheTables) {
   const std::vector<int32_t> encoded = {40}, none = {0}, window = {5};
-  // Planes: K and V x 3 tiles x 4 groups x 1 head x 4 planes x 32 bytes. Tables: 6 x 64 floats,
-  // 3 increments, the centroid tables.
-  const int64_t planes = 2 * 3 * 4 * 4 * 32, tables = 6 * 64 * 4 + 3 * 8 + kCentroids;
+  // Planes: K and V x 1 page of 16 tiles x 4 groups x 1 head x 4 planes x 32 bytes. Tables: 6 x
+  // 64 floats, 3 increments, the centroid tables.
+  const int64_t planes = 2 * 16 * 4 * 4 * 32, tables = 6 * 64 * 4 + 3 * 8 + kCentroids;
   EXPECT_EQ(TileCapacityBytes(TinyShape(0), encoded.data(), none.data()), planes + tables);
   EXPECT_EQ(TileCapacityBytes(TinyShape(5), encoded.data(), window.data()),
             planes + tables + 2 * 5 * 64 * 2);
+  // 257 tokens take a second whole page; 256 fill the first exactly.
+  const std::vector<int32_t> page = {256}, past = {257};
+  TileDecodeShape two_pages = TinyShape(0);
+  two_pages.max_encoded_tokens = 257;
+  two_pages.max_pages = 2;
+  EXPECT_EQ(TileCapacityBytes(two_pages, page.data(), none.data()), planes + tables);
+  EXPECT_EQ(TileCapacityBytes(two_pages, past.data(), none.data()), 2 * planes + tables);
 }
 
 TEST(TileLedgersTest, LogicalReadsAreTheChosenPlanesInWholeSectors) {
@@ -64,24 +74,24 @@ TEST(TileLedgersTest, TrafficByLaunchWorkedOutByHand) {
   EXPECT_EQ(t.kernels[0].read, 512 + 768 + 24);
   EXPECT_EQ(t.kernels[0].write, 4 + 1024);
   // Logits: the centroid parameter, the group depths, the folded queries once per warp stage
-  // (3 tiles over 4 warps: 3 stages), the Key planes (960); writes per tile and head 16 f16 e
-  // values and 3 statistics (3 x 2 x 44).
-  EXPECT_EQ(t.kernels[1].read, kCentroids + 4 + 3 * 1024 + 960);
+  // (3 tiles over 4 warps: 3 stages), 3 page-table entries, the Key planes (960); writes per
+  // tile and head 16 f16 e values and 3 statistics (3 x 2 x 44).
+  EXPECT_EQ(t.kernels[1].read, kCentroids + 4 + 3 * 1024 + 12 + 960);
   EXPECT_EQ(t.kernels[1].write, 264);
   // Select: the increments, 5 floats of statistics a tile and head, the 3 block weights read
   // back; writes the statistics (2 heads x 4 floats), the block weights and 3 tile depths.
   EXPECT_EQ(t.kernels[2].read, 24 + 3 * 2 * 20 + 24);
   EXPECT_EQ(t.kernels[2].write, 32 + 24 + 3);
-  // Values: the centroid parameter, 2 maxima, per tile and head the e values and the maximum
-  // (3 x 2 x 36), 3 tile depths, the Value planes (768); writes one chunk's partial (2 heads x
-  // 64 floats).
-  EXPECT_EQ(t.kernels[3].read, kCentroids + 8 + 216 + 3 + 768);
+  // Values: the centroid parameter, 2 maxima, 3 page-table entries, per tile and head the e
+  // values and the maximum (3 x 2 x 36), 3 tile depths, the Value planes (768); writes one
+  // chunk's partial (2 heads x 64 floats).
+  EXPECT_EQ(t.kernels[3].read, kCentroids + 8 + 12 + 216 + 3 + 768);
   EXPECT_EQ(t.kernels[3].write, 512);
   // Combine: V mean/std/signs, 2 statistics a head, the partial; writes the 2 x 64 outputs.
   EXPECT_EQ(t.kernels[4].read, 768 + 16 + 512);
   EXPECT_EQ(t.kernels[4].write, 512);
   EXPECT_EQ(t.payload, 960 + 768);
-  EXPECT_EQ(t.metadata, 768 + 24 + kCentroids + 24 + kCentroids + 768);
+  EXPECT_EQ(t.metadata, 768 + 24 + kCentroids + 12 + 24 + kCentroids + 12 + 768);
   EXPECT_EQ(t.scores, 264 + 120 + 24 + 24 + 216);
   EXPECT_EQ(t.schedule, 4 + 4 + 3 + 3);
   EXPECT_EQ(t.partials, 32 + 8 + 512 + 16 + 512);

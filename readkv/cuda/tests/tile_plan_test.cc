@@ -24,6 +24,7 @@ TileDecodeShape Shape(int batch, int hq, int hkv, int d, int encoded, int residu
   s.store_bits = 8;
   s.max_encoded_tokens = encoded;
   s.max_residual_tokens = residual;
+  s.max_pages = (encoded + kPageTokens - 1) / kPageTokens;
   return s;
 }
 
@@ -111,6 +112,9 @@ TEST(TilePlanTest, BadShapesAndPlansNameTheirField) {
   s = Shape(1, 32, 8, 128, 512, 0);
   s.max_outlier_entries = -1;
   EXPECT_EQ(FieldOf(s, plan), "max_outlier_entries");
+  s = Shape(1, 32, 8, 128, 512, 0);
+  s.max_pages = 1;  // 512 tokens are 2 pages
+  EXPECT_EQ(FieldOf(s, plan), "max_pages");
   s = Shape(1, 32, 8, 128, 513, 0);  // one chunk of 512 does not cover 513
   EXPECT_EQ(FieldOf(s, plan), "plan");
   EXPECT_EQ(FieldOf(s, TilePlan{1024, 1}), "");

@@ -5,10 +5,20 @@
 // CPU reference); the first version passed them on an H100 (2026-12-05), the present staged one
 // has not run on a GPU yet (readkv/cuda/README.md). Not wired into the served runtime yet.
 //
-// Inputs, per (sequence b, KV head h), contiguous per sequence for now (no page table):
-//   key_tiles, value_tiles: [B][H_kv][max_token_tiles][d / 16][W][32] bytes, each (b, h) row the
-//     key (value) byte array of a TilePlaneStore of encoded_lens[b] tokens (token tiles past its
-//     ceil(encoded_lens[b] / 16) are never read).
+// The tile pools (docs/readkv.md, "The tile layout"): pages of kPageTokens = 256 tokens, as
+// ReadKV's (decode_attention.h), each page 16 token tiles:
+//   key_tiles, value_tiles: [num_pages][H_kv][16][d / 16][W][32] bytes; token tile j of sequence
+//     b (its tokens 16 j .. 16 j + 15) is slot j % 16 of page page_table[b * max_pages + j / 16]
+//     (src/tile_pages.h, TileOffset), and a tile holds the d / 16 groups x W planes of 32 bytes
+//     of a TilePlaneStore's token tile (fragment order, codec::TileElement). Only the tiles below
+//     ceil(encoded_lens[b] / 16) are read, so only the first ceil(encoded_lens[b] / 256) entries
+//     of a row of the page table must name pages of the pools; a page belongs to one sequence.
+//     Capacity is whole pages (the allocator's unit, as ReadKV's).
+//   page_table: [B][max_pages] int32, TileDecodeShape::max_pages >= ceil(max_encoded_tokens /
+//     256) columns (may be null, with max_pages 0, when no sequence has encoded tokens).
+// TileAppend writes the pools (codes ORed into zeroed pages); bench::PagesToTiles relays a
+// ReadKV cache into them under the same page table.
+// Inputs, per (sequence b, KV head h):
 //   residual_keys, residual_values: [B][H_kv][max_residual][d] BF16 bits, the exact window,
 //     residual_lens[b] tokens of it read (keys post-RoPE and transformed, as the CPU's
 //     TileLayerView holds them).
@@ -72,6 +82,7 @@ struct TileDecodeShape {
   int max_residual_tokens = 0;  // >= every residual_lens[b]; the rows' stride of the window
   int max_outlier_entries = 0;  // >= 0: the outlier entries' row stride (K and V), unused
                                 // without lists
+  int max_pages = 0;            // columns of page_table, >= ceil(max_encoded_tokens / 256)
 
   int group() const { return heads_q / heads_kv; }
   int groups() const { return head_dim / 16; }
@@ -80,8 +91,9 @@ struct TileDecodeShape {
 
 struct TileDecodeInputs {
   const float* queries = nullptr;           // [B][H_q][d]
-  const uint8_t* key_tiles = nullptr;       // [B][H_kv][max_token_tiles][d / 16][W][32]
+  const uint8_t* key_tiles = nullptr;       // [num_pages][H_kv][16][d / 16][W][32]
   const uint8_t* value_tiles = nullptr;     // same shape
+  const int32_t* page_table = nullptr;      // [B][max_pages]
   const uint16_t* residual_keys = nullptr;  // [B][H_kv][max_residual][d] BF16
   const uint16_t* residual_values = nullptr;
   const int32_t* encoded_lens = nullptr;   // [B], each in [0, max_encoded_tokens]
@@ -128,12 +140,34 @@ struct TileDecodeDebug {
 
 // One decode step. `centroids` by value (a kernel parameter). Returns cudaErrorInvalidValue for
 // a plan or shape the kernels cannot run (checked as TileDecodeWorkspaceBytes does, without
-// throwing), a null input, or a kind of outlier list with one of its two pointers null;
+// throwing), a null input (the pools and page table may be null only when max_encoded_tokens is
+// 0), or a kind of outlier list with one of its two pointers null;
 // launch errors otherwise. Never synchronises.
 cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeInputs& inputs,
                                 const ReadKvCodec& codec, const tile::TileCentroids& centroids,
                                 const ReadKvReadPolicy& policy, const TilePlan& plan,
                                 void* workspace, cudaStream_t stream,
                                 const TileDecodeDebug& debug = {});
+
+// The write side of the tile pools (layout above; device memory).
+struct TileCache {
+  uint8_t* key_tiles = nullptr;    // [num_pages][H_kv][16][d / 16][W][32]
+  uint8_t* value_tiles = nullptr;  // same shape
+};
+
+// Encodes and appends tokens into the tile pools, as ReadKvAppend (decode_attention.h) does into
+// bit planes: keys and values [tokens][H_kv][d] float (keys post-RoPE); token k goes to
+// position positions[k] of sequence seq_ids[k], in page page_table[seq_ids[k] * max_pages +
+// positions[k] / 256] (shape: heads_kv, head_dim 64 or 128, max_pages; the rest unused). Codes
+// are bit-identical to ReadKvAppend's and readkv::codec's (the same append kernel and encode,
+// readkv_encode.cuh). A token's bits land in bytes that the other 15 tokens of its tile also
+// write: they are ORed in by 32-bit atomics, so the pages must be zero before their tokens are
+// appended (zero pages when allocating), any number of a tile's tokens may be appended in one
+// launch, and a slot must not be appended twice. Returns cudaErrorInvalidValue for a bad shape,
+// a store_bits outside 1..8 or a null pointer; never synchronises.
+cudaError_t TileAppend(const DecodeShape& shape, int tokens, const float* keys,
+                       const float* values, const int32_t* seq_ids, const int32_t* positions,
+                       const int32_t* page_table, const ReadKvCodec& codec,
+                       const TileCache& cache, cudaStream_t stream);
 
 }  // namespace readkv::cuda

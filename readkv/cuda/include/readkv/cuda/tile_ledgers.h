@@ -12,9 +12,9 @@
 //      R residual keys (BF16, payload); writes the d / 16 Key group depths, the folded queries
 //      (d / 16 groups x 32 lanes x 8 bytes, the B fragments) and the residual logits.
 //   2. TileLogits (plan.chunks blocks a row): each block reads the row's group depths, each warp
-//      stage the folded queries (internal::TileLogitsStages), the Key planes t_g x 32 bytes per
-//      (tile, group); writes per tile and head 16 f16 e = exp(l - M) and 3 floats (M, sum e,
-//      sum e^2).
+//      stage the folded queries (internal::TileLogitsStages), per tile its page-table entry (4
+//      bytes, metadata) and the Key planes t_g x 32 bytes per (tile, group); writes per tile and
+//      head 16 f16 e = exp(l - M) and 3 floats (M, sum e, sum e^2).
 //   3. TileSelect: reads the Value increments, 5 floats of the tiles' statistics per tile and
 //      head (M for the maxima, M and sum e for the sums, M and sum e^2 for the weights) and the
 //      residual logits twice; writes the g heads' statistics (4 floats), the block weights (a
@@ -22,9 +22,9 @@
 //      is needed are data-dependent, not counted, as for the constrained reader) and the Value
 //      depths.
 //   4. TileValues (the row's `chunks` blocks that hold tokens; the others exit at once): each
-//      reads the g heads' maxima; together they read per tile its depth, its e values and
-//      maxima (g x (32 + 4) bytes) and the Value planes t_r x 32 bytes per (tile, group); each
-//      writes its partial g x d floats.
+//      reads the g heads' maxima; together they read per tile its depth, its page-table entry
+//      (4 bytes, metadata), its e values and maxima (g x (32 + 4) bytes) and the Value planes
+//      t_r x 32 bytes per (tile, group); each writes its partial g x d floats.
 //   5. TileCombine: reads the Value mean, std and signs, the statistics (2 floats a head, 3 with
 //      a residual window), the partials, the residual logits and values; writes the g x d outputs.
 // The f16 centroid tables (tile::TileCentroids) are a kernel parameter of TileLogits and
@@ -46,8 +46,9 @@
 
 namespace readkv::cuda {
 
-// Ledger 1: the tile planes of keys and values, W x 32 bytes per tile, whole tiles
-// (ceil(encoded_lens[b] / 16) token tiles x d / 16 groups x H_kv a sequence), the BF16 residual
+// Ledger 1: the tile pools of keys and values in whole pages, the allocation unit
+// (ceil(encoded_lens[b] / 256) pages x 16 token tiles x d / 16 groups x H_kv x W x 32 bytes a
+// sequence; the page table is not counted, as for ReadKV's pages), the BF16 residual
 // windows (keys and values, residual_lens[b] tokens), and the codec's tables: the means, stds
 // and signs of K and V ([H_kv][d] floats each), the step-1 increment table (W - 1 doubles) and
 // the f16 centroid tables; with `lists`, per row and kind its tiles' offsets (ceil(E / 16) + 1
