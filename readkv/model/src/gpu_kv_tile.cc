@@ -11,6 +11,19 @@
 
 namespace readkv::model::internal {
 
+TileReadSums TileReadLedgers(const torch::Tensor& key_depths, const torch::Tensor& value_depths,
+                             const torch::Tensor& lens, int head_dim) {
+  const torch::Tensor e = lens.to(torch::kLong);                         // [B]
+  const torch::Tensor k_sum = key_depths.to(torch::kLong).sum({1, 2});  // [B]
+  const torch::Tensor v_tiles = value_depths.to(torch::kLong).sum(1);   // [B][tiles]
+  const torch::Tensor in_tile =  // tokens of tile r in row b, [B][tiles]
+      (e.unsqueeze(1) - 16 * torch::arange(value_depths.size(2), e.options()).unsqueeze(0))
+          .clamp(0, 16);
+  return {(k_sum * e).sum() * 16 + (v_tiles * in_tile).sum() * head_dim,
+          (k_sum * torch::div(e + 15, 16, "floor")).sum() * 32 +
+              v_tiles.sum() * (int64_t{head_dim} / 16 * 32)};
+}
+
 torch::Tensor GpuKvCache::AttendTile(int layer, const torch::Tensor& q, const torch::Tensor& table,
                                      const torch::Tensor& lens, std::span<const int32_t> lengths,
                                      int max_pages, GpuReadBits bits) {
@@ -57,22 +70,10 @@ torch::Tensor GpuKvCache::AttendTile(int layer, const torch::Tensor& q, const to
             shape, in, p.Codec(layer, config_.heads_kv, config_.head_dim, config_.store_bits),
             p.tile_centroids, policy, plan, ws.data_ptr(), nullptr, debug),
         "TileDecodeAttention");
-  // The depth-dependent terms, summed on the device (gpu_kv_cache.h). Logical, the codec's
-  // TileAttend terms: t_g x 16 bits a Key group and token, t_r x d bits a Value token (a
-  // partial tile counts its tokens). The planes' payload, tile_ledgers.h's: t x 32 bytes a
-  // (tile, group), partial tiles whole.
-  const torch::Tensor e = lens.to(torch::kLong);                             // [B]
-  const torch::Tensor k_sum = key_depths.to(torch::kLong).sum({1, 2});      // [B]
-  const torch::Tensor v_tiles = value_depths.to(torch::kLong).sum(1);       // [B][tiles]
-  const torch::Tensor in_tile =
-      (e.unsqueeze(1) - 16 * torch::arange(shape.max_token_tiles(), e.options()).unsqueeze(0))
-          .clamp(0, 16);                                                     // [B][tiles]
-  const torch::Tensor logical_bits =
-      (k_sum * e).sum() * 16 + (v_tiles * in_tile).sum() * config_.head_dim;
-  const torch::Tensor payload = (k_sum * torch::div(e + 15, 16, "floor")).sum() * 32 +
-                                v_tiles.sum() * (int64_t{groups} * 32);
-  device_totals_.narrow(0, 0, 1).add_(logical_bits);
-  device_totals_.narrow(0, 1, 1).add_(payload);
+  // The depth-dependent terms, summed on the device (gpu_kv_cache.h).
+  const TileReadSums sums = TileReadLedgers(key_depths, value_depths, lens, config_.head_dim);
+  device_totals_.narrow(0, 0, 1).add_(sums.logical_bits);
+  device_totals_.narrow(0, 1, 1).add_(sums.payload_bytes);
   const std::vector<int32_t> no_residual(lengths.size(), 0);
   host_ledgers_.physical_traffic_bytes +=
       rc::TileDecodeTraffic(shape, plan, lengths.data(), no_residual.data(), nullptr, nullptr)
