@@ -388,15 +388,31 @@ bool HaveBuiltinModel() {
   return std::filesystem::exists(DefaultModelDirectory() + "/calibration.json");
 }
 
-// The built-in model on CUDA with a KV backend (ReadKV: the constrained reader at R = 6).
-RuntimeOptions CudaOptions(codec::KvBackend kind) {
+// The built-in model on CUDA with a KV backend (ReadKV: `reader`, by default the constrained one,
+// at R = 6).
+RuntimeOptions CudaOptions(codec::KvBackend kind,
+                           codec::ReaderKind reader = codec::ReaderKind::kConstrained) {
   RuntimeOptions options;
   options.device = "cuda";
   options.kv.kind = kind;
-  options.kv.reader = codec::ReaderKind::kConstrained;
+  options.kv.reader = reader;
   options.kv.read_bits = 6;
   return options;
 }
+
+// What `kvgate serve --device cuda` runs: FP8, and ReadKV with each GPU reader.
+struct CudaBackend {
+  codec::KvBackend kind;
+  codec::ReaderKind reader;
+  std::string Name() const {
+    return std::string(codec::KvBackendName(kind)) +
+           (kind == codec::KvBackend::kReadKv ? " " + std::string(codec::ReaderName(reader)) : "");
+  }
+};
+const CudaBackend kCudaBackends[] = {
+    {codec::KvBackend::kFp8, codec::ReaderKind::kConstrained},
+    {codec::KvBackend::kReadKv, codec::ReaderKind::kConstrained},
+    {codec::KvBackend::kReadKv, codec::ReaderKind::kTile}};
 
 // The built-in model served on the GPU with each CUDA KV backend (ReadKV with either reader)
 // completes the same prompts as on the CPU with the codec's caches of the same kind (fp32 compute
@@ -409,19 +425,13 @@ TEST(GpuRuntimeTest, BuiltinModelOnCudaAnswersAsOnTheCpu) {
   const std::vector<std::string> prompts = {
       PasskeyPrompt(keys[0], 700, 0.3), PasskeyPrompt(keys[1], 1900, 0.9),
       PasskeyPrompt(keys[2], 500, 0.0), PasskeyPrompt(keys[3], 3000, 0.5)};
-  const std::pair<codec::KvBackend, codec::ReaderKind> served[] = {
-      {codec::KvBackend::kFp8, codec::ReaderKind::kConstrained},
-      {codec::KvBackend::kReadKv, codec::ReaderKind::kConstrained},
-      {codec::KvBackend::kReadKv, codec::ReaderKind::kTile}};
-  for (const auto& [kind, reader] : served) {
-    const std::string name = std::string(codec::KvBackendName(kind)) +
-                             (reader == codec::ReaderKind::kTile ? " tile" : "");
-    RuntimeOptions cpu_options;
-    cpu_options.kv.kind = kind;
-    cpu_options.kv.reader = reader;
-    cpu_options.kv.read_bits = 6;
-    RuntimeOptions gpu_options = cpu_options;
-    gpu_options.device = "cuda";
+  for (const CudaBackend& backend : kCudaBackends) {
+    const codec::KvBackend kind = backend.kind;
+    const codec::ReaderKind reader = backend.reader;
+    const std::string name = backend.Name();
+    const RuntimeOptions gpu_options = CudaOptions(kind, reader);
+    RuntimeOptions cpu_options = gpu_options;
+    cpu_options.device = "cpu";
     ValidateRuntimeOptions(gpu_options);
     LlamaDecodeModel gpu(DefaultModelDirectory(), gpu_options);
     const auto on_gpu = GreedyCompleteBatch(gpu, tok, prompts, 8, {}, {});
@@ -456,7 +466,8 @@ TEST(GpuRuntimeTest, BuiltinModelOnCudaAnswersAsOnTheCpu) {
   }
 }
 
-// Decode steps through CUDA graphs (RuntimeOptions::cuda_graphs) against the same steps op by op:
+// Decode steps through CUDA graphs (RuntimeOptions::cuda_graphs) against the same steps op by op,
+// for FP8 and both ReadKV readers (the KV backend's launches run between the graph segments):
 // three sequences of different lengths decoded together, then two after one ends (a second batch
 // size, captured at its first step), every step's logits compared. The graphs replay the same
 // kernels on the same inputs, so the logits agree to the last bits unless cuBLAS picks other
@@ -470,9 +481,10 @@ TEST(GpuRuntimeTest, DecodeStepsThroughCudaGraphsGiveTheLogitsOfOpByOpSteps) {
       tok.Encode(PasskeyPrompt("52719", 900, 0.4), true),
       tok.Encode(PasskeyPrompt("8146", 1500, 0.7), true),
       tok.Encode(PasskeyPrompt("30303", 300, 0.1), true)};
-  for (const codec::KvBackend kind : {codec::KvBackend::kFp8, codec::KvBackend::kReadKv}) {
-    SCOPED_TRACE(codec::KvBackendName(kind));
-    RuntimeOptions options = CudaOptions(kind);
+  for (const CudaBackend& backend : kCudaBackends) {
+    const std::string name = backend.Name();
+    SCOPED_TRACE(name);
+    RuntimeOptions options = CudaOptions(backend.kind, backend.reader);
     options.cuda_graphs = "off";
     LlamaDecodeModel eager(DefaultModelDirectory(), options);
     options.cuda_graphs = "on";
@@ -526,7 +538,7 @@ TEST(GpuRuntimeTest, DecodeStepsThroughCudaGraphsGiveTheLogitsOfOpByOpSteps) {
       for (const std::vector<float>& l : logits) next.push_back({greedy(l)});
       logits = forward(ids, next);
     }
-    std::cout << codec::KvBackendName(kind) << ": CUDA graphs vs op by op over " << steps
+    std::cout << name << ": CUDA graphs vs op by op over " << steps
               << " steps, worst |logit diff| / max |logit| " << worst << "\n";
     EXPECT_LT(worst, 1e-5);
     EXPECT_EQ(graphs.kv_bytes_in_use(), eager.kv_bytes_in_use());
