@@ -38,6 +38,15 @@ std::string ErrorString(int status) {
 
 int SetDevice(int index) { return static_cast<int>(cudaSetDevice(index)); }
 
+int MultiprocessorCount(int index) {
+  int count = 0;
+  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, index) != cudaSuccess) {
+    cudaGetLastError();  // clear it, as QueryDevices does
+    return 0;
+  }
+  return count;
+}
+
 struct StreamTimer::State {
   std::deque<std::pair<cudaEvent_t, cudaEvent_t>> pending;  // recorded, oldest first
   std::vector<cudaEvent_t> spare;

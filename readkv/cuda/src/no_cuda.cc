@@ -23,6 +23,8 @@ std::string ErrorString(int status) {
 
 int SetDevice(int) { return kNoDevice; }
 
+int MultiprocessorCount(int) { return 0; }
+
 struct StreamTimer::State {};
 StreamTimer::StreamTimer() : state_(std::make_unique<State>()) {}
 StreamTimer::~StreamTimer() = default;

@@ -4,33 +4,16 @@
 #include <stdexcept>
 #include <string>
 
+#include "gpu_kv_pools.h"
+#include "readkv/codec/codebook.h"
 #include "readkv/codec/fp8_cache.h"
 #include "readkv/cuda/codec_tables.h"
 #include "readkv/cuda/decode_attention.h"
 #include "readkv/cuda/device.h"
+#include "readkv/cuda/tile_attention.h"
 
 namespace readkv::model::internal {
 namespace {
-
-namespace rc = readkv::cuda;
-
-void Check(int status, const std::string& what) {
-  if (status != 0) {
-    throw std::runtime_error("cuda: " + what + ": " + rc::ErrorString(status));
-  }
-}
-
-template <typename T>
-T* Ptr(const torch::Tensor& t, int64_t offset = 0) {
-  return reinterpret_cast<T*>(t.data_ptr()) + offset;
-}
-
-template <typename T>
-torch::Tensor Upload(const std::vector<T>& host, torch::Device device) {
-  return torch::from_blob(const_cast<T*>(host.data()), {static_cast<int64_t>(host.size())},
-                          c10::CppTypeToScalarType<T>::value)
-      .to(device);
-}
 
 // A call's geometry; ReadKV chunks are the kernels' automatic split. min_tokens (the shortest
 // sequence, 0 if unknown) lets the dense and FP8 kernels take their cluster schedule when the
@@ -51,34 +34,6 @@ rc::DecodeShape Shape(const GpuKvConfig& c, int batch, int max_pages, int max_to
 
 }  // namespace
 
-// The page pools of every layer and the frozen codec tables, all in device memory.
-struct GpuKvCache::Pools {
-  // fp8: e4m3 codes [P][H_kv][256][d] of keys (k) and values (v).
-  // readkv: key planes [P][H_kv][d][W][32] (k) and value planes [P][H_kv][256][W][d / 8] (v).
-  std::vector<torch::Tensor> k, v;
-  torch::Tensor k_scales, v_scales;  // fp8: [layers][H_kv]
-  // readkv: [layers][H_kv][d] each (the calibration's own index order).
-  torch::Tensor key_mean, key_std, value_mean, value_std, key_signs, value_signs;
-  torch::Tensor centroids, boundaries;  // float, LloydTree tables (decode_attention.h)
-  torch::Tensor key_increments, value_increments;  // double
-  int key_steps = 0, value_steps = 0;
-
-  rc::ReadKvCodec Codec(int layer, int heads_kv, int head_dim, int store_bits) const {
-    const int64_t off = int64_t{layer} * heads_kv * head_dim;
-    rc::ReadKvCodec c;
-    c.store_bits = store_bits;
-    c.key_mean = Ptr<const float>(key_mean, off);
-    c.key_std = Ptr<const float>(key_std, off);
-    c.value_mean = Ptr<const float>(value_mean, off);
-    c.value_std = Ptr<const float>(value_std, off);
-    c.key_signs = Ptr<const float>(key_signs, off);
-    c.value_signs = Ptr<const float>(value_signs, off);
-    c.centroids = Ptr<const float>(centroids);
-    c.boundaries = Ptr<const float>(boundaries);
-    return c;
-  }
-};
-
 GpuKvCache::GpuKvCache(const GpuKvConfig& config)
     : config_(config),
       pools_(std::make_unique<Pools>()),
@@ -96,6 +51,13 @@ GpuKvCache::GpuKvCache(const GpuKvConfig& config)
     throw std::invalid_argument("heads: the CUDA KV backends need H_q / H_kv in {1, 2, 4, 8}, got " +
                                 std::to_string(config.heads_q) + " / " +
                                 std::to_string(config.heads_kv));
+  }
+  const bool gpu_reader = config.reader == codec::ReaderKind::kConstrained ||
+                          config.reader == codec::ReaderKind::kTile;
+  if (config.kind == codec::KvBackend::kReadKv && !gpu_reader) {
+    throw std::invalid_argument("reader: the CUDA ReadKV backend runs the constrained and tile "
+                                "readers, got \"" + std::string(codec::ReaderName(config.reader)) +
+                                "\"");
   }
   if (!config.calibration) throw std::invalid_argument("calibration: required");
   Check(rc::SetDevice(config.device.has_index() ? config.device.index() : 0), "set device");
@@ -131,6 +93,11 @@ GpuKvCache::GpuKvCache(const GpuKvConfig& config)
     p.key_increments = Upload(t.key_increments, config.device);
     p.value_increments = Upload(t.value_increments, config.device);
     device_totals_ = torch::zeros({2}, torch::TensorOptions().dtype(torch::kLong).device(config.device));
+    if (Tile()) {
+      p.tile_centroids = rc::tile::MakeTileCentroids(codec::LloydTree(config.store_bits));
+      sm_count_ = rc::MultiprocessorCount(config.device.has_index() ? config.device.index() : 0);
+      if (sm_count_ < 1) throw std::runtime_error("cuda: could not read the device's SM count");
+    }
   }
   p.k.resize(static_cast<size_t>(config.layers));
   p.v.resize(static_cast<size_t>(config.layers));
@@ -150,6 +117,8 @@ void GpuKvCache::Grow(int64_t pages) {
   std::vector<int64_t> k_shape, v_shape;
   if (config_.kind == codec::KvBackend::kFp8) {
     k_shape = v_shape = {count, hkv, rc::kPageTokens, d};
+  } else if (Tile()) {
+    k_shape = v_shape = {count, hkv, rc::kPageTokens / 16, d / 16, w, 32};
   } else {
     k_shape = {count, hkv, d, w, 32};
     v_shape = {count, hkv, rc::kPageTokens, w, d / 8};
@@ -185,7 +154,7 @@ void GpuKvCache::Reserve(Sequence& s, int64_t tokens) {
     free_pages_.pop_back();
   }
   if (config_.kind == codec::KvBackend::kReadKv) {
-    // The append kernel ORs key bits into place: a reused page must start zero.
+    // The append kernels OR bits into place: a reused page must start zero.
     const torch::Tensor index = Upload(handed, config_.device);
     for (size_t l = 0; l < pools_->k.size(); ++l) {
       pools_->k[l].index_fill_(0, index, 0);
@@ -286,6 +255,14 @@ void GpuKvCache::Append(const Step& step, int layer, const torch::Tensor& k,
     Check(rc::Fp8Append(shape, step.tokens, Ptr<const float>(kf), Ptr<const float>(vf), rows,
                         positions, table, cache, nullptr),
           "Fp8Append");
+  } else if (Tile()) {
+    const rc::TileCache cache{Ptr<uint8_t>(pools_->k[l]), Ptr<uint8_t>(pools_->v[l])};
+    Check(rc::TileAppend(shape, step.tokens, Ptr<const float>(kf), Ptr<const float>(vf), rows,
+                         positions, table,
+                         pools_->Codec(layer, config_.heads_kv, config_.head_dim,
+                                       config_.store_bits),
+                         cache, nullptr),
+          "TileAppend");
   } else {
     const rc::ReadKvCache cache{Ptr<uint8_t>(pools_->k[l]), Ptr<uint8_t>(pools_->v[l])};
     Check(rc::ReadKvAppend(shape, step.tokens, Ptr<const float>(kf), Ptr<const float>(vf), rows,
@@ -349,6 +326,7 @@ torch::Tensor GpuKvCache::AttendGroup(const Step& step, int layer, const torch::
     table = step.page_table.index_select(0, index).contiguous();
     lens = step.seq_lens.index_select(0, index).contiguous();
   }
+  if (Tile()) return AttendTile(layer, qg, table, lens, lengths, step.max_pages, bits);
   torch::Tensor out = torch::empty({shape.batch, config_.heads_q, config_.head_dim}, q.options());
   rc::DecodeInputs in;
   in.queries = Ptr<const float>(qg);

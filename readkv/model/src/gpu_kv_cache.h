@@ -6,16 +6,32 @@
 //
 // - "fp8": e4m3 codes with the calibrated amax/448 scales of codec::Fp8LayerCache (per tensor or
 //   per KV head), bit-identical codes.
-// - "readkv": W-bit planes written by ReadKvAppend (the codec's codes bit for bit) and read by the
-//   constrained reader (the only reader with a kernel); each sequence has its own R.
+// - "readkv" with the constrained reader: W-bit planes written by ReadKvAppend (the codec's codes
+//   bit for bit) and read by ReadKvDecodeAttention; each sequence has its own R_K, R_V.
+// - "readkv" with the tile reader (GpuKvConfig::reader, issue 37): the same codes written by
+//   TileAppend into tile pools (tile_attention.h: [P][H_kv][16][d / 16][W][32] per K and V, the
+//   same page ids and 256-token pages) and read by TileDecodeAttention, planned once per call by
+//   PlanTileDecode for the device's SM count (queried once, at construction), the sequence's
+//   R_K, R_V as its ReadKvReadPolicy with the step-1 increment table for both K and V, the
+//   TileCentroids of the store's LloydTree. No outlier lists (the append writes none).
+// The cache holds one reader's layout: a sequence is read by the reader the pools were written
+// for (the runtime refuses a request asking for another). Neither ReadKV reader keeps a residual
+// window here: every token is encoded when appended (the tile reader is called with
+// max_residual_tokens 0), unlike the CPU caches, whose newest incomplete 256-token block stays
+// BF16 until it fills.
 //
 // Pages hold 256 tokens of every layer: a sequence owns one list of page ids, shared by all
 // layers' pools. The pools grow (doubling, old pages copied) when a step needs more pages than
 // they have; freed pages are reused (ReadKV pages are zeroed when handed out again, as the append
-// kernel requires). Ledgers are counted per call as the CPU backends count theirs: logical bytes
+// kernels require). Ledgers are counted per call as the CPU backends count theirs: logical bytes
 // and the physical-traffic model of readkv/cuda (traffic.cc); ReadKV's depth-dependent terms are
-// summed on the device by the attention kernels themselves (ReadKvDebug::totals) and read back
-// only when asked for.
+// summed on the device and read back only when asked for: by the constrained kernels themselves
+// (ReadKvDebug::totals), and for the tile reader from the depths each call writes
+// (TileDecodeDebug) by a few torch reductions on the device (TileReadLedgers): logical bytes in the codec's
+// TileAttend terms (a partial token tile counts its tokens, as on the CPU; tile_ledgers.h's
+// TileLogicalBytes would count it whole), physical traffic tile_ledgers.h's (the planes' whole
+// 32-byte sectors, plus TileDecodeTraffic's other terms without depths, which stage the folded
+// queries as if every Key group were at depth 1).
 //
 // All work goes to the current device's legacy default stream, the one torch uses unless told
 // otherwise, so it is ordered with the model's own torch ops. Not thread-safe (the runtime is
@@ -52,6 +68,7 @@ struct GpuKvConfig {
   std::shared_ptr<const codec::Calibration> calibration;
   codec::Fp8ScaleGranularity fp8_scale = codec::Fp8ScaleGranularity::kTensor;
   int store_bits = 8;  // W (readkv)
+  codec::ReaderKind reader = codec::ReaderKind::kConstrained;  // readkv: kConstrained | kTile
 };
 
 // The ledgers of every attention call so far, in the codec's accounting terms.
@@ -63,18 +80,30 @@ struct GpuKvLedgers {
   double encode_seconds = 0.0;
 };
 
-// A sequence's ReadKV budgets: R_K and R_V of the constrained reader (equal unless the policy
-// splits R). Sequences with equal budgets share one launch sequence.
+// A sequence's ReadKV budgets: R_K and R_V of its reader (equal unless the policy splits R).
+// Sequences with equal budgets share one launch sequence.
 struct GpuReadBits {
   double key = 4.0;
   double value = 4.0;
   auto operator<=>(const GpuReadBits&) const = default;
 };
 
+// The tile reader's depth-dependent ledgers of one call, from the depths it wrote
+// (TileDecodeDebug): key_depths uint8 [B][H_kv][d / 16], value_depths uint8 [B][H_kv][tiles]
+// (tiles >= every ceil(lens[b] / 16), zero past a row's own), lens int32 [B], all on one device
+// (the CPU too). logical_bits: the codec's TileAttend logical bits (t_g x 16 a Key group and
+// token, t_r x d a Value token, a partial tile counting its tokens); payload_bytes: the planes'
+// whole 32-byte sectors (tile_ledgers.h). Both int64 scalars on that device, nothing synchronised.
+struct TileReadSums {
+  torch::Tensor logical_bits, payload_bytes;
+};
+TileReadSums TileReadLedgers(const torch::Tensor& key_depths, const torch::Tensor& value_depths,
+                             const torch::Tensor& lens, int head_dim);
+
 class GpuKvCache {
  public:
-  // Throws std::invalid_argument naming the field ("head_dim", "heads", "kv") for a geometry or
-  // kind the kernels do not run.
+  // Throws std::invalid_argument naming the field ("head_dim", "heads", "kv", "reader") for a
+  // geometry, kind or reader the kernels do not run.
   explicit GpuKvCache(const GpuKvConfig& config);
   ~GpuKvCache();
   GpuKvCache(const GpuKvCache&) = delete;
@@ -129,6 +158,13 @@ class GpuKvCache {
   torch::Tensor Workspace(size_t bytes);
   torch::Tensor AttendGroup(const Step& step, int layer, const torch::Tensor& q,
                             std::span<const int> rows, GpuReadBits bits);
+  // The tile reader over one group's rows (q, table, lens already gathered; lengths on the host).
+  torch::Tensor AttendTile(int layer, const torch::Tensor& q, const torch::Tensor& table,
+                           const torch::Tensor& lens, std::span<const int32_t> lengths,
+                           int max_pages, GpuReadBits bits);
+  bool Tile() const {
+    return config_.kind == codec::KvBackend::kReadKv && config_.reader == codec::ReaderKind::kTile;
+  }
 
   GpuKvConfig config_;
   std::unique_ptr<Pools> pools_;
@@ -138,6 +174,8 @@ class GpuKvCache {
   torch::Tensor workspace_;
   GpuKvLedgers host_ledgers_;       // fp8 terms, and ReadKV's depth-independent terms
   torch::Tensor device_totals_;     // int64 [2]: ReadKV logical bits, payload bytes
+  int sm_count_ = 0;                // the tile reader's PlanTileDecode
+  torch::Tensor zero_lens_;         // int32 zeros: the tile reader's residual_lens
   std::unique_ptr<readkv::cuda::StreamTimer> encode_timer_;  // around every append launch
 };
 

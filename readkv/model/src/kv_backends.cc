@@ -158,10 +158,7 @@ void LlamaDecodeModel::StartSequence(uint64_t sequence_id, const engine::ReadPol
     // Throws naming the field.
     const codec::ReaderPlan plan = codec::MakeReaderPlan(resolved, m.options.kv.store_bits);
     gpu_bits = {plan.key_bits, plan.value_bits};
-    if (m.gpu && resolved.reader != codec::ReaderKind::kConstrained) {
-      throw std::invalid_argument(
-          "reader: on a CUDA device ReadKV runs the constrained reader only");
-    }
+    if (m.gpu) internal::CheckCudaRequestReader(m.options.kv, resolved);
     const std::string_view layout =
         codec::PlaneLayoutName(codec::LayoutForReader(resolved.reader));
     if (m.prefix_store && layout != m.identity.layout) {

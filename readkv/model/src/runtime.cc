@@ -100,6 +100,7 @@ LlamaDecodeModel::LlamaDecodeModel(const std::string& model_dir, const RuntimeOp
     g.calibration = m.calibration;
     g.fp8_scale = options.kv.fp8_scale;
     g.store_bits = options.kv.store_bits;
+    g.reader = options.kv.reader;
     m.gpu = std::make_unique<internal::GpuKvCache>(g);
     if (options.cuda_graphs == "on" && !internal::CudaGraph::Supported()) {
       throw std::invalid_argument(

@@ -3,6 +3,7 @@
 #include "runtime_options.h"
 
 #include <stdexcept>
+#include <string>
 
 #include "llama_internal.h"
 #include "readkv/codec/codebook.h"
@@ -48,6 +49,15 @@ codec::ReadPolicy ResolvePolicy(const KvCacheOptions& kv, const engine::ReadPoli
   return p;
 }
 
+void CheckCudaRequestReader(const KvCacheOptions& kv, const codec::ReadPolicy& resolved) {
+  if (resolved.reader == kv.reader) return;
+  const std::string server(codec::ReaderName(kv.reader));
+  throw std::invalid_argument("reader: this server's CUDA KV cache is written for the " + server +
+                              " reader (--reader " + server + "), so it cannot serve the " +
+                              std::string(codec::ReaderName(resolved.reader)) +
+                              " reader the request asked for");
+}
+
 }  // namespace internal
 
 using internal::IsCodecBackend;
@@ -69,10 +79,12 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
     // MakeReaderPlan checks store_bits, read_bits, reader and the split, naming the field.
     const codec::ReadPolicy policy = ResolvePolicy(kv, engine::ReadPolicy{});
     codec::MakeReaderPlan(policy, kv.store_bits);
-    if (UsesGpuKv(options) && policy.reader != codec::ReaderKind::kConstrained) {
+    if (UsesGpuKv(options) && policy.reader != codec::ReaderKind::kConstrained &&
+        policy.reader != codec::ReaderKind::kTile) {
       throw std::invalid_argument(
-          "reader: on a CUDA device ReadKV runs the constrained reader only (the flexible reader "
-          "has no kernel); use --reader constrained or --device cpu");
+          "reader: on a CUDA device ReadKV runs the constrained and tile readers only (the " +
+          std::string(codec::ReaderName(policy.reader)) +
+          " reader has no kernel); use --reader constrained, --reader tile or --device cpu");
     }
     // Checks the cap's range and the threshold against the tree, naming the field.
     const codec::LloydTree tree(kv.store_bits);
@@ -83,8 +95,9 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
     }
     if (UsesGpuKv(options) && kv.outlier_cap > 0) {
       throw std::invalid_argument(
-          "outlier_cap: the GPU ReadKV kernels have no outlier correction yet, so a cache with "
-          "outlier lists would be read without them; use --outlier-cap 0 or --device cpu");
+          "outlier_cap: the GPU append does not write outlier lists yet (and the constrained GPU "
+          "reader has no outlier correction), so a cache with them would be read without them; "
+          "use --outlier-cap 0 or --device cpu");
     }
   }
   if (!options.prefix_cache.directory.empty()) {

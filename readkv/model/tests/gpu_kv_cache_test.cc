@@ -1,8 +1,8 @@
 // The CUDA KV backends of the runtime (src/gpu_kv_cache.h) against the CPU codec caches on the
 // same K/V and queries: paging across ragged sequences, prefill and batched decode appends, mixed
-// per-sequence budgets, page reuse after a sequence ends, and the ledgers; then the runtime on a
-// CUDA device against the runtime on the CPU with the built-in model. Needs a CUDA device; skips
-// without one (CI compiles it).
+// per-sequence budgets, page reuse after a sequence ends, and the ledgers, for FP8 and for ReadKV
+// with the constrained and the tile reader; then the runtime on a CUDA device against the runtime
+// on the CPU with the built-in model. Needs a CUDA device; skips without one (CI compiles it).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvgate/stats/random.h"
@@ -22,6 +23,9 @@
 #include "../src/llama_internal.h"
 #include "readkv/codec/attention.h"
 #include "readkv/codec/calibration.h"
+#include "readkv/codec/readkv_cache.h"
+#include "readkv/codec/synthetic.h"
+#include "readkv/codec/tile_reader.h"
 #include "readkv/model/evaluation.h"
 #include "readkv/model/recall_data.h"
 #include "readkv/model/runtime.h"
@@ -89,12 +93,18 @@ struct BackendCase {
   codec::Fp8ScaleGranularity scale = codec::Fp8ScaleGranularity::kTensor;
   int head_dim = 64;
   std::vector<internal::GpuReadBits> read_bits;  // R_K, R_V per sequence (readkv)
+  codec::ReaderKind reader = codec::ReaderKind::kConstrained;  // readkv
 };
 
 class GpuKvCacheTest : public ::testing::TestWithParam<BackendCase> {};
 
 // Three ragged sequences prefilled, two batched decode steps, then one sequence ends and a new one
 // reuses its pages; every attention output is checked against the CPU caches of the same tokens.
+// The constrained reader chooses the CPU's depths exactly (outputs within float rounding, logical
+// bytes equal); the tile reader computes on tensor cores in f16 and its Value depths come from
+// the GPU's own block weights (tests/tile_attention_test.cc in readkv/cuda): outputs within that
+// test's 2e-2 of codec::TileAttend, and its ledgers within 2% of the CPU's (the Key depths agree
+// exactly, nearly every Value block does).
 TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
   if (!HaveCuda()) GTEST_SKIP() << "no CUDA device";
   const BackendCase bc = GetParam();
@@ -110,7 +120,9 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
   config.calibration = calibration;
   config.fp8_scale = bc.scale;
   config.store_bits = 8;
+  config.reader = bc.reader;
   internal::GpuKvCache gpu(config);
+  const bool tile = bc.kind == codec::KvBackend::kReadKv && bc.reader == codec::ReaderKind::kTile;
 
   std::map<uint64_t, std::vector<std::unique_ptr<codec::LayerKvCache>>> cpu;
   std::map<uint64_t, int64_t> length;
@@ -122,8 +134,7 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
     c.calibration = calibration;
     c.fp8_scale = bc.scale;
     c.store_bits = 8;
-    c.policy = codec::ReadPolicy{codec::ReaderKind::kConstrained, 0.5 * (bits.key + bits.value),
-                                 bits.key, bits.value};
+    c.policy = codec::ReadPolicy{bc.reader, 0.5 * (bits.key + bits.value), bits.key, bits.value};
     c.residual_window = false;  // the GPU backend encodes every token at once
     for (int l = 0; l < g.layers; ++l) {
       c.layer = l;
@@ -132,7 +143,7 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
     length[id] = 0;
   };
   kvgate::stats::SplitMixRng rng(0x6b0 + static_cast<uint64_t>(bc.head_dim));
-  int64_t cpu_logical = 0;
+  int64_t cpu_logical = 0, cpu_payload = 0;  // payload: the tile planes' sectors (tile only)
   double worst = 0.0;
   // Appends `counts` tokens to each of `ids` on both sides and compares one attention per layer.
   auto step = [&](const std::vector<uint64_t>& ids, const std::vector<int64_t>& counts) {
@@ -164,13 +175,20 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
         layer.AppendTokens({k.data() + row * per_token, n * per_token},
                            {v.data() + row * per_token, n * per_token});
         row += n;
-        const codec::AttentionLedgers led =
-            layer.Attend({q.data() + i * per_query, per_query},
-                         {want.data() + i * per_query, per_query});
-        cpu_logical += led.logical.Bytes();
+        const std::span<const float> query(q.data() + i * per_query, per_query);
+        const std::span<float> result(want.data() + i * per_query, per_query);
+        if (tile) {  // the CPU tile reader itself, for its ledgers' payload
+          const auto& cache = dynamic_cast<const codec::ReadKvLayerCache&>(layer);
+          const codec::AttentionLedgers led = codec::TileAttend(cache.tile_view(), cache.plan(),
+                                                                query, result);
+          cpu_logical += led.logical.Bytes();
+          cpu_payload += led.physical.key_payload_bytes + led.physical.value_payload_bytes;
+        } else {
+          cpu_logical += layer.Attend(query, result).logical.Bytes();
+        }
       }
       const double e = WorstRowError(got, want, g.head_dim);
-      EXPECT_LT(e, 1e-4) << "layer " << l;
+      EXPECT_LT(e, tile ? 2e-2 : 1e-4) << "layer " << l;
       worst = std::max(worst, e);
     }
     for (size_t i = 0; i < ids.size(); ++i) length[ids[i]] += counts[i];
@@ -194,12 +212,20 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
   step({4}, {520});
   step({2, 4, 1}, {1, 1, 1});
   const internal::GpuKvLedgers led = gpu.ledgers();
-  EXPECT_EQ(led.logical_read_bytes, cpu_logical);
+  if (tile) {
+    EXPECT_NEAR(static_cast<double>(led.logical_read_bytes), static_cast<double>(cpu_logical),
+                0.02 * static_cast<double>(cpu_logical));
+    // Whole sectors of every plane read, plus the other launches' terms.
+    EXPECT_GT(led.physical_traffic_bytes, cpu_payload * 98 / 100);
+  } else {
+    EXPECT_EQ(led.logical_read_bytes, cpu_logical);
+  }
   EXPECT_GT(led.physical_traffic_bytes, led.logical_read_bytes);
   EXPECT_GT(led.workspace_peak_bytes, 0);
   EXPECT_GT(led.encode_seconds, 0.0);  // the appends' GPU time, by events
   EXPECT_LT(led.encode_seconds, 60.0);
-  std::cout << codec::KvBackendName(bc.kind) << " d" << bc.head_dim << ": worst relative error "
+  std::cout << codec::KvBackendName(bc.kind) << (tile ? " tile" : "") << " d" << bc.head_dim
+            << ": worst relative error "
             << worst << ", logical bytes " << led.logical_read_bytes << " (CPU " << cpu_logical
             << "), physical " << led.physical_traffic_bytes << "\n";
 }
@@ -212,9 +238,16 @@ INSTANTIATE_TEST_SUITE_P(
         BackendCase{codec::KvBackend::kReadKv, {}, 64, {{4, 4}, {4, 4}, {4, 4}, {4, 4}}},
         BackendCase{codec::KvBackend::kReadKv, {}, 128, {{4, 4}, {2, 2}, {6, 6}, {2, 2}}},
         // K/V splits: two R = 4 sequences with different splits are two groups.
-        BackendCase{codec::KvBackend::kReadKv, {}, 64, {{4, 4}, {6, 2}, {8, 2}, {6, 2}}}),
+        BackendCase{codec::KvBackend::kReadKv, {}, 64, {{4, 4}, {6, 2}, {8, 2}, {6, 2}}},
+        // The tile reader (issue 37): one budget, then mixed budgets and splits (the policy's
+        // 7:2 among them), d 128.
+        BackendCase{codec::KvBackend::kReadKv, {}, 64, {{4, 4}, {4, 4}, {4, 4}, {4, 4}},
+                    codec::ReaderKind::kTile},
+        BackendCase{codec::KvBackend::kReadKv, {}, 128, {{7, 2}, {4, 4}, {7, 2}, {2, 2}},
+                    codec::ReaderKind::kTile}),
     [](const auto& p) {
-      return std::string(codec::KvBackendName(p.param.kind)) + "_d" +
+      return std::string(codec::KvBackendName(p.param.kind)) +
+             (p.param.reader == codec::ReaderKind::kTile ? "_tile" : "") + "_d" +
              std::to_string(p.param.head_dim) +
              (p.param.scale == codec::Fp8ScaleGranularity::kHead ? "_head" : "") +
              std::to_string(p.index);
@@ -236,6 +269,75 @@ TEST(GpuKvCacheTest, RejectsGeometriesTheKernelsDoNotRun) {
   config.heads_q = 8;
   config.kind = codec::KvBackend::kDense;
   EXPECT_THROW(internal::GpuKvCache{config}, std::invalid_argument);
+  // ReadKV runs the constrained and tile readers only; refused before any device is touched.
+  config.kind = codec::KvBackend::kReadKv;
+  for (const codec::ReaderKind reader : {codec::ReaderKind::kFlexible, codec::ReaderKind::kFull}) {
+    config.reader = reader;
+    try {
+      internal::GpuKvCache cache(config);
+      ADD_FAILURE() << codec::ReaderName(reader) << ": accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("reader:", 0), 0u) << e.what();
+    }
+  }
+}
+
+// The tile backend's ledger sums (TileReadLedgers: torch reductions over the depths a call wrote,
+// run on the device when serving) on the CPU over the CPU tile reader's own depths: a ragged
+// batch (1 token, partial tiles, whole pages) with the Value depths padded by zero columns as the
+// served buffer is, at several budgets; both sums equal the codec's TileAttend ledgers (logical
+// bits, and the payload sectors of its physical traffic). Runs without a GPU.
+TEST(GpuKvCacheTest, TileReadLedgersAreTheCpuTileReadersOnItsOwnDepths) {
+  const int hq = 8, hkv = 2, d = 128, groups = d / 16;
+  const std::vector<int> lens = {1, 17, 300, 777, 1024};
+  const int max_tiles = (1024 + 15) / 16 + 3;  // zero columns past every row's tiles
+  codec::SyntheticConfig data;
+  data.geometry = {hq, hkv, d};
+  data.seed = 0x71e;
+  const auto calibration =
+      std::make_shared<const codec::Calibration>(codec::MakeSyntheticCalibration(data, 2048));
+  for (const auto& [rk, rv] : std::vector<std::pair<double, double>>{
+           {7, 2}, {4, 4}, {2, 2}, {1.5, 4.5}}) {
+    codec::LayerCacheConfig config;
+    config.backend = codec::KvBackend::kReadKv;
+    config.geometry = data.geometry;
+    config.calibration = calibration;
+    config.store_bits = 8;
+    config.policy = {codec::ReaderKind::kTile, 0.5 * (rk + rv), rk, rv};
+    config.residual_window = false;  // as the GPU backend
+    const auto batch = static_cast<int64_t>(lens.size());
+    torch::Tensor key_depths = torch::zeros({batch, hkv, groups}, torch::kUInt8);
+    torch::Tensor value_depths = torch::zeros({batch, hkv, max_tiles}, torch::kUInt8);
+    int64_t want_logical = 0, want_payload = 0;
+    for (int64_t b = 0; b < batch; ++b) {
+      data.tokens = lens[static_cast<size_t>(b)];
+      data.seed = 0x71e + static_cast<uint64_t>(b);
+      const codec::SyntheticLayer layer = codec::MakeSyntheticLayer(data);
+      const auto cache = codec::MakeLayerKvCache(config);
+      cache->AppendTokens(layer.keys, layer.values);
+      const auto& readkv = dynamic_cast<const codec::ReadKvLayerCache&>(*cache);
+      std::vector<float> out(static_cast<size_t>(hq) * d);
+      codec::TileDepths depths;
+      const codec::AttentionLedgers led =
+          codec::TileAttend(readkv.tile_view(), readkv.plan(), layer.queries, out, &depths);
+      want_logical += led.logical.key_bits + led.logical.value_bits;
+      want_payload += led.physical.key_payload_bytes + led.physical.value_payload_bytes;
+      const int64_t tiles = (data.tokens + 15) / 16;
+      for (int h = 0; h < hkv; ++h) {
+        for (int g = 0; g < groups; ++g) {
+          key_depths[b][h][g] = depths.key_groups[static_cast<size_t>(h * groups + g)];
+        }
+        for (int64_t r = 0; r < tiles; ++r) {
+          value_depths[b][h][r] = depths.value_blocks[static_cast<size_t>(h * tiles + r)];
+        }
+      }
+    }
+    const torch::Tensor lengths = torch::tensor(std::vector<int32_t>(lens.begin(), lens.end()));
+    const internal::TileReadSums sums =
+        internal::TileReadLedgers(key_depths, value_depths, lengths, d);
+    EXPECT_EQ(sums.logical_bits.item<int64_t>(), want_logical) << rk << ":" << rv;
+    EXPECT_EQ(sums.payload_bytes.item<int64_t>(), want_payload) << rk << ":" << rv;
+  }
 }
 
 TEST(GpuRuntimeTest, RejectsWhatTheCudaBackendsDoNotRun) {
@@ -286,18 +388,35 @@ bool HaveBuiltinModel() {
   return std::filesystem::exists(DefaultModelDirectory() + "/calibration.json");
 }
 
-// The built-in model on CUDA with a KV backend (ReadKV: the constrained reader at R = 6).
-RuntimeOptions CudaOptions(codec::KvBackend kind) {
+// The built-in model on CUDA with a KV backend (ReadKV: `reader`, by default the constrained one,
+// at R = 6).
+RuntimeOptions CudaOptions(codec::KvBackend kind,
+                           codec::ReaderKind reader = codec::ReaderKind::kConstrained) {
   RuntimeOptions options;
   options.device = "cuda";
   options.kv.kind = kind;
-  options.kv.reader = codec::ReaderKind::kConstrained;
+  options.kv.reader = reader;
   options.kv.read_bits = 6;
   return options;
 }
 
-// The built-in model served on the GPU with each CUDA KV backend completes the same prompts as on
-// the CPU with the codec's caches of the same kind (fp32 compute on both).
+// What `kvgate serve --device cuda` runs: FP8, and ReadKV with each GPU reader.
+struct CudaBackend {
+  codec::KvBackend kind;
+  codec::ReaderKind reader;
+  std::string Name() const {
+    return std::string(codec::KvBackendName(kind)) +
+           (kind == codec::KvBackend::kReadKv ? " " + std::string(codec::ReaderName(reader)) : "");
+  }
+};
+const CudaBackend kCudaBackends[] = {
+    {codec::KvBackend::kFp8, codec::ReaderKind::kConstrained},
+    {codec::KvBackend::kReadKv, codec::ReaderKind::kConstrained},
+    {codec::KvBackend::kReadKv, codec::ReaderKind::kTile}};
+
+// The built-in model served on the GPU with each CUDA KV backend (ReadKV with either reader)
+// completes the same prompts as on the CPU with the codec's caches of the same kind (fp32 compute
+// on both), and a ReadKV server refuses a request for the reader its pools were not written for.
 TEST(GpuRuntimeTest, BuiltinModelOnCudaAnswersAsOnTheCpu) {
   if (!HaveCuda()) GTEST_SKIP() << "no CUDA device";
   if (!HaveBuiltinModel()) GTEST_SKIP() << "no built-in model";
@@ -306,23 +425,36 @@ TEST(GpuRuntimeTest, BuiltinModelOnCudaAnswersAsOnTheCpu) {
   const std::vector<std::string> prompts = {
       PasskeyPrompt(keys[0], 700, 0.3), PasskeyPrompt(keys[1], 1900, 0.9),
       PasskeyPrompt(keys[2], 500, 0.0), PasskeyPrompt(keys[3], 3000, 0.5)};
-  for (const codec::KvBackend kind : {codec::KvBackend::kFp8, codec::KvBackend::kReadKv}) {
-    RuntimeOptions cpu_options;
-    cpu_options.kv.kind = kind;
-    cpu_options.kv.reader = codec::ReaderKind::kConstrained;
-    cpu_options.kv.read_bits = 6;
-    RuntimeOptions gpu_options = cpu_options;
-    gpu_options.device = "cuda";
+  for (const CudaBackend& backend : kCudaBackends) {
+    const codec::KvBackend kind = backend.kind;
+    const codec::ReaderKind reader = backend.reader;
+    const std::string name = backend.Name();
+    const RuntimeOptions gpu_options = CudaOptions(kind, reader);
+    RuntimeOptions cpu_options = gpu_options;
+    cpu_options.device = "cpu";
+    ValidateRuntimeOptions(gpu_options);
     LlamaDecodeModel gpu(DefaultModelDirectory(), gpu_options);
     const auto on_gpu = GreedyCompleteBatch(gpu, tok, prompts, 8, {}, {});
     int correct = 0;
     for (size_t i = 0; i < keys.size(); ++i) {
       correct += FirstInteger(on_gpu[i].text).value_or("none") == keys[i];
     }
-    EXPECT_GE(correct, 3) << codec::KvBackendName(kind);
-    EXPECT_GT(gpu.ledgers().logical_read_bytes, 0) << codec::KvBackendName(kind);
+    EXPECT_GE(correct, 3) << name;
+    EXPECT_GT(gpu.ledgers().logical_read_bytes, 0) << name;
     // Every sequence ended, pages returned.
-    EXPECT_EQ(gpu.kv_bytes_in_use(), 0) << codec::KvBackendName(kind);
+    EXPECT_EQ(gpu.kv_bytes_in_use(), 0) << name;
+    if (kind == codec::KvBackend::kReadKv) {
+      // A request for the other ReadKV reader cannot be read from these pools: refused by name.
+      engine::ReadPolicy other;
+      other.reader = reader == codec::ReaderKind::kTile ? "constrained" : "tile";
+      try {
+        gpu.StartSequence(99, other);
+        ADD_FAILURE() << name << ": a request for the " << *other.reader << " reader was served";
+      } catch (const std::invalid_argument& e) {
+        EXPECT_EQ(std::string(e.what()).rfind("reader:", 0), 0u) << e.what();
+      }
+      EXPECT_EQ(gpu.kv_bytes_in_use(), 0) << name;
+    }
     if (kind == codec::KvBackend::kFp8) {
       // FP8 on the CPU, the same prompts: the same text (the codes are bit-identical; only
       // float summation order differs).
@@ -330,11 +462,12 @@ TEST(GpuRuntimeTest, BuiltinModelOnCudaAnswersAsOnTheCpu) {
       const auto on_cpu = GreedyCompleteBatch(cpu, tok, prompts, 8, {}, {});
       for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(on_gpu[i].text, on_cpu[i].text) << i;
     }
-    std::cout << codec::KvBackendName(kind) << ": " << correct << "/4 passkeys on the GPU\n";
+    std::cout << name << ": " << correct << "/4 passkeys on the GPU\n";
   }
 }
 
-// Decode steps through CUDA graphs (RuntimeOptions::cuda_graphs) against the same steps op by op:
+// Decode steps through CUDA graphs (RuntimeOptions::cuda_graphs) against the same steps op by op,
+// for FP8 and both ReadKV readers (the KV backend's launches run between the graph segments):
 // three sequences of different lengths decoded together, then two after one ends (a second batch
 // size, captured at its first step), every step's logits compared. The graphs replay the same
 // kernels on the same inputs, so the logits agree to the last bits unless cuBLAS picks other
@@ -348,9 +481,10 @@ TEST(GpuRuntimeTest, DecodeStepsThroughCudaGraphsGiveTheLogitsOfOpByOpSteps) {
       tok.Encode(PasskeyPrompt("52719", 900, 0.4), true),
       tok.Encode(PasskeyPrompt("8146", 1500, 0.7), true),
       tok.Encode(PasskeyPrompt("30303", 300, 0.1), true)};
-  for (const codec::KvBackend kind : {codec::KvBackend::kFp8, codec::KvBackend::kReadKv}) {
-    SCOPED_TRACE(codec::KvBackendName(kind));
-    RuntimeOptions options = CudaOptions(kind);
+  for (const CudaBackend& backend : kCudaBackends) {
+    const std::string name = backend.Name();
+    SCOPED_TRACE(name);
+    RuntimeOptions options = CudaOptions(backend.kind, backend.reader);
     options.cuda_graphs = "off";
     LlamaDecodeModel eager(DefaultModelDirectory(), options);
     options.cuda_graphs = "on";
@@ -404,7 +538,7 @@ TEST(GpuRuntimeTest, DecodeStepsThroughCudaGraphsGiveTheLogitsOfOpByOpSteps) {
       for (const std::vector<float>& l : logits) next.push_back({greedy(l)});
       logits = forward(ids, next);
     }
-    std::cout << codec::KvBackendName(kind) << ": CUDA graphs vs op by op over " << steps
+    std::cout << name << ": CUDA graphs vs op by op over " << steps
               << " steps, worst |logit diff| / max |logit| " << worst << "\n";
     EXPECT_LT(worst, 1e-5);
     EXPECT_EQ(graphs.kv_bytes_in_use(), eager.kv_bytes_in_use());

@@ -15,6 +15,7 @@
 #include "readkv/model/recall_data.h"
 #include "readkv/model/tokenizer.h"
 #include "readkv/model/training.h"
+#include "runtime_options.h"
 #include "runtime_test_support.h"
 #include "tiny_model.h"
 
@@ -420,6 +421,91 @@ TEST(RuntimeOptionsTest, OutlierListsAreRefusedOnACudaDeviceAndOutOfRange) {
   o.kv.outlier_threshold = 0.0f;
   o.kv.reader = codec::ReaderKind::kTile;  // the tile reader applies the lists on the CPU
   EXPECT_EQ(prefix_of(), "accepted");
+}
+
+// `--device cuda` runs ReadKV with the constrained and the tile reader (issue 37), no other; the
+// outlier cap stays refused for both, with a message that says why (the GPU append writes no
+// lists). Checked without a GPU: ValidateRuntimeOptions reads the options only.
+TEST(RuntimeOptionsTest, ACudaDeviceServesTheConstrainedAndTileReadersOnly) {
+  RuntimeOptions o;
+  o.device = "cuda";
+  o.kv.kind = codec::KvBackend::kReadKv;
+  o.kv.read_bits = 4.5;
+  o.kv.key_bits = 7;
+  o.kv.value_bits = 2;
+  const auto error_of = [&o]() -> std::string {
+    try {
+      ValidateRuntimeOptions(o);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  for (const codec::ReaderKind reader :
+       {codec::ReaderKind::kConstrained, codec::ReaderKind::kTile}) {
+    o.kv.reader = reader;
+    EXPECT_EQ(error_of(), "accepted") << codec::ReaderName(reader);
+    o.device = "cuda:1";
+    EXPECT_EQ(error_of(), "accepted") << codec::ReaderName(reader);
+    o.device = "cuda";
+    o.kv.outlier_cap = 2;
+    const std::string refused = error_of();
+    EXPECT_EQ(refused.rfind("outlier_cap:", 0), 0u) << refused;
+    EXPECT_NE(refused.find("append does not write outlier lists"), std::string::npos) << refused;
+    o.kv.outlier_cap = 0;
+  }
+  for (const codec::ReaderKind reader : {codec::ReaderKind::kFlexible, codec::ReaderKind::kFull}) {
+    o.kv.reader = reader;
+    if (reader == codec::ReaderKind::kFull) {  // every plane: R = W, no split
+      o.kv.read_bits = o.kv.store_bits;
+      o.kv.key_bits.reset();
+      o.kv.value_bits.reset();
+    }
+    const std::string refused = error_of();
+    EXPECT_EQ(refused.rfind("reader:", 0), 0u) << refused;
+    EXPECT_NE(refused.find(std::string(codec::ReaderName(reader)) + " reader has no kernel"),
+              std::string::npos)
+        << refused;
+    o.device = "cpu";  // every reader runs on the CPU
+    EXPECT_EQ(error_of(), "accepted") << codec::ReaderName(reader);
+    o.device = "cuda";
+  }
+  // FP8 on the GPU ignores the reader.
+  o.kv.kind = codec::KvBackend::kFp8;
+  EXPECT_EQ(error_of(), "accepted");
+}
+
+// A request's reader on a CUDA device must be the one the server's pools were written for:
+// the tile server refuses a request for the constrained reader and the other way round, naming
+// both; the server's own reader, given or defaulted, passes.
+TEST(RuntimeOptionsTest, ARequestOnACudaDeviceMustAskForTheServersReader) {
+  KvCacheOptions kv;
+  kv.kind = codec::KvBackend::kReadKv;
+  kv.read_bits = 4.5;
+  kv.key_bits = 7;
+  kv.value_bits = 2;
+  const auto error_of = [&kv](std::optional<std::string> reader) -> std::string {
+    engine::ReadPolicy request;
+    request.reader = std::move(reader);
+    try {
+      internal::CheckCudaRequestReader(kv, internal::ResolvePolicy(kv, request));
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  kv.reader = codec::ReaderKind::kTile;
+  EXPECT_EQ(error_of(std::nullopt), "accepted");
+  EXPECT_EQ(error_of("tile"), "accepted");
+  std::string refused = error_of("constrained");
+  EXPECT_EQ(refused.rfind("reader:", 0), 0u) << refused;
+  EXPECT_NE(refused.find("written for the tile reader"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("cannot serve the constrained reader"), std::string::npos) << refused;
+  kv.reader = codec::ReaderKind::kConstrained;
+  EXPECT_EQ(error_of("constrained"), "accepted");
+  refused = error_of("tile");
+  EXPECT_NE(refused.find("written for the constrained reader"), std::string::npos) << refused;
+  EXPECT_NE(error_of("flexible").find("cannot serve the flexible reader"), std::string::npos);
 }
 
 TEST(RuntimeOptionsTest, CudaGraphsIsAutoOnOrOffAndOnNeedsTheCudaKvBackends) {

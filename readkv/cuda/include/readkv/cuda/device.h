@@ -23,6 +23,10 @@ std::string ErrorString(int status);
 // the status.
 int SetDevice(int index);
 
+// The number of streaming multiprocessors of device `index` (what PlanTileDecode takes); 0 when
+// it cannot be read (no CUDA in this build, no such device).
+int MultiprocessorCount(int index);
+
 // GPU time of runs of launches on the legacy default stream, by CUDA events, summed without
 // blocking the caller: Begin() before the launches, End() after them; Seconds() waits for what is
 // still running and returns the total. Completed pairs are folded in (and their events reused) at

@@ -3,7 +3,8 @@
 // products on tensor cores (mma.sync.m16n8k16, f16 in, f32 accumulate), the GQA heads of a KV
 // head in the MMA's N = 8 dimension. Its GPU tests are tests/tile_attention_test.cc (against the
 // CPU reference); the first version passed them on an H100 (2026-12-05), the present staged one
-// has not run on a GPU yet (readkv/cuda/README.md). Not wired into the served runtime yet.
+// has not run on a GPU yet (readkv/cuda/README.md). Served by `kvgate serve --device cuda --reader
+// tile` (readkv/model's GpuKvCache: no residual window, no outlier lists).
 //
 // The tile pools (docs/readkv.md, "The tile layout"): pages of kPageTokens = 256 tokens, as
 // ReadKV's (decode_attention.h), each page 16 token tiles:
