@@ -18,6 +18,7 @@
 #include "readkv_device.cuh"
 #include "tile_kernels.cuh"
 #include "tile_plan.h"
+#include "tile_read_sums.h"
 #include "tile_threshold.h"
 
 namespace readkv::cuda::tile_kernels {
@@ -105,6 +106,15 @@ __global__ void __launch_bounds__(128) TilePrepare(TileArgs a) {
   }
   if (c == 0) tile::ApplySmallCut(group_weight, kGroups, inc, spo, count, cut, depth);
   __syncthreads();
+  if (c == 0 && a.debug.totals != nullptr) {  // the Key planes' share of the call's ledgers
+    long long steps = 0;
+    for (int g = 0; g < kGroups; ++g) steps += depth[g];
+    const tile::ReadSums reads = tile::KeyRowReads(a.in.encoded_lens[b], steps);
+    atomicAdd(reinterpret_cast<unsigned long long*>(a.debug.totals),
+              static_cast<unsigned long long>(reads.bits));
+    atomicAdd(reinterpret_cast<unsigned long long*>(a.debug.totals + 1),
+              static_cast<unsigned long long>(reads.bytes));
+  }
   if (c < kGroups) {
     a.key_depths[row * kGroups + c] = depth[c];
     if (a.debug.key_depths != nullptr) a.debug.key_depths[row * kGroups + c] = depth[c];
@@ -163,7 +173,7 @@ __device__ __forceinline__ double BlockSumD(double v, double* scratch) {
 // / S_h^2, and the Value depths: steps above the cut found by BlockSelect, ties by block. The
 // encoded logits are not read again (they were, three times over, when this launch took ~450 us
 // of a 32K x 16 call).
-template <int G>
+template <int D, int G>
 __global__ void __launch_bounds__(kSelectThreads) TileSelect(TileArgs a) {
   __shared__ float fscratch[kSelectThreads / kWarp];
   __shared__ double dscratch[kSelectThreads / kWarp];
@@ -244,6 +254,7 @@ __global__ void __launch_bounds__(kSelectThreads) TileSelect(TileArgs a) {
         },
         64, 0ull, 0ull, steps, positive, selection);
   }
+  long long read_bits = 0, read_bytes = 0;  // this thread's tiles' share of debug.totals
   for (int j = tid; j < tiles; j += blockDim.x) {
     const double w = weights[j];
     int k = 0;
@@ -255,6 +266,19 @@ __global__ void __launch_bounds__(kSelectThreads) TileSelect(TileArgs a) {
     const auto depth = static_cast<uint8_t>(1 + k);
     a.value_depths[row * a.max_tiles + j] = depth;
     if (a.debug.value_depths != nullptr) a.debug.value_depths[row * a.max_tiles + j] = depth;
+    const tile::ReadSums reads = tile::ValueTileReads(encoded, j, depth, D);
+    read_bits += reads.bits;
+    read_bytes += reads.bytes;
+  }
+  if (a.debug.totals != nullptr) {  // uniform over the block
+    read_bits = internal::BlockSumLL(read_bits, lscratch);
+    read_bytes = internal::BlockSumLL(read_bytes, lscratch);
+    if (tid == 0) {
+      atomicAdd(reinterpret_cast<unsigned long long*>(a.debug.totals),
+                static_cast<unsigned long long>(read_bits));
+      atomicAdd(reinterpret_cast<unsigned long long*>(a.debug.totals + 1),
+                static_cast<unsigned long long>(read_bytes));
+    }
   }
 }
 
@@ -305,7 +329,7 @@ cudaError_t LaunchAll(const TileArgs& a, const tile::TileCentroids& centroids, i
                     static_cast<unsigned>(batch));
   TilePrepare<D, G><<<rows, D, 0, stream>>>(a);
   TileLogits<D, G><<<chunks, kMmaThreads, 0, stream>>>(a, centroids);
-  TileSelect<G><<<rows, kSelectThreads, 0, stream>>>(a);
+  TileSelect<D, G><<<rows, kSelectThreads, 0, stream>>>(a);
   TileValues<D, G><<<chunks, kMmaThreads, 0, stream>>>(a, centroids);
   TileCombine<D, G><<<rows, D, 0, stream>>>(a);
   return cudaGetLastError();

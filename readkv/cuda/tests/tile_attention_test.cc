@@ -35,6 +35,7 @@
 #include "readkv/cuda/tile_centroids.h"
 #include "readkv/cuda/tile_outlier_lists.h"
 #include "test_buffers.h"
+#include "tile_read_sums.h"
 
 namespace readkv::cuda {
 namespace {
@@ -175,6 +176,7 @@ struct GpuRun {
   std::vector<float> out;
   std::vector<uint8_t> key_depths, value_depths;
   std::vector<double> weights;
+  std::vector<long long> totals;  // TileDecodeDebug::totals: logical bits, payload bytes
 };
 
 // TileDecodeAttention over the CPU side's caches, with `lists` (the caches' outlier lists in the
@@ -237,7 +239,9 @@ void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, int chunk_tokens
     inputs.value_outlier_offsets = d_voff.get();
     inputs.value_outlier_entries = d_vent.get();
   }
-  const TileDecodeDebug debug{d_kdepths.get(), d_vdepths.get(), d_weights.get(), nullptr};
+  DeviceBuffer<long long> d_totals(std::vector<long long>{0, 0});
+  TileDecodeDebug debug{d_kdepths.get(), d_vdepths.get(), d_weights.get(), nullptr};
+  debug.totals = d_totals.get();
   CUDA_OK(TileDecodeAttention(shape, inputs, codec_tables, tile::MakeTileCentroids(tree), policy,
                               tile_plan, workspace.get(), nullptr, debug));
   CUDA_OK(cudaDeviceSynchronize());
@@ -245,6 +249,7 @@ void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, int chunk_tokens
   run.key_depths = d_kdepths.Download(static_cast<size_t>(batch) * hkv * groups);
   run.value_depths = d_vdepths.Download(static_cast<size_t>(batch) * hkv * max_tiles);
   run.weights = d_weights.Download(static_cast<size_t>(batch) * hkv * max_tiles);
+  run.totals = d_totals.Download(2);
 }
 
 TileDecodeShape ShapeOf(const TileCase& c, const CpuSide& cpu, const TileOutlierLists* lists) {
@@ -277,17 +282,22 @@ TEST_P(TileKernelTest, MatchesTheCpuTileReader) {
   const codec::ReaderAllocators allocators(plan, tree.distortions());
   codec::AllocatorScratch scratch;
   int64_t value_blocks = 0, same_as_cpu = 0;
+  tile::ReadSums reads;  // what the kernels' totals must be, from their own depths
   for (int b = 0; b < batch; ++b) {
     const auto& chosen = cpu.depths[static_cast<size_t>(b)];
     const auto encoded = static_cast<int>(cpu.Cache(static_cast<size_t>(b)).encoded_tokens());
     const int tiles = (encoded + 15) / 16;
     for (int h = 0; h < hkv; ++h) {
       const size_t row = static_cast<size_t>(b) * hkv + h;
+      long long steps = 0;
       for (int g = 0; g < groups; ++g) {
         ASSERT_EQ(gpu.key_depths[row * groups + g],
                   chosen.key_groups[static_cast<size_t>(h * groups + g)])
             << "key group depth, sequence " << b << " head " << h << " group " << g;
+        steps += gpu.key_depths[row * groups + g];
       }
+      reads.bits += tile::KeyRowReads(encoded, steps).bits;
+      reads.bytes += tile::KeyRowReads(encoded, steps).bytes;
       const std::vector<double> w(gpu.weights.begin() + row * max_tiles,
                                   gpu.weights.begin() + row * max_tiles + tiles);
       std::vector<uint8_t> want(w.size());
@@ -295,6 +305,10 @@ TEST_P(TileKernelTest, MatchesTheCpuTileReader) {
       for (int j = 0; j < tiles; ++j) {
         ASSERT_EQ(gpu.value_depths[row * max_tiles + j], want[static_cast<size_t>(j)])
             << "value block depth, sequence " << b << " head " << h << " block " << j;
+        const tile::ReadSums v =
+            tile::ValueTileReads(encoded, j, gpu.value_depths[row * max_tiles + j], d);
+        reads.bits += v.bits;
+        reads.bytes += v.bytes;
         ++value_blocks;
         same_as_cpu += gpu.value_depths[row * max_tiles + j] ==
                        chosen.value_blocks[static_cast<size_t>(h * tiles + j)];
@@ -305,6 +319,8 @@ TEST_P(TileKernelTest, MatchesTheCpuTileReader) {
     for (size_t i = 0; i < want.size(); ++i) ASSERT_TRUE(std::isfinite(gpu.out[offset + i])) << i;
     EXPECT_LT(MaxHeadError(gpu.out, want, offset, hq, d), 2e-2) << "sequence " << b;
   }
+  EXPECT_EQ(gpu.totals[0], reads.bits);
+  EXPECT_EQ(gpu.totals[1], reads.bytes);
   if (value_blocks > 0) {
     // Weights from f16-MMA logits differ from the CPU's in the last bits: nearly every block
     // still lands on the CPU's depth.

@@ -25,10 +25,9 @@
 // they have; freed pages are reused (ReadKV pages are zeroed when handed out again, as the append
 // kernels require). Ledgers are counted per call as the CPU backends count theirs: logical bytes
 // and the physical-traffic model of readkv/cuda (traffic.cc); ReadKV's depth-dependent terms are
-// summed on the device and read back only when asked for: by the constrained kernels themselves
-// (ReadKvDebug::totals), and for the tile reader from the depths each call writes
-// (TileDecodeDebug) by a few torch reductions on the device (TileReadLedgers): logical bytes in the codec's
-// TileAttend terms (a partial token tile counts its tokens, as on the CPU; tile_ledgers.h's
+// summed on the device by the attention kernels themselves (ReadKvDebug::totals,
+// TileDecodeDebug::totals) and read back only when asked for; the tile reader's logical bytes in
+// the codec's TileAttend terms (a partial token tile counts its tokens, as on the CPU; tile_ledgers.h's
 // TileLogicalBytes would count it whole), physical traffic tile_ledgers.h's (the planes' whole
 // 32-byte sectors, plus TileDecodeTraffic's other terms without depths, which stage the folded
 // queries as if every Key group were at depth 1).
@@ -87,18 +86,6 @@ struct GpuReadBits {
   double value = 4.0;
   auto operator<=>(const GpuReadBits&) const = default;
 };
-
-// The tile reader's depth-dependent ledgers of one call, from the depths it wrote
-// (TileDecodeDebug): key_depths uint8 [B][H_kv][d / 16], value_depths uint8 [B][H_kv][tiles]
-// (tiles >= every ceil(lens[b] / 16), zero past a row's own), lens int32 [B], all on one device
-// (the CPU too). logical_bits: the codec's TileAttend logical bits (t_g x 16 a Key group and
-// token, t_r x d a Value token, a partial tile counting its tokens); payload_bytes: the planes'
-// whole 32-byte sectors (tile_ledgers.h). Both int64 scalars on that device, nothing synchronised.
-struct TileReadSums {
-  torch::Tensor logical_bits, payload_bytes;
-};
-TileReadSums TileReadLedgers(const torch::Tensor& key_depths, const torch::Tensor& value_depths,
-                             const torch::Tensor& lens, int head_dim);
 
 class GpuKvCache {
  public:

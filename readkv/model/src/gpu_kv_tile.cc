@@ -11,25 +11,11 @@
 
 namespace readkv::model::internal {
 
-TileReadSums TileReadLedgers(const torch::Tensor& key_depths, const torch::Tensor& value_depths,
-                             const torch::Tensor& lens, int head_dim) {
-  const torch::Tensor e = lens.to(torch::kLong);                         // [B]
-  const torch::Tensor k_sum = key_depths.to(torch::kLong).sum({1, 2});  // [B]
-  const torch::Tensor v_tiles = value_depths.to(torch::kLong).sum(1);   // [B][tiles]
-  const torch::Tensor in_tile =  // tokens of tile r in row b, [B][tiles]
-      (e.unsqueeze(1) - 16 * torch::arange(value_depths.size(2), e.options()).unsqueeze(0))
-          .clamp(0, 16);
-  return {(k_sum * e).sum() * 16 + (v_tiles * in_tile).sum() * head_dim,
-          (k_sum * torch::div(e + 15, 16, "floor")).sum() * 32 +
-              v_tiles.sum() * (int64_t{head_dim} / 16 * 32)};
-}
-
 torch::Tensor GpuKvCache::AttendTile(int layer, const torch::Tensor& q, const torch::Tensor& table,
                                      const torch::Tensor& lens, std::span<const int32_t> lengths,
                                      int max_pages, GpuReadBits bits) {
   const Pools& p = *pools_;
   const auto batch = static_cast<int>(lengths.size());
-  const int groups = config_.head_dim / 16;
   rc::TileDecodeShape shape;
   shape.batch = batch;
   shape.heads_q = config_.heads_q;
@@ -45,11 +31,6 @@ torch::Tensor GpuKvCache::AttendTile(int layer, const torch::Tensor& q, const to
     zero_lens_ =
         torch::zeros({batch}, torch::TensorOptions().dtype(torch::kInt).device(config_.device));
   }
-  const auto bytes = torch::TensorOptions().dtype(torch::kByte).device(config_.device);
-  const torch::Tensor key_depths = torch::empty({batch, config_.heads_kv, groups}, bytes);
-  // Only a row's first ceil(E / 16) Value depths are written: the rest stay 0 for the sums.
-  const torch::Tensor value_depths =
-      torch::zeros({batch, config_.heads_kv, shape.max_token_tiles()}, bytes);
   torch::Tensor out = torch::empty({batch, config_.heads_q, config_.head_dim}, q.options());
   rc::TileDecodeInputs in;
   in.queries = Ptr<const float>(q);
@@ -63,17 +44,13 @@ torch::Tensor GpuKvCache::AttendTile(int layer, const torch::Tensor& q, const to
   const rc::ReadKvReadPolicy policy{bits.key, bits.value, Ptr<const double>(p.key_increments),
                                     p.key_steps, Ptr<const double>(p.key_increments),
                                     p.key_steps};
+  // The depth-dependent ledger terms, added on the device by the kernels (gpu_kv_cache.h).
   rc::TileDecodeDebug debug;
-  debug.key_depths = Ptr<uint8_t>(key_depths);
-  debug.value_depths = Ptr<uint8_t>(value_depths);
+  debug.totals = reinterpret_cast<long long*>(device_totals_.data_ptr<int64_t>());
   Check(rc::TileDecodeAttention(
             shape, in, p.Codec(layer, config_.heads_kv, config_.head_dim, config_.store_bits),
             p.tile_centroids, policy, plan, ws.data_ptr(), nullptr, debug),
         "TileDecodeAttention");
-  // The depth-dependent terms, summed on the device (gpu_kv_cache.h).
-  const TileReadSums sums = TileReadLedgers(key_depths, value_depths, lens, config_.head_dim);
-  device_totals_.narrow(0, 0, 1).add_(sums.logical_bits);
-  device_totals_.narrow(0, 1, 1).add_(sums.payload_bytes);
   const std::vector<int32_t> no_residual(lengths.size(), 0);
   host_ledgers_.physical_traffic_bytes +=
       rc::TileDecodeTraffic(shape, plan, lengths.data(), no_residual.data(), nullptr, nullptr)

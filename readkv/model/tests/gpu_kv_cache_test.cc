@@ -282,64 +282,6 @@ TEST(GpuKvCacheTest, RejectsGeometriesTheKernelsDoNotRun) {
   }
 }
 
-// The tile backend's ledger sums (TileReadLedgers: torch reductions over the depths a call wrote,
-// run on the device when serving) on the CPU over the CPU tile reader's own depths: a ragged
-// batch (1 token, partial tiles, whole pages) with the Value depths padded by zero columns as the
-// served buffer is, at several budgets; both sums equal the codec's TileAttend ledgers (logical
-// bits, and the payload sectors of its physical traffic). Runs without a GPU.
-TEST(GpuKvCacheTest, TileReadLedgersAreTheCpuTileReadersOnItsOwnDepths) {
-  const int hq = 8, hkv = 2, d = 128, groups = d / 16;
-  const std::vector<int> lens = {1, 17, 300, 777, 1024};
-  const int max_tiles = (1024 + 15) / 16 + 3;  // zero columns past every row's tiles
-  codec::SyntheticConfig data;
-  data.geometry = {hq, hkv, d};
-  data.seed = 0x71e;
-  const auto calibration =
-      std::make_shared<const codec::Calibration>(codec::MakeSyntheticCalibration(data, 2048));
-  for (const auto& [rk, rv] : std::vector<std::pair<double, double>>{
-           {7, 2}, {4, 4}, {2, 2}, {1.5, 4.5}}) {
-    codec::LayerCacheConfig config;
-    config.backend = codec::KvBackend::kReadKv;
-    config.geometry = data.geometry;
-    config.calibration = calibration;
-    config.store_bits = 8;
-    config.policy = {codec::ReaderKind::kTile, 0.5 * (rk + rv), rk, rv};
-    config.residual_window = false;  // as the GPU backend
-    const auto batch = static_cast<int64_t>(lens.size());
-    torch::Tensor key_depths = torch::zeros({batch, hkv, groups}, torch::kUInt8);
-    torch::Tensor value_depths = torch::zeros({batch, hkv, max_tiles}, torch::kUInt8);
-    int64_t want_logical = 0, want_payload = 0;
-    for (int64_t b = 0; b < batch; ++b) {
-      data.tokens = lens[static_cast<size_t>(b)];
-      data.seed = 0x71e + static_cast<uint64_t>(b);
-      const codec::SyntheticLayer layer = codec::MakeSyntheticLayer(data);
-      const auto cache = codec::MakeLayerKvCache(config);
-      cache->AppendTokens(layer.keys, layer.values);
-      const auto& readkv = dynamic_cast<const codec::ReadKvLayerCache&>(*cache);
-      std::vector<float> out(static_cast<size_t>(hq) * d);
-      codec::TileDepths depths;
-      const codec::AttentionLedgers led =
-          codec::TileAttend(readkv.tile_view(), readkv.plan(), layer.queries, out, &depths);
-      want_logical += led.logical.key_bits + led.logical.value_bits;
-      want_payload += led.physical.key_payload_bytes + led.physical.value_payload_bytes;
-      const int64_t tiles = (data.tokens + 15) / 16;
-      for (int h = 0; h < hkv; ++h) {
-        for (int g = 0; g < groups; ++g) {
-          key_depths[b][h][g] = depths.key_groups[static_cast<size_t>(h * groups + g)];
-        }
-        for (int64_t r = 0; r < tiles; ++r) {
-          value_depths[b][h][r] = depths.value_blocks[static_cast<size_t>(h * tiles + r)];
-        }
-      }
-    }
-    const torch::Tensor lengths = torch::tensor(std::vector<int32_t>(lens.begin(), lens.end()));
-    const internal::TileReadSums sums =
-        internal::TileReadLedgers(key_depths, value_depths, lengths, d);
-    EXPECT_EQ(sums.logical_bits.item<int64_t>(), want_logical) << rk << ":" << rv;
-    EXPECT_EQ(sums.payload_bytes.item<int64_t>(), want_payload) << rk << ":" << rv;
-  }
-}
-
 TEST(GpuRuntimeTest, RejectsWhatTheCudaBackendsDoNotRun) {
   RuntimeOptions o;
   o.device = "cuda";

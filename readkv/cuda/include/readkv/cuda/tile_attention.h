@@ -137,6 +137,14 @@ struct TileDecodeDebug {
   double* block_weights = nullptr;  // [B][H_kv][max_token_tiles], what the Value depths came from
   float* logits = nullptr;  // [B][H_q][stride], stride = max_encoded + max_residual rounded up
                            // to 16: the logits of the encoded tokens, then the residual ones
+  // [2], added to (not set): the call's logical plane reads in bits, sum over rows of
+  // 16 E sum_g t_g + d sum_j t_j n_j (E encoded tokens, t_g a Key group's depth, t_j a Value
+  // tile's, n_j its tokens), and its plane payload in bytes, 32 ceil(E / 16) sum_g t_g +
+  // 2 d sum_j t_j (whole 32-byte plane sectors). The codec's tile reader counts the same
+  // (TileAttend's ledgers; outlier lists and the residual window are not in these two). Summed
+  // by TilePrepare and TileSelect with one atomic add per row, so a server keeps its ledgers
+  // without reading depths back.
+  long long* totals = nullptr;
 };
 
 // One decode step. `centroids` by value (a kernel parameter). Returns cudaErrorInvalidValue for
