@@ -67,10 +67,10 @@ TEST(AttentionBenchGpuTest, TileRowsRunBesideTheConstrainedReaderOnTheSameData) 
   const BenchReport report = RunBench(SmallConfig("dense,fp8,readkv:8:4,tile:8:4,tile:8:2"));
   ASSERT_EQ(report.rows.size(), 5u);
   for (const BenchRow& r : report.rows) EXPECT_TRUE(r.finite) << r.kv;
-  const BenchRow& fp8 = RowOf(report, "fp8");
-  const BenchRow& readkv = RowOf(report, "readkv:8:4");
+  const BenchRow fp8 = RowOf(report, "fp8");
+  const BenchRow readkv = RowOf(report, "readkv:8:4");
   for (const char* kv : {"tile:8:4", "tile:8:2"}) {
-    const BenchRow& t = RowOf(report, kv);
+    const BenchRow t = RowOf(report, kv);
     EXPECT_EQ(t.reader, codec::ReaderKind::kTile) << kv;
     EXPECT_GE(t.chunk_tokens, kTileChunkStep) << kv;
     EXPECT_EQ(t.traffic.payload, t.logical_bytes) << kv;
@@ -81,8 +81,8 @@ TEST(AttentionBenchGpuTest, TileRowsRunBesideTheConstrainedReaderOnTheSameData) 
     EXPECT_GT(t.capacity_bytes, 0) << kv;
     EXPECT_GT(t.time.median_us, 0.0) << kv;
   }
-  const BenchRow& t4 = RowOf(report, "tile:8:4");
-  const BenchRow& t2 = RowOf(report, "tile:8:2");
+  const BenchRow t4 = RowOf(report, "tile:8:4");
+  const BenchRow t2 = RowOf(report, "tile:8:2");
   // FP8 reads a byte a scalar: R bits are R/8 of that, never more (floor budgets).
   EXPECT_LE(t4.logical_bytes, fp8.logical_bytes / 2);
   EXPECT_GE(t4.logical_bytes, fp8.logical_bytes / 2 * 9 / 10);
@@ -106,7 +106,7 @@ TEST(AttentionBenchGpuTest, ATileSpecAloneBuildsItsSourceAndTakesRaggedLengths) 
   config.batches = {3};
   const BenchReport report = RunBench(config);
   ASSERT_EQ(report.rows.size(), 2u);
-  const BenchRow& t = RowOf(report, "tile:4:2:3:1");
+  const BenchRow t = RowOf(report, "tile:4:2:3:1");
   EXPECT_TRUE(t.finite);
   EXPECT_EQ(t.traffic.payload, t.logical_bytes);
   EXPECT_GT(t.rel_l2_vs_dense, 0.0);
@@ -124,8 +124,8 @@ TEST(AttentionBenchGpuTest, TileRowsWithOutlierListsCountThem) {
   const BenchReport with = RunBench(config);
   ASSERT_EQ(without.rows.size(), 2u);
   ASSERT_EQ(with.rows.size(), 2u);
-  const BenchRow& a = RowOf(without, "tile:8:4");
-  const BenchRow& b = RowOf(with, "tile:8:4");
+  const BenchRow a = RowOf(without, "tile:8:4");
+  const BenchRow b = RowOf(with, "tile:8:4");
   EXPECT_TRUE(b.finite);
   // At least the offsets: K and V x B x H_kv rows x (tiles + 1) u32.
   const int64_t rows = int64_t{config.heads_kv} * config.batches[0];
