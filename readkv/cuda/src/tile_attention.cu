@@ -110,9 +110,9 @@ __global__ void __launch_bounds__(128) TilePrepare(TileArgs a) {
     long long steps = 0;
     for (int g = 0; g < kGroups; ++g) steps += depth[g];
     const tile::ReadSums reads = tile::KeyRowReads(a.in.encoded_lens[b], steps);
-    atomicAdd(reinterpret_cast<unsigned long long*>(a.debug.totals),
+    atomicAdd(a.debug.totals,
               static_cast<unsigned long long>(reads.bits));
-    atomicAdd(reinterpret_cast<unsigned long long*>(a.debug.totals + 1),
+    atomicAdd(a.debug.totals + 1,
               static_cast<unsigned long long>(reads.bytes));
   }
   if (c < kGroups) {
@@ -274,9 +274,9 @@ __global__ void __launch_bounds__(kSelectThreads) TileSelect(TileArgs a) {
     read_bits = internal::BlockSumLL(read_bits, lscratch);
     read_bytes = internal::BlockSumLL(read_bytes, lscratch);
     if (tid == 0) {
-      atomicAdd(reinterpret_cast<unsigned long long*>(a.debug.totals),
+      atomicAdd(a.debug.totals,
                 static_cast<unsigned long long>(read_bits));
-      atomicAdd(reinterpret_cast<unsigned long long*>(a.debug.totals + 1),
+      atomicAdd(a.debug.totals + 1,
                 static_cast<unsigned long long>(read_bytes));
     }
   }

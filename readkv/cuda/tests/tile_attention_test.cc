@@ -176,7 +176,7 @@ struct GpuRun {
   std::vector<float> out;
   std::vector<uint8_t> key_depths, value_depths;
   std::vector<double> weights;
-  std::vector<long long> totals;  // TileDecodeDebug::totals: logical bits, payload bytes
+  std::vector<unsigned long long> totals;  // TileDecodeDebug::totals: logical bits, payload bytes
 };
 
 // TileDecodeAttention over the CPU side's caches, with `lists` (the caches' outlier lists in the
@@ -239,7 +239,7 @@ void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, int chunk_tokens
     inputs.value_outlier_offsets = d_voff.get();
     inputs.value_outlier_entries = d_vent.get();
   }
-  DeviceBuffer<long long> d_totals(std::vector<long long>{0, 0});
+  DeviceBuffer<unsigned long long> d_totals(std::vector<unsigned long long>{0, 0});
   TileDecodeDebug debug{d_kdepths.get(), d_vdepths.get(), d_weights.get(), nullptr};
   debug.totals = d_totals.get();
   CUDA_OK(TileDecodeAttention(shape, inputs, codec_tables, tile::MakeTileCentroids(tree), policy,
@@ -319,8 +319,8 @@ TEST_P(TileKernelTest, MatchesTheCpuTileReader) {
     for (size_t i = 0; i < want.size(); ++i) ASSERT_TRUE(std::isfinite(gpu.out[offset + i])) << i;
     EXPECT_LT(MaxHeadError(gpu.out, want, offset, hq, d), 2e-2) << "sequence " << b;
   }
-  EXPECT_EQ(gpu.totals[0], reads.bits);
-  EXPECT_EQ(gpu.totals[1], reads.bytes);
+  EXPECT_EQ(static_cast<long long>(gpu.totals[0]), reads.bits);
+  EXPECT_EQ(static_cast<long long>(gpu.totals[1]), reads.bytes);
   if (value_blocks > 0) {
     // Weights from f16-MMA logits differ from the CPU's in the last bits: nearly every block
     // still lands on the CPU's depth.

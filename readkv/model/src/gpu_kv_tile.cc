@@ -46,7 +46,7 @@ torch::Tensor GpuKvCache::AttendTile(int layer, const torch::Tensor& q, const to
                                     p.key_steps};
   // The depth-dependent ledger terms, added on the device by the kernels (gpu_kv_cache.h).
   rc::TileDecodeDebug debug;
-  debug.totals = reinterpret_cast<long long*>(device_totals_.data_ptr<int64_t>());
+  debug.totals = Ptr<unsigned long long>(device_totals_);
   Check(rc::TileDecodeAttention(
             shape, in, p.Codec(layer, config_.heads_kv, config_.head_dim, config_.store_bits),
             p.tile_centroids, policy, plan, ws.data_ptr(), nullptr, debug),

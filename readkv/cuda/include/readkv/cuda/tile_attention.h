@@ -144,7 +144,7 @@ struct TileDecodeDebug {
   // (TileAttend's ledgers; outlier lists and the residual window are not in these two). Summed
   // by TilePrepare and TileSelect with one atomic add per row, so a server keeps its ledgers
   // without reading depths back.
-  long long* totals = nullptr;
+  unsigned long long* totals = nullptr;  // as ReadKvDebug::totals
 };
 
 // One decode step. `centroids` by value (a kernel parameter). Returns cudaErrorInvalidValue for
