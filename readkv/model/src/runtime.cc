@@ -171,6 +171,7 @@ codec::CacheIdentity LlamaDecodeModel::cache_identity() const {
         {m.options.kv.outlier_cap, m.options.kv.outlier_threshold}, *m.codebook, m.hd());
     id.outlier_cap = resolved.cap;
     id.outlier_threshold = resolved.threshold;
+    id.outlier_block_cap = resolved.block_cap;
     id.layout = codec::PlaneLayoutName(codec::LayoutForReader(m.options.kv.reader));
   }
   return id;
