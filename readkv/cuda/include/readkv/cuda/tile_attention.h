@@ -4,7 +4,7 @@
 // head in the MMA's N = 8 dimension. Its GPU tests are tests/tile_attention_test.cc (against the
 // CPU reference); the first version passed them on an H100 (2026-12-05), the present staged one
 // has not run on a GPU yet (readkv/cuda/README.md). Served by `kvgate serve --device cuda --reader
-// tile` (readkv/model's GpuKvCache: no residual window, no outlier lists).
+// tile` (readkv/model's GpuKvCache: no residual window).
 //
 // The tile pools (docs/readkv.md, "The tile layout"): pages of kPageTokens = 256 tokens, as
 // ReadKV's (decode_attention.h), each page 16 token tiles:
@@ -25,15 +25,19 @@
 //     TileLayerView holds them).
 //   queries [B][H_q][d] float (keys' domain); out [B][H_q][d] float.
 // Outlier lists (optional; docs/readkv.md "Outliers", the codec's OutlierStore in a GPU layout,
-// src/tile_outliers.h packs an entry), per (b, h) row and separately for K and V, CSR by token
-// tile:
-//   *_outlier_offsets [B][H_kv][max_token_tiles + 1] u32: row-relative index of each tile's first
-//     entry; tile r's entries are [offsets[r], offsets[r + 1]), non-decreasing, the last
-//     <= max_outlier_entries (tiles past the row's ceil(encoded_lens[b] / 16) are never read).
-//   *_outlier_entries [B][H_kv][max_outlier_entries] u32: (token in tile, channel, fp16 z), a
-//     tile's sorted by (token, channel) as OutlierStore sorts them; tokens < encoded_lens[b].
-// A kind's two pointers are both null (no lists: the kernels' behaviour without them, bit for
-// bit) or both set. With lists every listed element reads as fp16(z): K before the softmax,
+// src/tile_outliers.h packs an entry and addresses a block): per (page, KV head), separately for
+// K and V, a fixed-size page outlier block, the GPU image of one OutlierStore block (a page is a
+// store block of 256 tokens), in its own pool beside the tile pools and under the same page table:
+//   key_outlier_pages, value_outlier_pages: [num_pages][H_kv][kPageOutlierBlockWords] u32, a
+//     block = u16 tile_start[17] (little-endian, two a word; zero padded to 64 bytes), then
+//     kPageOutlierEntries u32 entries (token in tile, channel, fp16 z), sorted by (token,
+//     channel) as OutlierStore sorts a block. Token tile j of sequence b reads the block (page
+//     page_table[b * max_pages + j / 16], h), entries tile_start[j % 16] .. tile_start[j % 16 + 1]
+//     (non-decreasing, tile_start[16] the page's entries <= kPageOutlierEntries; unused entries
+//     and padding are zero). Entries only of tokens < encoded_lens[b]. A zeroed block is an empty
+//     page; TileAppend keeps tile_start[j] = the page's count for every tile past its last token.
+// Either kind's pool may be null (no lists of that kind: the kernels' behaviour without them,
+// bit for bit). With lists every listed element reads as fp16(z): K before the softmax,
 // logit += (q~ scale)_c * (sigma_c * correction(z, t_group)); V before sigma, mu and the
 // inverse transform, acc += p * correction(z, t_block), p the f16 probability of the Value MMA
 // (codec::AddKeyOutlierLogits / AddValueOutlierSums; the correction needs z's sign and the
@@ -73,6 +77,14 @@
 
 namespace readkv::cuda {
 
+// The page outlier block (above): E entries per (page, KV head) and kind, the codec's default
+// per-block budget (codec::kDefaultOutlierBlockCap; docs/readkv.md "Outliers" says how it was
+// measured), after a 64-byte header.
+inline constexpr int kPageOutlierEntries = 160;
+inline constexpr int kPageOutlierHeaderWords = 16;  // u16 tile_start[17], padded to 64 bytes
+inline constexpr int kPageOutlierBlockWords = kPageOutlierHeaderWords + kPageOutlierEntries;
+inline constexpr int64_t kPageOutlierBlockBytes = 4 * int64_t{kPageOutlierBlockWords};
+
 struct TileDecodeShape {
   int batch = 1;
   int heads_q = 32;
@@ -81,8 +93,6 @@ struct TileDecodeShape {
   int store_bits = 8;           // W, 1..8
   int max_encoded_tokens = 0;   // >= every encoded_lens[b]
   int max_residual_tokens = 0;  // >= every residual_lens[b]; the rows' stride of the window
-  int max_outlier_entries = 0;  // >= 0: the outlier entries' row stride (K and V), unused
-                                // without lists
   int max_pages = 0;            // columns of page_table, >= ceil(max_encoded_tokens / 256)
 
   int group() const { return heads_q / heads_kv; }
@@ -101,11 +111,9 @@ struct TileDecodeInputs {
   const int32_t* residual_lens = nullptr;  // [B], each in [0, max_residual_tokens]; >= 1 token
                                            // per sequence in all
   float* out = nullptr;                    // [B][H_q][d]
-  // The outlier lists (above); null: none.
-  const uint32_t* key_outlier_offsets = nullptr;    // [B][H_kv][max_token_tiles + 1]
-  const uint32_t* key_outlier_entries = nullptr;    // [B][H_kv][max_outlier_entries]
-  const uint32_t* value_outlier_offsets = nullptr;  // same shapes
-  const uint32_t* value_outlier_entries = nullptr;
+  // The outlier page blocks (above); null: none of that kind.
+  const uint32_t* key_outlier_pages = nullptr;    // [num_pages][H_kv][kPageOutlierBlockWords]
+  const uint32_t* value_outlier_pages = nullptr;  // same shape
 };
 
 // How a call splits its work, chosen on the host (PlanTileDecode) and passed to the launcher
@@ -150,8 +158,7 @@ struct TileDecodeDebug {
 // One decode step. `centroids` by value (a kernel parameter). Returns cudaErrorInvalidValue for
 // a plan or shape the kernels cannot run (checked as TileDecodeWorkspaceBytes does, without
 // throwing), a null input (the pools and page table may be null only when max_encoded_tokens is
-// 0), or a kind of outlier list with one of its two pointers null;
-// launch errors otherwise. Never synchronises.
+// 0); launch errors otherwise. Never synchronises.
 cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeInputs& inputs,
                                 const ReadKvCodec& codec, const tile::TileCentroids& centroids,
                                 const ReadKvReadPolicy& policy, const TilePlan& plan,
