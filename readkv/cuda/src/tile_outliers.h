@@ -58,6 +58,47 @@ KVGATE_TILE_HD uint32_t* PageEntriesMutable(uint32_t* block) {
   return block + kPageOutlierHeaderWords;
 }
 
+// ---- Writing page blocks (TileAppend; tile_append.cu) -------------------------------------------
+
+// codec::SelectOutliers' ranking of channel c among d: abs[j] is |z_j| for a value past the
+// threshold and -1 otherwise; the rank is the count of channels ranked before c (larger |z|, or
+// equal |z| at a lower channel). A channel past the threshold is selected when rank < cap.
+KVGATE_TILE_HD int OutlierRank(const float* abs, int d, int c) {
+  const float a = abs[c];
+  int rank = 0;
+  for (int j = 0; j < d; ++j) rank += (abs[j] > a || (abs[j] == a && j < c)) ? 1 : 0;
+  return rank;
+}
+
+// Appends the staged entries of the token at page slot `slot` (0..255) to a page block: `staged`
+// holds `count` entries (token in tile, channel, fp16 z) in rank order (largest |z| first); the
+// first min(count, kPageOutlierEntries - n) of them (n: the block's entries so far) are written
+// after the block's entries, sorted by channel, and tile_start[slot / 16 + 1 .. 16] move to the
+// new count (a block's tiles past its last token all start at its count). Returns the entries
+// dropped by the budget, or -1, writing nothing, for a token out of order: its tile before a
+// tile that already holds entries, or its slot not after the last entry's token in its tile
+// (tokens must arrive in position order within a page; tile_attention.h, TileAppend).
+KVGATE_TILE_HD int AppendToPageBlock(uint32_t* block, int slot, const uint32_t* staged, int count) {
+  const int tile = slot / 16;
+  const int n = PageTileStart(block, 16);
+  uint32_t* entries = PageEntriesMutable(block);
+  if (PageTileStart(block, tile + 1) < n) return -1;  // a later tile holds entries
+  if (n > PageTileStart(block, tile) && OutlierToken(entries[n - 1]) >= slot % 16) return -1;
+  const int left = kPageOutlierEntries - n;
+  const int keep = count < left ? count : left;
+  for (int m = 0; m < keep; ++m) {  // insertion by channel (keep <= 16)
+    const uint32_t e = staged[m];
+    int at = n + m;
+    while (at > n && OutlierChannel(entries[at - 1]) > OutlierChannel(e)) {
+      entries[at] = entries[at - 1];
+      --at;
+    }
+    entries[at] = e;
+  }
+  for (int s = tile + 1; s <= 16; ++s) SetPageTileStart(block, s, n + keep);
+  return count - keep;
+}
+
 // fp16(z) - (the outermost centroid of depth t on z's side), given z as a float and `outermost`
 // = C_t's last (largest) centroid, 0 at t = 0: codec::OutlierCorrection's arithmetic exactly (one
 // f32 subtraction; at t = 0, z - 0 = z).

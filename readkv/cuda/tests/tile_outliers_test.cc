@@ -179,6 +179,94 @@ TEST(TileOutliersTest, BuilderRefusesMismatchedStoresAndTables) {
   EXPECT_EQ(BuildField({&full}, {256}, {0}, 1, 1), "outliers");
 }
 
+// TileAppend's outlier path replayed on the CPU: per token and kind the selection by
+// OutlierRank (staged in rank order, z through codec::FloatToHalf as __float2half_rn rounds),
+// then AppendToPageBlock per page in position order; the blocks must equal BuildTileOutlierPages
+// of an OutlierStore fed the same z, and the dropped counts the store's. Heavy tails (~7% of
+// values past the threshold at W = 8, cap 2): every whole page goes past its budget, so the
+// budget's truncation (the largest |z| kept) is exercised.
+TEST(TileOutliersTest, AppendReplayEqualsTheStoresPageBlocks) {
+  const int d = 64, tokens = 600, cap = 2;
+  const codec::LloydTree tree(8);
+  const codec::OutlierOptions o = codec::ResolveOutlierOptions({cap, 0.0f}, tree, d);
+  codec::OutlierStore store(d, o);
+  const int pages = (tokens + kPageTokens - 1) / kPageTokens;
+  const std::vector<int32_t> table = {2, 0, 1};
+  std::vector<uint32_t> blocks[2];
+  for (auto& b : blocks) b.assign(static_cast<size_t>(pages) * kPageOutlierBlockWords, 0);
+  int64_t past_cap = 0, over_budget = 0;
+  kvgate::stats::SplitMixRng rng(21);
+  std::vector<float> z[2] = {std::vector<float>(d), std::vector<float>(d)};
+  for (int i = 0; i < tokens; ++i) {
+    const double spread = (i / 16) % 3 == 1 ? 0.5 : 2.2;  // some tiles without outliers
+    for (auto& kind : z) {
+      for (float& v : kind) v = static_cast<float>(spread * rng.Normal());
+    }
+    if (i % 7 == 0) z[0][9] = z[0][40] = 6.0f;  // ties: the lower channel ranks first
+    store.AppendToken(z[0], z[1]);
+    for (int kind = 0; kind < 2; ++kind) {
+      float abs[64];
+      int beyond = 0;
+      for (int c = 0; c < d; ++c) {
+        const float a = std::fabs(z[kind][static_cast<size_t>(c)]);
+        abs[c] = a > o.threshold ? a : -1.0f;
+        beyond += a > o.threshold ? 1 : 0;
+      }
+      uint32_t staged[cap] = {};
+      for (int c = 0; c < d; ++c) {
+        const int rank = abs[c] >= 0.0f ? tile::OutlierRank(abs, d, c) : cap;
+        if (rank < cap) {
+          staged[rank] = tile::PackOutlierEntry(
+              i % 16, c, codec::FloatToHalf(z[kind][static_cast<size_t>(c)]));
+        }
+      }
+      const int count = std::min(beyond, cap);
+      past_cap += beyond - count;
+      const auto page = static_cast<size_t>(table[static_cast<size_t>(i / kPageTokens)]);
+      const int dropped = tile::AppendToPageBlock(
+          blocks[kind].data() + page * kPageOutlierBlockWords, i % kPageTokens, staged, count);
+      ASSERT_GE(dropped, 0) << "token " << i << " refused as out of order";
+      over_budget += dropped;
+    }
+  }
+  const std::vector<const codec::OutlierStore*> stores = {&store};
+  const TileOutlierPages want = BuildTileOutlierPages(stores, {tokens}, 1, table, pages, pages);
+  EXPECT_EQ(blocks[0], want.key_blocks);
+  EXPECT_EQ(blocks[1], want.value_blocks);
+  const auto& k = store.key_stats();
+  const auto& v = store.value_stats();
+  EXPECT_EQ(over_budget, k.over_budget + v.over_budget);
+  EXPECT_GT(over_budget, 0);
+  EXPECT_EQ(past_cap, k.dropped() - k.over_budget + v.dropped() - v.over_budget);
+  for (int j = 0; j < 2; ++j) {  // the two whole pages are full (the third has 88 tokens)
+    EXPECT_EQ(tile::PageTileStart(want.Block(true, table[static_cast<size_t>(j)], 0), 16),
+              kPageOutlierEntries)
+        << "page " << j;
+  }
+}
+
+TEST(TileOutliersTest, AppendRefusesATokenOutOfOrder) {
+  std::vector<uint32_t> block(kPageOutlierBlockWords, 0);
+  const uint32_t a[1] = {tile::PackOutlierEntry(5, 3, 0x4900)};
+  const uint32_t b[2] = {tile::PackOutlierEntry(2, 7, 0x4900), tile::PackOutlierEntry(2, 1, 0x4a00)};
+  ASSERT_EQ(tile::AppendToPageBlock(block.data(), 37, a, 1), 0);  // tile 2, slot 5
+  EXPECT_EQ(tile::PageTileStart(block.data(), 2), 0);
+  EXPECT_EQ(tile::PageTileStart(block.data(), 3), 1);
+  EXPECT_EQ(tile::PageTileStart(block.data(), 16), 1);
+  const std::vector<uint32_t> before = block;
+  EXPECT_EQ(tile::AppendToPageBlock(block.data(), 20, b, 2), -1);  // tile 1: before tile 2
+  EXPECT_EQ(tile::AppendToPageBlock(block.data(), 36, b, 2), -1);  // slot 4 of tile 2: before 5
+  EXPECT_EQ(tile::AppendToPageBlock(block.data(), 37, b, 2), -1);  // slot 5 again
+  EXPECT_EQ(block, before) << "a refused token writes nothing";
+  ASSERT_EQ(tile::AppendToPageBlock(block.data(), 38, b, 2), 0);  // in order: sorted by channel
+  EXPECT_EQ(tile::OutlierChannel(tile::PageEntries(block.data())[1]), 1);
+  EXPECT_EQ(tile::OutlierChannel(tile::PageEntries(block.data())[2]), 7);
+  EXPECT_EQ(tile::PageTileStart(block.data(), 3), 3);
+  EXPECT_EQ(tile::AppendToPageBlock(block.data(), 38 + 16, nullptr, 0), 0);  // none: tiles move
+  EXPECT_EQ(tile::PageTileStart(block.data(), 3), 3);
+  EXPECT_EQ(tile::PageTileStart(block.data(), 4), 3);
+}
+
 // Every finite fp16 z at every depth of every width: the kernels' correction (one f32
 // subtraction of TileCentroids::outermost) is codec::OutlierCorrection, bit for bit.
 TEST(TileOutliersTest, CorrectionEqualsTheCodecsInF32) {

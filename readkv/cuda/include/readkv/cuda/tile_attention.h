@@ -165,11 +165,25 @@ cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeIn
                                 void* workspace, cudaStream_t stream,
                                 const TileDecodeDebug& debug = {});
 
-// The write side of the tile pools (layout above; device memory).
+// The write side of the tile pools (layout above; device memory) and, optionally, of the outlier
+// page blocks: both outlier pools null (no lists written), or both set with the rest.
 struct TileCache {
   uint8_t* key_tiles = nullptr;    // [num_pages][H_kv][16][d / 16][W][32]
   uint8_t* value_tiles = nullptr;  // same shape
+  uint32_t* key_outlier_pages = nullptr;    // [num_pages][H_kv][kPageOutlierBlockWords]
+  uint32_t* value_outlier_pages = nullptr;  // same shape
+  int outlier_cap = 0;             // entries per (token, KV head) and kind, 1..16
+  float outlier_threshold = 0.0f;  // |z| past which a value is listed (the codec's resolved one)
+  void* outlier_workspace = nullptr;  // TileAppendOutlierWorkspaceBytes(tokens, H_kv, cap)
+  // [3], added to (not set): values past the threshold beyond a token's cap, selected entries
+  // past a block's budget (kPageOutlierEntries), tokens refused as out of order (their entries
+  // not written). The first two summed over K and V are codec::OutlierStats::dropped().
+  unsigned long long* outlier_dropped = nullptr;
 };
+
+// Device workspace TileAppend needs for `tokens` tokens with outlier lists of cap `cap` (the
+// staged entries, [tokens][H_kv][2][cap] u32, and their counts, [tokens][H_kv][2] u32).
+size_t TileAppendOutlierWorkspaceBytes(int tokens, int heads_kv, int cap);
 
 // Encodes and appends tokens into the tile pools, as ReadKvAppend (decode_attention.h) does into
 // bit planes: keys and values [tokens][H_kv][d] float (keys post-RoPE); token k goes to
@@ -179,8 +193,22 @@ struct TileCache {
 // readkv_encode.cuh). A token's bits land in bytes that the other 15 tokens of its tile also
 // write: they are ORed in by 32-bit atomics, so the pages must be zero before their tokens are
 // appended (zero pages when allocating), any number of a tile's tokens may be appended in one
-// launch, and a slot must not be appended twice. Returns cudaErrorInvalidValue for a bad shape,
-// a store_bits outside 1..8 or a null pointer; never synchronises.
+// launch, and a slot must not be appended twice.
+// With outlier pools, the lists too, the codec's OutlierStore bytes for the same standardised
+// values (docs/readkv.md "Outliers"): the append kernel stages each (token, head, kind)'s
+// selection (|z| > threshold, ranked by |z|, ties the lower channel, the first `cap`; z in fp16
+// round to nearest even) in the workspace, then a second kernel, a thread per (run of a page's
+// tokens, head, kind), appends each token's entries after the block's, within the block budget
+// kPageOutlierEntries (the codec's block_cap must be that), sorted by channel, and keeps
+// tile_start right. Its assumption: a page's tokens arrive in position order, and within one
+// launch a page's tokens are consecutive (tokens grouped by sequence, each sequence's in
+// increasing position: how a server batches a prefill and a decode step). A token that breaks it
+// where it shows (its tile before one already holding entries, or its slot not after the last
+// entry in its tile) has no entries written and is counted (outlier_dropped[2]): a test must
+// find that counter 0. New pages' blocks must be zero, as the tile pools.
+// Returns cudaErrorInvalidValue for a bad shape, a store_bits outside 1..8, a null pointer, or
+// outlier pools with a cap outside 1..16, a threshold not finite and positive, or a null
+// workspace or counter; never synchronises.
 cudaError_t TileAppend(const DecodeShape& shape, int tokens, const float* keys,
                        const float* values, const int32_t* seq_ids, const int32_t* positions,
                        const int32_t* page_table, const ReadKvCodec& codec,
