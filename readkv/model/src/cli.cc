@@ -61,7 +61,7 @@ RuntimeFlags::RuntimeFlags(CLI::App& cmd) {
                  "ReadKV K/V split RK:RV (mean R; flexible, constrained or tile reader)");
   cmd.add_option("--outlier-cap", options_.kv.outlier_cap,
                  "ReadKV outlier entries per (token, KV head) for K and for V, kept exactly beside "
-                 "the clipped code (0 = off; CPU only)")
+                 "the clipped code (0 = off; on a CUDA device the tile reader only)")
       ->capture_default_str();
   cmd.add_option("--outlier-threshold", options_.kv.outlier_threshold,
                  "ReadKV |z| past which a value is an outlier (0 = the tree's outermost threshold)")

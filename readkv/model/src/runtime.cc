@@ -101,6 +101,10 @@ LlamaDecodeModel::LlamaDecodeModel(const std::string& model_dir, const RuntimeOp
     g.fp8_scale = options.kv.fp8_scale;
     g.store_bits = options.kv.store_bits;
     g.reader = options.kv.reader;
+    if (options.kv.kind == codec::KvBackend::kReadKv) {
+      g.outliers = codec::ResolveOutlierOptions(
+          {options.kv.outlier_cap, options.kv.outlier_threshold}, *m.codebook, m.hd());
+    }
     m.gpu = std::make_unique<internal::GpuKvCache>(g);
     if (options.cuda_graphs == "on" && !internal::CudaGraph::Supported()) {
       throw std::invalid_argument(

@@ -4,7 +4,7 @@
 // head in the MMA's N = 8 dimension. Its GPU tests are tests/tile_attention_test.cc (against the
 // CPU reference); the first version passed them on an H100 (2026-12-05), the present staged one
 // has not run on a GPU yet (readkv/cuda/README.md). Served by `kvgate serve --device cuda --reader
-// tile` (readkv/model's GpuKvCache: no residual window).
+// tile` (readkv/model's GpuKvCache: no residual window; outlier page blocks with --outlier-cap).
 //
 // The tile pools (docs/readkv.md, "The tile layout"): pages of kPageTokens = 256 tokens, as
 // ReadKV's (decode_attention.h), each page 16 token tiles:
