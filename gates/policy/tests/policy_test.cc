@@ -111,7 +111,8 @@ TEST(PolicyTest, H200LongKeepsTheDefaultGatesOnTheGpuAt16K) {
 }
 
 // h200-long-tile (issue 37) is h200-long with the candidate on the tile reader: the same servers,
-// budget and split, workloads, SLO and gates, so the two runs differ in the reader only.
+// budget and split, workloads, SLO and gates, so the two runs differ in the reader and the
+// outlier lists the tile reader applies (`--outlier-cap 2`, issue 36) only.
 TEST(PolicyTest, H200LongTileIsH200LongWithTheCandidateOnTheTileReader) {
   const std::string dir = std::string(KVGATE_SOURCE_DIR) + "/policies/";
   const Policy h = LoadPolicyFile(dir + "h200-long.toml");
@@ -119,13 +120,15 @@ TEST(PolicyTest, H200LongTileIsH200LongWithTheCandidateOnTheTileReader) {
   EXPECT_EQ(t.name, "h200-long-tile");
   EXPECT_EQ(t.seed, h.seed);
   EXPECT_EQ(t.baseline.serve_args, h.baseline.serve_args);
-  // The candidate's arguments: h200-long's with `--reader tile`.
+  // The candidate's arguments: h200-long's with `--reader tile` and `--outlier-cap 2`.
   std::vector<std::string> args = h.candidate.serve_args;
   const auto reader = std::find(args.begin(), args.end(), "--reader");
   ASSERT_NE(reader, args.end());
   ASSERT_NE(reader + 1, args.end());
   EXPECT_EQ(*(reader + 1), "constrained");
   *(reader + 1) = "tile";
+  EXPECT_EQ(std::find(args.begin(), args.end(), "--outlier-cap"), args.end());
+  args.insert(args.end(), {"--outlier-cap", "2"});
   EXPECT_EQ(t.candidate.serve_args, args);
   // Its per-request policy: h200-long's with reader "tile".
   nlohmann::json body = h.candidate.extra_body;

@@ -50,6 +50,8 @@ void ForEachField(const CacheIdentity& id, Visit&& visit) {
   visit("store_bits", std::to_string(id.store_bits), OrderedJson(id.store_bits));
   visit("outlier_cap", std::to_string(id.outlier_cap), OrderedJson(id.outlier_cap));
   visit("outlier_threshold", DoubleText(id.outlier_threshold), OrderedJson(id.outlier_threshold));
+  visit("outlier_block_cap", std::to_string(id.outlier_block_cap),
+        OrderedJson(id.outlier_block_cap));
   visit("layout", id.layout, OrderedJson(id.layout));
   visit("format_version", std::to_string(id.format_version), OrderedJson(id.format_version));
 }
@@ -129,9 +131,10 @@ CacheIdentity IdentityFromObject(const Json& j, std::initializer_list<std::strin
   id.store_bits = GetInteger<int>(j, "store_bits");
   id.outlier_cap = GetInteger<int>(j, "outlier_cap");
   id.outlier_threshold = GetDouble(j, "outlier_threshold");
+  id.outlier_block_cap = GetInteger<int>(j, "outlier_block_cap");
   id.layout = GetString(j, "layout");
   id.format_version = GetInteger<uint32_t>(j, "format_version");
-  size_t known = 19;
+  size_t known = 20;
   for (std::string_view key : extra) known += j.contains(key) ? 1 : 0;
   if (j.size() != known) BadHeader("unknown fields present");
   return id;
@@ -249,7 +252,7 @@ void CacheIdentity::RequireSame(const CacheIdentity& found) const {
     std::string text;
   };
   std::vector<Entry> mine;
-  mine.reserve(19);
+  mine.reserve(20);
   ForEachField(*this, [&mine](const char* name, const std::string& text, const OrderedJson&) {
     mine.push_back({name, text});
   });

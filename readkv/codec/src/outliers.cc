@@ -18,9 +18,17 @@ OutlierOptions ResolveOutlierOptions(const OutlierOptions& options, const LloydT
                                              "], got " + std::to_string(options.cap));
   }
   if (!options.enabled()) return {};
+  if (options.block_cap < 0 || options.block_cap > kMaxOutlierBlockCap) {
+    throw InvalidArgument("outlier_block_cap", "must be in [0, " +
+                                                   std::to_string(kMaxOutlierBlockCap) +
+                                                   "] (0: the default " +
+                                                   std::to_string(kDefaultOutlierBlockCap) +
+                                                   "), got " + std::to_string(options.block_cap));
+  }
   const float outer = tree.thresholds(tree.store_bits()).back();
   OutlierOptions resolved = options;
   if (resolved.threshold == 0.0f) resolved.threshold = outer;
+  if (resolved.block_cap == 0) resolved.block_cap = kDefaultOutlierBlockCap;
   if (!std::isfinite(resolved.threshold) || resolved.threshold < outer) {
     throw InvalidArgument("outlier_threshold",
                           "must be finite and at least the tree's outermost threshold " +
@@ -99,14 +107,28 @@ int SelectOutliers(std::span<const float> z, const OutlierOptions& resolved,
 }
 
 OutlierStore::OutlierStore(int head_dim, const OutlierOptions& resolved)
-    : head_dim_(head_dim), options_(resolved) {}
+    : head_dim_(head_dim), options_(resolved) {
+  if (resolved.enabled() && (resolved.block_cap < 1 || resolved.block_cap > kMaxOutlierBlockCap)) {
+    throw InvalidArgument("outlier_block_cap", "must be resolved to [1, " +
+                                                   std::to_string(kMaxOutlierBlockCap) + "], got " +
+                                                   std::to_string(resolved.block_cap));
+  }
+}
 
 void OutlierStore::AppendKind(std::span<const float> z, std::vector<OutlierEntry>& entries,
                               std::vector<int64_t>& offsets, OutlierStats& stats) {
   if (tokens_ % kBlockTokens == 0) offsets.push_back(offsets.back());
   uint8_t channels[kMaxOutlierCap];
   int64_t beyond = 0;
-  const int kept = SelectOutliers(z, options_, channels, beyond);
+  // The block's budget left: a shorter span keeps the first of the token's ranking.
+  const auto left = static_cast<size_t>(std::max<int64_t>(
+      0, options_.block_cap - (offsets.back() - offsets[offsets.size() - 2])));
+  const int selected =
+      SelectOutliers(z, options_, std::span<uint8_t>(channels, kMaxOutlierCap), beyond);
+  const int kept = selected <= static_cast<int>(left)
+                       ? selected
+                       : SelectOutliers(z, options_, std::span<uint8_t>(channels, left), beyond);
+  stats.over_budget += selected - kept;
   for (int m = 0; m < kept; ++m) {
     entries.push_back(
         {static_cast<uint8_t>(tokens_ % kBlockTokens), channels[m], FloatToHalf(z[channels[m]])});
@@ -180,6 +202,10 @@ void OutlierStore::AppendBlockBytes(std::span<const uint8_t> bytes, int tokens_i
                             static_cast<size_t>(bytes[2] | (bytes[3] << 8))};
   if (bytes.size() != kOutlierBlockHeaderBytes + (counts[0] + counts[1]) * kOutlierEntryBytes) {
     throw CorruptObject("outliers", "size does not match its counts");
+  }
+  if (static_cast<int64_t>(std::max(counts[0], counts[1])) > options_.block_cap) {
+    throw CorruptObject("outliers", "more entries than the block budget " +
+                                        std::to_string(options_.block_cap));
   }
   std::vector<OutlierEntry> parsed[2];
   size_t at = kOutlierBlockHeaderBytes;

@@ -110,7 +110,8 @@ std::vector<uint8_t> WithVersion(std::vector<uint8_t> bytes, uint32_t version) {
 TEST(CacheObjectTest, AnObjectOfAnotherFormatVersionIsAMismatchNotDamage) {
   const CacheIdentity id = BaseIdentity();
   const auto bytes = SerializeCacheObject(MakeObject(id));
-  for (const uint32_t version : {1u, kCacheFormatVersion + 1, 77u}) {
+  // 3: the format before the lists' block budget (outlier_block_cap) joined the identity.
+  for (const uint32_t version : {1u, 3u, kCacheFormatVersion + 1, 77u}) {
     try {
       ParseCacheObject(WithVersion(bytes, version), id);
       ADD_FAILURE() << "version " << version << " accepted";
@@ -198,6 +199,7 @@ std::vector<FieldChange> AllFieldChanges() {
       {"store_bits", [](CacheIdentity& i) { i.store_bits = 8; }},
       {"outlier_cap", [](CacheIdentity& i) { i.outlier_cap = 2; }},
       {"outlier_threshold", [](CacheIdentity& i) { i.outlier_threshold = 4.5; }},
+      {"outlier_block_cap", [](CacheIdentity& i) { i.outlier_block_cap = 160; }},
       {"layout", [](CacheIdentity& i) { i.layout = "tiles16"; }},
       {"format_version", [](CacheIdentity& i) { i.format_version = kCacheFormatVersion + 1; }},
   };
@@ -206,7 +208,7 @@ std::vector<FieldChange> AllFieldChanges() {
 TEST(CacheObjectTest, EachChangedIdentityFieldIsRefusedByName) {
   const CacheIdentity expected = BaseIdentity();
   const auto changes = AllFieldChanges();
-  ASSERT_EQ(changes.size(), 19u);  // every field of CacheIdentity
+  ASSERT_EQ(changes.size(), 20u);  // every field of CacheIdentity
   for (const auto& change : changes) {
     CacheIdentity found = expected;
     change.change(found);
@@ -426,6 +428,7 @@ CacheIdentity OutlierIdentity() {
   CacheIdentity id = BaseIdentity();
   id.outlier_cap = 2;
   id.outlier_threshold = 3.5;
+  id.outlier_block_cap = 160;
   return id;
 }
 
@@ -458,6 +461,10 @@ TEST(CacheObjectTest, AnObjectWithoutOutliersIsRefusedByAReaderThatKeepsThem) {
   other_threshold.outlier_threshold = 4.0;
   EXPECT_EQ(field_of(SerializeCacheObject(MakeObject(other_threshold)), with),
             "outlier_threshold expected 3.5 found 4");
+  CacheIdentity other_budget = with;
+  other_budget.outlier_block_cap = 8;
+  EXPECT_EQ(field_of(SerializeCacheObject(MakeObject(other_budget)), with),
+            "outlier_block_cap expected 160 found 8");
 }
 
 TEST(CacheObjectTest, FlippedOutlierByteNamesThatSection) {

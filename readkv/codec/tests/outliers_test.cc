@@ -61,6 +61,65 @@ TEST(OutliersTest, ResolveFillsTheTreesOuterThresholdAndRefusesBadOptions) {
   EXPECT_EQ(field({2, NAN}, 64), "outlier_threshold");
   EXPECT_EQ(field({2, 0.0f}, 512), "head_dim");
   EXPECT_EQ(field({0, 0.0f}, 512), "ok");
+  EXPECT_EQ(field({2, 0.0f, -1}, 64), "outlier_block_cap");
+  EXPECT_EQ(field({2, 0.0f, kMaxOutlierBlockCap + 1}, 64), "outlier_block_cap");
+  EXPECT_EQ(ResolveOutlierOptions({2, 0.0f}, tree, 64).block_cap, kDefaultOutlierBlockCap);
+  EXPECT_EQ(ResolveOutlierOptions({2, 0.0f, 7}, tree, 64).block_cap, 7);
+  EXPECT_EQ(ResolveOutlierOptions({0, 0.0f, 7}, tree, 64).block_cap, 0);  // off stays {0, 0, 0}
+  // A store takes resolved options only: a budget of 0 would keep nothing.
+  EXPECT_THROW(OutlierStore(64, OutlierOptions{2, 4.0f, 0}), InvalidArgument);
+}
+
+// The block budget binds exactly: every token of two blocks has 3 values past the threshold, cap
+// 2, budget 5 per block and kind. In each block tokens 0 and 1 keep 2 entries each, token 2 keeps
+// the first 1 of its ranking (the largest |z|), every later token keeps none; all of it counted.
+TEST(OutliersTest, TheBlockBudgetKeepsTheFirstTokensEntriesAndCountsTheRest) {
+  const LloydTree tree(8);
+  constexpr int kD = 16;
+  const OutlierOptions o = ResolveOutlierOptions({2, 0.0f, 5}, tree, kD);
+  OutlierStore store(kD, o);
+  std::vector<float> key(kD, 0.5f), value(kD, 0.5f);
+  const int64_t tokens = kBlockTokens + 40;
+  for (int64_t i = 0; i < tokens; ++i) {
+    key[3] = 5.0f;   // ranked third: dropped by the cap
+    key[8] = -7.0f;  // ranked first
+    key[11] = 6.0f;  // ranked second
+    value[0] = (i % 2 == 0) ? 4.5f : 0.5f;  // one value outlier on even tokens
+    store.AppendToken(key, value);
+  }
+  for (int64_t b = 0; b < 2; ++b) {
+    const auto keys = store.KeyEntries(b);
+    ASSERT_EQ(keys.size(), 5u) << b;
+    const std::vector<std::pair<int, int>> expected{{0, 8}, {0, 11}, {1, 8}, {1, 11}, {2, 8}};
+    for (size_t m = 0; m < keys.size(); ++m) {
+      EXPECT_EQ(keys[m].token, expected[m].first) << b << " " << m;
+      EXPECT_EQ(keys[m].channel, expected[m].second) << b << " " << m;
+    }
+    EXPECT_EQ(HalfToFloat(keys[4].z_half), -7.0f);
+    // Values: even tokens 0, 2, 4, 6, 8 fill the budget; token 10 on find none left.
+    const auto values = store.ValueEntries(b);
+    ASSERT_EQ(values.size(), 5u) << b;
+    EXPECT_EQ(values.back().token, 8);
+  }
+  const OutlierStats& k = store.key_stats();
+  EXPECT_EQ(k.beyond, 3 * tokens);
+  EXPECT_EQ(k.kept, 10);
+  EXPECT_EQ(k.over_budget, 2 * tokens - 10);  // selected within the cap, past the budget
+  EXPECT_EQ(k.dropped(), 3 * tokens - 10);    // the cap's drops and the budget's
+  EXPECT_EQ(store.value_stats().kept, 10);
+  EXPECT_EQ(store.value_stats().over_budget, tokens / 2 - 10);
+  EXPECT_EQ(store.entries(), 20);
+
+  // A restored block may not hold more than the budget: one written under budget 6 is refused
+  // by a store of budget 5, and accepted by one of budget 6.
+  OutlierStore wide(kD, ResolveOutlierOptions({2, 0.0f, 6}, tree, kD));
+  for (int64_t i = 0; i < kBlockTokens; ++i) wide.AppendToken(key, value);
+  ASSERT_EQ(wide.KeyEntries(0).size(), 6u);
+  OutlierStore narrow(kD, o);
+  EXPECT_THROW(narrow.AppendBlockBytes(wide.BlockBytes(0), kBlockTokens), CorruptObject);
+  OutlierStore same(kD, ResolveOutlierOptions({2, 0.0f, 6}, tree, kD));
+  same.AppendBlockBytes(wide.BlockBytes(0), kBlockTokens);
+  EXPECT_EQ(same.BlockBytes(0), wide.BlockBytes(0));
 }
 
 TEST(OutliersTest, SelectionKeepsTheLargestUpToTheCapSortedByChannel) {

@@ -225,8 +225,8 @@ struct ReadKvSet {
 // relaid into the tile pools on the device under its page table (a copy of it), every token encoded
 // (no residual window: the other rows have none either), the same queries and codec tables, the
 // step-1 increment table for both allocators. The call's plan and centroid tables live here too
-// (host values). With --outlier-cap, the outlier lists of the same tokens (host copy for the
-// ledgers, and in the set).
+// (host values). With --outlier-cap, the outlier page blocks of the same tokens under the same
+// page table (host copy for the ledgers, and in the set).
 struct TileSet {
   int store_bits = 8;
   TileDecodeShape shape;
@@ -239,9 +239,9 @@ struct TileSet {
   size_t increments = 0;
   int64_t capacity_bytes = 0;  // ledger 1 (TileCapacityBytes)
   bool has_lists = false;
-  TileOutlierLists lists;
-  size_t key_offsets = 0, key_entries = 0, value_offsets = 0, value_entries = 0;
-  const TileOutlierLists* Lists() const { return has_lists ? &lists : nullptr; }
+  TileOutlierPages lists;
+  size_t key_outlier_pages = 0, value_outlier_pages = 0;
+  const TileOutlierPages* Lists() const { return has_lists ? &lists : nullptr; }
   TileDecodeInputs Inputs(int copy, float* out) const {
     TileDecodeInputs in;
     in.queries = set.At<const float>(copy, queries);
@@ -252,10 +252,8 @@ struct TileSet {
     in.residual_lens = set.At<const int32_t>(copy, residual);
     in.out = out;
     if (has_lists) {
-      in.key_outlier_offsets = set.At<const uint32_t>(copy, key_offsets);
-      in.key_outlier_entries = set.At<const uint32_t>(copy, key_entries);
-      in.value_outlier_offsets = set.At<const uint32_t>(copy, value_offsets);
-      in.value_outlier_entries = set.At<const uint32_t>(copy, value_entries);
+      in.key_outlier_pages = set.At<const uint32_t>(copy, key_outlier_pages);
+      in.value_outlier_pages = set.At<const uint32_t>(copy, value_outlier_pages);
     }
     return in;
   }
@@ -306,7 +304,7 @@ void BuildReadKv(ReadKvSet& rk, const PointGeometry& g, const DenseSet& dense, i
 
 // The tile set of source.store_bits from the ReadKV set `source` (copy 0: its planes, page table,
 // lengths, queries and codec tables), planned for `sm_count` SMs. outlier_cap > 0: with the
-// outlier lists of that cap, built on the host from the dense pages' tokens (each K and V
+// outlier page blocks of that cap, built on the host from the dense pages' tokens (each K and V
 // transformed and standardised as the codec's encoder does, with the source's calibration).
 void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
                const DenseSet& dense, int outlier_cap, int sm_count, int64_t l2_bytes,

@@ -1,6 +1,6 @@
 // `kvgate bench attention`'s tile reader (issue 37): its input set, relaid on the device from the
-// ReadKV set of the same W (attention_bench_sets.h), with --outlier-cap its outlier lists built
-// on the host, and its row: the ledgers from one untimed launch's depths (tile_ledgers.h), then
+// ReadKV set of the same W (attention_bench_sets.h), with --outlier-cap its outlier page blocks
+// built on the host, and its row: the ledgers from one untimed launch's depths (tile_ledgers.h), then
 // the timed launch. Nothing here without nvcc.
 #include "attention_bench_sets.h"
 
@@ -29,10 +29,10 @@ void CopyTable(const TileSet& tile, size_t to, const ReadKvSet& source, size_t f
 // The outlier lists of the point's tokens: every token's K and V as the ReadKV append reads
 // them (ForEachTokenChunk), transformed and standardised on the host exactly as the codec's
 // encoder (ReadKvLayerCache::EncodeToken: (x - mu) / sigma in float) with the source's
-// calibration and transform seeds, into one OutlierStore per (sequence, KV head), relaid by
-// token tile. Host work: two FWHTs of d per token and KV head.
-TileOutlierLists ListsFromPages(const PointGeometry& g, const DenseSet& dense,
-                                const ReadKvSet& source, int cap, int max_token_tiles) {
+// calibration and transform seeds, into one OutlierStore per (sequence, KV head), relaid into
+// page blocks under the point's page table. Host work: two FWHTs of d per token and KV head.
+TileOutlierPages ListsFromPages(const PointGeometry& g, const DenseSet& dense,
+                                const ReadKvSet& source, int cap) {
   const DecodeShape& s = g.shape;
   const int d = s.head_dim, hkv = s.heads_kv;
   const size_t hd = static_cast<size_t>(hkv) * d;
@@ -85,7 +85,8 @@ TileOutlierLists ListsFromPages(const PointGeometry& g, const DenseSet& dense,
   });
   std::vector<const codec::OutlierStore*> rows;
   for (const auto& store : stores) rows.push_back(&store);
-  return BuildTileOutlierLists(rows, g.seq_lens, hkv, max_token_tiles);
+  return BuildTileOutlierPages(rows, g.seq_lens, hkv, g.page_table, s.max_pages,
+                               static_cast<int>(g.num_pages));
 }
 
 }  // namespace
@@ -96,8 +97,8 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
   const DecodeShape& s = g.shape;
   const int w = source.store_bits;
   tile.store_bits = w;
-  tile.shape = TileDecodeShape{s.batch, s.heads_q, s.heads_kv, s.head_dim, w, s.max_tokens,
-                               0,       0,         s.max_pages};
+  tile.shape = TileDecodeShape{s.batch, s.heads_q, s.heads_kv, s.head_dim,
+                               w,       s.max_tokens, 0,      s.max_pages};
   tile.plan = PlanTileDecode(tile.shape, sm_count);
   const codec::LloydTree tree(w);
   tile.centroids = tile::MakeTileCentroids(tree);
@@ -105,8 +106,7 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
   tile.residual_lens.assign(g.seq_lens.size(), 0);
   tile.has_lists = outlier_cap > 0;
   if (tile.has_lists) {
-    tile.lists = ListsFromPages(g, dense, source, outlier_cap, tile.shape.max_token_tiles());
-    tile.shape.max_outlier_entries = tile.lists.max_entries;
+    tile.lists = ListsFromPages(g, dense, source, outlier_cap);
   }
 
   const size_t hd = static_cast<size_t>(s.heads_kv) * s.head_dim;
@@ -128,21 +128,17 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
       static_cast<size_t>(std::max(source.key_steps, 1)) * sizeof(double);
   tile.increments = tile.set.Add(increment_bytes);
   if (tile.has_lists) {
-    tile.key_offsets = tile.set.Add(tile.lists.key_offsets.size() * sizeof(uint32_t));
-    tile.key_entries = tile.set.Add(tile.lists.key_entries.size() * sizeof(uint32_t));
-    tile.value_offsets = tile.set.Add(tile.lists.value_offsets.size() * sizeof(uint32_t));
-    tile.value_entries = tile.set.Add(tile.lists.value_entries.size() * sizeof(uint32_t));
+    tile.key_outlier_pages = tile.set.Add(tile.lists.key_blocks.size() * sizeof(uint32_t));
+    tile.value_outlier_pages = tile.set.Add(tile.lists.value_blocks.size() * sizeof(uint32_t));
   }
   tile.capacity_bytes = TileCapacityBytes(tile.shape, tile.encoded_lens.data(),
                                           tile.residual_lens.data(), tile.Lists());
   tile.set.Allocate(l2_bytes, "tile:" + std::to_string(w) + " set");
   if (tile.has_lists) {
-    UploadTo(tile.set.At<uint32_t>(0, tile.key_offsets), tile.lists.key_offsets, "key outliers");
-    UploadTo(tile.set.At<uint32_t>(0, tile.key_entries), tile.lists.key_entries, "key outliers");
-    UploadTo(tile.set.At<uint32_t>(0, tile.value_offsets), tile.lists.value_offsets,
-             "value outliers");
-    UploadTo(tile.set.At<uint32_t>(0, tile.value_entries), tile.lists.value_entries,
-             "value outliers");
+    UploadTo(tile.set.At<uint32_t>(0, tile.key_outlier_pages), tile.lists.key_blocks,
+             "key outlier pages");
+    UploadTo(tile.set.At<uint32_t>(0, tile.value_outlier_pages), tile.lists.value_blocks,
+             "value outlier pages");
   }
 
   CopyTable(tile, tile.queries, source, source.common.queries, query_bytes, "queries");
@@ -176,13 +172,15 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
               << tile.plan.chunks << " a row)\n";
     if (tile.has_lists) {
       int64_t keys = 0, values = 0;
-      for (int row = 0; row < tile.lists.rows; ++row) {
-        keys += tile.lists.Entries(true, row, tile.lists.max_token_tiles);
-        values += tile.lists.Entries(false, row, tile.lists.max_token_tiles);
+      for (int b = 0; b < s.batch; ++b) {
+        const int64_t tiles = (g.seq_lens[static_cast<size_t>(b)] + 15) / 16;
+        for (int h = 0; h < s.heads_kv; ++h) {
+          keys += tile.lists.Entries(true, b, h, tiles);
+          values += tile.lists.Entries(false, b, h, tiles);
+        }
       }
-      *progress << "  tile W=" << w << ": outlier lists (cap " << outlier_cap << "): " << keys
-                << " key and " << values << " value entries, " << tile.lists.max_entries
-                << " at most a row\n";
+      *progress << "  tile W=" << w << ": outlier page blocks (cap " << outlier_cap << "): "
+                << keys << " key and " << values << " value entries\n";
     }
   }
 }

@@ -59,6 +59,7 @@ cudaError_t TileDecodeAttention(const TileDecodeShape&, const TileDecodeInputs&,
   return kNoDevice;
 }
 
+size_t TileAppendOutlierWorkspaceBytes(int, int, int) { return 0; }
 cudaError_t TileAppend(const DecodeShape&, int, const float*, const float*, const int32_t*,
                        const int32_t*, const int32_t*, const ReadKvCodec&, const TileCache&,
                        cudaStream_t) {

@@ -18,7 +18,7 @@ struct PlaneWriter {
   uint8_t* key_planes;
   uint8_t* value_planes;
 
-  __device__ __forceinline__ void operator()(int page, int h, int slot, int c,
+  __device__ __forceinline__ void operator()(int /*token*/, int page, int h, int slot, int c,
                                              internal::ChannelCodes codes) const {
     const int d = head_dim, W = store_bits;
     const size_t head_page = static_cast<size_t>(page) * heads_kv + h;

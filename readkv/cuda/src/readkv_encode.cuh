@@ -34,6 +34,7 @@ __device__ __forceinline__ unsigned EncodeCode(float z, const float* boundaries,
 // (<= 128; it synchronises the block).
 struct ChannelCodes {
   unsigned key = 0, value = 0;
+  float key_z = 0.0f, value_z = 0.0f;  // the standardised values the codes encode
 };
 __device__ __forceinline__ ChannelCodes EncodeChannel(int heads_kv, int head_dim, int token, int h,
                                                       const float* __restrict__ keys,
@@ -54,11 +55,11 @@ __device__ __forceinline__ ChannelCodes EncodeChannel(int heads_kv, int head_dim
   BlockFwht(xk, d, transform_scale);
   BlockFwht(xv, d, transform_scale);
   ChannelCodes codes;
-  codes.key = EncodeCode(
-      __fdiv_rn(__fsub_rn(xk[c], codec.key_mean[channel]), codec.key_std[channel]), boundaries, W);
-  codes.value =
-      EncodeCode(__fdiv_rn(__fsub_rn(xv[c], codec.value_mean[channel]), codec.value_std[channel]),
-                 boundaries, W);
+  codes.key_z = __fdiv_rn(__fsub_rn(xk[c], codec.key_mean[channel]), codec.key_std[channel]);
+  codes.value_z =
+      __fdiv_rn(__fsub_rn(xv[c], codec.value_mean[channel]), codec.value_std[channel]);
+  codes.key = EncodeCode(codes.key_z, boundaries, W);
+  codes.value = EncodeCode(codes.value_z, boundaries, W);
   return codes;
 }
 
@@ -75,8 +76,9 @@ struct AppendInputs {
 };
 
 // Grid (tokens, H_kv) x d: token blockIdx.x's codes at KV head blockIdx.y, then
-// write(page, h, slot, channel, codes) by every thread (page through the page table, slot =
-// position % 256). The writer is a device functor: where the bits go is its business.
+// write(token, page, h, slot, channel, codes) by every thread of the block (page through the page
+// table, slot = position % 256; a writer may synchronise the block). The writer is a device
+// functor: where the bits go is its business.
 template <typename Writer>
 __global__ void __launch_bounds__(128) AppendKernel(AppendInputs in, Writer write) {
   const int k = blockIdx.x;
@@ -86,7 +88,7 @@ __global__ void __launch_bounds__(128) AppendKernel(AppendInputs in, Writer writ
   const int position = in.positions[k];
   const int page =
       in.page_table[static_cast<size_t>(in.seq_ids[k]) * in.max_pages + position / kPageTokens];
-  write(page, h, position % kPageTokens, static_cast<int>(threadIdx.x), codes);
+  write(k, page, h, position % kPageTokens, static_cast<int>(threadIdx.x), codes);
 }
 
 // The launchers' common checks and launch: cudaErrorInvalidValue unless head_dim is 64 or 128,

@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(128) TilePrepare(TileArgs a) {
     if (q < G) scaled[q][c] = s;
     folded[q][c] = __half_as_ushort(__float2half_rn(s * sd));
   }
-  if (a.in.key_outlier_offsets != nullptr) {  // the Key lists' f32 queries, [D][G]
+  if (a.in.key_outlier_pages != nullptr) {  // the Key lists' f32 queries, [D][G]
 #pragma unroll
     for (int q = 0; q < G; ++q) a.scaled_queries[(row * D + c) * G + q] = scaled[q][c];
   }
@@ -372,12 +372,9 @@ cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeIn
   const bool tiles_ok = shape.max_encoded_tokens == 0 ||
                         (inputs.key_tiles != nullptr && inputs.value_tiles != nullptr &&
                          inputs.page_table != nullptr);
-  const bool lists_ok =
-      (inputs.key_outlier_offsets == nullptr) == (inputs.key_outlier_entries == nullptr) &&
-      (inputs.value_outlier_offsets == nullptr) == (inputs.value_outlier_entries == nullptr);
   if (workspace == nullptr || inputs.queries == nullptr || inputs.out == nullptr ||
       inputs.encoded_lens == nullptr || inputs.residual_lens == nullptr || !residual_ok ||
-      !tiles_ok || !lists_ok || codec.store_bits != shape.store_bits || codec.key_mean == nullptr ||
+      !tiles_ok || codec.store_bits != shape.store_bits || codec.key_mean == nullptr ||
       codec.key_std == nullptr || codec.value_mean == nullptr || codec.value_std == nullptr ||
       codec.key_signs == nullptr || codec.value_signs == nullptr ||
       policy.key_increments == nullptr || policy.value_increments == nullptr ||
@@ -393,7 +390,6 @@ cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeIn
   a.chunk_tokens = plan.chunk_tokens;
   a.chunks = plan.chunks;
   a.max_residual = shape.max_residual_tokens;
-  a.max_outlier_entries = shape.max_outlier_entries;
   a.max_pages = shape.max_pages;
   a.logit_stride = layout.logit_stride;
   a.attention_scale = 1.0f / sqrtf(static_cast<float>(shape.head_dim));

@@ -31,7 +31,6 @@ inline constexpr int kSelectThreads = 256;
 // Everything a launch reads: the call's inputs and the workspace sections (tile_plan.h).
 struct TileArgs {
   int heads_q, heads_kv, store_bits, max_tiles, chunk_tokens, chunks, max_residual;
-  int max_outlier_entries;
   int max_pages;  // columns of in.page_table
   long long logit_stride;
   float attention_scale;  // 1 / sqrtf(d), as the CPU reader's
@@ -147,9 +146,9 @@ __device__ __forceinline__ void WithDepth(int t, const Body& body) {
 
 // ---- Outlier lists (tile_attention.h; tile_outliers.h) ---------------------------------------
 //
-// A tile's entries are read with plain loads, every lane the same word (a broadcast): the lists
-// are rare (~0.03 entries per vector on the 16K model), so a tile without entries costs its two
-// offsets. Each entry corrects one row of the tile's C fragment over the heads in its columns;
+// A tile's entries are read from its page's outlier block (tile::PageOutlierBlockOf) with plain
+// loads, every lane the same word (a broadcast): the lists are rare (~0.03 entries per vector on
+// the 16K model), so a tile without entries costs its two tile_start halves (one word). Each entry corrects one row of the tile's C fragment over the heads in its columns;
 // only the lanes holding that row add (tile::OutlierRowSlot), in the entries' order, in f32 with
 // codec::AddKeyOutlierLogits / AddValueOutlierSums' roundings (no contraction).
 
@@ -169,21 +168,32 @@ __device__ __forceinline__ float OutlierZ(uint32_t entry) {
   return __half2float(__ushort_as_half(tile::OutlierZHalf(entry)));
 }
 
-// Key tile `tile` of row `row`: logit_{h,r} += scaled_{h,c} * (sigma_c * correction(z, t_g)) for
+// The entries [lo, hi) of token tile `tile` of (b, h) in `pool` (a kind's page blocks).
+struct TileEntries {
+  const uint32_t* entries;
+  int lo, hi;
+};
+__device__ __forceinline__ TileEntries EntriesOfTile(const TileArgs& a, const uint32_t* pool, int b,
+                                                     int h, int tile) {
+  const uint32_t* block =
+      tile::PageOutlierBlockOf(pool, a.in.page_table, a.max_pages, a.heads_kv, b, h, tile);
+  return {tile::PageEntries(block), tile::PageTileStart(block, tile % 16),
+          tile::PageTileStart(block, tile % 16 + 1)};
+}
+
+// Key tile `tile` of (b, h): logit_{h,r} += scaled_{h,c} * (sigma_c * correction(z, t_g)) for
 // each entry (token r, channel c), acc the tile's logits (C: rows tokens, columns heads).
 // depth: the row's group depths; scaled: the row's [D][G] f32 scale q~; key_std: its [D] sigma.
 template <int G>
-__device__ __forceinline__ void AddKeyOutliers(const TileArgs& a, size_t row, int tile, int lane,
+__device__ __forceinline__ void AddKeyOutliers(const TileArgs& a, int b, int h, int tile, int lane,
                                                const uint8_t* depth, const float* scaled,
                                                const float* key_std,
                                                const tile::TileCentroids& centroids,
                                                float (&acc)[4]) {
-  const uint32_t* offsets = a.in.key_outlier_offsets + row * (a.max_tiles + 1);
-  const uint32_t lo = offsets[tile], hi = offsets[tile + 1];
-  const uint32_t* entries = a.in.key_outlier_entries + row * a.max_outlier_entries;
+  const TileEntries list = EntriesOfTile(a, a.in.key_outlier_pages, b, h, tile);
   const int h0 = 2 * (lane % 4), h1 = h0 + 1;
-  for (uint32_t k = lo; k < hi; ++k) {
-    const uint32_t e = entries[k];
+  for (int k = list.lo; k < list.hi; ++k) {
+    const uint32_t e = list.entries[k];
     const int slot = tile::OutlierRowSlot(lane, tile::OutlierToken(e));
     if (slot < 0) continue;
     const int c = tile::OutlierChannel(e);
@@ -195,19 +205,17 @@ __device__ __forceinline__ void AddKeyOutliers(const TileArgs& a, size_t row, in
   }
 }
 
-// Value tile `tile` of row `row`, read at depth t, staged at `staged` (its e values [G][16] f16,
+// Value tile `tile` of (b, h), read at depth t, staged at `staged` (its e values [G][16] f16,
 // then its maxima M [G]): acc_{h,c} += p_{h,r} * correction(z, t) for each entry (token r,
 // channel c), p = e exp(M - max) in f16 exactly as the MMA's B operand took it; acc: the warp's
 // accumulators (C: rows channels 16 g + lane / 4 (+ 8), columns heads).
 template <int D, int G>
-__device__ __forceinline__ void AddValueOutliers(const TileArgs& a, size_t row, int tile, int lane,
+__device__ __forceinline__ void AddValueOutliers(const TileArgs& a, int b, int h, int tile, int lane,
                                                  int t, const uint8_t* staged,
                                                  const float* head_max,
                                                  const tile::TileCentroids& centroids,
                                                  float (&acc)[D / 16][4]) {
-  const uint32_t* offsets = a.in.value_outlier_offsets + row * (a.max_tiles + 1);
-  const uint32_t lo = offsets[tile], hi = offsets[tile + 1];
-  const uint32_t* entries = a.in.value_outlier_entries + row * a.max_outlier_entries;
+  const TileEntries list = EntriesOfTile(a, a.in.value_outlier_pages, b, h, tile);
   const auto* e_values = reinterpret_cast<const __half*>(staged);
   const auto* tile_max = reinterpret_cast<const float*>(staged + G * 32);
   const int h0 = 2 * (lane % 4), h1 = h0 + 1;
@@ -216,8 +224,8 @@ __device__ __forceinline__ void AddValueOutliers(const TileArgs& a, size_t row, 
         __hmul(e_values[h * 16 + r], __float2half_rn(__expf(tile_max[h] - head_max[h]))));
   };
   const float outer = centroids.outermost[t];
-  for (uint32_t k = lo; k < hi; ++k) {
-    const uint32_t e = entries[k];
+  for (int k = list.lo; k < list.hi; ++k) {
+    const uint32_t e = list.entries[k];
     const int c = tile::OutlierChannel(e);
     const int slot = tile::OutlierRowSlot(lane, c % 16);
     if (slot < 0) continue;
@@ -317,13 +325,13 @@ __global__ void __launch_bounds__(kMmaThreads)
       });
     }
     __syncwarp();  // the slot is refilled by stage k + 2's issue
-    if (a.in.key_outlier_offsets != nullptr) {  // before the tiles' maxima and sums
+    if (a.in.key_outlier_pages != nullptr) {  // before the tiles' maxima and sums
       const float* scaled = a.scaled_queries + row * D * G;
       const float* key_std = a.codec.key_std + static_cast<size_t>(h) * D;
 #pragma unroll
       for (int i = 0; i < kWarpTiles; ++i) {
         if (i < n) {
-          AddKeyOutliers<G>(a, row, base + i, lane, depth, scaled, key_std, centroids, acc[i]);
+          AddKeyOutliers<G>(a, b, h, base + i, lane, depth, scaled, key_std, centroids, acc[i]);
         }
       }
     }
@@ -468,8 +476,9 @@ __global__ void __launch_bounds__(kMmaThreads)
           Mma(acc[g], frag, p0, p1);
         }
       });
-      if (a.in.value_outlier_offsets != nullptr) {
-        AddValueOutliers<D, G>(a, row, mine.lo + s + i, lane, t, staged, head_max, centroids, acc);
+      if (a.in.value_outlier_pages != nullptr) {
+        AddValueOutliers<D, G>(a, b, h, mine.lo + s + i, lane, t, staged, head_max, centroids,
+                               acc);
       }
       staged += bytes_of(t);
     }

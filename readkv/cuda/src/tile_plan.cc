@@ -35,7 +35,6 @@ void CheckTileShape(const TileDecodeShape& s) {
           "must be in [1, 8], got " + std::to_string(s.store_bits));
   Require(s.max_encoded_tokens >= 0, "max_encoded_tokens", "must be >= 0");
   Require(s.max_residual_tokens >= 0, "max_residual_tokens", "must be >= 0");
-  Require(s.max_outlier_entries >= 0, "max_outlier_entries", "must be >= 0");
   Require(s.max_encoded_tokens + s.max_residual_tokens >= 1, "max_encoded_tokens",
           "a call needs at least one token");
   const int64_t pages = (int64_t{s.max_encoded_tokens} + kPageTokens - 1) / kPageTokens;

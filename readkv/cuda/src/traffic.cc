@@ -13,6 +13,7 @@
 #include "readkv/cuda/tile_ledgers.h"
 #include "select_share.h"
 #include "split_work.h"
+#include "tile_outliers.h"
 #include "tile_pages.h"
 #include "tile_plan.h"
 #include "tile_staging.h"
@@ -259,13 +260,11 @@ TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_le
   return t.Take();
 }
 
-// The outlier lists' bytes of row `row` of `tiles` token tiles, both kinds: the tiles' offsets
-// and their entries (ledgers 1 and 2).
-int64_t TileListBytes(const TileOutlierLists& lists, int64_t row, int64_t tiles) {
+// The outlier lists' logical bytes of (b, h)'s `tiles` token tiles, both kinds: per tile its two
+// tile_start halves (4 bytes) and its entries, 4 bytes each (ledger 2).
+int64_t TileListReadBytes(const TileOutlierPages& lists, int b, int h, int64_t tiles) {
   int64_t bytes = 0;
-  for (const bool keys : {true, false}) {
-    bytes += (tiles + 1) * 4 + lists.Entries(keys, row, tiles) * 4;
-  }
+  for (const bool keys : {true, false}) bytes += tiles * 4 + lists.Entries(keys, b, h, tiles) * 4;
   return bytes;
 }
 
@@ -274,12 +273,11 @@ int64_t SectorBytes(int64_t begin, int64_t end) {
   return end > begin ? ((end - 1) / 32 - begin / 32 + 1) * 32 : 0;
 }
 
-// The sectors one kind's lists cost a TileLogits or TileValues launch over row `row` of `tiles`
-// tiles: each warp share [lo, hi) of each chunk reads offsets lo..hi and the entries between.
-int64_t TileListSectors(const TileOutlierLists& lists, bool keys, int64_t row, int64_t tiles,
+// The sectors one kind's page blocks cost a TileLogits or TileValues launch over (b, h)'s `tiles`
+// tiles: each warp share [lo, hi) of each chunk reads, per page it touches, the tile_start halves
+// of its tiles there and the entries between, at their addresses in the pool.
+int64_t TileListSectors(const TileOutlierPages& lists, bool keys, int b, int h, int64_t tiles,
                         const TilePlan& plan) {
-  const std::vector<uint32_t>& offsets = lists.offsets(keys);
-  const int64_t stride = lists.max_token_tiles + 1;
   const int64_t chunk_tiles = plan.chunk_tokens / 16;
   int64_t bytes = 0;
   for (int64_t first = 0; first < tiles; first += chunk_tiles) {
@@ -287,19 +285,25 @@ int64_t TileListSectors(const TileOutlierLists& lists, bool keys, int64_t row, i
     for (int w = 0; w < internal::kTileBlockWarps; ++w) {
       const tile::WarpShare share =
           tile::ShareOfWarp(static_cast<int>(first), static_cast<int>(end), w);
-      if (share.count() == 0) continue;
-      const int64_t lo = row * stride + share.lo, hi = row * stride + share.hi;
-      bytes += SectorBytes(4 * lo, 4 * (hi + 1));
-      const int64_t base = row * lists.max_entries;
-      bytes += SectorBytes(4 * (base + offsets[static_cast<size_t>(lo)]),
-                           4 * (base + offsets[static_cast<size_t>(hi)]));
+      for (int64_t lo = share.lo; lo < share.hi;) {
+        const int64_t hi = std::min<int64_t>(share.hi, (lo / tile::kPageTiles + 1) * tile::kPageTiles);
+        const uint32_t* block = lists.BlockOfTile(keys, b, h, lo);
+        const int64_t base = 4 * (block - lists.blocks(keys).data());
+        const int s_lo = static_cast<int>(lo % tile::kPageTiles);
+        const int s_hi = s_lo + static_cast<int>(hi - lo);
+        bytes += SectorBytes(base + 2 * s_lo, base + 2 * (s_hi + 1));
+        const int64_t entries = base + 4 * kPageOutlierHeaderWords;
+        bytes += SectorBytes(entries + 4 * tile::PageTileStart(block, s_lo),
+                             entries + 4 * tile::PageTileStart(block, s_hi));
+        lo = hi;
+      }
     }
   }
   return bytes;
 }
 
 int64_t TileCapacityBytes(const TileDecodeShape& shape, const int32_t* encoded_lens_host,
-                          const int32_t* residual_lens_host, const TileOutlierLists* lists) {
+                          const int32_t* residual_lens_host, const TileOutlierPages* lists) {
   const int64_t d = shape.head_dim, heads = shape.heads_kv, w = shape.store_bits;
   const auto centroids = static_cast<int64_t>(sizeof(tile::TileCentroids));
   int64_t bytes = 6 * heads * d * 4 + (w - 1) * 8 + centroids;  // the codec's tables
@@ -307,18 +311,15 @@ int64_t TileCapacityBytes(const TileDecodeShape& shape, const int32_t* encoded_l
     // Key and value pools: whole pages of 16 token tiles (what a sequence holds allocated).
     const int64_t pages = Chunks(encoded_lens_host[b], kPageTokens);
     bytes += 2 * pages * tile::kPageTiles * (d / 16) * heads * w * 32;
-    const int64_t tiles = Chunks(encoded_lens_host[b], 16);
     bytes += 2 * int64_t{residual_lens_host[b]} * heads * d * 2;  // BF16 window, K and V
-    for (int64_t h = 0; lists != nullptr && h < heads; ++h) {
-      bytes += TileListBytes(*lists, b * heads + h, tiles);
-    }
+    if (lists != nullptr) bytes += 2 * pages * heads * kPageOutlierBlockBytes;  // K and V blocks
   }
   return bytes;
 }
 
 int64_t TileLogicalBytes(const TileDecodeShape& shape, const int32_t* encoded_lens_host,
                          const uint8_t* key_depths_host, const uint8_t* value_depths_host,
-                         const TileOutlierLists* lists) {
+                         const TileOutlierPages* lists) {
   const int groups = shape.groups();
   const int64_t max_tiles = shape.max_token_tiles();
   int64_t bytes = 0;
@@ -330,7 +331,7 @@ int64_t TileLogicalBytes(const TileDecodeShape& shape, const int32_t* encoded_le
       for (int64_t r = 0; r < tiles; ++r) {
         bytes += int64_t{value_depths_host[row * max_tiles + r]} * groups * 32;
       }
-      if (lists != nullptr) bytes += TileListBytes(*lists, row, tiles);
+      if (lists != nullptr) bytes += TileListReadBytes(*lists, b, h, tiles);
     }
   }
   return bytes;
@@ -340,7 +341,7 @@ TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& pla
                                const int32_t* encoded_lens_host,
                                const int32_t* residual_lens_host,
                                const uint8_t* key_depths_host, const uint8_t* value_depths_host,
-                               const TileOutlierLists* lists) {
+                               const TileOutlierPages* lists) {
   enum { kPrepare, kLogits, kSelect, kValues, kCombine };
   Ledger t({"TilePrepare", "TileLogits", "TileSelect", "TileValues", "TileCombine"});
   const int64_t d = shape.head_dim, g = shape.group(), groups = shape.groups();
@@ -411,9 +412,11 @@ TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& pla
       t.Write(kIo, kCombine, g * d * 4);
       if (lists != nullptr) {  // the outlier lists (tile_ledgers.h)
         t.Write(kIo, kPrepare, g * d * 4);  // the f32 scaled queries
-        t.Read(kPayload, kLogits, TileListSectors(*lists, true, row, tiles, plan));
-        t.Read(kPayload, kValues, TileListSectors(*lists, false, row, tiles, plan));
-        const int64_t key_entries = lists->Entries(true, row, tiles);
+        t.Read(kMetadata, kLogits, tiles * 4);  // each tile's page-table entry, again
+        t.Read(kMetadata, kValues, tiles * 4);
+        t.Read(kPayload, kLogits, TileListSectors(*lists, true, b, h, tiles, plan));
+        t.Read(kPayload, kValues, TileListSectors(*lists, false, b, h, tiles, plan));
+        const int64_t key_entries = lists->Entries(true, b, h, tiles);
         t.Read(kMetadata, kLogits, key_entries * 4);
         t.Read(kIo, kLogits, key_entries * g * 4);
       }

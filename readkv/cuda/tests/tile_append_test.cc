@@ -4,11 +4,16 @@
 // Ragged sequences under a shuffled page table (not the identity), a prefill of several hundred
 // tokens in one launch in a shuffled order (tokens of one tile appended by different blocks of
 // one launch), then single-token appends, as a decode step makes them. Skips without a GPU.
+// With outlier pools (issue 36): a prefill grouped by sequence in position order then decode
+// steps, planted outliers (one page past the block budget); the page blocks downloaded must be
+// word-equal to BuildTileOutlierPages of the codec's own OutlierStores for the same tokens, and
+// the dropped counters equal the codec's.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -17,9 +22,14 @@
 #include "bench_kernels.h"
 #include "decode_test_support.h"
 #include "kvgate/stats/random.h"
+#include "readkv/codec/codebook.h"
+#include "readkv/codec/outliers.h"
+#include "readkv/codec/readkv_cache.h"
+#include "readkv/codec/transform.h"
 #include "readkv/cuda/codec_tables.h"
 #include "readkv/cuda/decode_attention.h"
 #include "readkv/cuda/tile_attention.h"
+#include "readkv/cuda/tile_outlier_lists.h"
 #include "test_buffers.h"
 #include "tile_pages.h"
 
@@ -34,6 +44,31 @@ using kernel_test::Workload;
 std::vector<float> LayerZero(const std::vector<float>& all, int hkv, int d) {
   return std::vector<float>(all.begin(), all.begin() + static_cast<size_t>(hkv) * d);
 }
+
+// Layer 0's codec tables of a workload on the device, and the ReadKvCodec pointing into them.
+struct DeviceCodec {
+  DeviceCodec(const Workload& w, int W)
+      : host(MakeReadKvHostTables(w.calibration->seeds, 1, w.shape.heads_kv, w.shape.head_dim, W)),
+        kmean(LayerZero(w.calibration->key_mean, w.shape.heads_kv, w.shape.head_dim)),
+        kstd(LayerZero(w.calibration->key_std, w.shape.heads_kv, w.shape.head_dim)),
+        vmean(LayerZero(w.calibration->value_mean, w.shape.heads_kv, w.shape.head_dim)),
+        vstd(LayerZero(w.calibration->value_std, w.shape.heads_kv, w.shape.head_dim)),
+        ksigns(host.key_signs),
+        vsigns(host.value_signs),
+        boundaries(host.boundaries) {
+    codec.store_bits = W;
+    codec.key_mean = kmean.get();
+    codec.key_std = kstd.get();
+    codec.value_mean = vmean.get();
+    codec.value_std = vstd.get();
+    codec.key_signs = ksigns.get();
+    codec.value_signs = vsigns.get();
+    codec.boundaries = boundaries.get();
+  }
+  ReadKvHostTables host;
+  DeviceBuffer<float> kmean, kstd, vmean, vstd, ksigns, vsigns, boundaries;
+  ReadKvCodec codec{};
+};
 
 // One launch's tokens: indices into the workload's flat token arrays.
 using Launch = std::vector<size_t>;
@@ -84,22 +119,8 @@ TEST_P(TileAppendTest, PoolsEqualTheRelayoutOfReadKvAppendsPlanes) {
   const AppendCase& p = GetParam();
   const int hkv = p.heads_kv, d = p.head_dim, W = p.store_bits;
   const Workload w = MakeWorkload(Case{2 * hkv, hkv, d, p.lens, W, 4.0, 0}, 0x71e + d + W);
-  const ReadKvHostTables host = MakeReadKvHostTables(w.calibration->seeds, 1, hkv, d, W);
-  const codec::Calibration& cal = *w.calibration;
-  DeviceBuffer<float> kmean(LayerZero(cal.key_mean, hkv, d)), kstd(LayerZero(cal.key_std, hkv, d));
-  DeviceBuffer<float> vmean(LayerZero(cal.value_mean, hkv, d));
-  DeviceBuffer<float> vstd(LayerZero(cal.value_std, hkv, d));
-  DeviceBuffer<float> ksigns(host.key_signs), vsigns(host.value_signs);
-  DeviceBuffer<float> boundaries(host.boundaries);
-  ReadKvCodec codec;
-  codec.store_bits = W;
-  codec.key_mean = kmean.get();
-  codec.key_std = kstd.get();
-  codec.value_mean = vmean.get();
-  codec.value_std = vstd.get();
-  codec.key_signs = ksigns.get();
-  codec.value_signs = vsigns.get();
-  codec.boundaries = boundaries.get();
+  const DeviceCodec tables(w, W);
+  const ReadKvCodec& codec = tables.codec;
 
   const size_t key_page = static_cast<size_t>(hkv) * d * W * 32;
   const size_t value_page = static_cast<size_t>(hkv) * kPageTokens * W * (d / 8);
@@ -159,6 +180,136 @@ INSTANTIATE_TEST_SUITE_P(
       for (const int len : c.lens) name += std::to_string(len) + "_";
       return name;
     });
+
+// Plants standardised |z| of 9, -8 and 7 on three channels of every KV head of flat token k,
+// keys on channels 3, 10, 17 and values on 5, 12, 19: in the transformed domain (x = mu + z
+// sigma), then back to the model's, so the encoder sees ~those z (cap 2 keeps two of each).
+void PlantThree(Workload& w, size_t k) {
+  const int hkv = w.shape.heads_kv, d = w.shape.head_dim;
+  const codec::Calibration& cal = *w.calibration;
+  std::vector<float> x(static_cast<size_t>(d));
+  for (int h = 0; h < hkv; ++h) {
+    for (const bool keys : {true, false}) {
+      const codec::HadamardTransform t(d, keys ? cal.seeds.KeySeed(0, h) : cal.seeds.ValueSeed(0, h));
+      float* row = (keys ? w.keys : w.values).data() + (k * hkv + static_cast<size_t>(h)) * d;
+      const std::span<float> raw(row, static_cast<size_t>(d));
+      t.Forward(raw, x);
+      const auto& mean = keys ? cal.key_mean : cal.value_mean;
+      const auto& sd = keys ? cal.key_std : cal.value_std;
+      const int first = keys ? 3 : 5;
+      const float z[3] = {9.0f, -8.0f, 7.0f};
+      for (int m = 0; m < 3; ++m) {
+        const size_t c = static_cast<size_t>(h) * d + static_cast<size_t>(first + 7 * m);
+        x[static_cast<size_t>(first + 7 * m)] = mean[c] + z[m] * sd[c];
+      }
+      t.Inverse(x, raw);
+    }
+  }
+}
+
+TEST_P(TileAppendTest, OutlierPageBlocksEqualTheCodecsStores) {
+  const AppendCase& p = GetParam();
+  const int hkv = p.heads_kv, d = p.head_dim, W = p.store_bits, cap = 2;
+  Workload w = MakeWorkload(Case{2 * hkv, hkv, d, p.lens, W, 4.0, 0}, 0x71e + d + W);
+  const size_t batch = p.lens.size(), n_tokens = w.seq_ids.size();
+  // Planted: sequence 0's first 100 tokens (2 x 100 selected entries a kind in its first page,
+  // past the budget of 160) and every sequence's last token (appended by a decode step).
+  for (size_t k = 0; k < n_tokens; ++k) {
+    const auto b = static_cast<size_t>(w.seq_ids[k]);
+    if ((b == 0 && w.positions[k] < 100) || w.positions[k] == w.seq_lens[b] - 1) PlantThree(w, k);
+  }
+  // The reference: the codec's caches of the same tokens (every token encoded), their stores.
+  const auto tree = std::make_shared<const codec::LloydTree>(W);
+  codec::ReadKvCacheOptions options;
+  options.store_bits = W;
+  options.policy = {codec::ReaderKind::kFull, static_cast<double>(W), 0.0, 0.0};
+  options.residual_window = false;
+  options.outliers = {cap, 0.0f};
+  const codec::OutlierOptions resolved = codec::ResolveOutlierOptions(options.outliers, *tree, d);
+  ASSERT_EQ(resolved.block_cap, kPageOutlierEntries);
+  std::vector<std::unique_ptr<codec::ReadKvLayerCache>> caches;
+  std::vector<const codec::OutlierStore*> stores;
+  unsigned long long want_past_cap = 0, want_over_budget = 0;
+  const size_t row = static_cast<size_t>(hkv) * d;
+  size_t first = 0;
+  for (size_t b = 0; b < batch; ++b) {
+    caches.push_back(std::make_unique<codec::ReadKvLayerCache>(w.geometry, w.calibration, 0, tree,
+                                                               options));
+    const size_t n = static_cast<size_t>(w.seq_lens[b]);
+    caches.back()->AppendTokens(std::span<const float>(w.keys).subspan(first * row, n * row),
+                                std::span<const float>(w.values).subspan(first * row, n * row));
+    first += n;
+    for (int h = 0; h < hkv; ++h) {
+      const codec::OutlierStore& store = caches.back()->outliers(h);
+      stores.push_back(&store);
+      for (const codec::OutlierStats* st : {&store.key_stats(), &store.value_stats()}) {
+        want_over_budget += static_cast<unsigned long long>(st->over_budget);
+        want_past_cap += static_cast<unsigned long long>(st->dropped() - st->over_budget);
+      }
+    }
+  }
+  const TileOutlierPages want = BuildTileOutlierPages(stores, w.seq_lens, hkv, w.page_table,
+                                                      w.shape.max_pages, w.num_pages);
+  // Sequence 0's first page goes past the budget by at least 40 entries a head and kind (more
+  // where natural outliers add to it: at W = 3 the tree clips past ~2 sigma).
+  ASSERT_GE(want_over_budget, 2ULL * hkv * (200 - kPageOutlierEntries));
+  ASSERT_GE(want_past_cap, 2ULL * hkv * (100 + batch));  // the third planted value of each
+  if (!kernel_test::HaveGpu()) GTEST_SKIP() << "no CUDA device (the CPU half ran): "
+                                            << QueryDevices().reason;
+
+  const DeviceCodec tables(w, W);
+  const ReadKvCodec& codec = tables.codec;
+  const size_t pool = static_cast<size_t>(w.num_pages) * hkv * tile::PageHeadBytes(d, W);
+  const size_t words = static_cast<size_t>(w.num_pages) * hkv * kPageOutlierBlockWords;
+  DeviceBuffer<uint8_t> key_pool(std::vector<uint8_t>(pool, 0));
+  DeviceBuffer<uint8_t> value_pool(std::vector<uint8_t>(pool, 0));
+  DeviceBuffer<uint32_t> key_lists(std::vector<uint32_t>(words, 0));
+  DeviceBuffer<uint32_t> value_lists(std::vector<uint32_t>(words, 0));
+  DeviceBuffer<uint8_t> workspace(TileAppendOutlierWorkspaceBytes(static_cast<int>(n_tokens), hkv, cap));
+  DeviceBuffer<unsigned long long> dropped(std::vector<unsigned long long>(3, 0));
+  DeviceBuffer<int32_t> table(w.page_table);
+  const TileCache cache{key_pool.get(),  value_pool.get(),     key_lists.get(),
+                        value_lists.get(), cap,                resolved.threshold,
+                        workspace.get(),   dropped.get()};
+  // The prefill (all but every sequence's last 3 tokens) in (sequence, position) order, one
+  // launch; then 3 decode steps, each one launch of every sequence's next token.
+  const int steps = 3;
+  std::vector<Launch> launches(1 + steps);
+  for (size_t k = 0; k < n_tokens; ++k) {
+    const int from_end = w.seq_lens[static_cast<size_t>(w.seq_ids[k])] - w.positions[k];
+    launches[from_end > steps ? 0 : static_cast<size_t>(1 + steps - from_end)].push_back(k);
+  }
+  ASSERT_GE(launches.front().size(), 300u);
+  for (const Launch& launch : launches) {
+    DeviceBuffer<float> keys(Pick(w.keys, launch, row)), values(Pick(w.values, launch, row));
+    DeviceBuffer<int32_t> seq_ids(Pick(w.seq_ids, launch, 1));
+    DeviceBuffer<int32_t> positions(Pick(w.positions, launch, 1));
+    CUDA_OK(TileAppend(w.shape, static_cast<int>(launch.size()), keys.get(), values.get(),
+                       seq_ids.get(), positions.get(), table.get(), codec, cache, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+  }
+  const std::vector<unsigned long long> counters = dropped.Download(3);
+  EXPECT_EQ(counters[2], 0u) << "tokens refused as out of order";
+  EXPECT_EQ(counters[1], want_over_budget) << "entries past the block budget";
+  EXPECT_EQ(counters[0], want_past_cap) << "values past the cap";
+  for (const bool keys : {true, false}) {
+    const std::vector<uint32_t> got = (keys ? key_lists : value_lists).Download(words);
+    const std::vector<uint32_t>& expected = want.blocks(keys);
+    int64_t differ = 0, entries = 0;
+    for (size_t i = 0; i < words; ++i) {
+      if (got[i] != expected[i] && differ++ == 0) {
+        const size_t block = i / kPageOutlierBlockWords;
+        ADD_FAILURE() << (keys ? "key" : "value") << " block (page " << block / hkv << ", head "
+                      << block % hkv << ") word " << i % kPageOutlierBlockWords << ": got "
+                      << got[i] << ", the codec's " << expected[i];
+      }
+      entries += i % kPageOutlierBlockWords == 8 ? (expected[i] & 0xffffu) : 0;  // tile_start[16]
+    }
+    EXPECT_EQ(differ, 0) << (keys ? "key" : "value") << " words that differ";
+    // At least the full page and two entries of every other sequence's last token.
+    EXPECT_GE(entries, static_cast<int64_t>(hkv) * (kPageOutlierEntries + 2 * (batch - 1)));
+  }
+}
 
 TEST(TileAppendTest, RefusesBadArguments) {
   if (!kernel_test::HaveGpu()) GTEST_SKIP() << "no CUDA device: " << QueryDevices().reason;

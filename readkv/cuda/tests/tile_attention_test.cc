@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -179,13 +180,39 @@ struct GpuRun {
   std::vector<unsigned long long> totals;  // TileDecodeDebug::totals: logical bits, payload bytes
 };
 
-// TileDecodeAttention over the CPU side's caches, with `lists` (the caches' outlier lists in the
-// GPU layout) or none, the chunk of the case (0: PlanTileDecode's).
+// The caches' outlier page blocks under PackTiles' page table (the same table RunOnGpu uploads),
+// the spare page's blocks poisoned (0xFF: no tile the kernels read is there).
+TileOutlierPages PagesOf(const CpuSide& cpu, const TileDecodeShape& shape) {
+  const HostTiles host = PackTiles(cpu.caches, shape);
+  std::vector<const codec::OutlierStore*> stores;
+  std::vector<int32_t> encoded;
+  for (size_t b = 0; b < cpu.caches.size(); ++b) {
+    encoded.push_back(static_cast<int32_t>(cpu.Cache(b).encoded_tokens()));
+    for (int h = 0; h < shape.heads_kv; ++h) stores.push_back(&cpu.Cache(b).outliers(h));
+  }
+  const size_t page_bytes = static_cast<size_t>(shape.heads_kv) * 16 * (shape.head_dim / 16) *
+                            shape.store_bits * 32;
+  const int num_pages = static_cast<int>(host.key_tiles.size() / page_bytes);
+  TileOutlierPages pages = BuildTileOutlierPages(stores, encoded, shape.heads_kv, host.page_table,
+                                                 shape.max_pages, num_pages);
+  const auto spare = static_cast<size_t>(num_pages - 1) * shape.heads_kv * kPageOutlierBlockWords;
+  std::fill(pages.key_blocks.begin() + static_cast<std::ptrdiff_t>(spare), pages.key_blocks.end(),
+            0xFFFFFFFFu);
+  std::fill(pages.value_blocks.begin() + static_cast<std::ptrdiff_t>(spare),
+            pages.value_blocks.end(), 0xFFFFFFFFu);
+  return pages;
+}
+
+// TileDecodeAttention over the CPU side's caches, with `lists` (the caches' outlier page blocks,
+// PagesOf) or none, the chunk of the case (0: PlanTileDecode's).
 void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, int chunk_tokens,
-              const TileOutlierLists* lists, GpuRun& run) {
+              const TileOutlierPages* lists, GpuRun& run) {
   const int d = shape.head_dim, hkv = shape.heads_kv, W = shape.store_bits, groups = d / 16;
   const int batch = shape.batch, max_tiles = shape.max_token_tiles();
   const HostTiles host = PackTiles(cpu.caches, shape);
+  if (lists != nullptr) {
+    ASSERT_EQ(lists->page_table, host.page_table);
+  }
   const std::vector<float> key_signs = TransformSigns(*cpu.calibration, hkv, d, /*keys=*/true);
   const std::vector<float> value_signs = TransformSigns(*cpu.calibration, hkv, d, /*keys=*/false);
   const codec::LloydTree tree(W);
@@ -217,10 +244,8 @@ void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, int chunk_tokens
   DeviceBuffer<uint8_t> d_vdepths(static_cast<size_t>(batch) * hkv * max_tiles);
   DeviceBuffer<double> d_weights(static_cast<size_t>(batch) * hkv * max_tiles);
   const std::vector<uint32_t> no_lists;
-  DeviceBuffer<uint32_t> d_koff(lists ? lists->key_offsets : no_lists);
-  DeviceBuffer<uint32_t> d_kent(lists ? lists->key_entries : no_lists);
-  DeviceBuffer<uint32_t> d_voff(lists ? lists->value_offsets : no_lists);
-  DeviceBuffer<uint32_t> d_vent(lists ? lists->value_entries : no_lists);
+  DeviceBuffer<uint32_t> d_klists(lists ? lists->key_blocks : no_lists);
+  DeviceBuffer<uint32_t> d_vlists(lists ? lists->value_blocks : no_lists);
 
   int sm_count = 0;
   CUDA_OK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
@@ -234,10 +259,8 @@ void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, int chunk_tokens
                           d_pages.get(),   d_rk.get(),     d_rv.get(),
                           d_enc.get(),     d_res.get(),    d_out.get()};
   if (lists != nullptr) {
-    inputs.key_outlier_offsets = d_koff.get();
-    inputs.key_outlier_entries = d_kent.get();
-    inputs.value_outlier_offsets = d_voff.get();
-    inputs.value_outlier_entries = d_vent.get();
+    inputs.key_outlier_pages = d_klists.get();
+    inputs.value_outlier_pages = d_vlists.get();
   }
   DeviceBuffer<unsigned long long> d_totals(std::vector<unsigned long long>{0, 0});
   TileDecodeDebug debug{d_kdepths.get(), d_vdepths.get(), d_weights.get(), nullptr};
@@ -252,7 +275,7 @@ void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, int chunk_tokens
   run.totals = d_totals.Download(2);
 }
 
-TileDecodeShape ShapeOf(const TileCase& c, const CpuSide& cpu, const TileOutlierLists* lists) {
+TileDecodeShape ShapeOf(const TileCase& c, const CpuSide& cpu) {
   return TileDecodeShape{static_cast<int>(c.lens.size()),
                          c.heads_q,
                          c.heads_kv,
@@ -260,7 +283,6 @@ TileDecodeShape ShapeOf(const TileCase& c, const CpuSide& cpu, const TileOutlier
                          8,
                          cpu.max_encoded,
                          cpu.max_residual,
-                         lists ? lists->max_entries : 0,
                          (cpu.max_encoded + kPageTokens - 1) / kPageTokens};
 }
 
@@ -272,7 +294,7 @@ TEST_P(TileKernelTest, MatchesTheCpuTileReader) {
   const int d = c.head_dim, hkv = c.heads_kv, hq = c.heads_q, groups = d / 16;
   const int batch = static_cast<int>(c.lens.size());
   const CpuSide cpu = MakeCpuSide(c, 0);
-  const TileDecodeShape shape = ShapeOf(c, cpu, nullptr);
+  const TileDecodeShape shape = ShapeOf(c, cpu);
   const int max_tiles = shape.max_token_tiles();
   GpuRun gpu;
   ASSERT_NO_FATAL_FAILURE(RunOnGpu(cpu, shape, c.chunk_tokens, nullptr, gpu));
@@ -410,13 +432,9 @@ TEST(TileAttentionTest, OutlierListsMatchTheCpuReaderAndChangeTheOutput) {
         MakeCpuSide(c, 2, [&](const codec::Calibration& cal, codec::SyntheticLayer& layer) {
           PlantOutliers(cal, p.tokens, layer);
         });
-    std::vector<const codec::OutlierStore*> stores;
-    std::vector<int32_t> encoded;
     std::vector<float> cpu_without;  // the same caches read without their lists
     for (size_t b = 0; b < batch; ++b) {
       const codec::ReadKvLayerCache& cache = cpu.Cache(b);
-      encoded.push_back(static_cast<int32_t>(cache.encoded_tokens()));
-      for (int h = 0; h < hkv; ++h) stores.push_back(&cache.outliers(h));
       codec::TileLayerView view = cache.tile_view();
       ASSERT_FALSE(view.outliers.empty());
       view.outliers = {};
@@ -426,12 +444,15 @@ TEST(TileAttentionTest, OutlierListsMatchTheCpuReaderAndChangeTheOutput) {
       codec::TileAttend(view, cache.plan(), q, out);
       cpu_without.insert(cpu_without.end(), out.begin(), out.end());
     }
-    const TileOutlierLists lists =
-        BuildTileOutlierLists(stores, encoded, hkv, (cpu.max_encoded + 15) / 16);
+    const TileDecodeShape shape = ShapeOf(c, cpu);
+    const TileOutlierPages lists = PagesOf(cpu, shape);
     int64_t listed = 0;
-    for (int row = 0; row < lists.rows; ++row) {
-      listed += lists.Entries(true, row, lists.max_token_tiles) +
-                lists.Entries(false, row, lists.max_token_tiles);
+    for (size_t b = 0; b < batch; ++b) {
+      const int64_t tiles = (cpu.Cache(b).encoded_tokens() + 15) / 16;
+      for (int h = 0; h < hkv; ++h) {
+        listed += lists.Entries(true, static_cast<int>(b), h, tiles) +
+                  lists.Entries(false, static_cast<int>(b), h, tiles);
+      }
     }
     // At least the planted K and 2 V entries per token, head and sequence.
     ASSERT_GE(listed, static_cast<int64_t>(3 * p.tokens.size() * batch) * hkv);
@@ -443,11 +464,9 @@ TEST(TileAttentionTest, OutlierListsMatchTheCpuReaderAndChangeTheOutput) {
           << "sequence " << b << ": the planted outliers must matter";
     }
     if (!gpu) continue;
-    const TileDecodeShape shape = ShapeOf(c, cpu, &lists);
     GpuRun with, without;
     ASSERT_NO_FATAL_FAILURE(RunOnGpu(cpu, shape, c.chunk_tokens, &lists, with));
-    ASSERT_NO_FATAL_FAILURE(RunOnGpu(cpu, ShapeOf(c, cpu, nullptr), c.chunk_tokens, nullptr,
-                                     without));
+    ASSERT_NO_FATAL_FAILURE(RunOnGpu(cpu, shape, c.chunk_tokens, nullptr, without));
     for (size_t b = 0; b < batch; ++b) {
       const size_t offset = b * hq * d;
       const std::vector<float> cpu_with(cpu.out.begin() + offset,
@@ -473,7 +492,7 @@ TEST(TileAttentionTest, OutlierListsMatchTheCpuReaderAndChangeTheOutput) {
 
 TEST(TileAttentionTest, LauncherRefusesBadInputs) {
   if (QueryDevices().device_count == 0) GTEST_SKIP() << "no CUDA device: " << QueryDevices().reason;
-  const TileDecodeShape shape{1, 8, 2, 64, 8, 512, 0, 0, 2};
+  const TileDecodeShape shape{1, 8, 2, 64, 8, 512, 0, 2};
   const TilePlan plan = PlanTileDecode(shape, 132);
   DeviceBuffer<uint8_t> workspace(TileDecodeWorkspaceBytes(shape, plan));
   const codec::LloydTree tree(8);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "readkv/cuda/tile_centroids.h"
+#include "tile_outliers.h"
 
 namespace readkv::cuda {
 namespace {
@@ -18,7 +19,7 @@ namespace {
 constexpr auto kCentroids = static_cast<int64_t>(sizeof(tile::TileCentroids));
 
 TileDecodeShape TinyShape(int residual) {
-  return TileDecodeShape{1, 2, 1, 64, 4, 40, residual, 0, 1};
+  return TileDecodeShape{1, 2, 1, 64, 4, 40, residual, 1};
 }
 
 int64_t SumOfLaunches(const TrafficBytes& t) {
@@ -127,39 +128,48 @@ TEST(TileLedgersTest, TrafficCountsTheWindowAndEveryPlannedLogitsBlock) {
   EXPECT_EQ(wide.kernels[3].read, base.kernels[3].read);
 }
 
-// Outlier lists on the same shape: 3 tiles, Key entries 2 in tile 0 and 1 in tile 2, one Value
-// entry in tile 1; 3 warps of one tile each (the fourth's share is empty).
-TEST(TileLedgersTest, OutlierListsCountTheirOffsetsEntriesAndSectors) {
+// Outlier page blocks on the same shape: one page, 3 tiles, Key entries 2 in tile 0 and 1 in
+// tile 2, one Value entry in tile 1; 3 warps of one tile each (the fourth's share is empty).
+TEST(TileLedgersTest, OutlierPageBlocksCountTheirBlocksEntriesAndSectors) {
   const std::vector<int32_t> encoded = {40}, none = {0};
   const TilePlan plan{512, 1};
-  TileOutlierLists lists;
-  lists.rows = 1;
-  lists.max_token_tiles = 3;
-  lists.max_entries = 3;
-  lists.key_offsets = {0, 2, 2, 3};
-  lists.value_offsets = {0, 0, 1, 1};
-  lists.key_entries.assign(3, 0);
-  lists.value_entries.assign(3, 0);
-  // Per kind 4 offsets (16 bytes) and its entries: 16 + 12 + 16 + 4.
-  const int64_t list_bytes = 48;
+  TileOutlierPages lists;
+  lists.heads_kv = 1;
+  lists.num_pages = 1;
+  lists.max_pages = 1;
+  lists.page_table = {0};
+  lists.encoded_lens = encoded;
+  lists.key_blocks.assign(kPageOutlierBlockWords, 0);
+  lists.value_blocks.assign(kPageOutlierBlockWords, 0);
+  const int key_start[17] = {0, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3};
+  for (int slot = 0; slot <= 16; ++slot) {
+    tile::SetPageTileStart(lists.key_blocks.data(), slot, key_start[slot]);
+    tile::SetPageTileStart(lists.value_blocks.data(), slot, slot >= 2 ? 1 : 0);
+  }
+  EXPECT_EQ(lists.Entries(true, 0, 0, 3), 3);
+  EXPECT_EQ(lists.Entries(false, 0, 0, 1), 0);
+  // Capacity: one whole block per kind of the sequence's one page.
   EXPECT_EQ(TileCapacityBytes(TinyShape(0), encoded.data(), none.data(), &lists),
-            TileCapacityBytes(TinyShape(0), encoded.data(), none.data()) + list_bytes);
+            TileCapacityBytes(TinyShape(0), encoded.data(), none.data()) +
+                2 * kPageOutlierBlockBytes);
+  // Reads: per kind 4 bytes a tile (12) and 4 per entry: 12 + 12 + 12 + 4.
   EXPECT_EQ(TileLogicalBytes(TinyShape(0), encoded.data(), kKeyDepths.data(), kValueDepths.data(),
                              &lists),
-            960 + 768 + list_bytes);
+            960 + 768 + 40);
   const TrafficBytes base = TileDecodeTraffic(TinyShape(0), plan, encoded.data(), none.data(),
                                               kKeyDepths.data(), kValueDepths.data());
   const TrafficBytes with = TileDecodeTraffic(TinyShape(0), plan, encoded.data(), none.data(),
                                               kKeyDepths.data(), kValueDepths.data(), &lists);
   // Prepare writes the 2 x 64 f32 scaled queries.
   EXPECT_EQ(with.kernels[0].write - base.kernels[0].write, 2 * 64 * 4);
-  // Logits: each warp its 2 offsets (one sector each: 96), the Key entries of tile 0 (a sector)
-  // and of tile 2 (a sector); per Key entry sigma_c and 2 scaled queries (3 x 12).
-  EXPECT_EQ(with.kernels[1].read - base.kernels[1].read, 96 + 64 + 3 * 12);
-  // Values: the offsets (96) and the one Value entry's sector.
-  EXPECT_EQ(with.kernels[3].read - base.kernels[3].read, 96 + 32);
+  // Logits: each warp its tile's page-table entry again (3 x 4) and its 2 tile_start halves (one
+  // sector each: 96), the Key entries of tile 0 (a sector) and of tile 2 (a sector); per Key
+  // entry sigma_c and 2 scaled queries (3 x 12).
+  EXPECT_EQ(with.kernels[1].read - base.kernels[1].read, 12 + 96 + 64 + 3 * 12);
+  // Values: the page-table entries, the halves (96) and the one Value entry's sector.
+  EXPECT_EQ(with.kernels[3].read - base.kernels[3].read, 12 + 96 + 32);
   EXPECT_EQ(with.payload - base.payload, 96 + 64 + 96 + 32);
-  EXPECT_EQ(with.metadata - base.metadata, 3 * 4);
+  EXPECT_EQ(with.metadata - base.metadata, 12 + 12 + 3 * 4);
   EXPECT_EQ(with.io - base.io, 2 * 64 * 4 + 3 * 2 * 4);
   EXPECT_EQ(SumOfLaunches(with), with.Total());
 }

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -56,10 +57,12 @@ TEST(TileOutliersTest, EntriesPackTheCodecsFields) {
   EXPECT_EQ(e, 0xc8a0c80fu);  // little-endian bytes: token, channel, z
 }
 
-TEST(TileOutliersTest, ListsHoldEveryEncodedEntryAtItsTileInOrder) {
-  const int d = 64, heads_kv = 2;
+// Two sequences of 600 and 37 tokens (3 pages and 1) on 2 KV heads, their pages scattered in a
+// pool of 7 (3 unused); every page block is checked word by word against the store.
+TEST(TileOutliersTest, PageBlocksHoldEveryEncodedEntryAtItsTileInOrder) {
+  const int d = 64, heads_kv = 2, max_pages = 3, num_pages = 7;
   const std::vector<int32_t> encoded = {600, 37};
-  const int max_tiles = 40;  // past both sequences: trailing tiles stay empty
+  const std::vector<int32_t> table = {5, 1, 3, 0, -1, -1};
   std::vector<codec::OutlierStore> stores;
   stores.push_back(RandomStore(d, 600, 1));
   stores.push_back(RandomStore(d, 610, 2));  // holds tokens past its sequence: not listed
@@ -67,74 +70,201 @@ TEST(TileOutliersTest, ListsHoldEveryEncodedEntryAtItsTileInOrder) {
   stores.push_back(RandomStore(d, 300, 4));
   std::vector<const codec::OutlierStore*> pointers;
   for (const auto& s : stores) pointers.push_back(&s);
-  const TileOutlierLists lists = BuildTileOutlierLists(pointers, encoded, heads_kv, max_tiles);
-  ASSERT_EQ(lists.rows, 4);
-  ASSERT_EQ(lists.max_token_tiles, max_tiles);
-  const size_t stride = max_tiles + 1;
-  int64_t largest = 0, empty_tiles = 0, full_tiles = 0;
+  const TileOutlierPages pages =
+      BuildTileOutlierPages(pointers, encoded, heads_kv, table, max_pages, num_pages);
+  ASSERT_EQ(pages.key_blocks.size(),
+            static_cast<size_t>(num_pages) * heads_kv * kPageOutlierBlockWords);
+  std::vector<bool> seen(static_cast<size_t>(num_pages) * heads_kv * 2, false);
+  int64_t empty_tiles = 0, full_tiles = 0;
   for (const bool keys : {true, false}) {
-    for (int row = 0; row < lists.rows; ++row) {
-      const int tokens = encoded[static_cast<size_t>(row / heads_kv)];
-      const codec::OutlierStore& store = stores[static_cast<size_t>(row)];
-      // The store's entries of the encoded tokens, in order, as (token, channel, z).
-      std::vector<std::tuple<int, int, uint16_t>> want;
-      for (int64_t b = 0; b < store.blocks(); ++b) {
-        for (const auto& e : keys ? store.KeyEntries(b) : store.ValueEntries(b)) {
-          const int token = static_cast<int>(b * codec::kBlockTokens + e.token);
-          if (token < tokens) want.emplace_back(token, e.channel, e.z_half);
+    for (int b = 0; b < 2; ++b) {
+      for (int h = 0; h < heads_kv; ++h) {
+        const int tokens = encoded[static_cast<size_t>(b)];
+        const codec::OutlierStore& store = stores[static_cast<size_t>(b * heads_kv + h)];
+        for (int j = 0; j * kPageTokens < tokens; ++j) {
+          const int page = table[static_cast<size_t>(b * max_pages + j)];
+          seen[(static_cast<size_t>(page) * heads_kv + h) * 2 + (keys ? 0 : 1)] = true;
+          const uint32_t* block = pages.Block(keys, page, h);
+          // The store block's entries of the encoded tokens, as (token in page, channel, z).
+          std::vector<std::tuple<int, int, uint16_t>> want;
+          for (const auto& e : keys ? store.KeyEntries(j) : store.ValueEntries(j)) {
+            if (j * kPageTokens + e.token < tokens) want.emplace_back(e.token, e.channel, e.z_half);
+          }
+          ASSERT_EQ(tile::PageTileStart(block, 0), 0);
+          std::vector<std::tuple<int, int, uint16_t>> got;
+          for (int slot = 0; slot < 16; ++slot) {
+            const int lo = tile::PageTileStart(block, slot), hi = tile::PageTileStart(block, slot + 1);
+            ASSERT_LE(lo, hi) << "page " << page << " slot " << slot;
+            (lo == hi ? empty_tiles : full_tiles) += 1;
+            for (int k = lo; k < hi; ++k) {
+              const uint32_t e = tile::PageEntries(block)[k];
+              got.emplace_back(16 * slot + tile::OutlierToken(e), tile::OutlierChannel(e),
+                               tile::OutlierZHalf(e));
+            }
+          }
+          EXPECT_EQ(got, want) << (keys ? "keys" : "values") << " b " << b << " h " << h
+                               << " page " << j;
+          const int n = tile::PageTileStart(block, 16);
+          EXPECT_EQ(n, static_cast<int>(want.size()));
+          for (int w = 17 / 2 + 1; w < kPageOutlierHeaderWords; ++w) EXPECT_EQ(block[w], 0u);
+          EXPECT_EQ(block[8] >> 16, 0u);  // the half after tile_start[16]
+          for (int k = n; k < kPageOutlierEntries; ++k) {
+            ASSERT_EQ(tile::PageEntries(block)[k], 0u) << "an unused entry is not zero";
+          }
         }
+        const int64_t tiles = (tokens + 15) / 16;
+        int64_t all = 0;
+        for (int64_t blk = 0; blk < store.blocks(); ++blk) {
+          for (const auto& e : keys ? store.KeyEntries(blk) : store.ValueEntries(blk)) {
+            all += blk * kPageTokens + e.token < tokens ? 1 : 0;
+          }
+        }
+        EXPECT_EQ(pages.Entries(keys, b, h, tiles), all);
       }
-      const uint32_t* offsets = lists.offsets(keys).data() + row * stride;
-      const uint32_t* entries =
-          (keys ? lists.key_entries : lists.value_entries).data() + row * lists.max_entries;
-      ASSERT_EQ(offsets[0], 0u);
-      std::vector<std::tuple<int, int, uint16_t>> got;
-      for (int t = 0; t < max_tiles; ++t) {
-        ASSERT_LE(offsets[t], offsets[t + 1]) << "row " << row << " tile " << t;
-        if (t >= (tokens + 15) / 16) {
-          ASSERT_EQ(offsets[t], offsets[t + 1]) << "a tile past the sequence holds entries";
-          continue;
-        }
-        (offsets[t] == offsets[t + 1] ? empty_tiles : full_tiles) += 1;
-        for (uint32_t k = offsets[t]; k < offsets[t + 1]; ++k) {
-          const uint32_t e = entries[k];
-          ASSERT_LT(tile::OutlierToken(e), 16);
-          got.emplace_back(16 * t + tile::OutlierToken(e), tile::OutlierChannel(e),
-                           tile::OutlierZHalf(e));
-        }
-      }
-      EXPECT_TRUE(std::is_sorted(got.begin(), got.end()));  // by (token, channel)
-      EXPECT_EQ(got, want) << (keys ? "keys" : "values") << " row " << row;
-      EXPECT_EQ(lists.Entries(keys, row, max_tiles), static_cast<int64_t>(want.size()));
-      largest = std::max<int64_t>(largest, static_cast<int64_t>(want.size()));
     }
   }
-  EXPECT_EQ(lists.max_entries, largest);
+  for (int page = 0; page < num_pages; ++page) {  // pages no sequence names stay zero
+    for (int h = 0; h < heads_kv; ++h) {
+      for (const bool keys : {true, false}) {
+        if (seen[(static_cast<size_t>(page) * heads_kv + h) * 2 + (keys ? 0 : 1)]) continue;
+        const uint32_t* block = pages.Block(keys, page, h);
+        EXPECT_TRUE(std::all_of(block, block + kPageOutlierBlockWords,
+                                [](uint32_t w) { return w == 0; }))
+            << "page " << page;
+      }
+    }
+  }
   EXPECT_GT(empty_tiles, 0);  // the test sees both kinds of tile
   EXPECT_GT(full_tiles, 0);
 }
 
-TEST(TileOutliersTest, BuilderRefusesMismatchedStores) {
-  const codec::OutlierStore store = RandomStore(64, 20, 5);
-  const std::vector<const codec::OutlierStore*> one = {&store};
+TEST(TileOutliersTest, TileStartHalvesPackTwoAWord) {
+  std::vector<uint32_t> block(kPageOutlierBlockWords, 0);
+  for (int slot = 0; slot <= 16; ++slot) tile::SetPageTileStart(block.data(), slot, 1000 + slot);
+  for (int slot = 0; slot <= 16; ++slot) EXPECT_EQ(tile::PageTileStart(block.data(), slot), 1000 + slot);
+  EXPECT_EQ(block[0], (1001u << 16) | 1000u);  // little-endian u16 tile_start[0], [1]
+  EXPECT_EQ(block[8], 1016u);
+  tile::SetPageTileStart(block.data(), 3, 7);  // rewriting one half keeps its neighbour
+  EXPECT_EQ(block[1], (7u << 16) | 1002u);
+}
+
+std::string BuildField(const std::vector<const codec::OutlierStore*>& stores,
+                       const std::vector<int32_t>& encoded, const std::vector<int32_t>& table,
+                       int max_pages, int num_pages) {
   try {
-    BuildTileOutlierLists(one, {20, 20}, 1, 2);
-    FAIL() << "two sequences, one store";
+    BuildTileOutlierPages(stores, encoded, 1, table, max_pages, num_pages);
   } catch (const codec::InvalidArgument& e) {
-    EXPECT_EQ(e.field(), "outliers");
+    return e.field();
   }
-  try {
-    BuildTileOutlierLists(one, {21}, 1, 2);
-    FAIL() << "the store is shorter than its sequence";
-  } catch (const codec::InvalidArgument& e) {
-    EXPECT_EQ(e.field(), "outliers");
+  return "ok";
+}
+
+TEST(TileOutliersTest, BuilderRefusesMismatchedStoresAndTables) {
+  const codec::OutlierStore store = RandomStore(64, 300, 5);
+  const std::vector<const codec::OutlierStore*> one = {&store}, two = {&store, &store};
+  EXPECT_EQ(BuildField(one, {300}, {0, 1}, 2, 2), "ok");
+  EXPECT_EQ(BuildField(one, {20, 20}, {0, 1}, 1, 2), "outliers");  // two sequences, one store
+  EXPECT_EQ(BuildField(one, {301}, {0, 1}, 2, 2), "outliers");     // shorter than its sequence
+  EXPECT_EQ(BuildField(one, {300}, {0}, 1, 2), "max_pages");       // 300 tokens are 2 pages
+  EXPECT_EQ(BuildField(one, {300}, {0}, 2, 2), "page_table");      // not 1 x 2 entries
+  EXPECT_EQ(BuildField(one, {300}, {0, 2}, 2, 2), "page_table");   // page 2 of a pool of 2
+  EXPECT_EQ(BuildField(two, {20, 20}, {1, 1}, 1, 2), "page_table");  // page 1 named twice
+  // A store block past a page block's entries: budget kPageOutlierEntries + 1, every token full.
+  const codec::LloydTree tree(8);
+  codec::OutlierStore full(16, codec::ResolveOutlierOptions({2, 0.0f, kPageOutlierEntries + 1},
+                                                            tree, 16));
+  std::vector<float> z(16, 9.0f);
+  for (int i = 0; i < kPageTokens; ++i) full.AppendToken(z, z);
+  ASSERT_EQ(full.KeyEntries(0).size(), static_cast<size_t>(kPageOutlierEntries + 1));
+  EXPECT_EQ(BuildField({&full}, {256}, {0}, 1, 1), "outliers");
+}
+
+// TileAppend's outlier path replayed on the CPU: per token and kind the selection by
+// OutlierRank (staged in rank order, z through codec::FloatToHalf as __float2half_rn rounds),
+// then AppendToPageBlock per page in position order; the blocks must equal BuildTileOutlierPages
+// of an OutlierStore fed the same z, and the dropped counts the store's. Heavy tails (~7% of
+// values past the threshold at W = 8, cap 2): every whole page goes past its budget, so the
+// budget's truncation (the largest |z| kept) is exercised.
+TEST(TileOutliersTest, AppendReplayEqualsTheStoresPageBlocks) {
+  const int d = 64, tokens = 600, cap = 2;
+  const codec::LloydTree tree(8);
+  const codec::OutlierOptions o = codec::ResolveOutlierOptions({cap, 0.0f}, tree, d);
+  codec::OutlierStore store(d, o);
+  const int pages = (tokens + kPageTokens - 1) / kPageTokens;
+  const std::vector<int32_t> table = {2, 0, 1};
+  std::vector<uint32_t> blocks[2];
+  for (auto& b : blocks) b.assign(static_cast<size_t>(pages) * kPageOutlierBlockWords, 0);
+  int64_t past_cap = 0, over_budget = 0;
+  kvgate::stats::SplitMixRng rng(21);
+  std::vector<float> z[2] = {std::vector<float>(d), std::vector<float>(d)};
+  for (int i = 0; i < tokens; ++i) {
+    const double spread = (i / 16) % 3 == 1 ? 0.5 : 2.2;  // some tiles without outliers
+    for (auto& kind : z) {
+      for (float& v : kind) v = static_cast<float>(spread * rng.Normal());
+    }
+    if (i % 7 == 0) z[0][9] = z[0][40] = 6.0f;  // ties: the lower channel ranks first
+    store.AppendToken(z[0], z[1]);
+    for (int kind = 0; kind < 2; ++kind) {
+      float abs[64];
+      int beyond = 0;
+      for (int c = 0; c < d; ++c) {
+        const float a = std::fabs(z[kind][static_cast<size_t>(c)]);
+        abs[c] = a > o.threshold ? a : -1.0f;
+        beyond += a > o.threshold ? 1 : 0;
+      }
+      uint32_t staged[cap] = {};
+      for (int c = 0; c < d; ++c) {
+        const int rank = abs[c] >= 0.0f ? tile::OutlierRank(abs, d, c) : cap;
+        if (rank < cap) {
+          staged[rank] = tile::PackOutlierEntry(
+              i % 16, c, codec::FloatToHalf(z[kind][static_cast<size_t>(c)]));
+        }
+      }
+      const int count = std::min(beyond, cap);
+      past_cap += beyond - count;
+      const auto page = static_cast<size_t>(table[static_cast<size_t>(i / kPageTokens)]);
+      const int dropped = tile::AppendToPageBlock(
+          blocks[kind].data() + page * kPageOutlierBlockWords, i % kPageTokens, staged, count);
+      ASSERT_GE(dropped, 0) << "token " << i << " refused as out of order";
+      over_budget += dropped;
+    }
   }
-  try {
-    BuildTileOutlierLists(one, {20}, 1, 1);
-    FAIL() << "20 tokens are 2 tiles";
-  } catch (const codec::InvalidArgument& e) {
-    EXPECT_EQ(e.field(), "max_token_tiles");
+  const std::vector<const codec::OutlierStore*> stores = {&store};
+  const TileOutlierPages want = BuildTileOutlierPages(stores, {tokens}, 1, table, pages, pages);
+  EXPECT_EQ(blocks[0], want.key_blocks);
+  EXPECT_EQ(blocks[1], want.value_blocks);
+  const auto& k = store.key_stats();
+  const auto& v = store.value_stats();
+  EXPECT_EQ(over_budget, k.over_budget + v.over_budget);
+  EXPECT_GT(over_budget, 0);
+  EXPECT_EQ(past_cap, k.dropped() - k.over_budget + v.dropped() - v.over_budget);
+  for (int j = 0; j < 2; ++j) {  // the two whole pages are full (the third has 88 tokens)
+    EXPECT_EQ(tile::PageTileStart(want.Block(true, table[static_cast<size_t>(j)], 0), 16),
+              kPageOutlierEntries)
+        << "page " << j;
   }
+}
+
+TEST(TileOutliersTest, AppendRefusesATokenOutOfOrder) {
+  std::vector<uint32_t> block(kPageOutlierBlockWords, 0);
+  const uint32_t a[1] = {tile::PackOutlierEntry(5, 3, 0x4900)};
+  const uint32_t b[2] = {tile::PackOutlierEntry(2, 7, 0x4900), tile::PackOutlierEntry(2, 1, 0x4a00)};
+  ASSERT_EQ(tile::AppendToPageBlock(block.data(), 37, a, 1), 0);  // tile 2, slot 5
+  EXPECT_EQ(tile::PageTileStart(block.data(), 2), 0);
+  EXPECT_EQ(tile::PageTileStart(block.data(), 3), 1);
+  EXPECT_EQ(tile::PageTileStart(block.data(), 16), 1);
+  const std::vector<uint32_t> before = block;
+  EXPECT_EQ(tile::AppendToPageBlock(block.data(), 20, b, 2), -1);  // tile 1: before tile 2
+  EXPECT_EQ(tile::AppendToPageBlock(block.data(), 36, b, 2), -1);  // slot 4 of tile 2: before 5
+  EXPECT_EQ(tile::AppendToPageBlock(block.data(), 37, b, 2), -1);  // slot 5 again
+  EXPECT_EQ(block, before) << "a refused token writes nothing";
+  ASSERT_EQ(tile::AppendToPageBlock(block.data(), 38, b, 2), 0);  // in order: sorted by channel
+  EXPECT_EQ(tile::OutlierChannel(tile::PageEntries(block.data())[1]), 1);
+  EXPECT_EQ(tile::OutlierChannel(tile::PageEntries(block.data())[2]), 7);
+  EXPECT_EQ(tile::PageTileStart(block.data(), 3), 3);
+  EXPECT_EQ(tile::AppendToPageBlock(block.data(), 38 + 16, nullptr, 0), 0);  // none: tiles move
+  EXPECT_EQ(tile::PageTileStart(block.data(), 3), 3);
+  EXPECT_EQ(tile::PageTileStart(block.data(), 4), 3);
 }
 
 // Every finite fp16 z at every depth of every width: the kernels' correction (one f32

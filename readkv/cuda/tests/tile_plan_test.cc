@@ -110,9 +110,6 @@ TEST(TilePlanTest, BadShapesAndPlansNameTheirField) {
   s = Shape(1, 32, 8, 128, 0, 0);
   EXPECT_EQ(FieldOf(s, plan), "max_encoded_tokens");
   s = Shape(1, 32, 8, 128, 512, 0);
-  s.max_outlier_entries = -1;
-  EXPECT_EQ(FieldOf(s, plan), "max_outlier_entries");
-  s = Shape(1, 32, 8, 128, 512, 0);
   s.max_pages = 1;  // 512 tokens are 2 pages
   EXPECT_EQ(FieldOf(s, plan), "max_pages");
   s = Shape(1, 32, 8, 128, 513, 0);  // one chunk of 512 does not cover 513

@@ -59,6 +59,17 @@ GpuKvCache::GpuKvCache(const GpuKvConfig& config)
                                 "readers, got \"" + std::string(codec::ReaderName(config.reader)) +
                                 "\"");
   }
+  if (config.outliers.enabled() &&
+      (config.kind != codec::KvBackend::kReadKv || config.reader != codec::ReaderKind::kTile)) {
+    throw std::invalid_argument(
+        "outlier_cap: on a CUDA device only the tile reader applies outlier lists (the "
+        "constrained reader's kernels have no correction)");
+  }
+  if (config.outliers.enabled() && config.outliers.block_cap != rc::kPageOutlierEntries) {
+    throw std::invalid_argument("outlier_block_cap: the GPU page blocks hold " +
+                                std::to_string(rc::kPageOutlierEntries) + " entries, got " +
+                                std::to_string(config.outliers.block_cap));
+  }
   if (!config.calibration) throw std::invalid_argument("calibration: required");
   Check(rc::SetDevice(config.device.has_index() ? config.device.index() : 0), "set device");
   const codec::Calibration& cal = *config.calibration;
@@ -98,6 +109,12 @@ GpuKvCache::GpuKvCache(const GpuKvConfig& config)
       sm_count_ = rc::MultiprocessorCount(config.device.has_index() ? config.device.index() : 0);
       if (sm_count_ < 1) throw std::runtime_error("cuda: could not read the device's SM count");
     }
+    if (Lists()) {
+      outlier_counters_ =
+          torch::zeros({4}, torch::TensorOptions().dtype(torch::kLong).device(config.device));
+      p.k_lists.resize(static_cast<size_t>(config.layers));
+      p.v_lists.resize(static_cast<size_t>(config.layers));
+    }
   }
   p.k.resize(static_cast<size_t>(config.layers));
   p.v.resize(static_cast<size_t>(config.layers));
@@ -108,7 +125,9 @@ GpuKvCache::~GpuKvCache() = default;
 int64_t GpuKvCache::PageBytes() const {
   const int64_t hkv = config_.heads_kv, d = config_.head_dim;
   if (config_.kind == codec::KvBackend::kFp8) return 2 * hkv * rc::kPageTokens * d;
-  return hkv * d * config_.store_bits * 32 + hkv * rc::kPageTokens * config_.store_bits * (d / 8);
+  const int64_t lists = Lists() ? 2 * hkv * rc::kPageOutlierBlockBytes : 0;  // K and V blocks
+  return hkv * d * config_.store_bits * 32 + hkv * rc::kPageTokens * config_.store_bits * (d / 8) +
+         lists;
 }
 
 void GpuKvCache::Grow(int64_t pages) {
@@ -135,6 +154,15 @@ void GpuKvCache::Grow(int64_t pages) {
     p.k[l] = k;
     p.v[l] = v;
   }
+  // The outlier pools grow alike (zeroed: an empty block per new page).
+  const auto words = torch::TensorOptions().dtype(torch::kInt).device(config_.device);
+  for (size_t l = 0; l < p.k_lists.size(); ++l) {
+    for (torch::Tensor* lists : {&p.k_lists[l], &p.v_lists[l]}) {
+      torch::Tensor grown = torch::zeros({count, hkv, rc::kPageOutlierBlockWords}, words);
+      if (pool_pages_ > 0) grown.narrow(0, 0, pool_pages_).copy_(*lists);
+      *lists = grown;
+    }
+  }
   // Fresh pages are handed out lowest first.
   for (int64_t i = count - 1; i >= pool_pages_; --i) free_pages_.push_back(static_cast<int32_t>(i));
   pool_pages_ = count;
@@ -159,6 +187,10 @@ void GpuKvCache::Reserve(Sequence& s, int64_t tokens) {
     for (size_t l = 0; l < pools_->k.size(); ++l) {
       pools_->k[l].index_fill_(0, index, 0);
       pools_->v[l].index_fill_(0, index, 0);
+    }
+    for (size_t l = 0; l < pools_->k_lists.size(); ++l) {  // and so must its outlier blocks
+      pools_->k_lists[l].index_fill_(0, index, 0);
+      pools_->v_lists[l].index_fill_(0, index, 0);
     }
   }
 }
@@ -256,7 +288,22 @@ void GpuKvCache::Append(const Step& step, int layer, const torch::Tensor& k,
                         positions, table, cache, nullptr),
           "Fp8Append");
   } else if (Tile()) {
-    const rc::TileCache cache{Ptr<uint8_t>(pools_->k[l]), Ptr<uint8_t>(pools_->v[l])};
+    rc::TileCache cache{Ptr<uint8_t>(pools_->k[l]), Ptr<uint8_t>(pools_->v[l])};
+    if (Lists()) {  // Begin's tokens: by sequence, positions ascending (TileAppend's contract)
+      const size_t bytes = rc::TileAppendOutlierWorkspaceBytes(step.tokens, config_.heads_kv,
+                                                               config_.outliers.cap);
+      if (!append_workspace_.defined() || static_cast<size_t>(append_workspace_.numel()) < bytes) {
+        append_workspace_ = torch::empty(
+            {static_cast<int64_t>(bytes)},
+            torch::TensorOptions().dtype(torch::kByte).device(config_.device));
+      }
+      cache.key_outlier_pages = Ptr<uint32_t>(pools_->k_lists[l]);
+      cache.value_outlier_pages = Ptr<uint32_t>(pools_->v_lists[l]);
+      cache.outlier_cap = config_.outliers.cap;
+      cache.outlier_threshold = config_.outliers.threshold;
+      cache.outlier_workspace = append_workspace_.data_ptr();
+      cache.outlier_dropped = Ptr<unsigned long long>(outlier_counters_);
+    }
     Check(rc::TileAppend(shape, step.tokens, Ptr<const float>(kf), Ptr<const float>(vf), rows,
                          positions, table,
                          pools_->Codec(layer, config_.heads_kv, config_.head_dim,
@@ -376,6 +423,16 @@ GpuKvLedgers GpuKvCache::ledgers() const {
     const int64_t* t = totals.data_ptr<int64_t>();
     out.logical_read_bytes += t[0] / 8;
     out.physical_traffic_bytes += t[1];
+  }
+  if (outlier_counters_.defined()) {
+    const torch::Tensor counters = outlier_counters_.to(torch::kCPU);
+    const int64_t* c = counters.data_ptr<int64_t>();
+    out.outlier_past_cap = c[0];
+    out.outlier_over_budget = c[1];
+    out.outlier_out_of_order = c[2];
+    out.logical_read_bytes += 4 * c[3];  // the entries the kernels read, 4 bytes each
+    out.physical_traffic_bytes += 4 * c[3];
+    out.outlier_read_bytes += 4 * c[3];
   }
   out.encode_seconds = encode_timer_->Seconds();
   return out;

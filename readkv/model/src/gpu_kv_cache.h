@@ -13,7 +13,11 @@
 //   same page ids and 256-token pages) and read by TileDecodeAttention, planned once per call by
 //   PlanTileDecode for the device's SM count (queried once, at construction), the sequence's
 //   R_K, R_V as its ReadKvReadPolicy with the step-1 increment table for both K and V, the
-//   TileCentroids of the store's LloydTree. No outlier lists (the append writes none).
+//   TileCentroids of the store's LloydTree. With outlier lists (GpuKvConfig::outliers, issue 36)
+//   each layer also has two page outlier pools ([P][H_kv][kPageOutlierBlockWords] u32, K and V,
+//   the same page ids), written by TileAppend (the codec's OutlierStore bytes, within the block
+//   budget) and read by TileDecodeAttention; the constrained reader has no correction and
+//   refuses them.
 // The cache holds one reader's layout: a sequence is read by the reader the pools were written
 // for (the runtime refuses a request asking for another). Neither ReadKV reader keeps a residual
 // window here: every token is encoded when appended (the tile reader is called with
@@ -50,6 +54,7 @@
 #include "readkv/codec/attention.h"
 #include "readkv/codec/calibration.h"
 #include "readkv/codec/fp8.h"
+#include "readkv/codec/outliers.h"
 
 namespace readkv::cuda {
 class StreamTimer;  // readkv/cuda/device.h
@@ -68,12 +73,21 @@ struct GpuKvConfig {
   codec::Fp8ScaleGranularity fp8_scale = codec::Fp8ScaleGranularity::kTensor;
   int store_bits = 8;  // W (readkv)
   codec::ReaderKind reader = codec::ReaderKind::kConstrained;  // readkv: kConstrained | kTile
+  // Resolved (codec::ResolveOutlierOptions); cap > 0 only with the tile reader, whose page
+  // blocks hold the codec's default block budget (block_cap must be kPageOutlierEntries).
+  codec::OutlierOptions outliers;
 };
 
 // The ledgers of every attention call so far, in the codec's accounting terms.
 // encode_seconds: GPU time of the append (encode) launches, by CUDA events.
+// outlier_read_bytes: of logical_read_bytes, the outlier lists (4 bytes a token tile, KV head and
+// kind for its two tile_start halves, 4 an entry), counted in physical traffic too. The
+// outlier_* counts: TileAppend's (values past the cap, entries past the block budget, tokens
+// refused as out of order: always 0 from this cache's Begin order).
 struct GpuKvLedgers {
   int64_t logical_read_bytes = 0;
+  int64_t outlier_read_bytes = 0;
+  int64_t outlier_past_cap = 0, outlier_over_budget = 0, outlier_out_of_order = 0;
   int64_t physical_traffic_bytes = 0;
   int64_t workspace_peak_bytes = 0;
   double encode_seconds = 0.0;
@@ -89,8 +103,9 @@ struct GpuReadBits {
 
 class GpuKvCache {
  public:
-  // Throws std::invalid_argument naming the field ("head_dim", "heads", "kv", "reader") for a
-  // geometry, kind or reader the kernels do not run.
+  // Throws std::invalid_argument naming the field ("head_dim", "heads", "kv", "reader",
+  // "outlier_cap", "outlier_block_cap") for a geometry, kind, reader or outlier lists the kernels
+  // do not run.
   explicit GpuKvCache(const GpuKvConfig& config);
   ~GpuKvCache();
   GpuKvCache(const GpuKvCache&) = delete;
@@ -152,6 +167,11 @@ class GpuKvCache {
   bool Tile() const {
     return config_.kind == codec::KvBackend::kReadKv && config_.reader == codec::ReaderKind::kTile;
   }
+  bool Lists() const { return Tile() && config_.outliers.enabled(); }
+  // The tile reader's outlier-list reads of one call: entries summed on the device, the
+  // tile_start halves on the host.
+  void CountListReads(int layer, const torch::Tensor& table, const torch::Tensor& lens,
+                      std::span<const int32_t> lengths, int max_pages);
 
   GpuKvConfig config_;
   std::unique_ptr<Pools> pools_;
@@ -163,6 +183,8 @@ class GpuKvCache {
   torch::Tensor device_totals_;     // int64 [2]: ReadKV logical bits, payload bytes
   int sm_count_ = 0;                // the tile reader's PlanTileDecode
   torch::Tensor zero_lens_;         // int32 zeros: the tile reader's residual_lens
+  torch::Tensor append_workspace_;  // TileAppend's outlier staging
+  torch::Tensor outlier_counters_;  // int64 [4]: TileAppend's 3 counters, entries read
   std::unique_ptr<readkv::cuda::StreamTimer> encode_timer_;  // around every append launch
 };
 

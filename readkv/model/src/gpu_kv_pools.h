@@ -44,6 +44,9 @@ struct GpuKvCache::Pools {
   // readkv, constrained: key planes [P][H_kv][d][W][32] (k) and value planes
   // [P][H_kv][256][W][d / 8] (v); tile: tile pools [P][H_kv][16][d / 16][W][32] (k and v).
   std::vector<torch::Tensor> k, v;
+  // tile with outlier lists: page outlier blocks [P][H_kv][kPageOutlierBlockWords] (int32 holding
+  // the u32 words) of keys and values.
+  std::vector<torch::Tensor> k_lists, v_lists;
   torch::Tensor k_scales, v_scales;  // fp8: [layers][H_kv]
   // readkv: [layers][H_kv][d] each (the calibration's own index order).
   torch::Tensor key_mean, key_std, value_mean, value_std, key_signs, value_signs;

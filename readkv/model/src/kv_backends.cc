@@ -195,6 +195,7 @@ engine::KvLedgers LlamaDecodeModel::ledgers() const {
   if (impl_->gpu) {
     g = impl_->gpu->ledgers();
     out.logical_read_bytes += g.logical_read_bytes;
+    out.outlier_read_bytes += g.outlier_read_bytes;
     out.physical_traffic_bytes += g.physical_traffic_bytes;
     out.workspace_peak_bytes = std::max(out.workspace_peak_bytes, g.workspace_peak_bytes);
   }

@@ -191,6 +191,7 @@ struct FidelitySums {
   std::vector<int64_t> beyond_by_token;  // [vocab]: values past the outer threshold
   double x2 = 0, fp8_err2 = 0, readkv_err2 = 0, outer_err2 = 0, z = 0, z2 = 0, z_max = 0;
   int64_t kept = 0, list_bytes = 0;  // outlier entries and their lists' bytes
+  int64_t max_block_entries = 0;     // the most entries one (head, 256-token block) selected
   double after_err2 = 0;             // the W-bit code's error with the lists applied
 };
 
@@ -227,6 +228,7 @@ CodecFidelityRow FidelityRow(const FidelitySums& s, int l, int kind, int bos_tok
   r.readkv_relative_rms_after = std::sqrt(s.after_err2 / std::max(s.x2, 1e-300));
   r.outlier_entries_per_vector = static_cast<double>(s.kept) * d / n;
   r.outlier_capacity_share = static_cast<double>(s.list_bytes) / (n * w / 8.0);
+  r.outlier_max_block_entries = s.max_block_entries;
   return r;
 }
 
@@ -275,6 +277,9 @@ std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& o
   std::vector<float> xt(static_cast<size_t>(d));
   // The observer sees a document's tokens in order, per (layer, head): its position there.
   std::vector<int64_t> position(static_cast<size_t>(layers * heads), 0);
+  // Entries the lists selected so far in the current 256-token block, (layer * heads + head) * 2
+  // + kind: the per-block budget's measure (OutlierOptions::block_cap), before any budget.
+  std::vector<int64_t> block_entries(static_cast<size_t>(2 * layers * heads), 0);
   std::span<const int32_t> document;  // the tokens being fed
   for (FidelitySums& s : sums) s.beyond_by_token.assign(static_cast<size_t>(config.vocab_size), 0);
   const auto observe = [&](int layer, int head, int kind, std::span<const float> x) {
@@ -308,6 +313,9 @@ std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& o
     const int kept = codec::SelectOutliers(zs, lists, kept_channels, beyond_lists);
     s.kept += kept;
     s.list_bytes += kept * codec::kOutlierEntryBytes + (at % codec::kBlockTokens == 0 ? 2 : 0);
+    int64_t& in_block = block_entries[(static_cast<size_t>(layer) * heads + head) * 2 + kind];
+    in_block = (at % codec::kBlockTokens == 0 ? 0 : in_block) + kept;
+    s.max_block_entries = std::max(s.max_block_entries, in_block);
     for (int c = 0; c < d; ++c) {
       const auto i = static_cast<size_t>(c);
       const float z = zs[i];

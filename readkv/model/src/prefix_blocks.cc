@@ -49,7 +49,8 @@ void LlamaDecodeModel::Impl::AppendDecoded(const codec::CacheObject& object,
       };
       const bool has_outliers = !object.outliers.empty();
       codec::OutlierStore outliers(
-          d, {identity.outlier_cap, static_cast<float>(identity.outlier_threshold)});
+          d, {identity.outlier_cap, static_cast<float>(identity.outlier_threshold),
+              identity.outlier_block_cap});
       if (has_outliers) outliers.AppendBlockBytes(object.outliers[index], object.tokens);
       for (int kind = 0; kind < 2; ++kind) {
         const auto mean = kind == 0 ? calibration->KeyMean(l, h) : calibration->ValueMean(l, h);

@@ -101,6 +101,10 @@ LlamaDecodeModel::LlamaDecodeModel(const std::string& model_dir, const RuntimeOp
     g.fp8_scale = options.kv.fp8_scale;
     g.store_bits = options.kv.store_bits;
     g.reader = options.kv.reader;
+    if (options.kv.kind == codec::KvBackend::kReadKv) {
+      g.outliers = codec::ResolveOutlierOptions(
+          {options.kv.outlier_cap, options.kv.outlier_threshold}, *m.codebook, m.hd());
+    }
     m.gpu = std::make_unique<internal::GpuKvCache>(g);
     if (options.cuda_graphs == "on" && !internal::CudaGraph::Supported()) {
       throw std::invalid_argument(
@@ -171,6 +175,7 @@ codec::CacheIdentity LlamaDecodeModel::cache_identity() const {
         {m.options.kv.outlier_cap, m.options.kv.outlier_threshold}, *m.codebook, m.hd());
     id.outlier_cap = resolved.cap;
     id.outlier_threshold = resolved.threshold;
+    id.outlier_block_cap = resolved.block_cap;
     id.layout = codec::PlaneLayoutName(codec::LayoutForReader(m.options.kv.reader));
   }
   return id;

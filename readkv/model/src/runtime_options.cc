@@ -93,11 +93,11 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
       throw std::invalid_argument(
           "fp8_layers: FP8 layers inside a ReadKV cache run on the CPU without a prefix cache");
     }
-    if (UsesGpuKv(options) && kv.outlier_cap > 0) {
+    if (UsesGpuKv(options) && kv.outlier_cap > 0 && policy.reader != codec::ReaderKind::kTile) {
       throw std::invalid_argument(
-          "outlier_cap: the GPU append does not write outlier lists yet (and the constrained GPU "
-          "reader has no outlier correction), so a cache with them would be read without them; "
-          "use --outlier-cap 0 or --device cpu");
+          "outlier_cap: on a CUDA device only the tile reader applies outlier lists (the "
+          "constrained GPU reader's kernels have no outlier correction), so a cache with them "
+          "would be read without them; use --reader tile, --outlier-cap 0 or --device cpu");
     }
   }
   if (!options.prefix_cache.directory.empty()) {

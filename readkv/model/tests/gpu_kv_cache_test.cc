@@ -94,6 +94,7 @@ struct BackendCase {
   int head_dim = 64;
   std::vector<internal::GpuReadBits> read_bits;  // R_K, R_V per sequence (readkv)
   codec::ReaderKind reader = codec::ReaderKind::kConstrained;  // readkv
+  int outlier_cap = 0;  // tile: outlier lists written by TileAppend, applied by the reader
 };
 
 class GpuKvCacheTest : public ::testing::TestWithParam<BackendCase> {};
@@ -104,7 +105,10 @@ class GpuKvCacheTest : public ::testing::TestWithParam<BackendCase> {};
 // bytes equal); the tile reader computes on tensor cores in f16 and its Value depths come from
 // the GPU's own block weights (tests/tile_attention_test.cc in readkv/cuda): outputs within that
 // test's 2e-2 of codec::TileAttend, and its ledgers within 2% of the CPU's (the Key depths agree
-// exactly, nearly every Value block does).
+// exactly, nearly every Value block does). With outlier lists (issue 36: every ~20th token 3x
+// louder, so values past the tree's clip are common) the CPU caches keep the same lists; the
+// GPU's list reads are exactly 8 bytes per token tile and KV head (K and V) plus 4 per entry of
+// the CPU's stores, and its dropped counters are the CPU stores' (none out of order).
 TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
   if (!HaveCuda()) GTEST_SKIP() << "no CUDA device";
   const BackendCase bc = GetParam();
@@ -121,6 +125,8 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
   config.fp8_scale = bc.scale;
   config.store_bits = 8;
   config.reader = bc.reader;
+  const codec::LloydTree tree(8);
+  config.outliers = codec::ResolveOutlierOptions({bc.outlier_cap, 0.0f}, tree, g.head_dim);
   internal::GpuKvCache gpu(config);
   const bool tile = bc.kind == codec::KvBackend::kReadKv && bc.reader == codec::ReaderKind::kTile;
 
@@ -136,6 +142,7 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
     c.store_bits = 8;
     c.policy = codec::ReadPolicy{bc.reader, 0.5 * (bits.key + bits.value), bits.key, bits.value};
     c.residual_window = false;  // the GPU backend encodes every token at once
+    c.outliers = {bc.outlier_cap, 0.0f};
     for (int l = 0; l < g.layers; ++l) {
       c.layer = l;
       cpu[id].push_back(codec::MakeLayerKvCache(c));
@@ -144,6 +151,7 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
   };
   kvgate::stats::SplitMixRng rng(0x6b0 + static_cast<uint64_t>(bc.head_dim));
   int64_t cpu_logical = 0, cpu_payload = 0;  // payload: the tile planes' sectors (tile only)
+  int64_t list_reads = 0;  // what the GPU must count for the lists (tile_ledgers.h's terms)
   double worst = 0.0;
   // Appends `counts` tokens to each of `ids` on both sides and compares one attention per layer.
   auto step = [&](const std::vector<uint64_t>& ids, const std::vector<int64_t>& counts) {
@@ -156,8 +164,16 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
     const auto s = gpu.Begin(ids, starts, counts);
     const auto b = static_cast<int64_t>(ids.size());
     for (int l = 0; l < g.layers; ++l) {
-      const std::vector<float> k = RandomRows(rng, total, g, true);
-      const std::vector<float> v = RandomRows(rng, total, g, false);
+      std::vector<float> k = RandomRows(rng, total, g, true);
+      std::vector<float> v = RandomRows(rng, total, g, false);
+      const size_t per_row = static_cast<size_t>(g.heads_kv * g.head_dim);
+      for (int64_t t = 0; bc.outlier_cap > 0 && t < total; ++t) {
+        if (rng.UniformIndex(20) != 0) continue;
+        for (size_t j = 0; j < per_row; ++j) {
+          k[static_cast<size_t>(t) * per_row + j] *= 3.0f;
+          v[static_cast<size_t>(t) * per_row + j] *= 3.0f;
+        }
+      }
       std::vector<float> q(static_cast<size_t>(b * g.heads_q * g.head_dim));
       for (float& x : q) x = static_cast<float>(rng.Normal());
       gpu.Append(s, l, OnGpu(k, {total, g.heads_kv, g.head_dim}),
@@ -181,8 +197,12 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
           const auto& cache = dynamic_cast<const codec::ReadKvLayerCache&>(layer);
           const codec::AttentionLedgers led = codec::TileAttend(cache.tile_view(), cache.plan(),
                                                                 query, result);
-          cpu_logical += led.logical.Bytes();
+          // The lists' part is compared exactly below (list_reads: the GPU layout's terms).
+          cpu_logical += led.logical.Bytes() - led.logical.outlier_bits / 8;
           cpu_payload += led.physical.key_payload_bytes + led.physical.value_payload_bytes;
+          for (int h = 0; bc.outlier_cap > 0 && h < g.heads_kv; ++h) {
+            list_reads += 8 * ((cache.encoded_tokens() + 15) / 16) + 4 * cache.outliers(h).entries();
+          }
         } else {
           cpu_logical += layer.Attend(query, result).logical.Bytes();
         }
@@ -219,9 +239,29 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
   step({4}, {520});
   step({2, 4, 1}, {1, 1, 1});
   const internal::GpuKvLedgers led = gpu.ledgers();
+  if (bc.outlier_cap > 0) {
+    EXPECT_EQ(led.outlier_read_bytes, list_reads);
+    int64_t past_cap = 0, over_budget = 0, entries = 0;
+    for (const auto& [id, layers] : cpu) {  // every sequence's appends, 3's too
+      for (const auto& layer : layers) {
+        const auto& cache = dynamic_cast<const codec::ReadKvLayerCache&>(*layer);
+        for (int h = 0; h < g.heads_kv; ++h) {
+          entries += cache.outliers(h).entries();
+          for (const auto* st : {&cache.outliers(h).key_stats(), &cache.outliers(h).value_stats()}) {
+            past_cap += st->dropped() - st->over_budget;
+            over_budget += st->over_budget;
+          }
+        }
+      }
+    }
+    EXPECT_GT(entries, 50) << "the louder tokens must give lists";
+    EXPECT_EQ(led.outlier_past_cap, past_cap);
+    EXPECT_EQ(led.outlier_over_budget, over_budget);
+    EXPECT_EQ(led.outlier_out_of_order, 0);
+  }
   if (tile) {
-    EXPECT_NEAR(static_cast<double>(led.logical_read_bytes), static_cast<double>(cpu_logical),
-                0.02 * static_cast<double>(cpu_logical));
+    EXPECT_NEAR(static_cast<double>(led.logical_read_bytes - led.outlier_read_bytes),
+                static_cast<double>(cpu_logical), 0.02 * static_cast<double>(cpu_logical));
     // Whole sectors of every plane read, plus the other launches' terms.
     EXPECT_GT(led.physical_traffic_bytes, cpu_payload * 98 / 100);
   } else {
@@ -251,12 +291,18 @@ INSTANTIATE_TEST_SUITE_P(
         BackendCase{codec::KvBackend::kReadKv, {}, 64, {{4, 4}, {4, 4}, {4, 4}, {4, 4}},
                     codec::ReaderKind::kTile},
         BackendCase{codec::KvBackend::kReadKv, {}, 128, {{7, 2}, {4, 4}, {7, 2}, {2, 2}},
-                    codec::ReaderKind::kTile}),
+                    codec::ReaderKind::kTile},
+        // The tile reader with outlier lists (issue 36), both head dims.
+        BackendCase{codec::KvBackend::kReadKv, {}, 64, {{4, 4}, {7, 2}, {4, 4}, {2, 2}},
+                    codec::ReaderKind::kTile, 2},
+        BackendCase{codec::KvBackend::kReadKv, {}, 128, {{7, 2}, {4, 4}, {7, 2}, {2, 2}},
+                    codec::ReaderKind::kTile, 2}),
     [](const auto& p) {
       return std::string(codec::KvBackendName(p.param.kind)) +
              (p.param.reader == codec::ReaderKind::kTile ? "_tile" : "") + "_d" +
              std::to_string(p.param.head_dim) +
              (p.param.scale == codec::Fp8ScaleGranularity::kHead ? "_head" : "") +
+             (p.param.outlier_cap > 0 ? "_lists" : "") +
              std::to_string(p.index);
     });
 
@@ -278,6 +324,23 @@ TEST(GpuKvCacheTest, RejectsGeometriesTheKernelsDoNotRun) {
   EXPECT_THROW(internal::GpuKvCache{config}, std::invalid_argument);
   // ReadKV runs the constrained and tile readers only; refused before any device is touched.
   config.kind = codec::KvBackend::kReadKv;
+  // Outlier lists: the tile reader's only, and only with the page blocks' budget.
+  config.outliers = codec::ResolveOutlierOptions({2, 0.0f}, codec::LloydTree(8), 64);
+  const auto field = [&config] {
+    try {
+      internal::GpuKvCache cache(config);
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      return what.substr(0, what.find(':'));
+    }
+    return std::string("accepted");
+  };
+  config.reader = codec::ReaderKind::kConstrained;
+  EXPECT_EQ(field(), "outlier_cap");
+  config.reader = codec::ReaderKind::kTile;
+  config.outliers.block_cap = 100;
+  EXPECT_EQ(field(), "outlier_block_cap");
+  config.outliers = {};
   for (const codec::ReaderKind reader : {codec::ReaderKind::kFlexible, codec::ReaderKind::kFull}) {
     config.reader = reader;
     try {

@@ -393,7 +393,7 @@ TEST_F(CompressedRuntimeTest, CodecFidelityMeasuresBothCachesAndFallsWithStoredB
   EXPECT_THROW(MeasureCodecFidelity(o), codec::IdentityMismatch);
 }
 
-TEST(RuntimeOptionsTest, OutlierListsAreRefusedOnACudaDeviceAndOutOfRange) {
+TEST(RuntimeOptionsTest, OutlierListsAreRefusedByTheConstrainedGpuReaderAndOutOfRange) {
   RuntimeOptions o;
   o.kv.kind = codec::KvBackend::kReadKv;
   o.kv.reader = codec::ReaderKind::kConstrained;
@@ -409,7 +409,10 @@ TEST(RuntimeOptionsTest, OutlierListsAreRefusedOnACudaDeviceAndOutOfRange) {
     return std::string("accepted");
   };
   o.device = "cuda";
-  EXPECT_EQ(prefix_of(), "outlier_cap");  // no GPU correction: refused, never read without
+  EXPECT_EQ(prefix_of(), "outlier_cap");  // no constrained GPU correction: refused
+  o.kv.reader = codec::ReaderKind::kTile;
+  EXPECT_EQ(prefix_of(), "accepted");  // the GPU tile reader writes and applies them
+  o.kv.reader = codec::ReaderKind::kConstrained;
   o.kv.outlier_cap = 0;
   EXPECT_EQ(prefix_of(), "accepted");
   o.device = "cpu";
@@ -423,9 +426,9 @@ TEST(RuntimeOptionsTest, OutlierListsAreRefusedOnACudaDeviceAndOutOfRange) {
   EXPECT_EQ(prefix_of(), "accepted");
 }
 
-// `--device cuda` runs ReadKV with the constrained and the tile reader (issue 37), no other; the
-// outlier cap stays refused for both, with a message that says why (the GPU append writes no
-// lists). Checked without a GPU: ValidateRuntimeOptions reads the options only.
+// `--device cuda` runs ReadKV with the constrained and the tile reader (issue 37), no other; an
+// outlier cap is taken by the tile reader (issue 36) and refused by the constrained one, with a
+// message that says why. Checked without a GPU: ValidateRuntimeOptions reads the options only.
 TEST(RuntimeOptionsTest, ACudaDeviceServesTheConstrainedAndTileReadersOnly) {
   RuntimeOptions o;
   o.device = "cuda";
@@ -449,9 +452,14 @@ TEST(RuntimeOptionsTest, ACudaDeviceServesTheConstrainedAndTileReadersOnly) {
     EXPECT_EQ(error_of(), "accepted") << codec::ReaderName(reader);
     o.device = "cuda";
     o.kv.outlier_cap = 2;
-    const std::string refused = error_of();
-    EXPECT_EQ(refused.rfind("outlier_cap:", 0), 0u) << refused;
-    EXPECT_NE(refused.find("append does not write outlier lists"), std::string::npos) << refused;
+    const std::string with_lists = error_of();
+    if (reader == codec::ReaderKind::kTile) {
+      EXPECT_EQ(with_lists, "accepted");
+    } else {
+      EXPECT_EQ(with_lists.rfind("outlier_cap:", 0), 0u) << with_lists;
+      EXPECT_NE(with_lists.find("no outlier correction"), std::string::npos) << with_lists;
+      EXPECT_NE(with_lists.find("--reader tile"), std::string::npos) << with_lists;
+    }
     o.kv.outlier_cap = 0;
   }
   for (const codec::ReaderKind reader : {codec::ReaderKind::kFlexible, codec::ReaderKind::kFull}) {

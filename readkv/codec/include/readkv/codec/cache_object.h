@@ -17,6 +17,10 @@
 // order as the blocks) and 0 otherwise. The cap and threshold are identity fields, so an object
 // written without outliers (or with another cap or threshold) is IdentityMismatch("outlier_cap")
 // or ("outlier_threshold") for a reader that keeps them, and the other way round.
+// Version 4 added the identity field `outlier_block_cap` (the lists' per-block budget,
+// OutlierOptions::block_cap): a version-3 object, written without a budget, is
+// IdentityMismatch("format_version"), never read as if it had one; one of another budget is
+// IdentityMismatch("outlier_block_cap").
 // Version 2 put format_version and header_bytes under the header's checksum (version 1 summed the
 // header alone), so a flipped byte anywhere before the blocks reads as CorruptObject("header"),
 // never as another format version. Every later version keeps this preamble: an object of another
@@ -33,7 +37,7 @@
 
 namespace readkv::codec {
 
-inline constexpr uint32_t kCacheFormatVersion = 3;
+inline constexpr uint32_t kCacheFormatVersion = 4;
 
 struct CacheIdentity {
   std::string model_id;
@@ -53,6 +57,7 @@ struct CacheIdentity {
   int store_bits = 0;
   int outlier_cap = 0;             // OutlierOptions::cap; 0 = no outlier lists
   double outlier_threshold = 0.0;  // the resolved OutlierOptions::threshold (a float); 0 when off
+  int outlier_block_cap = 0;       // the resolved OutlierOptions::block_cap; 0 when off
   std::string layout = "planes";  // PlaneLayoutName(): "planes" | "tiles16"
   uint32_t format_version = kCacheFormatVersion;
 

@@ -9,6 +9,11 @@
 // IEEE fp16, rounded to nearest even). The bit planes store every value as before, clipped, so the
 // planes are bit for bit those of a cache without outliers. Values past the cap stay clipped and
 // are counted (`OutlierStats::dropped`).
+// Each 256-token block and kind also has a budget, `block_cap` entries (the GPU's fixed-size page
+// block, docs/readkv.md "Outliers"): tokens are taken in order, and a token that finds only
+// n < its selection's size left in its block keeps the first n of its ranking (largest |z|) and
+// drops the rest (`OutlierStats::over_budget`, part of `dropped`); a full block keeps nothing
+// more.
 //
 // A reader that reconstructs a kept element at depth t (t in [0, W]) from the planes gets
 // centroid_t(code); the entry corrects it exactly to fp16(z) by adding OutlierCorrection(z, t) =
@@ -37,18 +42,28 @@ namespace readkv::codec {
 inline constexpr int kMaxOutlierCap = 16;
 inline constexpr int kOutlierEntryBytes = 4;
 inline constexpr int kOutlierBlockHeaderBytes = 4;
+// The default per-block budget (entries per 256-token block, KV head and kind), chosen by
+// measurement (docs/readkv.md, "Outliers": the most any block selected on the development seed,
+// with headroom, and the GPU's page block <= 5% of the payload at d = 64, W = 8).
+inline constexpr int kDefaultOutlierBlockCap = 160;
+// A block holds at most 256 tokens x kMaxOutlierCap entries.
+inline constexpr int kMaxOutlierBlockCap = 256 * kMaxOutlierCap;
 
-// Part of the cache identity: a cache written with another cap or threshold is another cache.
+// Part of the cache identity: a cache written with another cap, threshold or block budget is
+// another cache.
 struct OutlierOptions {
   int cap = 0;             // entries per (token, KV head) for K and again for V; 0 = off
   float threshold = 0.0f;  // |z| past which a value is an outlier; 0 = the tree's outermost
+  int block_cap = 0;       // entries per (256-token block, KV head) and kind; 0 = the default
   bool enabled() const { return cap > 0; }
 };
 
-// The options with the threshold resolved for `tree` (0 -> its outermost threshold). Throws
-// InvalidArgument("outlier_cap") outside [0, kMaxOutlierCap], InvalidArgument("outlier_threshold")
-// for a non-finite threshold or one below the tree's outermost threshold (such values are not
-// clipped), InvalidArgument("head_dim") for d > 256 with outliers on. Off stays {0, 0}.
+// The options with the threshold resolved for `tree` (0 -> its outermost threshold) and the
+// block budget (0 -> kDefaultOutlierBlockCap). Throws InvalidArgument("outlier_cap") outside
+// [0, kMaxOutlierCap], InvalidArgument("outlier_threshold") for a non-finite threshold or one
+// below the tree's outermost threshold (such values are not clipped),
+// InvalidArgument("outlier_block_cap") outside [0, kMaxOutlierBlockCap],
+// InvalidArgument("head_dim") for d > 256 with outliers on. Off stays {0, 0, 0}.
 OutlierOptions ResolveOutlierOptions(const OutlierOptions& options, const LloydTree& tree,
                                      int head_dim);
 
@@ -67,13 +82,16 @@ float OutlierCorrection(const LloydTree& tree, uint16_t z_half, int depth);
 
 // Kept and dropped outliers, counted at write time.
 struct OutlierStats {
-  int64_t beyond = 0;  // values with |z| > threshold
-  int64_t kept = 0;    // of them, entries written
+  int64_t beyond = 0;       // values with |z| > threshold
+  int64_t kept = 0;         // of them, entries written
+  int64_t over_budget = 0;  // of them, selected (within the cap) but past the block's budget
   int64_t dropped() const { return beyond - kept; }
 };
 
 // Selects one token's entries from its d standardised values: writes up to `cap` channels into
 // `out` (sorted by channel) and returns how many; `beyond` gets the count past the threshold.
+// The cap is min(resolved.cap, out_channels.size()): a shorter span keeps the first of the
+// ranking (the block budget's rule).
 int SelectOutliers(std::span<const float> z, const OutlierOptions& resolved,
                    std::span<uint8_t> out_channels, int64_t& beyond);
 
@@ -81,14 +99,15 @@ int SelectOutliers(std::span<const float> z, const OutlierOptions& resolved,
 class OutlierStore {
  public:
   OutlierStore() = default;
-  // Throws as ResolveOutlierOptions; `options` must already be resolved.
+  // `resolved` must already be resolved (ResolveOutlierOptions): InvalidArgument
+  // ("outlier_block_cap") for a block budget outside [1, kMaxOutlierBlockCap] with outliers on.
   OutlierStore(int head_dim, const OutlierOptions& resolved);
 
   int64_t tokens() const { return tokens_; }
   int64_t blocks() const { return static_cast<int64_t>(key_offset_.size()) - 1; }
 
-  // Appends one token given its standardised K and V (d each); counts into key_stats() /
-  // value_stats(). Only the token count moves when outliers are off.
+  // Appends one token given its standardised K and V (d each), within the block budget; counts
+  // into key_stats() / value_stats(). Only the token count moves when outliers are off.
   void AppendToken(std::span<const float> key_z, std::span<const float> value_z);
 
   std::span<const OutlierEntry> KeyEntries(int64_t block) const;
@@ -106,9 +125,9 @@ class OutlierStore {
 
   // One block's serialised section (the layout above), and the inverse for a block appended to
   // a store that ends on a block boundary. AppendBlockBytes throws CorruptObject("outliers") when
-  // the size, a count, the order, a token (>= tokens_in_block), a channel (>= d), an entry past the
-  // cap for its token, or a |z| not past the threshold is wrong, InvalidArgument("tokens") off a
-  // block boundary.
+  // the size, a count (or one past the block budget), the order, a token (>= tokens_in_block), a
+  // channel (>= d), an entry past the cap for its token, or a |z| not past the threshold is
+  // wrong, InvalidArgument("tokens") off a block boundary.
   std::vector<uint8_t> BlockBytes(int64_t block) const;
   void AppendBlockBytes(std::span<const uint8_t> bytes, int tokens_in_block);
 

@@ -4,7 +4,7 @@
 // head in the MMA's N = 8 dimension. Its GPU tests are tests/tile_attention_test.cc (against the
 // CPU reference); the first version passed them on an H100 (2026-12-05), the present staged one
 // has not run on a GPU yet (readkv/cuda/README.md). Served by `kvgate serve --device cuda --reader
-// tile` (readkv/model's GpuKvCache: no residual window, no outlier lists).
+// tile` (readkv/model's GpuKvCache: no residual window; outlier page blocks with --outlier-cap).
 //
 // The tile pools (docs/readkv.md, "The tile layout"): pages of kPageTokens = 256 tokens, as
 // ReadKV's (decode_attention.h), each page 16 token tiles:
@@ -25,15 +25,19 @@
 //     TileLayerView holds them).
 //   queries [B][H_q][d] float (keys' domain); out [B][H_q][d] float.
 // Outlier lists (optional; docs/readkv.md "Outliers", the codec's OutlierStore in a GPU layout,
-// src/tile_outliers.h packs an entry), per (b, h) row and separately for K and V, CSR by token
-// tile:
-//   *_outlier_offsets [B][H_kv][max_token_tiles + 1] u32: row-relative index of each tile's first
-//     entry; tile r's entries are [offsets[r], offsets[r + 1]), non-decreasing, the last
-//     <= max_outlier_entries (tiles past the row's ceil(encoded_lens[b] / 16) are never read).
-//   *_outlier_entries [B][H_kv][max_outlier_entries] u32: (token in tile, channel, fp16 z), a
-//     tile's sorted by (token, channel) as OutlierStore sorts them; tokens < encoded_lens[b].
-// A kind's two pointers are both null (no lists: the kernels' behaviour without them, bit for
-// bit) or both set. With lists every listed element reads as fp16(z): K before the softmax,
+// src/tile_outliers.h packs an entry and addresses a block): per (page, KV head), separately for
+// K and V, a fixed-size page outlier block, the GPU image of one OutlierStore block (a page is a
+// store block of 256 tokens), in its own pool beside the tile pools and under the same page table:
+//   key_outlier_pages, value_outlier_pages: [num_pages][H_kv][kPageOutlierBlockWords] u32, a
+//     block = u16 tile_start[17] (little-endian, two a word; zero padded to 64 bytes), then
+//     kPageOutlierEntries u32 entries (token in tile, channel, fp16 z), sorted by (token,
+//     channel) as OutlierStore sorts a block. Token tile j of sequence b reads the block (page
+//     page_table[b * max_pages + j / 16], h), entries tile_start[j % 16] .. tile_start[j % 16 + 1]
+//     (non-decreasing, tile_start[16] the page's entries <= kPageOutlierEntries; unused entries
+//     and padding are zero). Entries only of tokens < encoded_lens[b]. A zeroed block is an empty
+//     page; TileAppend keeps tile_start[j] = the page's count for every tile past its last token.
+// Either kind's pool may be null (no lists of that kind: the kernels' behaviour without them,
+// bit for bit). With lists every listed element reads as fp16(z): K before the softmax,
 // logit += (q~ scale)_c * (sigma_c * correction(z, t_group)); V before sigma, mu and the
 // inverse transform, acc += p * correction(z, t_block), p the f16 probability of the Value MMA
 // (codec::AddKeyOutlierLogits / AddValueOutlierSums; the correction needs z's sign and the
@@ -73,6 +77,14 @@
 
 namespace readkv::cuda {
 
+// The page outlier block (above): E entries per (page, KV head) and kind, the codec's default
+// per-block budget (codec::kDefaultOutlierBlockCap; docs/readkv.md "Outliers" says how it was
+// measured), after a 64-byte header.
+inline constexpr int kPageOutlierEntries = 160;
+inline constexpr int kPageOutlierHeaderWords = 16;  // u16 tile_start[17], padded to 64 bytes
+inline constexpr int kPageOutlierBlockWords = kPageOutlierHeaderWords + kPageOutlierEntries;
+inline constexpr int64_t kPageOutlierBlockBytes = 4 * int64_t{kPageOutlierBlockWords};
+
 struct TileDecodeShape {
   int batch = 1;
   int heads_q = 32;
@@ -81,8 +93,6 @@ struct TileDecodeShape {
   int store_bits = 8;           // W, 1..8
   int max_encoded_tokens = 0;   // >= every encoded_lens[b]
   int max_residual_tokens = 0;  // >= every residual_lens[b]; the rows' stride of the window
-  int max_outlier_entries = 0;  // >= 0: the outlier entries' row stride (K and V), unused
-                                // without lists
   int max_pages = 0;            // columns of page_table, >= ceil(max_encoded_tokens / 256)
 
   int group() const { return heads_q / heads_kv; }
@@ -101,11 +111,9 @@ struct TileDecodeInputs {
   const int32_t* residual_lens = nullptr;  // [B], each in [0, max_residual_tokens]; >= 1 token
                                            // per sequence in all
   float* out = nullptr;                    // [B][H_q][d]
-  // The outlier lists (above); null: none.
-  const uint32_t* key_outlier_offsets = nullptr;    // [B][H_kv][max_token_tiles + 1]
-  const uint32_t* key_outlier_entries = nullptr;    // [B][H_kv][max_outlier_entries]
-  const uint32_t* value_outlier_offsets = nullptr;  // same shapes
-  const uint32_t* value_outlier_entries = nullptr;
+  // The outlier page blocks (above); null: none of that kind.
+  const uint32_t* key_outlier_pages = nullptr;    // [num_pages][H_kv][kPageOutlierBlockWords]
+  const uint32_t* value_outlier_pages = nullptr;  // same shape
 };
 
 // How a call splits its work, chosen on the host (PlanTileDecode) and passed to the launcher
@@ -150,19 +158,32 @@ struct TileDecodeDebug {
 // One decode step. `centroids` by value (a kernel parameter). Returns cudaErrorInvalidValue for
 // a plan or shape the kernels cannot run (checked as TileDecodeWorkspaceBytes does, without
 // throwing), a null input (the pools and page table may be null only when max_encoded_tokens is
-// 0), or a kind of outlier list with one of its two pointers null;
-// launch errors otherwise. Never synchronises.
+// 0); launch errors otherwise. Never synchronises.
 cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeInputs& inputs,
                                 const ReadKvCodec& codec, const tile::TileCentroids& centroids,
                                 const ReadKvReadPolicy& policy, const TilePlan& plan,
                                 void* workspace, cudaStream_t stream,
                                 const TileDecodeDebug& debug = {});
 
-// The write side of the tile pools (layout above; device memory).
+// The write side of the tile pools (layout above; device memory) and, optionally, of the outlier
+// page blocks: both outlier pools null (no lists written), or both set with the rest.
 struct TileCache {
   uint8_t* key_tiles = nullptr;    // [num_pages][H_kv][16][d / 16][W][32]
   uint8_t* value_tiles = nullptr;  // same shape
+  uint32_t* key_outlier_pages = nullptr;    // [num_pages][H_kv][kPageOutlierBlockWords]
+  uint32_t* value_outlier_pages = nullptr;  // same shape
+  int outlier_cap = 0;             // entries per (token, KV head) and kind, 1..16
+  float outlier_threshold = 0.0f;  // |z| past which a value is listed (the codec's resolved one)
+  void* outlier_workspace = nullptr;  // TileAppendOutlierWorkspaceBytes(tokens, H_kv, cap)
+  // [3], added to (not set): values past the threshold beyond a token's cap, selected entries
+  // past a block's budget (kPageOutlierEntries), tokens refused as out of order (their entries
+  // not written). The first two summed over K and V are codec::OutlierStats::dropped().
+  unsigned long long* outlier_dropped = nullptr;
 };
+
+// Device workspace TileAppend needs for `tokens` tokens with outlier lists of cap `cap` (the
+// staged entries, [tokens][H_kv][2][cap] u32, and their counts, [tokens][H_kv][2] u32).
+size_t TileAppendOutlierWorkspaceBytes(int tokens, int heads_kv, int cap);
 
 // Encodes and appends tokens into the tile pools, as ReadKvAppend (decode_attention.h) does into
 // bit planes: keys and values [tokens][H_kv][d] float (keys post-RoPE); token k goes to
@@ -172,8 +193,22 @@ struct TileCache {
 // readkv_encode.cuh). A token's bits land in bytes that the other 15 tokens of its tile also
 // write: they are ORed in by 32-bit atomics, so the pages must be zero before their tokens are
 // appended (zero pages when allocating), any number of a tile's tokens may be appended in one
-// launch, and a slot must not be appended twice. Returns cudaErrorInvalidValue for a bad shape,
-// a store_bits outside 1..8 or a null pointer; never synchronises.
+// launch, and a slot must not be appended twice.
+// With outlier pools, the lists too, the codec's OutlierStore bytes for the same standardised
+// values (docs/readkv.md "Outliers"): the append kernel stages each (token, head, kind)'s
+// selection (|z| > threshold, ranked by |z|, ties the lower channel, the first `cap`; z in fp16
+// round to nearest even) in the workspace, then a second kernel, a thread per (run of a page's
+// tokens, head, kind), appends each token's entries after the block's, within the block budget
+// kPageOutlierEntries (the codec's block_cap must be that), sorted by channel, and keeps
+// tile_start right. Its assumption: a page's tokens arrive in position order, and within one
+// launch a page's tokens are consecutive (tokens grouped by sequence, each sequence's in
+// increasing position: how a server batches a prefill and a decode step). A token that breaks it
+// where it shows (its tile before one already holding entries, or its slot not after the last
+// entry in its tile) has no entries written and is counted (outlier_dropped[2]): a test must
+// find that counter 0. New pages' blocks must be zero, as the tile pools.
+// Returns cudaErrorInvalidValue for a bad shape, a store_bits outside 1..8, a null pointer, or
+// outlier pools with a cap outside 1..16, a threshold not finite and positive, or a null
+// workspace or counter; never synchronises.
 cudaError_t TileAppend(const DecodeShape& shape, int tokens, const float* keys,
                        const float* values, const int32_t* seq_ids, const int32_t* positions,
                        const int32_t* page_table, const ReadKvCodec& codec,

@@ -30,12 +30,12 @@
 // The f16 centroid tables (tile::TileCentroids) are a kernel parameter of TileLogits and
 // TileValues: counted once per launch. The lengths arrays are not counted (nor are the other
 // kernels' seq_lens).
-// Outlier lists (tile_attention.h, when `lists` is given; counted as payload): TilePrepare
-// writes the f32 scaled queries (g x d floats a row);
-// TileLogits (Key lists) and TileValues (Value lists) read, per warp share of a chunk, its
-// tiles' offsets and their entries, each a contiguous range counted in the 32-byte sectors it
-// touches; per Key entry TileLogits also reads sigma_c and the g scaled queries of channel c
-// (4 + 4 g bytes).
+// Outlier lists (tile_attention.h's page blocks, when `lists` is given; counted as payload):
+// TilePrepare writes the f32 scaled queries (g x d floats a row); TileLogits (Key lists) and
+// TileValues (Value lists) read per tile its page-table entry again (metadata) and, per warp
+// share of a chunk and page it touches, its tiles' tile_start halves and their entries, each a
+// contiguous range counted in the 32-byte sectors it touches; per Key entry TileLogits also reads
+// sigma_c and the g scaled queries of channel c (4 + 4 g bytes).
 #pragma once
 
 #include <cstdint>
@@ -51,19 +51,20 @@ namespace readkv::cuda {
 // sequence; the page table is not counted, as for ReadKV's pages), the BF16 residual
 // windows (keys and values, residual_lens[b] tokens), and the codec's tables: the means, stds
 // and signs of K and V ([H_kv][d] floats each), the step-1 increment table (W - 1 doubles) and
-// the f16 centroid tables; with `lists`, per row and kind its tiles' offsets (ceil(E / 16) + 1
-// u32) and its entries (4 bytes each), as the codec counts a block's header and entries.
+// the f16 centroid tables; with `lists`, per page of a sequence, KV head and kind one whole page
+// outlier block (kPageOutlierBlockBytes: the pool's unit, as the tile pools' pages are).
 int64_t TileCapacityBytes(const TileDecodeShape& shape, const int32_t* encoded_lens_host,
                           const int32_t* residual_lens_host,
-                          const TileOutlierLists* lists = nullptr);
+                          const TileOutlierPages* lists = nullptr);
 
 // Ledger 2: the plane bytes the chosen depths read, whole 32-byte sectors: per row
 // sum_g t_g x tiles x 32 (keys) + sum_r t_r x (d / 16) x 32 (values). key_depths_host
 // [B][H_kv][d / 16] and value_depths_host [B][H_kv][max_token_tiles] as TileDecodeDebug wrote
-// them. With `lists`, every tile being read, the lists' capacity bytes too.
+// them. With `lists`, every tile being read, per row and kind 4 bytes a tile (its two tile_start
+// halves) and 4 bytes per entry of the encoded tokens.
 int64_t TileLogicalBytes(const TileDecodeShape& shape, const int32_t* encoded_lens_host,
                          const uint8_t* key_depths_host, const uint8_t* value_depths_host,
-                         const TileOutlierLists* lists = nullptr);
+                         const TileOutlierPages* lists = nullptr);
 
 // Ledger 3, by launch ("TilePrepare", "TileLogits", "TileSelect", "TileValues", "TileCombine")
 // and by category; both depth arrays null: every term but the planes' payload.
@@ -71,6 +72,6 @@ TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& pla
                                const int32_t* encoded_lens_host,
                                const int32_t* residual_lens_host,
                                const uint8_t* key_depths_host, const uint8_t* value_depths_host,
-                               const TileOutlierLists* lists = nullptr);
+                               const TileOutlierPages* lists = nullptr);
 
 }  // namespace readkv::cuda

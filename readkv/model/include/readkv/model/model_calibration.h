@@ -69,6 +69,9 @@ struct CodecFidelityRow {
   // The lists' bytes (4 per entry, 2 per 256-token block and KV head for this kind's count)
   // over the W-bit payload of the same values.
   double outlier_capacity_share = 0.0;
+  // The most entries any (KV head, 256-token block of a document) selected for this kind, with
+  // no per-block budget applied: what OutlierOptions::block_cap is chosen against.
+  int64_t outlier_max_block_entries = 0;
 };
 
 struct CodecFidelityOptions {

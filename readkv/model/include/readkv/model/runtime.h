@@ -84,7 +84,9 @@ struct KvCacheOptions {
   std::optional<double> value_bits; // R_V; unset = 2R - R_K
   // ReadKV's capped outlier lists (codec/outliers.h), part of the cache identity: entries per
   // (token, KV head) for K and for V (0 = off) and |z| past which a value is one (0 = the tree's
-  // outermost threshold). CPU only: a CUDA device refuses a cap above 0 ("outlier_cap").
+  // outermost threshold). On a CUDA device only with the tile reader (TileAppend writes the
+  // page blocks, TileDecodeAttention applies them); the constrained reader refuses a cap above 0
+  // ("outlier_cap").
   int outlier_cap = 0;
   float outlier_threshold = 0.0f;
   // ReadKV with these layers kept as FP8 caches instead (vLLM's kv_cache_dtype_skip_layers
@@ -120,7 +122,8 @@ struct RuntimeOptions {
 
 // Throws std::invalid_argument naming the field ("store_bits", "read_bits", "reader"
 // (flexible on a CUDA device too), "kv_split", "outlier_cap" (outside [0, 16], or above 0 on a
-// CUDA device: the GPU kernels have no outlier correction), "outlier_threshold", "device", "dtype",
+// CUDA device with the constrained reader: its kernels have no outlier correction),
+// "outlier_threshold", "device", "dtype",
 // "cache_dir" (set for dense/fp8,
 // with kThroughCache prefill or on a CUDA device), "cache_max_bytes", "cuda_graphs" (not
 // auto/on/off, or "on" without fp8/readkv on a CUDA device) for an invalid combination.
