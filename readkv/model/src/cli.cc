@@ -285,21 +285,22 @@ void AddCalibrateCommand(CLI::App& app, int& exit_code) {
     check->documents = *o;
     if (!*seed_set) check->documents.seed = o->seed + 1;
     const std::vector<CodecFidelityRow> rows = MeasureCodecFidelity(*check);
-    std::printf("%5s %-5s %10s %9s %9s %9s %10s %11s %10s %7s %6s %7s | %9s %10s %7s %7s %9s\n",
-                "layer", "kind", "values", "fp8_rms", "fp8_sat", "rkv_rms", "rkv_outer",
-                "outer_err%", "at_first%", "z_mean", "z_std", "z_max", "rms_after", "clip_after",
-                "ent/vec", "list%", "max/block");
+    std::printf(
+        "%5s %-5s %10s %9s %9s %9s %10s %11s %10s %7s %6s %7s | %9s %10s %7s %7s %9s %10s\n",
+        "layer", "kind", "values", "fp8_rms", "fp8_sat", "rkv_rms", "rkv_outer", "outer_err%",
+        "at_first%", "z_mean", "z_std", "z_max", "rms_after", "clip_after", "ent/vec", "list%",
+        "max/block", "budget_cut");
     nlohmann::json out = nlohmann::json::array();
     for (const CodecFidelityRow& r : rows) {
       std::printf(
           "%5d %-5s %10lld %9.2e %9.2e %9.2e %10.2e %10.1f%% %9.1f%% %7.3f %6.3f %7.2f | %9.2e "
-          "%10.2e %7.4f %6.2f%% %9lld\n",
+          "%10.2e %7.4f %6.2f%% %9lld %10.2e\n",
           r.layer, r.kind.c_str(), static_cast<long long>(r.values), r.fp8_relative_rms,
           r.fp8_saturated, r.readkv_relative_rms, r.readkv_beyond_outer,
           100.0 * r.readkv_outer_error_share, 100.0 * r.readkv_outer_first_token, r.z_mean,
           r.z_std, r.z_max_abs, r.readkv_relative_rms_after, r.readkv_clipped_after,
           r.outlier_entries_per_vector, 100.0 * r.outlier_capacity_share,
-          static_cast<long long>(r.outlier_max_block_entries));
+          static_cast<long long>(r.outlier_max_block_entries), r.outlier_over_budget);
       out.push_back({{"layer", r.layer}, {"kind", r.kind}, {"values", r.values},
                      {"fp8_relative_rms", r.fp8_relative_rms}, {"fp8_saturated", r.fp8_saturated},
                      {"readkv_relative_rms", r.readkv_relative_rms},
@@ -318,7 +319,8 @@ void AddCalibrateCommand(CLI::App& app, int& exit_code) {
                      {"readkv_clipped_after", r.readkv_clipped_after},
                      {"outlier_entries_per_vector", r.outlier_entries_per_vector},
                      {"outlier_capacity_share", r.outlier_capacity_share},
-                     {"outlier_max_block_entries", r.outlier_max_block_entries}});
+                     {"outlier_max_block_entries", r.outlier_max_block_entries},
+                     {"outlier_over_budget", r.outlier_over_budget}});
     }
     // Which tokens' values pass the outer threshold (bytes shown as characters).
     const auto show = [](int t) {

@@ -192,6 +192,7 @@ struct FidelitySums {
   double x2 = 0, fp8_err2 = 0, readkv_err2 = 0, outer_err2 = 0, z = 0, z2 = 0, z_max = 0;
   int64_t kept = 0, list_bytes = 0;  // outlier entries and their lists' bytes
   int64_t max_block_entries = 0;     // the most entries one (head, 256-token block) selected
+  int64_t over_budget = 0;           // selected, then dropped by the block budget
   double after_err2 = 0;             // the W-bit code's error with the lists applied
 };
 
@@ -229,6 +230,7 @@ CodecFidelityRow FidelityRow(const FidelitySums& s, int l, int kind, int bos_tok
   r.outlier_entries_per_vector = static_cast<double>(s.kept) * d / n;
   r.outlier_capacity_share = static_cast<double>(s.list_bytes) / (n * w / 8.0);
   r.outlier_max_block_entries = s.max_block_entries;
+  r.outlier_over_budget = static_cast<double>(s.over_budget) / n;
   return r;
 }
 
@@ -277,9 +279,12 @@ std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& o
   std::vector<float> xt(static_cast<size_t>(d));
   // The observer sees a document's tokens in order, per (layer, head): its position there.
   std::vector<int64_t> position(static_cast<size_t>(layers * heads), 0);
-  // Entries the lists selected so far in the current 256-token block, (layer * heads + head) * 2
-  // + kind: the per-block budget's measure (OutlierOptions::block_cap), before any budget.
+  // Per (layer * heads + head) * 2 + kind, in the current 256-token block: the entries the cap
+  // selected (the per-block budget's measure, OutlierOptions::block_cap, before any budget) and
+  // those the budget let in (as OutlierStore keeps them: a token past the budget keeps the first
+  // of its ranking, by a shorter span).
   std::vector<int64_t> block_entries(static_cast<size_t>(2 * layers * heads), 0);
+  std::vector<int64_t> block_kept(static_cast<size_t>(2 * layers * heads), 0);
   std::span<const int32_t> document;  // the tokens being fed
   for (FidelitySums& s : sums) s.beyond_by_token.assign(static_cast<size_t>(config.vocab_size), 0);
   const auto observe = [&](int layer, int head, int kind, std::span<const float> x) {
@@ -310,12 +315,24 @@ std::vector<CodecFidelityRow> MeasureCodecFidelity(const CodecFidelityOptions& o
     }
     // The lists: kept values cost their fp16 rounding instead of their clipping error.
     int64_t beyond_lists = 0;
-    const int kept = codec::SelectOutliers(zs, lists, kept_channels, beyond_lists);
-    s.kept += kept;
-    s.list_bytes += kept * codec::kOutlierEntryBytes + (at % codec::kBlockTokens == 0 ? 2 : 0);
-    int64_t& in_block = block_entries[(static_cast<size_t>(layer) * heads + head) * 2 + kind];
-    in_block = (at % codec::kBlockTokens == 0 ? 0 : in_block) + kept;
+    const size_t block_row = (static_cast<size_t>(layer) * heads + head) * 2 + kind;
+    const bool block_start = at % codec::kBlockTokens == 0;
+    const int selected = codec::SelectOutliers(zs, lists, kept_channels, beyond_lists);
+    int64_t& in_block = block_entries[block_row];
+    in_block = (block_start ? 0 : in_block) + selected;
     s.max_block_entries = std::max(s.max_block_entries, in_block);
+    int64_t& kept_in_block = block_kept[block_row];
+    if (block_start) kept_in_block = 0;
+    const auto left = static_cast<size_t>(std::max<int64_t>(0, lists.block_cap - kept_in_block));
+    const int kept =
+        selected <= static_cast<int>(left)
+            ? selected
+            : codec::SelectOutliers(zs, lists, std::span<uint8_t>(kept_channels).first(left),
+                                    beyond_lists);
+    kept_in_block += kept;
+    s.over_budget += selected - kept;
+    s.kept += kept;
+    s.list_bytes += kept * codec::kOutlierEntryBytes + (block_start ? 2 : 0);
     for (int c = 0; c < d; ++c) {
       const auto i = static_cast<size_t>(c);
       const float z = zs[i];

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "readkv/codec/errors.h"
+#include "readkv/codec/outliers.h"
 #include "readkv/model/errors.h"
 #include "readkv/model/model_calibration.h"
 #include "readkv/model/recall_data.h"
@@ -383,6 +384,27 @@ TEST_F(CompressedRuntimeTest, CodecFidelityMeasuresBothCachesAndFallsWithStoredB
                                              << " occurrences";
     EXPECT_LE(count / occurrences[token],
               int64_t{tiny_.config.num_key_value_heads} * tiny_.config.head_dim);
+  }
+  // The lists' columns apply the per-block budget as an OutlierStore does: at W = 3 (~9% of the
+  // values past the outer threshold) a budget no block reaches cuts nothing, and a budget of one
+  // entry per block cuts exactly what it adds to the clipped share; the block maximum is
+  // counted before any budget either way.
+  o.store_bits = 3;
+  o.outliers.block_cap = codec::kMaxOutlierBlockCap;
+  const std::vector<CodecFidelityRow> open = MeasureCodecFidelity(o);
+  o.outliers.block_cap = 1;
+  const std::vector<CodecFidelityRow> tight = MeasureCodecFidelity(o);
+  o.outliers.block_cap = 0;
+  ASSERT_EQ(open.size(), tight.size());
+  for (size_t i = 0; i < open.size(); ++i) {
+    SCOPED_TRACE(std::to_string(open[i].layer) + " " + open[i].kind);
+    EXPECT_EQ(open[i].outlier_over_budget, 0.0);
+    EXPECT_GT(open[i].outlier_max_block_entries, 1);
+    EXPECT_EQ(tight[i].outlier_max_block_entries, open[i].outlier_max_block_entries);
+    EXPECT_GT(tight[i].outlier_over_budget, 0.0);
+    EXPECT_NEAR(tight[i].readkv_clipped_after - open[i].readkv_clipped_after,
+                tight[i].outlier_over_budget, 1e-12);
+    EXPECT_GT(tight[i].readkv_relative_rms_after, open[i].readkv_relative_rms_after);
   }
   testing::TinyModel other = MakeTinyModel(43);
   TempDir dir;

@@ -62,8 +62,9 @@ struct CodecFidelityRow {
   std::vector<std::pair<int, double>> outer_by_token;
   double z_mean = 0.0, z_std = 0.0;    // of the standardized values (0 and 1 if calibrated here)
   double z_max_abs = 0.0;
-  // With the capped outlier lists of CodecFidelityOptions (codec/outliers.h), read in full:
-  double readkv_clipped_after = 0.0;       // share of values still clipped (past the cap)
+  // With the capped outlier lists of CodecFidelityOptions (codec/outliers.h), per-token cap and
+  // per-block budget as an OutlierStore applies them, read in full:
+  double readkv_clipped_after = 0.0;       // share of values still clipped (past cap or budget)
   double readkv_relative_rms_after = 0.0;  // relative RMS error with the lists' fp16 values
   double outlier_entries_per_vector = 0.0; // mean entries per (token, KV head)
   // The lists' bytes (4 per entry, 2 per 256-token block and KV head for this kind's count)
@@ -72,6 +73,9 @@ struct CodecFidelityRow {
   // The most entries any (KV head, 256-token block of a document) selected for this kind, with
   // no per-block budget applied: what OutlierOptions::block_cap is chosen against.
   int64_t outlier_max_block_entries = 0;
+  // Entries the per-token cap selected that the block budget then dropped (OutlierStats'
+  // over_budget), over the values.
+  double outlier_over_budget = 0.0;
 };
 
 struct CodecFidelityOptions {
