@@ -68,15 +68,20 @@ QuantizedQuery QuantizeQuery(std::span<const float> q) {
   return out;
 }
 
-double PlaneTermLogit(const LloydTree& tree, const QuantizedQuery& q,
-                      std::span<const uint8_t> codes, int depth) {
-  CheckDepth(tree, depth);
+double PlaneTermLogit(std::span<const double> a, int store_bits, const QuantizedQuery& q,
+                      std::span<const uint8_t> codes) {
+  const int depth = std::countr_zero(a.size());
+  if (a.size() < 2 || !std::has_single_bit(a.size()) || depth > store_bits) {
+    throw InvalidArgument("depth", "the coefficients must number 2^t, t in [1, " +
+                                       std::to_string(store_bits) + "], got " +
+                                       std::to_string(a.size()));
+  }
   if (codes.size() != q.u.size()) {
     throw InvalidArgument("channels", "the codes and the query differ in size (" +
                                           std::to_string(codes.size()) + " and " +
                                           std::to_string(q.u.size()) + ")");
   }
-  const int w = tree.store_bits();
+  const int w = store_bits;
   const size_t words = (codes.size() + 63) / 64;
   // The planes read and the query's bit planes, as 64-channel words (what a b1 MMA's rows and
   // columns hold); `valid` masks the channels past d in the last word.
@@ -95,7 +100,6 @@ double PlaneTermLogit(const LloydTree& tree, const QuantizedQuery& q,
   int64_t u_sum = 0;
   for (uint8_t u : q.u) u_sum += u;
   const double q_sum = q.scale * static_cast<double>(u_sum - 128 * static_cast<int64_t>(q.u.size()));
-  const std::vector<double> a = PlaneTermCoefficients(tree, depth);
   double logit = 0.0;
   for (unsigned mask = 0; mask < a.size(); ++mask) {
     if (a[mask] == 0.0) continue;

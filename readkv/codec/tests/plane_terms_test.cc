@@ -56,6 +56,7 @@ TEST(PlaneTermsTest, ThePopcountLogitIsTheQuantisedQueryDotTheCentroids) {
       for (uint8_t& c : codes) c = tree.Encode(static_cast<float>(rng.Normal()));
       const QuantizedQuery qq = QuantizeQuery(q);
       for (int t = 1; t <= 8; ++t) {
+        const std::vector<double> a = PlaneTermCoefficients(tree, t);
         double want = 0.0, exact = 0.0, bound = 0.0;
         for (int c = 0; c < d; ++c) {
           const double k = tree.Decode(codes[static_cast<size_t>(c)], t);
@@ -63,7 +64,7 @@ TEST(PlaneTermsTest, ThePopcountLogitIsTheQuantisedQueryDotTheCentroids) {
           exact += static_cast<double>(q[static_cast<size_t>(c)]) * k;
           bound += 0.5 * qq.scale * std::fabs(k);  // rounding q costs at most scale / 2 each
         }
-        const double got = PlaneTermLogit(tree, qq, codes, t);
+        const double got = PlaneTermLogit(a, 8, qq, codes);
         EXPECT_NEAR(got, want, 1e-9 * (1.0 + std::fabs(want))) << "d " << d << " depth " << t;
         EXPECT_LE(std::fabs(got - exact), bound + 1e-9) << "d " << d << " depth " << t;
       }
@@ -71,8 +72,12 @@ TEST(PlaneTermsTest, ThePopcountLogitIsTheQuantisedQueryDotTheCentroids) {
   }
   const QuantizedQuery zero = QuantizeQuery(std::vector<float>(8, 0.0f));
   EXPECT_EQ(zero.scale, 1.0);
-  EXPECT_EQ(PlaneTermLogit(tree, zero, std::vector<uint8_t>(8, 255), 3), 0.0);
-  EXPECT_THROW(PlaneTermLogit(tree, zero, std::vector<uint8_t>(7, 0), 3), InvalidArgument);
+  const std::vector<double> a3 = PlaneTermCoefficients(tree, 3);
+  EXPECT_EQ(PlaneTermLogit(a3, 8, zero, std::vector<uint8_t>(8, 255)), 0.0);
+  EXPECT_THROW(PlaneTermLogit(a3, 8, zero, std::vector<uint8_t>(7, 0)), InvalidArgument);
+  EXPECT_THROW(PlaneTermLogit(std::vector<double>(6, 0.0), 8, zero, std::vector<uint8_t>(8, 0)),
+               InvalidArgument);  // not 2^t coefficients
+  EXPECT_THROW(PlaneTermLogit(a3, 2, zero, std::vector<uint8_t>(8, 0)), InvalidArgument);
 }
 
 }  // namespace

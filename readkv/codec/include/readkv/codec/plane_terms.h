@@ -48,10 +48,11 @@ struct QuantizedQuery {
 QuantizedQuery QuantizeQuery(std::span<const float> q);
 
 // The key logit sum_c q~_c C_t(code_c) of one token from its d codes (store_bits each) read at
-// depth t, computed from plane words by XNOR, AND and popcount only (the formula above).
-// InvalidArgument("channels") unless codes and the query have the same size, ("depth") outside
-// [1, store_bits].
-double PlaneTermLogit(const LloydTree& tree, const QuantizedQuery& q,
-                      std::span<const uint8_t> codes, int depth);
+// depth t = log2(coefficients.size()), the coefficients PlaneTermCoefficients(tree, t) gave
+// (computed once per depth, not per token), from plane words by XNOR, AND and popcount only
+// (the formula above). InvalidArgument("channels") unless codes and the query have the same
+// size, ("depth") unless coefficients.size() is 2^t for t in [1, store_bits].
+double PlaneTermLogit(std::span<const double> coefficients, int store_bits,
+                      const QuantizedQuery& q, std::span<const uint8_t> codes);
 
 }  // namespace readkv::codec
