@@ -34,6 +34,12 @@ using cuda::MaxHeadError;
 
 inline bool HaveGpu() { return QueryDevices().device_count > 0; }
 
+// Layer 0's calibration rows of every KV head ([H_kv][d] of the [layers][H_kv][d] array): the
+// codec tables a one-layer kernel test uploads.
+inline std::vector<float> LayerZero(const std::vector<float>& all, int hkv, int d) {
+  return std::vector<float>(all.begin(), all.begin() + static_cast<size_t>(hkv) * d);
+}
+
 struct Case {
   int heads_q, heads_kv, head_dim;
   std::vector<int> lens;

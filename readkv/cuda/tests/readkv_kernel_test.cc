@@ -60,11 +60,6 @@ CpuReference MakeCpuReference(const Case& c, const Workload& w) {
   return r;
 }
 
-// Layer 0's calibration rows of every KV head ([H_kv][d] of the [layers][H_kv][d] array).
-std::vector<float> LayerZero(const std::vector<float>& all, int hkv, int d) {
-  return std::vector<float>(all.begin(), all.begin() + hkv * d);
-}
-
 std::vector<float> Centroids(const codec::LloydTree& tree) {
   std::vector<float> centroids;
   for (int t = 0; t <= tree.store_bits(); ++t) {

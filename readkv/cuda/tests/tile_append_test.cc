@@ -37,13 +37,9 @@ namespace readkv::cuda {
 namespace {
 
 using kernel_test::Case;
+using kernel_test::LayerZero;
 using kernel_test::MakeWorkload;
 using kernel_test::Workload;
-
-// Layer 0's rows ([H_kv][d]) of a [layers][H_kv][d] calibration array.
-std::vector<float> LayerZero(const std::vector<float>& all, int hkv, int d) {
-  return std::vector<float>(all.begin(), all.begin() + static_cast<size_t>(hkv) * d);
-}
 
 // Layer 0's codec tables of a workload on the device, and the ReadKvCodec pointing into them.
 struct DeviceCodec {
