@@ -10,8 +10,8 @@
 # PASSKEY_LENGTHS (default 1024,2048,4096,8192), QA_LENGTHS (default 1024,4096,8192),
 # SERVE_ARGS (more `kvgate serve` flags, e.g. "--model models/long-16k --device cuda"; on a CUDA
 # device only the constrained reader runs), CONFIGS (space-separated: "reader" reads R with the
-# equal split, "reader:RK:RV" reads R = (RK + RV) / 2 with that split, "fp8" and "dense" serve
-# those caches as reference rows), KEEP_DIR (keep each configuration's check JSON there as
+# equal split, "reader:RK:RV" reads R = (RK + RV) / 2 with that split, "reader:RK:RV:CAP" adds
+# `--outlier-cap CAP`, "fp8" and "dense" serve those caches as reference rows), KEEP_DIR (keep each configuration's check JSON there as
 # CONFIG.passkey.json / CONFIG.qa.json, ':' written as '_', to compare items across rows).
 set -euo pipefail
 BUILD=${1:-build}
@@ -36,12 +36,13 @@ CONFIGS=${CONFIGS:-"constrained flexible:$half:$half flexible:$((half + 1)):$((h
 echo "== dev seed $DEV_SEED, $PASSKEYS passkeys ($PASSKEY_LENGTHS), $QA QA items ($QA_LENGTHS), ReadKV(8,$R) ${SERVE_ARGS:-}, $(date -u +%FT%TZ)"
 printf "%-22s %10s %8s\n" "reader[:RK:RV]" "passkeys" "QA F1"
 for config in $CONFIGS; do
-  IFS=: read -r reader rk rv <<< "$config"
+  IFS=: read -r reader rk rv cap <<< "$config"
   if [[ "$reader" == fp8 || "$reader" == dense ]]; then
     args=(--kv "$reader")
   elif [[ -n "${rk:-}" ]]; then
     args=(--kv readkv --store-bits 8 --read-bits "$(python3 -c "print(($rk + $rv) / 2)")"
           --reader "$reader" --kv-split "$rk:$rv")
+    [[ -n "${cap:-}" ]] && args+=(--outlier-cap "$cap")
   else
     args=(--kv readkv --store-bits 8 --read-bits "$R" --reader "$reader")
   fi
