@@ -178,6 +178,7 @@ struct GpuRun {
   std::vector<uint8_t> key_depths, value_depths;
   std::vector<double> weights;
   std::vector<unsigned long long> totals;  // TileDecodeDebug::totals: logical bits, payload bytes
+  unsigned long long outlier_entries = 0;  // TileDecodeDebug::outlier_entries
 };
 
 // The caches' outlier page blocks under PackTiles' page table (the same table RunOnGpu uploads),
@@ -263,8 +264,10 @@ void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, int chunk_tokens
     inputs.value_outlier_pages = d_vlists.get();
   }
   DeviceBuffer<unsigned long long> d_totals(std::vector<unsigned long long>{0, 0});
+  DeviceBuffer<unsigned long long> d_entries(std::vector<unsigned long long>{0});
   TileDecodeDebug debug{d_kdepths.get(), d_vdepths.get(), d_weights.get(), nullptr};
   debug.totals = d_totals.get();
+  debug.outlier_entries = d_entries.get();
   CUDA_OK(TileDecodeAttention(shape, inputs, codec_tables, tile::MakeTileCentroids(tree), policy,
                               tile_plan, workspace.get(), nullptr, debug));
   CUDA_OK(cudaDeviceSynchronize());
@@ -273,6 +276,7 @@ void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, int chunk_tokens
   run.value_depths = d_vdepths.Download(static_cast<size_t>(batch) * hkv * max_tiles);
   run.weights = d_weights.Download(static_cast<size_t>(batch) * hkv * max_tiles);
   run.totals = d_totals.Download(2);
+  run.outlier_entries = d_entries.Download(1)[0];
 }
 
 TileDecodeShape ShapeOf(const TileCase& c, const CpuSide& cpu) {
@@ -467,6 +471,9 @@ TEST(TileAttentionTest, OutlierListsMatchTheCpuReaderAndChangeTheOutput) {
     GpuRun with, without;
     ASSERT_NO_FATAL_FAILURE(RunOnGpu(cpu, shape, c.chunk_tokens, &lists, with));
     ASSERT_NO_FATAL_FAILURE(RunOnGpu(cpu, shape, c.chunk_tokens, nullptr, without));
+    // The entries the call's lists hold, as a server's ledgers count them; none without lists.
+    EXPECT_EQ(with.outlier_entries, static_cast<unsigned long long>(listed));
+    EXPECT_EQ(without.outlier_entries, 0u);
     for (size_t b = 0; b < batch; ++b) {
       const size_t offset = b * hq * d;
       const std::vector<float> cpu_with(cpu.out.begin() + offset,

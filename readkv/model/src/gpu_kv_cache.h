@@ -168,10 +168,8 @@ class GpuKvCache {
     return config_.kind == codec::KvBackend::kReadKv && config_.reader == codec::ReaderKind::kTile;
   }
   bool Lists() const { return Tile() && config_.outliers.enabled(); }
-  // The tile reader's outlier-list reads of one call: entries summed on the device, the
-  // tile_start halves on the host.
-  void CountListReads(int layer, const torch::Tensor& table, const torch::Tensor& lens,
-                      std::span<const int32_t> lengths, int max_pages);
+  // The tile_start halves one call reads, on the host (the entries are summed by the kernels).
+  void CountListHeaderReads(std::span<const int32_t> lengths);
 
   GpuKvConfig config_;
   std::unique_ptr<Pools> pools_;

@@ -1,6 +1,6 @@
 // GpuKvCache's tile reader (gpu_kv_cache.h, issue 37): one TileDecodeAttention call over a group
 // of sequences with equal budgets, with the outlier page blocks when on (issue 36), and its
-// ledgers.
+// ledgers (no torch op of their own: the kernels add the device-side terms).
 #include <algorithm>
 #include <span>
 #include <vector>
@@ -44,7 +44,7 @@ torch::Tensor GpuKvCache::AttendTile(int layer, const torch::Tensor& q, const to
   if (Lists()) {
     in.key_outlier_pages = Ptr<const uint32_t>(p.k_lists[static_cast<size_t>(layer)]);
     in.value_outlier_pages = Ptr<const uint32_t>(p.v_lists[static_cast<size_t>(layer)]);
-    CountListReads(layer, table, lens, lengths, max_pages);
+    CountListHeaderReads(lengths);
   }
   // Both increment tables are the step-1 table: the tile reader's Value step is 1.
   const rc::ReadKvReadPolicy policy{bits.key, bits.value, Ptr<const double>(p.key_increments),
@@ -53,6 +53,8 @@ torch::Tensor GpuKvCache::AttendTile(int layer, const torch::Tensor& q, const to
   // The depth-dependent ledger terms, added on the device by the kernels (gpu_kv_cache.h).
   rc::TileDecodeDebug debug;
   debug.totals = Ptr<unsigned long long>(device_totals_);
+  // The entries the lists hold, summed by TileSelect into outlier_counters_[3].
+  if (Lists()) debug.outlier_entries = Ptr<unsigned long long>(outlier_counters_, 3);
   Check(rc::TileDecodeAttention(
             shape, in, p.Codec(layer, config_.heads_kv, config_.head_dim, config_.store_bits),
             p.tile_centroids, policy, plan, ws.data_ptr(), nullptr, debug),
@@ -64,26 +66,9 @@ torch::Tensor GpuKvCache::AttendTile(int layer, const torch::Tensor& q, const to
   return out;
 }
 
-void GpuKvCache::CountListReads(int layer, const torch::Tensor& table, const torch::Tensor& lens,
-                                std::span<const int32_t> lengths, int max_pages) {
-  const Pools& p = *pools_;
-  // Entries: every entry of a sequence's pages is read (no residual window: each token is
-  // encoded), a page's count is its tile_start[16] (the low half of header word 8). Summed on
-  // the device, no synchronisation.
-  const auto dev = torch::TensorOptions().dtype(torch::kInt).device(config_.device);
-  const torch::Tensor pages = (lens + (rc::kPageTokens - 1)).div(rc::kPageTokens, "floor");
-  const torch::Tensor owned = torch::arange(max_pages, dev).unsqueeze(0) < pages.unsqueeze(1);
-  const torch::Tensor ids = table.reshape({-1}).to(torch::kLong);
-  const torch::Tensor valid = owned.reshape({-1, 1});  // [B * max_pages][1]
-  torch::Tensor entries = torch::zeros({}, torch::TensorOptions().dtype(torch::kLong).device(config_.device));
-  for (const torch::Tensor* lists : {&p.k_lists[static_cast<size_t>(layer)],
-                                     &p.v_lists[static_cast<size_t>(layer)]}) {
-    const torch::Tensor counts =
-        lists->select(2, 8).index_select(0, ids).bitwise_and(0xffff);  // [B * max_pages][H_kv]
-    entries = entries + counts.masked_fill(valid.logical_not(), 0).sum().to(torch::kLong);
-  }
-  outlier_counters_.narrow(0, 3, 1).add_(entries);
-  // The tile_start halves: 4 bytes per token tile, KV head and kind.
+void GpuKvCache::CountListHeaderReads(std::span<const int32_t> lengths) {
+  // The tile_start halves: 4 bytes per token tile, KV head and kind (every token is encoded: no
+  // residual window). The entries themselves are counted on the device (AttendTile).
   int64_t tiles = 0;
   for (const int32_t length : lengths) tiles += (length + 15) / 16;
   const int64_t halves = 2 * int64_t{config_.heads_kv} * tiles * 4;
