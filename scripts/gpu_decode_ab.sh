@@ -32,7 +32,8 @@ if [[ -f .baseline/base.tar.gz ]]; then
   cp -r gates/report/node_modules "$BB-src/gates/report/"
   ( cmake -S "$BB-src" -B "$BB" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVGATE_BUILD_BENCHMARKS=OFF \
       -DKVGATE_GIT_COMMIT="${BASELINE_COMMIT:-baseline}" > "$L/configure-baseline.log" 2>&1 &&
-    cmake --build "$BB" -j"$(( $(nproc) / 2 ))" --target kvgate > "$L/build-baseline.log" 2>&1
+    cmake --build "$BB" -j"$(( $(nproc) / 2 ))" --target kvgate kvgate-serve \
+      > "$L/build-baseline.log" 2>&1
     echo "baseline build: exit $? after $(elapsed)" >> "$S" ) &
 fi
 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVGATE_BUILD_BENCHMARKS=OFF \
@@ -47,7 +48,8 @@ grep -E "^\[  (PASSED|FAILED) |Failure|Expected|Which is" "$L/gpu_tests.log" | h
 [[ $rc == 0 ]] || { echo "GPU tests failed: no bench" | tee -a "$S"; tar czf "$OUT/logs.tgz" -C "$L" .; exit 1; }
 wait
 trees=(new)
-[[ $baseline == 1 && -x "$BB/apps/kvgate" ]] && trees+=(base)
+# `kvgate bench decode` runs kvgate-serve beside kvgate: a tree without it has no bench.
+[[ $baseline == 1 && -x "$BB/apps/kvgate" && -x "$BB/apps/kvgate-serve" ]] && trees+=(base)
 for rep in $(seq 1 "${REPEATS:-2}"); do
   for tree in "${trees[@]}"; do
     kvgate=$B/apps/kvgate
