@@ -10,19 +10,6 @@
 namespace readkv::cuda::plane_logits {
 namespace {
 
-template <int T>
-struct Terms {
-  int mask[kMaxTerms] = {};
-  constexpr Terms() { OddMasks(T, mask); }
-};
-
-__device__ __forceinline__ void MmaB1(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b) {
-  asm("mma.sync.aligned.m16n8k128.row.col.s32.b1.b1.s32.and.popc {%0,%1,%2,%3}, {%4,%5}, {%6}, "
-      "{%0,%1,%2,%3};"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a0), "r"(a1), "r"(b));
-}
-
 // One warp: kTilesPerWarp tiles of one (b, h). kWrite: every logit to `logits` (for --check);
 // else the four heads' running max and sum of exp, one pair per head and warp at the end.
 template <int T, bool kWrite>
@@ -45,7 +32,6 @@ __global__ void __launch_bounds__(kWarps * 32) PlaneLogits(Args a) {
   const int w0 = 1 << j0, w1 = j0 + 1 == 7 ? -128 : 1 << (j0 + 1);
   const int my_head = lane % 4;  // after the quad's sums, this lane keeps head lane % 4
   float run_max = -INFINITY, run_sum = 0.0f;
-  const uint2* base = a.keys + bh * a.tiles * kStoreBits * 32;
   const int first = warp * kTilesPerWarp;
   if (first >= a.tiles) return;  // the grid's last block may hold warps past the row
   for (int t0 = first; t0 < first + kTilesPerWarp && t0 < a.tiles; t0 += kUnroll) {
@@ -55,7 +41,7 @@ __global__ void __launch_bounds__(kWarps * 32) PlaneLogits(Args a) {
 #pragma unroll
       for (int p = 0; p < T; ++p) {
         planes[u][p] = t0 + u < a.tiles
-                           ? __ldg(base + (static_cast<size_t>(t0 + u) * kStoreBits + p) * 32 + lane)
+                           ? __ldg(a.keys + PlaneWord(a.layout, bh, a.tiles, t0 + u, p, lane))
                            : make_uint2(0, 0);
       }
     }
@@ -88,9 +74,7 @@ __global__ void __launch_bounds__(kWarps * 32) PlaneLogits(Args a) {
       for (int g = 0; g < kGroup; ++g) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          int v = acc[g][2 * r] * w0 + acc[g][2 * r + 1] * w1;
-          v += __shfl_xor_sync(0xffffffffu, v, 1);
-          v += __shfl_xor_sync(0xffffffffu, v, 2);
+          const int v = QuadColumnSum(acc[g], r, w0, w1);
           logit[g][r] = static_cast<float>(v) * scale[g] - constant[g];
         }
       }
@@ -139,21 +123,19 @@ __global__ void __launch_bounds__(kWarps * 32) PlaneLogits(Args a) {
   }
 }
 
-// A streaming read of `words` uint2 per tile at stride `stride` uint2 (the planes read at depth
-// t: words = 32 t, stride 32 W; FP8's keys: 16 tokens x 128 bytes = 256 uint2, stride 256), one
-// XOR per word kept alive by one store per warp.
-__global__ void __launch_bounds__(kWarps * 32) StreamRead(const uint2* data, int tiles, int words,
-                                                          int stride, uint32_t* sink) {
+// LaunchStreamRead: each lane loads its uint2 of planes 0..depth-1 of each tile, one XOR each,
+// kept alive by one store per warp.
+__global__ void __launch_bounds__(kWarps * 32) StreamRead(const uint2* data, int tiles, int depth,
+                                                          int layout, uint32_t* sink) {
   const int lane = threadIdx.x % 32;
   const int warp = blockIdx.x * kWarps + threadIdx.x / 32;
   const size_t bh = static_cast<size_t>(blockIdx.z) * gridDim.y + blockIdx.y;
-  const uint2* base = data + bh * static_cast<size_t>(tiles) * stride;
   uint32_t x = 0;
   const int first = warp * kTilesPerWarp;
   for (int t = first; t < first + kTilesPerWarp && t < tiles; ++t) {
 #pragma unroll 4
-    for (int w = lane; w < words; w += 32) {
-      const uint2 v = __ldg(base + static_cast<size_t>(t) * stride + w);
+    for (int p = 0; p < depth; ++p) {
+      const uint2 v = __ldg(data + PlaneWord(layout, bh, tiles, t, p, lane));
       x ^= v.x ^ v.y;
     }
   }
@@ -235,6 +217,7 @@ bool ProbeLayout() {
 
 
 cudaError_t LaunchPlaneLogits(int depth, bool write, const Args& a, int batch) {
+  if (a.layout != 0 && (a.layout != 1 || a.tiles % 16 != 0)) return cudaErrorInvalidValue;
   const dim3 grid((WarpsPerRow(a.tiles) + kWarps - 1) / kWarps, a.heads_kv, batch);
   const dim3 block(kWarps * 32);
   switch (depth * 2 + (write ? 1 : 0)) {
@@ -251,10 +234,13 @@ cudaError_t LaunchPlaneLogits(int depth, bool write, const Args& a, int batch) {
   return cudaGetLastError();
 }
 
-cudaError_t LaunchStreamRead(const uint2* data, int batch, int heads, int tiles, int words,
-                             int stride, uint32_t* sink) {
+cudaError_t LaunchStreamRead(const uint2* data, int batch, int heads, int tiles, int depth,
+                             int layout, uint32_t* sink) {
+  if (depth < 1 || depth > kStoreBits || (layout != 0 && (layout != 1 || tiles % 16 != 0))) {
+    return cudaErrorInvalidValue;
+  }
   const dim3 grid((WarpsPerRow(tiles) + kWarps - 1) / kWarps, heads, batch);
-  StreamRead<<<grid, kWarps * 32>>>(data, tiles, words, stride, sink);
+  StreamRead<<<grid, kWarps * 32>>>(data, tiles, depth, layout, sink);
   return cudaGetLastError();
 }
 

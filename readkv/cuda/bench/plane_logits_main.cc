@@ -7,9 +7,11 @@
 //      reference against the float query (the 8-bit query's own error). `--check` stops there;
 //      `--emulate` runs the same check on the kernel's arithmetic emulated on the CPU (no GPU).
 //   2. How fast? The logits of T x B, 32/8/128 (default 32K x 16) at depths 1-4 with their
-//      softmax statistics kept on chip, beside two streaming reads in the same run: the same
-//      plane bytes with no MMA (this layout's memory floor) and FP8's key bytes (128 a token and
-//      KV head: the Key half of the FP8 reader's traffic).
+//      softmax statistics kept on chip, in two layouts (plane_logits.h, PlaneWord), beside two
+//      streaming reads in the same run: the same plane bytes with no MMA (the layout's memory
+//      floor) and FP8's key bytes (128 a token and KV head: the Key half of the FP8 reader's
+//      traffic). Then the Value side the same way (plane_values.cc): p . V of each 1024-token
+//      chunk with the probabilities in 8 bits.
 //
 // The algebra (readkv/codec's plane_terms.h is its CPU reference): the tree's depth-t read of a
 // code is sum over odd-sized plane sets S of a_S chi_S, chi_S = prod_{p in S} s_p, s_p = +-1; as
@@ -39,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "plane_bench_host.h"
 #include "plane_logits.h"
 #include "readkv/codec/codebook.h"
 #include "readkv/codec/plane_terms.h"
@@ -46,40 +49,10 @@
 namespace {
 
 using namespace readkv::cuda::plane_logits;
+using namespace readkv::cuda::plane_logits::host;
 
-bool Check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return true;
-  std::fprintf(stderr, "readkv_plane_logits: %s: %s\n", what, cudaGetErrorString(e));
-  return false;
-}
-#define OK(expr)                             \
-  do {                                       \
-    if (!Check((expr), #expr)) std::exit(1); \
-  } while (0)
-
-// A problem: codes [B][H][tokens][d] (W bits; empty for speed runs), queries [B][H][G][d].
-struct Problem {
-  int batch, heads, tokens;
-  std::vector<uint8_t> codes;
-  std::vector<float> queries;
-  int tiles() const { return tokens / 16; }
-};
-
-Problem MakeProblem(int batch, int heads, int tokens, uint32_t seed, bool with_codes) {
-  Problem p{batch, heads, tokens, {}, {}};
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  const readkv::codec::LloydTree tree(kStoreBits);
-  // Codes of standard Gaussian values (what the tree encodes after the transform).
-  if (with_codes) p.codes.resize(static_cast<size_t>(batch) * heads * tokens * kDim);
-  for (auto& c : p.codes) c = tree.Encode(normal(rng));
-  p.queries.resize(static_cast<size_t>(batch) * heads * kGroup * kDim);
-  for (auto& q : p.queries) q = normal(rng);
-  return p;
-}
-
-// The keys in this prototype's layout (header comment).
-std::vector<uint2> PackKeys(const Problem& p) {
+// The keys in one of the prototype's layouts (plane_logits.h, PlaneWord).
+std::vector<uint2> PackKeys(const Problem& p, int layout) {
   std::vector<uint2> out(static_cast<size_t>(p.batch) * p.heads * p.tiles() * kStoreBits * 32);
   for (size_t bh = 0; bh < static_cast<size_t>(p.batch) * p.heads; ++bh) {
     for (int tile = 0; tile < p.tiles(); ++tile) {
@@ -94,7 +67,7 @@ std::vector<uint2> PackKeys(const Problem& p) {
               word[half] |= static_cast<uint32_t>((codes[c] >> (kStoreBits - 1 - plane)) & 1u) << i;
             }
           }
-          out[((bh * p.tiles() + tile) * kStoreBits + plane) * 32 + lane] = {word[0], word[1]};
+          out[PlaneWord(layout, bh, p.tiles(), tile, plane, lane)] = {word[0], word[1]};
         }
       }
     }
@@ -112,20 +85,12 @@ struct Query {
 };
 
 Query MakeQuery(const Problem& p, int depth) {
-  const readkv::codec::LloydTree tree(kStoreBits);
-  const std::vector<double> a = readkv::codec::PlaneTermCoefficients(tree, depth);
-  int masks[kMaxTerms];
-  const int terms = OddMasks(depth, masks);
-  double sum_abs = 0.0;
-  for (int s = 0; s < terms; ++s) sum_abs += std::fabs(a[masks[s]]);
   // Every int32 the kernel forms, a lane's two weighted bits or the quad's sum of all eight, is
-  // at most 2^k sum|a_S| 128 (popcounts) 255 (sum of |w_j|): k keeps that below 2^31.
+  // at most 2^k sum|a_S| 128 (popcounts) 255 (sum of |w_j|).
+  const Coefficients coeffs = IntegerCoefficients(depth, 128.0 * 255.0);
   Query q;
-  q.shift = static_cast<int>(std::floor(std::log2(2147483647.0 / (sum_abs * 128.0 * 255.0))));
-  q.shift = std::min(q.shift, 24);
-  for (int s = 0; s < terms; ++s) {
-    q.coeff[s] = static_cast<int>(std::lround(a[masks[s]] * std::ldexp(1.0, q.shift)));
-  }
+  q.shift = coeffs.shift;
+  std::copy(std::begin(coeffs.coeff), std::end(coeffs.coeff), std::begin(q.coeff));
   const size_t n = static_cast<size_t>(p.batch) * p.heads * kGroup;
   q.bits.assign(n * 32, 0);
   q.scale.resize(n);
@@ -143,11 +108,9 @@ Query MakeQuery(const Problem& p, int depth) {
         if ((byte >> j) & 1u) q.bits[i * 32 + 4 * j + c / 32] |= 1u << (c % 32);
       }
     }
-    long long coeff_sum = 0;
-    for (int s = 0; s < terms; ++s) coeff_sum += q.coeff[s];
     const double unit = qq.scale * std::ldexp(1.0, -q.shift);
     q.scale[i] = static_cast<float>(2.0 * unit);
-    q.constant[i] = static_cast<float>(unit * static_cast<double>(coeff_sum) * sum_q);
+    q.constant[i] = static_cast<float>(unit * static_cast<double>(coeffs.sum) * sum_q);
     q.quantized.push_back(std::move(qq));
   }
   return q;
@@ -160,9 +123,10 @@ struct DeviceProblem {
 };
 
 // One call of the logits kernel at `depth` over the problem.
-cudaError_t Launch(int depth, bool write, const Problem& p, const DeviceProblem& d,
+cudaError_t Launch(int depth, int layout, bool write, const Problem& p, const DeviceProblem& d,
                    const Query& q) {
   Args a;
+  a.layout = layout;
   a.keys = d.keys;
   a.qbits = d.qbits;
   a.scale = d.scale;
@@ -202,8 +166,8 @@ void SetQuery(const DeviceProblem& d, const Query& q) {
 // The kernel's arithmetic on the CPU, from the same packed keys and query words, with the
 // fragment layout plane_logits.h assumes: what `--emulate` checks without a GPU (the host side's
 // packing, coefficients and constants; ProbeLayout checks the layout itself on the GPU).
-std::vector<float> EmulateLogits(const Problem& p, const std::vector<uint2>& keys, const Query& q,
-                                 int depth) {
+std::vector<float> EmulateLogits(const Problem& p, const std::vector<uint2>& keys, int layout,
+                                 const Query& q, int depth) {
   int masks[kMaxTerms];
   const int terms = OddMasks(depth, masks);
   std::vector<float> out(static_cast<size_t>(p.batch) * p.heads * kGroup * p.tokens);
@@ -221,7 +185,7 @@ std::vector<float> EmulateLogits(const Problem& p, const std::vector<uint2>& key
                 uint32_t word = 0;
                 for (int plane = 0; plane < depth; ++plane) {
                   if ((masks[s] >> plane) & 1) {
-                    const uint2 w = keys[((bh * p.tiles() + tile) * kStoreBits + plane) * 32 + lane];
+                    const uint2 w = keys[PlaneWord(layout, bh, p.tiles(), tile, plane, lane)];
                     word ^= row < 8 ? w.x : w.y;
                   }
                 }
@@ -245,9 +209,9 @@ std::vector<float> EmulateLogits(const Problem& p, const std::vector<uint2>& key
 
 // Every logit of a small problem at depths 1-4 against the CPU reference: from the GPU, or from
 // EmulateLogits when `emulate` (no CUDA call at all).
-bool CheckLogits(bool emulate) {
+bool CheckLogits(bool emulate, int layout) {
   const Problem p = MakeProblem(2, 2, 1024, 11, /*with_codes=*/true);
-  const std::vector<uint2> keys = PackKeys(p);
+  const std::vector<uint2> keys = PackKeys(p, layout);
   const size_t logits = static_cast<size_t>(p.batch) * p.heads * kGroup * p.tokens;
   DeviceProblem d;
   if (!emulate) d = Upload(p, keys, logits);
@@ -257,10 +221,10 @@ bool CheckLogits(bool emulate) {
     const Query q = MakeQuery(p, depth);
     std::vector<float> gpu(logits);
     if (emulate) {
-      gpu = EmulateLogits(p, keys, q, depth);
+      gpu = EmulateLogits(p, keys, layout, q, depth);
     } else {
       SetQuery(d, q);
-      OK(Launch(depth, /*write=*/true, p, d, q));
+      OK(Launch(depth, layout, /*write=*/true, p, d, q));
       OK(cudaMemcpy(gpu.data(), d.out, logits * 4, cudaMemcpyDeviceToHost));
     }
     double max_ref = 0.0, max_err = 0.0, err2 = 0.0, ref2 = 0.0;
@@ -288,10 +252,10 @@ bool CheckLogits(bool emulate) {
     // The integer coefficients' rounding (2^-k-1 each) is the only error besides f32 sums.
     const bool pass = rel < 1e-3;
     ok = ok && pass;
-    std::printf("check depth %d (%s): max |logit - reference| / max |logit| = %.2e (%s; k = %d); "
-                "8-bit query against float: relative L2 %.2e\n",
-                depth, emulate ? "CPU emulation" : "GPU", rel, pass ? "ok" : "FAIL", q.shift,
-                std::sqrt(err2 / ref2));
+    std::printf("check depth %d, layout %d (%s): max |logit - reference| / max |logit| = %.2e "
+                "(%s; k = %d); 8-bit query against float: relative L2 %.2e\n",
+                depth, layout, emulate ? "CPU emulation" : "GPU", rel, pass ? "ok" : "FAIL",
+                q.shift, std::sqrt(err2 / ref2));
   }
   if (emulate) return ok;
   cudaFree(d.keys);
@@ -300,30 +264,6 @@ bool CheckLogits(bool emulate) {
   cudaFree(d.constant);
   cudaFree(d.out);
   return ok;
-}
-
-// Median of `reps` timed launches of `run`, each after a write of `flush` (L2 cold).
-template <typename Run>
-float Median(int reps, void* flush, size_t flush_bytes, Run run) {
-  cudaEvent_t start, stop;
-  OK(cudaEventCreate(&start));
-  OK(cudaEventCreate(&stop));
-  std::vector<float> ms;
-  for (int r = 0; r < reps + 1; ++r) {
-    OK(cudaMemsetAsync(flush, r & 0xff, flush_bytes));
-    OK(cudaEventRecord(start));
-    run();
-    OK(cudaEventRecord(stop));
-    OK(cudaEventSynchronize(stop));
-    OK(cudaGetLastError());
-    float t = 0.0f;
-    OK(cudaEventElapsedTime(&t, start, stop));
-    if (r > 0) ms.push_back(t);  // the first warms clocks
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
 }
 
 }  // namespace
@@ -350,17 +290,23 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (tokens < 16 || tokens % 16 != 0 || batch < 1) {
-    std::fprintf(stderr, "readkv_plane_logits: --tokens must be a positive multiple of 16, "
-                         "--batch positive\n");
+  if (tokens < 1024 || tokens % 1024 != 0 || batch < 1) {
+    std::fprintf(stderr, "readkv_plane_logits: --tokens must be a positive multiple of 1024 (a "
+                         "Value chunk), --batch positive\n");
     return 2;
   }
-  if (emulate) return CheckLogits(/*emulate=*/true) ? 0 : 1;  // no GPU needed
+  if (emulate) {  // no GPU needed
+    const bool ok0 = CheckLogits(/*emulate=*/true, 0), ok1 = CheckLogits(/*emulate=*/true, 1);
+    const bool ok2 = CheckValues(/*emulate=*/true);
+    return ok0 && ok1 && ok2 ? 0 : 1;
+  }
   cudaDeviceProp prop{};
   OK(cudaGetDeviceProperties(&prop, 0));
   std::printf("%s, %d SMs\n", prop.name, prop.multiProcessorCount);
   if (!ProbeLayout()) return 1;
-  const bool checked = CheckLogits(/*emulate=*/false);
+  const bool checked0 = CheckLogits(/*emulate=*/false, 0);
+  const bool checked1 = CheckLogits(/*emulate=*/false, 1);
+  const bool checked = CheckValues(/*emulate=*/false) && checked0 && checked1;
   if (check_only || !checked) return checked ? 0 : 1;
 
   // Speed: T x B, 32/8/128, random codes (the time does not depend on values).
@@ -372,7 +318,8 @@ int main(int argc, char** argv) {
   const size_t flush_bytes = size_t{256} << 20;
   void* flush = nullptr;
   OK(cudaMalloc(&flush, flush_bytes));
-  // FP8's keys: 128 bytes per token and KV head, 16 tokens a tile = 256 uint2.
+  // FP8's keys: 128 bytes per token and KV head, 16 tokens a tile = 256 uint2, the same size as
+  // the W = 8 planes: read as every plane of layout 0.
   uint2* fp8 = nullptr;
   const size_t fp8_words = static_cast<size_t>(batch) * heads * p.tiles() * 256;
   OK(cudaMalloc(&fp8, fp8_words * sizeof(uint2)));
@@ -380,36 +327,42 @@ int main(int argc, char** argv) {
   uint32_t* sink = nullptr;
   OK(cudaMalloc(&sink, static_cast<size_t>(batch) * heads * warps * 4 + 4096));
   const double tiles = static_cast<double>(batch) * heads * p.tiles();
-  const float fp8_us =
-      1e3f * Median(reps, flush, flush_bytes, [&] {
-        OK(LaunchStreamRead(fp8, batch, heads, p.tiles(), 256, 256, sink));
-      });
+  const float fp8_us = 1e3f * Median(reps, flush, flush_bytes, [&] {
+    OK(LaunchStreamRead(fp8, batch, heads, p.tiles(), kStoreBits, 0, sink));
+  });
   const double fp8_bytes = tiles * 2048.0;
   std::printf("T=%d B=%d, 32/8/128, cold L2, median of %d:\n", tokens, batch, reps);
   std::printf("  FP8 key bytes, streamed:        %8.1f us  %7.1f MB  %6.0f GB/s\n", fp8_us,
               fp8_bytes / 1e6, fp8_bytes / fp8_us / 1e3);
   std::string rows;
-  for (int depth = 1; depth <= 4; ++depth) {
-    const Query q = MakeQuery(p, depth);
-    SetQuery(d, q);
-    const float read_us = 1e3f * Median(reps, flush, flush_bytes, [&] {
-      OK(LaunchStreamRead(d.keys, batch, heads, p.tiles(), 32 * depth, 32 * kStoreBits, sink));
-    });
-    const float mma_us = 1e3f * Median(reps, flush, flush_bytes,
-                                       [&] { OK(Launch(depth, /*write=*/false, p, d, q)); });
-    const double bytes = tiles * 256.0 * depth;
-    const int terms = 1 << (depth - 1);
-    std::printf("  depth %d (%d terms): planes streamed %7.1f us; b1 logits + softmax stats "
-                "%7.1f us (%6.0f GB/s, %.2fx the planes' read, %.3fx FP8's key read)\n",
-                depth, terms, read_us, mma_us, bytes / mma_us / 1e3, mma_us / read_us,
-                mma_us / fp8_us);
-    char row[320];
-    std::snprintf(row, sizeof row,
-                  "%s{\"depth\":%d,\"terms\":%d,\"plane_read_us\":%.2f,\"logits_us\":%.2f,"
-                  "\"bytes\":%.0f}",
-                  depth > 1 ? "," : "", depth, terms, read_us, mma_us, bytes);
-    rows += row;
+  const int layouts = p.tiles() % 16 == 0 ? 2 : 1;
+  for (int layout = 0; layout < layouts; ++layout) {
+    for (int depth = 1; depth <= 4; ++depth) {
+      const Query q = MakeQuery(p, depth);
+      SetQuery(d, q);
+      const float read_us = 1e3f * Median(reps, flush, flush_bytes, [&] {
+        OK(LaunchStreamRead(d.keys, batch, heads, p.tiles(), depth, layout, sink));
+      });
+      const float mma_us = 1e3f * Median(reps, flush, flush_bytes, [&] {
+        OK(Launch(depth, layout, /*write=*/false, p, d, q));
+      });
+      const double bytes = tiles * 256.0 * depth;
+      const int terms = 1 << (depth - 1);
+      std::printf("  layout %d, depth %d (%d terms): planes streamed %7.1f us; b1 logits + softmax "
+                  "stats %7.1f us (%6.0f GB/s, %.2fx the planes' read, %.3fx FP8's key read)\n",
+                  layout, depth, terms, read_us, mma_us, bytes / mma_us / 1e3, mma_us / read_us,
+                  mma_us / fp8_us);
+      char row[320];
+      std::snprintf(row, sizeof row,
+                    "%s{\"layout\":%d,\"depth\":%d,\"terms\":%d,\"plane_read_us\":%.2f,"
+                    "\"logits_us\":%.2f,\"bytes\":%.0f}",
+                    rows.empty() ? "" : ",", layout, depth, terms, read_us, mma_us, bytes);
+      rows += row;
+    }
   }
+  const std::string value_rows =
+      TimeValues(batch, heads, tokens, reps, flush, flush_bytes, sink, fp8_us);
+  rows += (rows.empty() ? "" : ",") + value_rows;
   if (!json_path.empty()) {
     FILE* f = std::fopen(json_path.c_str(), "w");
     if (f == nullptr) {
