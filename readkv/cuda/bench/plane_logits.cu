@@ -10,20 +10,52 @@
 namespace readkv::cuda::plane_logits {
 namespace {
 
-// One warp: kTilesPerWarp tiles of one (b, h). kWrite: every logit to `logits` (for --check);
-// else the four heads' running max and sum of exp, one pair per head and warp at the end.
+// acc += the terms of depth t (those of the pairs read at depth t): for each odd plane set S of t
+// planes, b_S (the XOR of its planes) against q_t's bit columns, weighted by A_{t,S}.
+template <int t>
+__device__ __forceinline__ void AddDepthTerms(int (&acc)[kGroup][4], const uint2* planes,
+                                              const uint32_t (&q)[kGroup], const int* coeff) {
+  constexpr Terms<t> kTerms;
+#pragma unroll
+  for (int s = 0; s < (1 << (t - 1)); ++s) {
+    uint32_t x0 = 0, x1 = 0;
+#pragma unroll
+    for (int p = 0; p < t; ++p) {
+      if (kTerms.mask[s] & (1 << p)) {
+        x0 ^= planes[p].x;
+        x1 ^= planes[p].y;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g) {
+      int d[4] = {0, 0, 0, 0};
+      MmaB1(d, x0, x1, q[g]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[g][i] += coeff[s] * d[i];
+    }
+  }
+}
+
+// One warp: kTilesPerWarp tiles of one (b, h), whose pairs' depths are at most T. kWrite: every
+// logit to `logits` (for the checks); else the four heads' running max and sum of exp, one pair
+// per head and warp at the end.
 template <int T, bool kWrite>
 __global__ void __launch_bounds__(kWarps * 32) PlaneLogits(Args a) {
-  constexpr Terms<T> kTerms;
   const int lane = threadIdx.x % 32, warp_in_block = threadIdx.x / 32;
   const int h = blockIdx.y, b = blockIdx.z;
   const int warp = blockIdx.x * kWarps + warp_in_block;  // within (b, h)
   const size_t bh = static_cast<size_t>(b) * a.heads_kv + h;
-  uint32_t q[kGroup];
+  // The depths present in the row (uniform over the warp) and this lane's pair's.
+  unsigned present = 0;
+#pragma unroll
+  for (int i = 0; i < kPairs; ++i) present |= 1u << a.pair_depth[bh * kPairs + i];
+  const int my_depth = a.pair_depth[bh * kPairs + lane % 4];
+  uint32_t q[kMaxDepth][kGroup];
   float scale[kGroup], constant[kGroup];
 #pragma unroll
   for (int g = 0; g < kGroup; ++g) {
-    q[g] = a.qbits[(bh * kGroup + g) * 32 + lane];
+#pragma unroll
+    for (int t = 0; t < T; ++t) q[t][g] = a.qbits[((bh * kMaxDepth + t) * kGroup + g) * 32 + lane];
     scale[g] = a.scale[bh * kGroup + g];
     constant[g] = a.constant[bh * kGroup + g];
   }
@@ -40,7 +72,7 @@ __global__ void __launch_bounds__(kWarps * 32) PlaneLogits(Args a) {
     for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
       for (int p = 0; p < T; ++p) {
-        planes[u][p] = t0 + u < a.tiles
+        planes[u][p] = t0 + u < a.tiles && p < my_depth
                            ? __ldg(a.keys + PlaneWord(a.layout, bh, a.tiles, t0 + u, p, lane))
                            : make_uint2(0, 0);
       }
@@ -48,24 +80,15 @@ __global__ void __launch_bounds__(kWarps * 32) PlaneLogits(Args a) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       int acc[kGroup][4] = {};
-#pragma unroll
-      for (int s = 0; s < (1 << (T - 1)); ++s) {
-        uint32_t x0 = 0, x1 = 0;
-#pragma unroll
-        for (int p = 0; p < T; ++p) {
-          if (kTerms.mask[s] & (1 << p)) {
-            x0 ^= planes[u][p].x;
-            x1 ^= planes[u][p].y;
-          }
-        }
-        const int coeff = a.coeff[s];
-#pragma unroll
-        for (int g = 0; g < kGroup; ++g) {
-          int d[4] = {0, 0, 0, 0};
-          MmaB1(d, x0, x1, q[g]);
-#pragma unroll
-          for (int i = 0; i < 4; ++i) acc[g][i] += coeff * d[i];
-        }
+      if (present & 2u) AddDepthTerms<1>(acc, planes[u], q[0], a.coeff[0]);
+      if constexpr (T >= 2) {
+        if (present & 4u) AddDepthTerms<2>(acc, planes[u], q[1], a.coeff[1]);
+      }
+      if constexpr (T >= 3) {
+        if (present & 8u) AddDepthTerms<3>(acc, planes[u], q[2], a.coeff[2]);
+      }
+      if constexpr (T >= 4) {
+        if (present & 16u) AddDepthTerms<4>(acc, planes[u], q[3], a.coeff[3]);
       }
       // Rows lane / 4 (i = 0, 1) and lane / 4 + 8 (i = 2, 3): weight the lane's two bits, then
       // sum the quad's four lanes (all eight bits).
@@ -126,10 +149,12 @@ __global__ void __launch_bounds__(kWarps * 32) PlaneLogits(Args a) {
 // LaunchStreamRead: each lane loads its uint2 of planes 0..depth-1 of each tile, one XOR each,
 // kept alive by one store per warp.
 __global__ void __launch_bounds__(kWarps * 32) StreamRead(const uint2* data, int tiles, int depth,
-                                                          int layout, uint32_t* sink) {
+                                                          int layout, const uint8_t* pair_depth,
+                                                          uint32_t* sink) {
   const int lane = threadIdx.x % 32;
   const int warp = blockIdx.x * kWarps + threadIdx.x / 32;
   const size_t bh = static_cast<size_t>(blockIdx.z) * gridDim.y + blockIdx.y;
+  if (pair_depth != nullptr) depth = pair_depth[bh * kPairs + lane % 4];
   uint32_t x = 0;
   const int first = warp * kTilesPerWarp;
   for (int t = first; t < first + kTilesPerWarp && t < tiles; ++t) {
@@ -217,7 +242,10 @@ bool ProbeLayout() {
 
 
 cudaError_t LaunchPlaneLogits(int depth, bool write, const Args& a, int batch) {
-  if (a.layout != 0 && (a.layout != 1 || a.tiles % 16 != 0)) return cudaErrorInvalidValue;
+  if (a.layout < 0 || a.layout > 2 || (a.layout == 1 && a.tiles % 16 != 0) ||
+      a.pair_depth == nullptr) {
+    return cudaErrorInvalidValue;
+  }
   const dim3 grid((WarpsPerRow(a.tiles) + kWarps - 1) / kWarps, a.heads_kv, batch);
   const dim3 block(kWarps * 32);
   switch (depth * 2 + (write ? 1 : 0)) {
@@ -235,12 +263,13 @@ cudaError_t LaunchPlaneLogits(int depth, bool write, const Args& a, int batch) {
 }
 
 cudaError_t LaunchStreamRead(const uint2* data, int batch, int heads, int tiles, int depth,
-                             int layout, uint32_t* sink) {
-  if (depth < 1 || depth > kStoreBits || (layout != 0 && (layout != 1 || tiles % 16 != 0))) {
+                             int layout, const uint8_t* pair_depth, uint32_t* sink) {
+  if (depth < 1 || depth > kStoreBits || layout < 0 || layout > 2 ||
+      (layout == 1 && tiles % 16 != 0) || (pair_depth != nullptr && layout != 2)) {
     return cudaErrorInvalidValue;
   }
   const dim3 grid((WarpsPerRow(tiles) + kWarps - 1) / kWarps, heads, batch);
-  StreamRead<<<grid, kWarps * 32>>>(data, tiles, depth, layout, sink);
+  StreamRead<<<grid, kWarps * 32>>>(data, tiles, depth, layout, pair_depth, sink);
   return cudaGetLastError();
 }
 

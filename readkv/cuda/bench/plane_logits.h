@@ -63,37 +63,53 @@ __device__ __forceinline__ int QuadColumnSum(const int (&acc)[4], int r, int w0,
 // sits. Layout 0, tile-major: [bh][tile][plane][lane], a tile's W planes together (depth t reads
 // t x 256 contiguous bytes a tile, as the tile pools keep a tile's planes). Layout 1,
 // page-major: [bh][page of 16 tiles][plane][tile][lane], a page's plane together (depth t reads
-// t x 4 KB contiguous a page). Layout 1 needs tiles % 16 == 0.
+// t x 4 KB contiguous a page; needs tiles % 16 == 0). Layout 2, pair-major: layout 0 with the
+// 32 words of a plane ordered by channel pair (lane % 4) first, so a pair's 8 lanes' words are
+// 64 contiguous bytes and a pair whose depth stops short of a plane costs none of its sectors.
 __host__ __device__ inline size_t PlaneWord(int layout, size_t bh, int tiles, int tile, int plane,
                                             int lane) {
-  if (layout == 0) return ((bh * tiles + tile) * kStoreBits + plane) * 32 + lane;
-  const size_t page = bh * static_cast<size_t>(tiles / 16) + tile / 16;
-  return ((page * kStoreBits + plane) * 16 + tile % 16) * 32 + lane;
+  if (layout == 1) {
+    const size_t page = bh * static_cast<size_t>(tiles / 16) + tile / 16;
+    return ((page * kStoreBits + plane) * 16 + tile % 16) * 32 + lane;
+  }
+  const int slot = layout == 2 ? (lane % 4) * 8 + lane / 4 : lane;
+  return ((bh * tiles + tile) * kStoreBits + plane) * 32 + slot;
 }
 
+// Key depths: per row (b, h) each of the 4 channel pairs (32 channels: the bits of one lane's
+// word) has its own depth in 1..kMaxDepth, the tile reader's per-16-channel depths at pair
+// granularity. A depth t present in a row costs its 2^(t-1) terms, each an MMA whose B operand
+// is the query's bits masked to the pairs at depth t; a pair's planes past its depth are never
+// loaded. Uniform depth t is every pair at t.
+constexpr int kPairs = 4;
+constexpr int kMaxDepth = 4;
+
 struct Args {
-  const uint2* keys = nullptr;      // [B][H][tiles][W][32]: A fragments (plane_logits_main.cc)
-  const uint32_t* qbits = nullptr;  // [B][H][G][32]: B fragment of head g: column j = bit j
-  const float* scale = nullptr;     // [B][H][G]: 2 x the query's scale x 2^-k
-  const float* constant = nullptr;  // [B][H][G]: scale 2^-k sum_S A_S sum_c q_int_c
-  int coeff[kMaxTerms] = {};        // A_S = round(a_S 2^k), in OddMasks order
-  int heads_kv = 0, tiles = 0;      // tiles (of 16 tokens) per (b, h)
-  int layout = 0;                   // PlaneWord's
-  float* logits = nullptr;          // [B][H * G][tiles * 16] (write mode)
-  float* stats = nullptr;           // [B][H][warps per (b, h)][G][2]: max, sum exp (else)
+  const uint2* keys = nullptr;         // PlaneWord's layout
+  const uint8_t* pair_depth = nullptr;  // [B][H][kPairs], each in 1..kMaxDepth
+  const uint32_t* qbits = nullptr;     // [B][H][kMaxDepth][G][32]: B fragment of head g for
+                                       // depth t (index t - 1): column j = bit j of q_int over
+                                       // the pairs at depth t (zero elsewhere)
+  const float* scale = nullptr;        // [B][H][G]: 2 x the query's scale x 2^-k
+  const float* constant = nullptr;     // [B][H][G]: scale 2^-k sum_t sum_S A_{t,S} sum_{c at t} q_int_c
+  int coeff[kMaxDepth][kMaxTerms] = {};  // A_{t,S} = round(a_{t,S} 2^k), OddMasks(t) order
+  int heads_kv = 0, tiles = 0;         // tiles (of 16 tokens) per (b, h)
+  int layout = 0;                      // PlaneWord's
+  float* logits = nullptr;             // [B][H * G][tiles * 16] (write mode)
+  float* stats = nullptr;              // [B][H][warps per (b, h)][G][2]: max, sum exp (else)
 };
 
 // Warps per (b, h) and the grid of one call.
 inline int WarpsPerRow(int tiles) { return (tiles + kTilesPerWarp - 1) / kTilesPerWarp; }
 
-// The logits of every token at depth t in [1, 4] for `batch` x heads_kv rows: written to
-// a.logits (write) or reduced to softmax statistics in a.stats.
-cudaError_t LaunchPlaneLogits(int depth, bool write, const Args& a, int batch);
-// A streaming read of planes 0..depth-1 of every tile in `layout` (rows x tiles): the bytes the
-// logits read at that depth; depth 8 in layout 0 reads everything, as FP8's keys (16 tokens x
-// 128 bytes a tile).
+// The logits of every token for `batch` x heads_kv rows, max_depth in [1, kMaxDepth] the
+// largest of a.pair_depth: written to a.logits (write) or reduced to softmax statistics.
+cudaError_t LaunchPlaneLogits(int max_depth, bool write, const Args& a, int batch);
+// A streaming read of every tile's planes 0..depth-1 in `layout` (rows x tiles), or with
+// pair_depth ([B][H][kPairs], layout 2) each pair's own: the bytes the logits read. Depth 8 in
+// layout 0 reads everything, as FP8's keys (16 tokens x 128 bytes a tile).
 cudaError_t LaunchStreamRead(const uint2* data, int batch, int heads, int tiles, int depth,
-                             int layout, uint32_t* sink);
+                             int layout, const uint8_t* pair_depth, uint32_t* sink);
 // Pseudo-random words (the speed runs' planes: time does not depend on values).
 cudaError_t LaunchFillRandom(uint2* words, size_t n);
 // Checks the m16n8k128 .b1 fragment layout the kernels assume against CPU popcounts on random

@@ -189,7 +189,8 @@ std::string TimeValues(int batch, int heads, int tokens, int reps, void* flush,
     const Coefficients c = ValueCoefficients(depth);
     // The same bytes as a tile-major stream: (block, group) units of W planes x 256 bytes.
     const float read_us = 1e3f * Median(reps, flush, flush_bytes, [&] {
-      OK(LaunchStreamRead(values, batch, heads, p.blocks() * kChannelGroups, depth, 0, sink));
+      OK(LaunchStreamRead(values, batch, heads, p.blocks() * kChannelGroups, depth, 0, nullptr,
+                          sink));
     });
     const float mma_us = 1e3f * Median(reps, flush, flush_bytes, [&] {
       OK(LaunchPlaneValues(depth, ArgsOf(p, c, values, out), batch));
