@@ -280,16 +280,18 @@ __global__ void __launch_bounds__(kSelectThreads) TileSelect(TileArgs a) {
                 static_cast<unsigned long long>(read_bytes));
     }
   }
-  if (a.debug.outlier_entries != nullptr && a.in.key_outlier_pages != nullptr) {  // uniform
-    // The row's page blocks' counts (tile_start[16]), K and V: what a server's ledgers count as
-    // the lists' reads, summed here so that it needs no pass of its own.
+  const uint32_t* key_lists = a.in.key_outlier_pages;
+  const uint32_t* value_lists = a.in.value_outlier_pages;
+  if (a.debug.outlier_entries != nullptr && (key_lists != nullptr || value_lists != nullptr)) {
+    // The row's page blocks' counts (tile_start[16]) of each kind it has: what a server's ledgers
+    // count as the lists' reads, summed here so that it needs no pass of its own. Uniform.
     long long entries = 0;
     const int pages = (encoded + kPageTokens - 1) / kPageTokens;
     for (int j = tid; j < pages; j += blockDim.x) {
       const int64_t page = a.in.page_table[static_cast<int64_t>(b) * a.max_pages + j];
       const int64_t at = tile::PageOutlierBlockAt(page, a.heads_kv, h);
-      entries += tile::PageTileStart(a.in.key_outlier_pages + at, 16) +
-                 tile::PageTileStart(a.in.value_outlier_pages + at, 16);
+      if (key_lists != nullptr) entries += tile::PageTileStart(key_lists + at, 16);
+      if (value_lists != nullptr) entries += tile::PageTileStart(value_lists + at, 16);
     }
     entries = internal::BlockSumLL(entries, lscratch);
     if (tid == 0) atomicAdd(a.debug.outlier_entries, static_cast<unsigned long long>(entries));

@@ -153,9 +153,9 @@ struct TileDecodeDebug {
   // by TilePrepare and TileSelect with one atomic add per row, so a server keeps its ledgers
   // without reading depths back.
   unsigned long long* totals = nullptr;  // as ReadKvDebug::totals
-  // [1], added to: the outlier entries the call's lists hold, both kinds, every entry of each
-  // row's pages up to its encoded length (each page block's count, tile_start[16]), 4 bytes each
-  // in the ledgers. Summed by TileSelect with one atomic add per row; untouched without lists.
+  // [1], added to: the outlier entries the call's lists hold, of each kind given, every entry of
+  // each row's pages up to its encoded length (each page block's count, tile_start[16]), 4 bytes
+  // each in the ledgers. Summed by TileSelect with one atomic add per row; untouched without lists.
   unsigned long long* outlier_entries = nullptr;
 };
 
