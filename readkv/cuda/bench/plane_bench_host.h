@@ -53,27 +53,33 @@ inline Problem MakeProblem(int batch, int heads, int tokens, uint32_t seed, bool
   return p;
 }
 
-// The depth-t tree's odd-term coefficients as integers A_S = round(a_S 2^k), k the largest
-// (<= 24) that keeps sum|A_S| x `bound` below 2^31, in OddMasks order.
+// The depth-t tree's odd-term coefficients a_S as integers A_S = round(a_S 2^shift), in OddMasks
+// order. Terms: their count; sum: the sum of the A_S; sum_abs: the sum of |a_S| (to choose shift).
 struct Coefficients {
   int coeff[kMaxTerms] = {};
   int terms = 0, shift = 0;
-  long long sum = 0;  // sum of A_S
+  long long sum = 0;
+  double sum_abs = 0.0;
 };
-inline Coefficients IntegerCoefficients(int depth, double bound) {
+inline Coefficients IntegerCoefficients(int depth, int shift) {
   const readkv::codec::LloydTree tree(kStoreBits);
   const std::vector<double> a = readkv::codec::PlaneTermCoefficients(tree, depth);
   int masks[kMaxTerms];
   Coefficients c;
   c.terms = OddMasks(depth, masks);
-  double sum_abs = 0.0;
-  for (int s = 0; s < c.terms; ++s) sum_abs += std::fabs(a[masks[s]]);
-  c.shift = std::min(24, static_cast<int>(std::floor(std::log2(2147483647.0 / (sum_abs * bound)))));
+  c.shift = shift;
   for (int s = 0; s < c.terms; ++s) {
-    c.coeff[s] = static_cast<int>(std::lround(a[masks[s]] * std::ldexp(1.0, c.shift)));
+    c.coeff[s] = static_cast<int>(std::lround(a[masks[s]] * std::ldexp(1.0, shift)));
     c.sum += c.coeff[s];
+    c.sum_abs += std::fabs(a[masks[s]]);
   }
   return c;
+}
+// The largest shift (<= 24) that keeps sum_abs 2^shift x `bound` below 2^31 (0.1% spare for
+// the rounding of the A_S): every int32 a kernel forms is at most that.
+inline int ShiftFor(double sum_abs, double bound) {
+  return std::min(24, static_cast<int>(std::floor(
+                          std::log2(2147483647.0 / (sum_abs * 1.001 * bound)))));
 }
 
 // Median of `reps` timed launches of `run`, each after a write of `flush` (L2 cold).

@@ -116,10 +116,6 @@ cudaError_t LaunchFillRandom(uint2* words, size_t n);
 // operands; prints the result. False when it differs (or on a CUDA error).
 bool ProbeLayout();
 
-}  // namespace readkv::cuda::plane_logits
-
-namespace readkv::cuda::plane_logits {
-
 // ---- The Value side (plane_values.cu; plane_values.cc checks and times it) ----------------------
 //
 // out_{g,c} = sum_r p_{g,r} C_t(code_{r,c}) = (1/255) sum_S a_S (2 sum_j 2^j popc(u^(j) AND b_S)

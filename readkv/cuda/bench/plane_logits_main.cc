@@ -106,23 +106,14 @@ Query MakeQuery(const Problem& p, std::vector<uint8_t> pair_depth) {
   // Every int32 the kernel forms, a lane's two weighted bits or the quad's sum of all eight, is
   // at most 2^k sum_t sum_S |a_{t,S}| 128 (popcounts) 255 (sum of |w_j|): one k for all depths.
   double sum_abs = 0.0;
-  for (int t = 1; t <= kMaxDepth; ++t) {
-    const Coefficients one = IntegerCoefficients(t, 1.0);
-    for (int s = 0; s < one.terms; ++s) sum_abs += std::ldexp(std::fabs(one.coeff[s]), -one.shift);
-  }
+  for (int t = 1; t <= kMaxDepth; ++t) sum_abs += IntegerCoefficients(t, 0).sum_abs;
   Query q;
-  q.shift = std::min(24, static_cast<int>(std::floor(std::log2(
-                             2147483647.0 / (sum_abs * 1.001 * 128.0 * 255.0)))));
-  const readkv::codec::LloydTree tree(kStoreBits);
+  q.shift = ShiftFor(sum_abs, 128.0 * 255.0);
   long long coeff_sum[kMaxDepth] = {};
   for (int t = 1; t <= kMaxDepth; ++t) {
-    const std::vector<double> a = readkv::codec::PlaneTermCoefficients(tree, t);
-    int masks[kMaxTerms];
-    const int terms = OddMasks(t, masks);
-    for (int s = 0; s < terms; ++s) {
-      q.coeff[t - 1][s] = static_cast<int>(std::lround(a[masks[s]] * std::ldexp(1.0, q.shift)));
-      coeff_sum[t - 1] += q.coeff[t - 1][s];
-    }
+    const Coefficients c = IntegerCoefficients(t, q.shift);
+    std::copy(std::begin(c.coeff), std::end(c.coeff), std::begin(q.coeff[t - 1]));
+    coeff_sum[t - 1] = c.sum;
   }
   const size_t rows = static_cast<size_t>(p.batch) * p.heads, n = rows * kGroup;
   q.pair_depth = std::move(pair_depth);

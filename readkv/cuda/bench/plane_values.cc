@@ -45,7 +45,8 @@ std::vector<uint2> PackValues(const Problem& p) {
 
 // Every int the kernel forms is at most sum|A_S| x 255 (u) x 1024 (a chunk's tokens).
 Coefficients ValueCoefficients(int depth) {
-  return IntegerCoefficients(depth, 255.0 * kBlockTokens * kChunkBlocks);
+  const double sum_abs = IntegerCoefficients(depth, 0).sum_abs;
+  return IntegerCoefficients(depth, ShiftFor(sum_abs, 255.0 * kBlockTokens * kChunkBlocks));
 }
 
 ValueArgs ArgsOf(const Problem& p, const Coefficients& c, const uint2* values, float* out) {
