@@ -81,9 +81,11 @@ if [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
       { echo "CANDIDATES: bad entry '$entry'"; exit 1; }
     CANDIDATE_LABELS+=("$label")
   done
-  [[ -n "${BASELINE:-}" ]] && start_tree baseline "$BASELINE" "${BASELINE_COMMIT:-baseline}" kvgate
+  # `kvgate bench` runs its benches through kvgate-serve (which links libtorch): build both.
+  [[ -n "${BASELINE:-}" ]] &&
+    start_tree baseline "$BASELINE" "${BASELINE_COMMIT:-baseline}" kvgate kvgate-serve
   for entry in ${CANDIDATES:-}; do
-    start_tree "${entry%%=*}" "${entry#*=}" "${entry%%=*}" kvgate readkv_cuda_test
+    start_tree "${entry%%=*}" "${entry#*=}" "${entry%%=*}" kvgate kvgate-serve readkv_cuda_test
   done
 fi
 targets=(readkv_cuda_test)
@@ -143,7 +145,8 @@ fi
 bench_into() {  # bench_into STEM KVGATE ARGS...
   local stem=$1 kvgate=$2
   shift 2
-  "$kvgate" bench attention --device cuda "$@" --json "$OUT/$stem.json" > "$OUT/$stem.txt" 2>&1
+  "$kvgate" bench attention --device cuda "$@" --json "$OUT/$stem.json" > "$OUT/$stem.txt" 2>&1 ||
+    { echo "== $stem FAILED (exit $?):"; head -3 "$OUT/$stem.txt"; } | tee -a "$OUT/summary.txt"
   { echo "== $stem: $*"; grep -E "^ +[0-9]+ +[0-9]+ " "$OUT/$stem.txt" |
       awk '{printf "  %s x %s %s: %s us\n", $1, $2, $3, $4}'; } | tee -a "$OUT/summary.txt"
   echo "bench ($stem): $(( $(date +%s) - start )) s"
