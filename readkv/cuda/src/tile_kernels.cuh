@@ -181,16 +181,36 @@ __device__ __forceinline__ TileEntries EntriesOfTile(const TileArgs& a, const ui
           tile::PageTileStart(block, tile % 16 + 1)};
 }
 
-// Key tile `tile` of (b, h): logit_{h,r} += scaled_{h,c} * (sigma_c * correction(z, t_g)) for
+// A warp's lists, read once for all its tiles: lane i holds those of tile first + i (i < count
+// <= 32; none without a pool), so their two dependent loads (page table, then the block's
+// header) are in flight together instead of one tile after another (up to 32 round trips to
+// memory a warp, between its MMAs, when each tile looked its own up).
+__device__ __forceinline__ TileEntries LaneEntries(const TileArgs& a, const uint32_t* pool, int b,
+                                                   int h, int first, int count, int lane) {
+  if (pool == nullptr || lane >= count) return {nullptr, 0, 0};
+  return EntriesOfTile(a, pool, b, h, first + lane);
+}
+
+// Tile i's lists from the lane that holds them (every lane calls it; the result is uniform).
+__device__ __forceinline__ TileEntries EntriesFromLane(const TileEntries& mine, int i) {
+  const int lo = __shfl_sync(0xffffffffu, mine.lo, i);
+  const int hi = __shfl_sync(0xffffffffu, mine.hi, i);
+  const auto at = reinterpret_cast<uintptr_t>(mine.entries);
+  const auto low = static_cast<uint32_t>(at), high = static_cast<uint32_t>(uint64_t{at} >> 32);
+  const uint64_t got = (uint64_t{__shfl_sync(0xffffffffu, high, i)} << 32) |
+                       __shfl_sync(0xffffffffu, low, i);
+  return {reinterpret_cast<const uint32_t*>(static_cast<uintptr_t>(got)), lo, hi};
+}
+
+// A Key tile's list entries: logit_{h,r} += scaled_{h,c} * (sigma_c * correction(z, t_g)) for
 // each entry (token r, channel c), acc the tile's logits (C: rows tokens, columns heads).
 // depth: the row's group depths; scaled: the row's [D][G] f32 scale q~; key_std: its [D] sigma.
 template <int G>
-__device__ __forceinline__ void AddKeyOutliers(const TileArgs& a, int b, int h, int tile, int lane,
+__device__ __forceinline__ void AddKeyOutliers(const TileEntries& list, int lane,
                                                const uint8_t* depth, const float* scaled,
                                                const float* key_std,
                                                const tile::TileCentroids& centroids,
                                                float (&acc)[4]) {
-  const TileEntries list = EntriesOfTile(a, a.in.key_outlier_pages, b, h, tile);
   const int h0 = 2 * (lane % 4), h1 = h0 + 1;
   for (int k = list.lo; k < list.hi; ++k) {
     const uint32_t e = list.entries[k];
@@ -205,17 +225,15 @@ __device__ __forceinline__ void AddKeyOutliers(const TileArgs& a, int b, int h, 
   }
 }
 
-// Value tile `tile` of (b, h), read at depth t, staged at `staged` (its e values [G][16] f16,
-// then its maxima M [G]): acc_{h,c} += p_{h,r} * correction(z, t) for each entry (token r,
-// channel c), p = e exp(M - max) in f16 exactly as the MMA's B operand took it; acc: the warp's
-// accumulators (C: rows channels 16 g + lane / 4 (+ 8), columns heads).
+// A Value tile's list entries, the tile read at depth t and staged at `staged` (its e values
+// [G][16] f16, then its maxima M [G]): acc_{h,c} += p_{h,r} * correction(z, t) for each entry
+// (token r, channel c), p = e exp(M - max) in f16 exactly as the MMA's B operand took it; acc:
+// the warp's accumulators (C: rows channels 16 g + lane / 4 (+ 8), columns heads).
 template <int D, int G>
-__device__ __forceinline__ void AddValueOutliers(const TileArgs& a, int b, int h, int tile, int lane,
-                                                 int t, const uint8_t* staged,
-                                                 const float* head_max,
+__device__ __forceinline__ void AddValueOutliers(const TileEntries& list, int lane, int t,
+                                                 const uint8_t* staged, const float* head_max,
                                                  const tile::TileCentroids& centroids,
                                                  float (&acc)[D / 16][4]) {
-  const TileEntries list = EntriesOfTile(a, a.in.value_outlier_pages, b, h, tile);
   const auto* e_values = reinterpret_cast<const __half*>(staged);
   const auto* tile_max = reinterpret_cast<const float*>(staged + G * 32);
   const int h0 = 2 * (lane % 4), h1 = h0 + 1;
@@ -278,6 +296,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int pieces = 2 * planes;
   const int per_stage = tile::KeyTilesPerStage(planes);
   const int stages = (mine.count() + per_stage - 1) / per_stage;
+  const TileEntries my_list =
+      LaneEntries(a, a.in.key_outlier_pages, b, h, mine.lo, mine.count(), lane);
   const int64_t tile_bytes = tile::TokenTileBytes(D, a.store_bits);
   const auto issue = [&](int k) {  // stage k of this warp into its ring slot
     const int lo = mine.lo + k * per_stage, n = min(per_stage, mine.hi - lo);
@@ -331,7 +351,8 @@ __global__ void __launch_bounds__(kMmaThreads)
 #pragma unroll
       for (int i = 0; i < kWarpTiles; ++i) {
         if (i < n) {
-          AddKeyOutliers<G>(a, b, h, base + i, lane, depth, scaled, key_std, centroids, acc[i]);
+          AddKeyOutliers<G>(EntriesFromLane(my_list, base - mine.lo + i), lane, depth, scaled,
+                            key_std, centroids, acc[i]);
         }
       }
     }
@@ -415,6 +436,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   const tile::WarpShare mine = tile::ShareOfWarp(first, min(tiles, first + a.chunk_tokens / 16), warp);
   const int count = mine.count();  // <= 32
   const int my_depth = lane < count ? a.value_depths[row * a.max_tiles + mine.lo + lane] : 0;
+  const TileEntries my_list = LaneEntries(a, a.in.value_outlier_pages, b, h, mine.lo, count, lane);
   const auto depth_of = [&](int i) { return __shfl_sync(0xffffffffu, my_depth, i); };
   const auto bytes_of = [](int t) { return tile::ValueTileBytes(t, kGroups, kLogitBytes); };
   const auto span = [&](int s) {  // tiles in the stage that starts at the warp's tile s
@@ -477,8 +499,8 @@ __global__ void __launch_bounds__(kMmaThreads)
         }
       });
       if (a.in.value_outlier_pages != nullptr) {
-        AddValueOutliers<D, G>(a, b, h, mine.lo + s + i, lane, t, staged, head_max, centroids,
-                               acc);
+        AddValueOutliers<D, G>(EntriesFromLane(my_list, s + i), lane, t, staged, head_max,
+                               centroids, acc);
       }
       staged += bytes_of(t);
     }
