@@ -177,8 +177,8 @@ void AddBenchCommand(CLI::App& app, CommandContext& context) {
                   "Keep launching until the row's kernel time reaches this")
       ->capture_default_str();
   cmd->add_option("--chunk-tokens", args->chunk_tokens,
-                  "ReadKV tokens per thread block (multiple of 256; 0: the automatic choice kvgate "
-                  "serve uses); tile rows plan their own")
+                  "ReadKV tokens per thread block (multiple of 256, tile rows 512-2048 by 512; "
+                  "0: the automatic choice kvgate serve uses)")
       ->capture_default_str();
   cmd->add_flag("--ragged", args->ragged, "Sequence lengths uniform in [T/2, T]");
   cmd->add_option("--outlier-cap", args->outlier_cap,

@@ -13,6 +13,7 @@
 
 #include "readkv/codec/errors.h"
 #include "readkv/cuda/attention_bench.h"
+#include "readkv/cuda/tile_attention.h"
 
 namespace readkv::cuda {
 
@@ -220,6 +221,13 @@ void BenchConfig::Validate() const {
   const bool any_tile = std::any_of(kv.begin(), kv.end(), [](const KvSpec& s) {
     return s.backend == KvBackend::kReadKv && s.reader == codec::ReaderKind::kTile;
   });
+  if (any_tile && chunk_tokens != 0 &&
+      (chunk_tokens % kTileChunkStep != 0 || chunk_tokens > kTileMaxChunk)) {
+    throw InvalidArgument("--chunk-tokens",
+                          "the tile reader's rows take 512, 1024, 1536 or 2048 (0: "
+                          "PlanTileDecode's choice), got " +
+                              std::to_string(chunk_tokens));
+  }
   if (outlier_cap > 0 && !any_tile) {
     throw InvalidArgument("--outlier-cap",
                           "only the tile reader's rows read outlier lists: give a tile: spec "

@@ -100,6 +100,10 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
   tile.shape = TileDecodeShape{s.batch, s.heads_q, s.heads_kv, s.head_dim,
                                w,       s.max_tokens, 0,      s.max_pages};
   tile.plan = PlanTileDecode(tile.shape, sm_count);
+  if (s.chunk_tokens > 0) {  // --chunk-tokens (BenchConfig::Validate checked it for tile rows)
+    tile.plan.chunk_tokens = s.chunk_tokens;
+    tile.plan.chunks = static_cast<int>((s.max_tokens + s.chunk_tokens - 1) / s.chunk_tokens);
+  }
   const codec::LloydTree tree(w);
   tile.centroids = tile::MakeTileCentroids(tree);
   tile.encoded_lens = g.seq_lens;

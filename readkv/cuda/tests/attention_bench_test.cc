@@ -151,6 +151,18 @@ TEST(BenchConfigTest, RejectsShapesTheKernelsCannotRunNamingTheFlag) {
   EXPECT_EQ(field([](BenchConfig& c) { c.chunk_tokens = 300; }), "--chunk-tokens");
   EXPECT_EQ(field([](BenchConfig& c) { c.kv = {}; }), "--kv");
   EXPECT_EQ(field([](BenchConfig& c) { c.chunk_tokens = 0; }), "");  // the kernels' choice
+  // Tile rows' chunks: 512 to 2048 by 512 (the constrained reader's 256 steps are refused).
+  const auto tile_chunk = [](int chunk) {
+    return [chunk](BenchConfig& c) {
+      c.kv = ParseKvSpecs("fp8,tile:8:2");
+      c.chunk_tokens = chunk;
+    };
+  };
+  EXPECT_EQ(field(tile_chunk(1024)), "");
+  EXPECT_EQ(field(tile_chunk(2048)), "");
+  EXPECT_EQ(field(tile_chunk(768)), "--chunk-tokens");
+  EXPECT_EQ(field(tile_chunk(2560)), "--chunk-tokens");
+  EXPECT_EQ(field([](BenchConfig& c) { c.chunk_tokens = 768; }), "");  // no tile row
   // Outlier lists: the tile rows' only, a cap in [0, 16].
   EXPECT_EQ(field([](BenchConfig& c) { c.outlier_cap = 2; }), "--outlier-cap");  // no tile: spec
   const auto tiled = [](int cap) {

@@ -31,7 +31,7 @@ namespace readkv::cuda {
 // One value of --kv: "dense", "fp8" (per-tensor scales), "readkv:W:R" (constrained reader,
 // R_K = R_V = R), "readkv:W:R:RK:RV" (the same reader with a K/V split, mean R), or "tile:W:R" /
 // "tile:W:R:RK:RV" (the tile reader, TileDecodeAttention, on the same W-bit codes relaid into the
-// tile layout; the same ranges; its chunk is PlanTileDecode's, not --chunk-tokens).
+// tile layout; the same ranges; its chunk is PlanTileDecode's unless --chunk-tokens is given).
 struct KvSpec {
   codec::KvBackend backend = codec::KvBackend::kDense;  // the server's one backend type
   // ReadKV only: kConstrained ("readkv:") or kTile ("tile:"), the server's one reader type.
@@ -61,17 +61,17 @@ struct BenchConfig {
   std::vector<KvSpec> kv = {KvSpec{}};
   int iters = 50;               // timed launches per row, at least 20 ...
   double min_total_ms = 200.0;  // ... and until their kernel times add up to this
-  int chunk_tokens = 0;  // the constrained reader's chunk, a multiple of 256; 0: the automatic
-                         // choice that kvgate serve uses (ReadKvChunkTokens). Tile rows plan
-                         // their own (PlanTileDecode).
+  int chunk_tokens = 0;  // ReadKV rows' chunk, a multiple of 256 (tile rows: of 512, <= 2048);
+                         // 0: the automatic choice that kvgate serve uses (ReadKvChunkTokens,
+                         // PlanTileDecode for tile rows).
   bool ragged = false;          // seq_lens uniform in [T/2, T] instead of all T
   uint64_t seed = 1;
   int outlier_cap = 0;  // tile rows: outlier lists of this cap (codec/outliers.h) from the same
                         // tokens; 0: none. The constrained reader's rows never have lists.
   // Throws InvalidArgument naming the flag: "--tokens", "--batch", "--heads-q", "--heads-kv"
   // (must divide --heads-q with a group of 1, 2, 4 or 8), "--head-dim" (64 or 128), "--kv",
-  // "--iters", "--chunk-tokens", "--outlier-cap" (outside [0, 16], or above 0 without a tile:
-  // spec).
+  // "--iters", "--chunk-tokens" (tile rows: not a multiple of 512 up to 2048), "--outlier-cap"
+  // (outside [0, 16], or above 0 without a tile: spec).
   void Validate() const;
 };
 
