@@ -260,6 +260,7 @@ void AddAttention(CLI::App& codec, CommandContext& context) {
     double read_bits = 4.0;
     std::string reader = "constrained";
     std::string kv_split;
+    int value_window = 0;
     std::string fp8_scale = "tensor";
     std::string dense_storage = "fp32";
     bool no_residual_window = false;
@@ -281,6 +282,10 @@ void AddAttention(CLI::App& codec, CommandContext& context) {
   cmd->add_option("--reader", args->reader, "ReadKV reader: flexible | constrained | full | tile")
       ->capture_default_str();
   cmd->add_option("--kv-split", args->kv_split, "The reader's R_K:R_V (mean must be R)");
+  cmd->add_option("--value-window", args->value_window,
+                  "Tile reader: Value depths allocated per window of this many tokens (a "
+                  "multiple of 16), each with R_V x its blocks; 0: over the whole row")
+      ->capture_default_str();
   cmd->add_option("--fp8-scale", args->fp8_scale, "FP8 scale granularity: tensor | head")
       ->capture_default_str();
   cmd->add_option("--dense-storage", args->dense_storage, "Dense storage: fp32 | bf16")
@@ -335,6 +340,11 @@ void AddAttention(CLI::App& codec, CommandContext& context) {
         policy.key_bits = rk;
         policy.value_bits = rv;
       }
+      policy.value_window_tokens = args->value_window;
+      if (args->value_window != 0 && config.cache.backend != rc::KvBackend::kReadKv) {
+        throw InvalidArgument("value_window", "only the readkv tile reader has Value windows, "
+                                              "not --kv " + args->kv);
+      }
       config.cache.store_bits = args->store_bits;
       config.cache.policy = policy;
       config.cache.residual_window = !args->no_residual_window;
@@ -366,6 +376,7 @@ void AddAttention(CLI::App& codec, CommandContext& context) {
         out["read_bits"] = policy.read_bits;
         out["reader"] = std::string(rc::ReaderName(plan.reader));
         out["kv_split"] = {plan.key_bits, plan.value_bits};
+        out["value_window_tokens"] = plan.value_window_tokens;
         out["residual_window"] = !args->no_residual_window;
         out["outlier_cap"] = args->outlier_cap;
       } else if (config.cache.backend == rc::KvBackend::kFp8) {

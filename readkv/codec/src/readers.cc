@@ -116,6 +116,18 @@ ReaderPlan MakeReaderPlan(const ReadPolicy& policy, int store_bits) {
     throw InvalidArgument("kv_split", "(R_K + R_V) / 2 must equal R=" + Num(r) + ", got " +
                                           Num(plan.key_bits) + ":" + Num(plan.value_bits));
   }
+  const int window = policy.value_window_tokens;
+  if (window < 0 || window % 16 != 0) {
+    throw InvalidArgument("value_window", "must be 0 (the row) or a positive multiple of 16 "
+                                          "tokens, got " + std::to_string(window));
+  }
+  if (window != 0 && policy.reader != ReaderKind::kTile) {
+    throw InvalidArgument("value_window", "only the tile reader allocates Value depths per "
+                                          "window; the " + std::string(ReaderName(policy.reader)) +
+                                          " reader was asked for windows of " +
+                                          std::to_string(window));
+  }
+  plan.value_window_tokens = window;
   return plan;
 }
 

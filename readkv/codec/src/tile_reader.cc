@@ -64,9 +64,18 @@ void ChooseValueBlockDepths(const ReaderPlan& plan, const ReaderAllocators& allo
                             std::span<const double> block_weights, std::span<uint8_t> depths,
                             AllocatorScratch& scratch) {
   RequireTilePlan(plan);
-  allocators.value.Threshold(block_weights,
-                             plan.ValueBudget(static_cast<int64_t>(block_weights.size()), 1),
-                             depths, scratch);
+  const size_t blocks = block_weights.size();
+  // A window's blocks (the whole row when no window is set); a partial last window's budget is
+  // R_V x its own blocks.
+  const size_t per = plan.value_window_tokens > 0
+                         ? static_cast<size_t>(plan.value_window_tokens / kTileTokens)
+                         : std::max<size_t>(blocks, 1);
+  for (size_t first = 0; first < blocks; first += per) {
+    const size_t n = std::min(per, blocks - first);
+    allocators.value.Threshold(block_weights.subspan(first, n),
+                               plan.ValueBudget(static_cast<int64_t>(n), 1),
+                               depths.subspan(first, n), scratch);
+  }
 }
 
 void TileKeyLogits(const TilePlaneStore& store, int64_t tokens,

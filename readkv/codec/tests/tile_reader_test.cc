@@ -205,6 +205,71 @@ TEST(TileReaderTest, GroupAndBlockDepthsSpendTheBudgetAboveTheFloorLikeGreedy) {
   EXPECT_THROW(SumPerTile(channels, wrong), InvalidArgument);
 }
 
+// Value windows: each window of blocks is allocated alone, as greedy with R_V x its blocks (the
+// partial last window too); a window as long as the row is the row's allocation.
+TEST(TileReaderTest, ValueWindowsSpendEachWindowsOwnBudgetLikeGreedy) {
+  const LloydTree tree(8);
+  SplitMixRng rng(23);
+  std::vector<double> blocks(63);  // 1000 tokens
+  for (double& x : blocks) x = std::pow(static_cast<double>(rng.Next() % 1000) / 1000.0, 6);
+  blocks[40] = 30.0;  // one block holds most of the attention
+  for (const int window : {256, 512, 1024}) {
+    ReadPolicy policy = TilePolicy(5, 8, 2);
+    policy.value_window_tokens = window;
+    const ReaderPlan plan = MakeReaderPlan(policy, 8);
+    EXPECT_EQ(plan.value_window_tokens, window);
+    const ReaderAllocators allocators(plan, tree.distortions());
+    std::vector<uint8_t> depths(blocks.size());
+    AllocatorScratch scratch;
+    ChooseValueBlockDepths(plan, allocators, blocks, depths, scratch);
+    const size_t per = static_cast<size_t>(window / 16);
+    for (size_t first = 0; first < blocks.size(); first += per) {
+      const size_t n = std::min(per, blocks.size() - first);
+      std::vector<uint8_t> greedy(n);
+      const auto budget = static_cast<int64_t>(std::floor(plan.value_bits * n + 1e-9));
+      allocators.value.Greedy(std::span<const double>(blocks).subspan(first, n), budget, greedy);
+      const std::vector<uint8_t> got(depths.begin() + static_cast<ptrdiff_t>(first),
+                                     depths.begin() + static_cast<ptrdiff_t>(first + n));
+      EXPECT_EQ(got, greedy) << "window " << window << " from block " << first;
+      EXPECT_EQ(DepthAllocator::Spent(got), std::min<int64_t>(budget, 8 * static_cast<int64_t>(n)));
+    }
+    // The loud block reads deepest in its window (greedy's diminishing returns stop it at 7).
+    const size_t lo = 40 / per * per, hi = std::min(blocks.size(), lo + per);
+    EXPECT_EQ(depths[40], *std::max_element(depths.begin() + static_cast<ptrdiff_t>(lo),
+                                            depths.begin() + static_cast<ptrdiff_t>(hi)));
+    EXPECT_GE(depths[40], 6) << window;
+  }
+  ReadPolicy row = TilePolicy(5, 8, 2), whole = row;
+  whole.value_window_tokens = 1008;  // 63 blocks: the row in one window
+  std::vector<uint8_t> a(blocks.size()), b(blocks.size());
+  AllocatorScratch scratch;
+  const ReaderPlan row_plan = MakeReaderPlan(row, 8), whole_plan = MakeReaderPlan(whole, 8);
+  ChooseValueBlockDepths(row_plan, ReaderAllocators(row_plan, tree.distortions()), blocks, a,
+                         scratch);
+  ChooseValueBlockDepths(whole_plan, ReaderAllocators(whole_plan, tree.distortions()), blocks, b,
+                         scratch);
+  EXPECT_EQ(a, b);
+  // Bad windows name the field: negative, not whole blocks, or for another reader.
+  for (const int bad : {-16, 8, 100}) {
+    ReadPolicy p = TilePolicy(5, 8, 2);
+    p.value_window_tokens = bad;
+    EXPECT_THROW(
+        {
+          try {
+            MakeReaderPlan(p, 8);
+          } catch (const InvalidArgument& e) {
+            EXPECT_EQ(e.field(), "value_window");
+            throw;
+          }
+        },
+        InvalidArgument)
+        << bad;
+  }
+  ReadPolicy constrained{ReaderKind::kConstrained, 4.0, 0.0, 0.0};
+  constrained.value_window_tokens = 512;
+  EXPECT_THROW(MakeReaderPlan(constrained, 8), InvalidArgument);
+}
+
 TEST(TileReaderTest, PlanHasTheConstrainedFloorAndSinglePlaneSteps) {
   const ReaderPlan plan = MakeReaderPlan(TilePolicy(4, 6, 2), 8);
   EXPECT_EQ(ParseReaderKind("tile"), ReaderKind::kTile);

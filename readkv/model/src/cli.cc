@@ -63,6 +63,10 @@ RuntimeFlags::RuntimeFlags(CLI::App& cmd) {
                  "ReadKV outlier entries per (token, KV head) for K and for V, kept exactly beside "
                  "the clipped code (0 = off; on a CUDA device the tile reader only)")
       ->capture_default_str();
+  cmd.add_option("--value-window", options_.kv.value_window_tokens,
+                 "ReadKV tile reader: Value depths allocated per window of this many tokens (a "
+                 "multiple of 16), each with R_V x its blocks (0 = over the row; CPU only)")
+      ->capture_default_str();
   cmd.add_option("--outlier-threshold", options_.kv.outlier_threshold,
                  "ReadKV |z| past which a value is an outlier (0 = the tree's outermost threshold)")
       ->capture_default_str();

@@ -46,6 +46,7 @@ codec::ReadPolicy ResolvePolicy(const KvCacheOptions& kv, const engine::ReadPoli
     p.key_bits = *rk;
     p.value_bits = *rv;
   }
+  p.value_window_tokens = kv.value_window_tokens;  // the server's; requests do not set it
   return p;
 }
 
@@ -75,8 +76,18 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
   if (options.kv_capacity_bytes <= 0) {
     throw std::invalid_argument("kv_capacity_bytes: must be positive");
   }
+  if (kv.value_window_tokens != 0 && kv.kind != codec::KvBackend::kReadKv) {
+    throw std::invalid_argument("value_window: only a ReadKV cache's tile reader has Value "
+                                "windows, got --kv " + std::string(codec::KvBackendName(kv.kind)));
+  }
   if (kv.kind == codec::KvBackend::kReadKv) {
-    // MakeReaderPlan checks store_bits, read_bits, reader and the split, naming the field.
+    if (kv.value_window_tokens != 0 && UsesGpuKv(options)) {
+      throw std::invalid_argument(
+          "value_window: the CUDA tile reader allocates Value depths over the whole row; "
+          "Value windows run on the CPU reader only (--device cpu)");
+    }
+    // MakeReaderPlan checks store_bits, read_bits, reader, the split and the Value window,
+    // naming the field.
     const codec::ReadPolicy policy = ResolvePolicy(kv, engine::ReadPolicy{});
     codec::MakeReaderPlan(policy, kv.store_bits);
     if (UsesGpuKv(options) && policy.reader != codec::ReaderKind::kConstrained &&

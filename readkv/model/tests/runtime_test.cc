@@ -448,6 +448,38 @@ TEST(RuntimeOptionsTest, OutlierListsAreRefusedByTheConstrainedGpuReaderAndOutOf
   EXPECT_EQ(prefix_of(), "accepted");
 }
 
+// Value windows (--value-window): the CPU tile reader's; refused on a CUDA device, for another
+// reader, for a cache without a reader, and when not whole 16-token blocks, naming the field.
+TEST(RuntimeOptionsTest, ValueWindowsAreTheCpuTileReadersOnly) {
+  RuntimeOptions o;
+  o.kv.kind = codec::KvBackend::kReadKv;
+  o.kv.reader = codec::ReaderKind::kTile;
+  o.kv.value_window_tokens = 512;
+  const auto prefix_of = [&o] {
+    try {
+      ValidateRuntimeOptions(o);
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      return what.substr(0, what.find(':'));
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(prefix_of(), "accepted");
+  EXPECT_EQ(internal::ResolvePolicy(o.kv, engine::ReadPolicy{}).value_window_tokens, 512);
+  o.device = "cuda";
+  EXPECT_EQ(prefix_of(), "value_window");
+  o.device = "cpu";
+  o.kv.value_window_tokens = 500;
+  EXPECT_EQ(prefix_of(), "value_window");
+  o.kv.value_window_tokens = 512;
+  o.kv.reader = codec::ReaderKind::kConstrained;
+  EXPECT_EQ(prefix_of(), "value_window");
+  o.kv.kind = codec::KvBackend::kFp8;
+  EXPECT_EQ(prefix_of(), "value_window");
+  o.kv.value_window_tokens = 0;
+  EXPECT_EQ(prefix_of(), "accepted");
+}
+
 // `--device cuda` runs ReadKV with the constrained and the tile reader (issue 37), no other; an
 // outlier cap is taken by the tile reader (issue 36) and refused by the constrained one, with a
 // message that says why. Checked without a GPU: ValidateRuntimeOptions reads the options only.

@@ -48,6 +48,12 @@ struct ReadPolicy {
   // R_K and R_V (flexible and constrained). Both 0 means the equal split R_K = R_V = R.
   double key_bits = 0.0;
   double value_bits = 0.0;
+  // The tile reader only: Value depths allocated per window of this many encoded tokens (a
+  // multiple of 16), each window with the budget R_V x its blocks, instead of over the whole row
+  // (0). A reader that decides its Value cut without a pass over the whole row would read this
+  // way; `kvgate codec attention --value-window` measures what it costs. No server path sets it:
+  // the GPU tile reader allocates over the row.
+  int value_window_tokens = 0;
 };
 
 // A validated policy with everything the readers derive from it for a codec of W store bits.
@@ -59,6 +65,7 @@ struct ReaderPlan {
   int min_depth = 1;
   int value_step = 2;
   bool pooled = false;  // budget shared by all KV heads of the layer
+  int value_window_tokens = 0;  // ReadPolicy's; 0: the Value budget is the row's
 
   // Depth-unit budgets of one allocation scope (`heads` KV heads: 1, or H_kv when pooled).
   int64_t KeyBudget(int head_dim, int heads) const;
@@ -67,7 +74,9 @@ struct ReaderPlan {
 
 // Throws InvalidArgument naming the field: "store_bits" (W not in [1, 8]), "read_bits" (R not in
 // (0, W], below t_min for the constrained and tile readers, or != W for the full reader), "kv_split" (R_K or
-// R_V outside [t_min, W], (R_K + R_V) / 2 != R, or an unequal split for the full reader).
+// R_V outside [t_min, W], (R_K + R_V) / 2 != R, or an unequal split for the full reader),
+// "value_window" (negative, not a multiple of 16, or nonzero for a reader other than the tile
+// reader).
 ReaderPlan MakeReaderPlan(const ReadPolicy& policy, int store_bits);
 
 // Stage 1 weights of one KV head. queries_transformed: [group][d] transformed queries of the g

@@ -43,7 +43,8 @@ namespace readkv::codec {
 void SumPerTile(std::span<const double> members, std::span<double> out);
 
 // One KV head's depths from its objects' summed weights, with the threshold allocator of
-// `allocators` and the budgets above. Throw InvalidArgument("reader") unless plan is the tile
+// `allocators` and the budgets above (Values: per window of plan.value_window_tokens when set,
+// each with R_V x its blocks, a partial last window too). Throw InvalidArgument("reader") unless plan is the tile
 // reader's, and the allocator's InvalidArgument otherwise.
 void ChooseKeyGroupDepths(const ReaderPlan& plan, const ReaderAllocators& allocators,
                           std::span<const double> group_weights, std::span<uint8_t> depths,
