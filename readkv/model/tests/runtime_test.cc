@@ -415,21 +415,25 @@ TEST_F(CompressedRuntimeTest, CodecFidelityMeasuresBothCachesAndFallsWithStoredB
   EXPECT_THROW(MeasureCodecFidelity(o), codec::IdentityMismatch);
 }
 
+// The field ValidateRuntimeOptions names for `o` (its message up to the first ':'), or
+// "accepted".
+std::string RefusedField(const RuntimeOptions& o) {
+  try {
+    ValidateRuntimeOptions(o);
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    return what.substr(0, what.find(':'));
+  }
+  return "accepted";
+}
+
 TEST(RuntimeOptionsTest, OutlierListsAreRefusedByTheConstrainedGpuReaderAndOutOfRange) {
   RuntimeOptions o;
   o.kv.kind = codec::KvBackend::kReadKv;
   o.kv.reader = codec::ReaderKind::kConstrained;
   o.kv.outlier_cap = 2;
   ValidateRuntimeOptions(o);  // the CPU keeps them
-  const auto prefix_of = [&o] {
-    try {
-      ValidateRuntimeOptions(o);
-    } catch (const std::invalid_argument& e) {
-      const std::string what = e.what();
-      return what.substr(0, what.find(':'));
-    }
-    return std::string("accepted");
-  };
+  const auto prefix_of = [&o] { return RefusedField(o); };
   o.device = "cuda";
   EXPECT_EQ(prefix_of(), "outlier_cap");  // no constrained GPU correction: refused
   o.kv.reader = codec::ReaderKind::kTile;
@@ -455,15 +459,7 @@ TEST(RuntimeOptionsTest, ValueWindowsAreTheCpuTileReadersOnly) {
   o.kv.kind = codec::KvBackend::kReadKv;
   o.kv.reader = codec::ReaderKind::kTile;
   o.kv.value_window_tokens = 512;
-  const auto prefix_of = [&o] {
-    try {
-      ValidateRuntimeOptions(o);
-    } catch (const std::invalid_argument& e) {
-      const std::string what = e.what();
-      return what.substr(0, what.find(':'));
-    }
-    return std::string("accepted");
-  };
+  const auto prefix_of = [&o] { return RefusedField(o); };
   EXPECT_EQ(prefix_of(), "accepted");
   EXPECT_EQ(internal::ResolvePolicy(o.kv, engine::ReadPolicy{}).value_window_tokens, 512);
   o.device = "cuda";
