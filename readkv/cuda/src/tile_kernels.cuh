@@ -185,6 +185,8 @@ __device__ __forceinline__ TileEntries EntriesOfTile(const TileArgs& a, const ui
 // <= 32; none without a pool), so their two dependent loads (page table, then the block's
 // header) are in flight together instead of one tile after another (up to 32 round trips to
 // memory a warp, between its MMAs, when each tile looked its own up).
+static_assert(kTileMaxChunk / 16 / kMmaWarps <= kWarp,
+              "a warp's token tiles of a chunk must fit its lanes (LaneEntries, TileValues' depths)");
 __device__ __forceinline__ TileEntries LaneEntries(const TileArgs& a, const uint32_t* pool, int b,
                                                    int h, int first, int count, int lane) {
   if (pool == nullptr || lane >= count) return {nullptr, 0, 0};

@@ -51,8 +51,9 @@ struct ReadPolicy {
   // The tile reader only: Value depths allocated per window of this many encoded tokens (a
   // multiple of 16), each window with the budget R_V x its blocks, instead of over the whole row
   // (0). A reader that decides its Value cut without a pass over the whole row would read this
-  // way; `kvgate codec attention --value-window` measures what it costs. No server path sets it:
-  // the GPU tile reader allocates over the row.
+  // way; `kvgate codec attention --value-window` and the CPU server's `--value-window` measure
+  // what it costs. Requests cannot set it, and a CUDA server refuses it: the GPU tile reader
+  // allocates over the row.
   int value_window_tokens = 0;
 };
 
