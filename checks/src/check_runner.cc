@@ -26,7 +26,7 @@ QualityRecord BaseRecord(const std::string& check, const std::string& id,
 template <typename Item, typename Score>
 CheckRun Run(const std::string& check, const std::string& url, const std::vector<Item>& items,
              const std::vector<CompletionRequest>& requests, const ClientOptions& options,
-             const CheckProgress& progress, Score score) {
+             const CheckProgress& progress, const RecordSink& sink, Score score) {
   const auto start = std::chrono::steady_clock::now();
   ClientOptions with_system = options;
   if (options.endpoint == http::Endpoint::kChat && options.system_prompt.empty()) {
@@ -34,7 +34,11 @@ CheckRun Run(const std::string& check, const std::string& url, const std::vector
   }
   CompletionClient client(url, with_system);
   client.Probe();
-  std::vector<CompletionOutcome> outcomes = client.CompleteAll(requests, progress);
+  std::function<void(size_t, const CompletionOutcome&)> on_outcome;
+  if (sink) {
+    on_outcome = [&](size_t i, const CompletionOutcome& outcome) { sink(score(items[i], outcome)); };
+  }
+  std::vector<CompletionOutcome> outcomes = client.CompleteAll(requests, progress, on_outcome);
   CheckRun run;
   run.check = check;
   run.url = client.url().text;
@@ -71,14 +75,15 @@ QualityRecord ScoreQaItem(const QaItem& item, const CompletionOutcome& outcome) 
 }
 
 CheckRun RunPasskeyCheck(const std::string& url, const PasskeySettings& settings,
-                         const ClientOptions& options, const CheckProgress& progress) {
+                         const ClientOptions& options, const CheckProgress& progress,
+                         const RecordSink& sink) {
   return RunPasskeyItems(url, GeneratePasskeyItems(settings), settings.max_tokens, options,
-                         progress);
+                         progress, sink);
 }
 
 CheckRun RunPasskeyItems(const std::string& url, const std::vector<PasskeyItem>& items,
                          int max_tokens, const ClientOptions& options,
-                         const CheckProgress& progress) {
+                         const CheckProgress& progress, const RecordSink& sink) {
   if (items.empty()) throw InvalidSetting("items", "the passkey set is empty");
   if (max_tokens < 1) {
     throw InvalidSetting("max_tokens", "must be ≥ 1, got " + std::to_string(max_tokens));
@@ -88,11 +93,12 @@ CheckRun RunPasskeyItems(const std::string& url, const std::vector<PasskeyItem>&
   for (const PasskeyItem& item : items) {
     requests.push_back(CompletionRequest{item.prompt, max_tokens, {}});
   }
-  return Run("passkey", url, items, requests, options, progress, ScorePasskeyItem);
+  return Run("passkey", url, items, requests, options, progress, sink, ScorePasskeyItem);
 }
 
 CheckRun RunQaCheck(const std::string& url, const std::vector<QaItem>& items, int max_tokens,
-                    const ClientOptions& options, const CheckProgress& progress) {
+                    const ClientOptions& options, const CheckProgress& progress,
+                    const RecordSink& sink) {
   if (items.empty()) throw InvalidSetting("items", "the QA set is empty");
   if (max_tokens < 1) {
     throw InvalidSetting("max_tokens", "must be ≥ 1, got " + std::to_string(max_tokens));
@@ -104,7 +110,7 @@ CheckRun RunQaCheck(const std::string& url, const std::vector<QaItem>& items, in
   for (const QaItem& item : items) {
     requests.push_back(CompletionRequest{QaPrompt(item), max_tokens, {"\n"}});
   }
-  return Run("qa", url, items, requests, options, progress, ScoreQaItem);
+  return Run("qa", url, items, requests, options, progress, sink, ScoreQaItem);
 }
 
 void to_json(nlohmann::json& j, const CheckRun& run) {

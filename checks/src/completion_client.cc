@@ -168,7 +168,8 @@ void CompletionClient::Probe() {
 
 std::vector<CompletionOutcome> CompletionClient::CompleteAll(
     const std::vector<CompletionRequest>& requests,
-    const std::function<void(size_t, size_t)>& progress) {
+    const std::function<void(size_t, size_t)>& progress,
+    const std::function<void(size_t, const CompletionOutcome&)>& on_outcome) {
   std::vector<CompletionOutcome> outcomes(requests.size());
   std::atomic<size_t> next{0};
   size_t done = 0;
@@ -193,6 +194,7 @@ std::vector<CompletionOutcome> CompletionClient::CompleteAll(
       }
       std::lock_guard<std::mutex> lock(progress_mutex);
       ++done;
+      if (on_outcome) on_outcome(i, outcomes[i]);
       if (progress) progress(done, requests.size());
     }
   };

@@ -164,5 +164,40 @@ TEST(QaCheckTest, JsonOutputCarriesSummaryAndItems) {
   EXPECT_THROW(RunQaCheck(server.url(), {}, 8, ClientOptions{}), InvalidSetting);
 }
 
+// The sink sees each sent item's record as it is scored, the same record the run returns; after
+// a stop it has seen only the items that were sent, while the run's records name the rest as
+// not sent.
+TEST(PasskeyCheckTest, TheSinkGetsEachSentItemsRecordAsItIsScored) {
+  ScriptedServer server(PasskeyServer);
+  PasskeySettings settings;
+  settings.items = 30;
+  settings.lengths = {512};
+  ClientOptions options;
+  options.concurrency = 2;
+  std::map<std::string, nlohmann::json> sunk;
+  const CheckRun run = RunPasskeyCheck(server.url(), settings, options, {},
+                                       [&](const QualityRecord& r) { sunk[r.item_id] = r; });
+  ASSERT_EQ(sunk.size(), 30u);
+  for (const QualityRecord& r : run.records) {
+    EXPECT_EQ(sunk.at(r.item_id), nlohmann::json(r)) << r.item_id;
+  }
+
+  std::atomic<int> answered{0};
+  options.stop_requested = [&] { return answered.load() >= 7; };
+  std::vector<std::string> kept;
+  const CheckRun cut = RunPasskeyCheck(server.url(), settings, options, {},
+                                       [&](const QualityRecord& r) {
+                                         kept.push_back(r.item_id);
+                                         ++answered;
+                                       });
+  EXPECT_GE(kept.size(), 7u);
+  EXPECT_LE(kept.size(), 8u);  // one more may have been in flight on the other connection
+  size_t unsent = 0;
+  for (const QualityRecord& r : cut.records) {
+    unsent += r.error.find("not sent: stop requested") != std::string::npos;
+  }
+  EXPECT_EQ(unsent, 30u - kept.size());
+}
+
 }  // namespace
 }  // namespace kvgate::checks

@@ -40,17 +40,23 @@ inline constexpr const char kQaSystemPrompt[] =
     "You are a careful assistant. Answer the question with a few words from the text.";
 
 using CheckProgress = std::function<void(size_t done, size_t total)>;
+// Each item's record as soon as its answer is scored, from the check's worker threads, one call
+// at a time, in completion order; only items that were sent (a stop leaves the rest unsent, and
+// they reach CheckRun::records only, with an error saying so). The same records CheckRun holds.
+using RecordSink = std::function<void(const QualityRecord& record)>;
 
 CheckRun RunPasskeyCheck(const std::string& url, const PasskeySettings& settings,
-                         const ClientOptions& options, const CheckProgress& progress = {});
+                         const ClientOptions& options, const CheckProgress& progress = {},
+                         const RecordSink& sink = {});
 // Given items (a user's set, LoadPasskeyJsonl), each prompt sent as it is, `max_tokens` each.
 CheckRun RunPasskeyItems(const std::string& url, const std::vector<PasskeyItem>& items,
                          int max_tokens, const ClientOptions& options,
-                         const CheckProgress& progress = {});
+                         const CheckProgress& progress = {}, const RecordSink& sink = {});
 
 // `max_tokens` is the completion budget per item (QaSetSettings::max_tokens for generated sets).
 CheckRun RunQaCheck(const std::string& url, const std::vector<QaItem>& items, int max_tokens,
-                    const ClientOptions& options, const CheckProgress& progress = {});
+                    const ClientOptions& options, const CheckProgress& progress = {},
+                    const RecordSink& sink = {});
 
 // Scoring of one answer (exposed so the rules are testable without a server).
 QualityRecord ScorePasskeyItem(const PasskeyItem& item, const CompletionOutcome& outcome);

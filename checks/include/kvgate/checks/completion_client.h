@@ -85,9 +85,13 @@ class CompletionClient {
 
   // Sends every request, `concurrency` at a time; outcomes are in request order. `progress`, when
   // set, is called after each request with (done, total), from worker threads, serialised.
+  // `on_outcome`, when set, is called the same way just before it with the request's index and
+  // its outcome, for requests that were sent only (not those a stop left unsent): a caller can
+  // keep each answer as it comes.
   std::vector<CompletionOutcome> CompleteAll(
       const std::vector<CompletionRequest>& requests,
-      const std::function<void(size_t done, size_t total)>& progress = {});
+      const std::function<void(size_t done, size_t total)>& progress = {},
+      const std::function<void(size_t index, const CompletionOutcome& outcome)>& on_outcome = {});
 
   const ServerUrl& url() const { return url_; }
   const std::string& model() const { return model_; }  // "" when unknown: field left out
