@@ -233,6 +233,12 @@ int64_t HistoryDb::BeginRun(const RunInfo& info) {
       .Bind(12, owner.start_token);
   stmt.Run();
   int64_t id = sqlite3_last_insert_rowid(c.handle());
+  sqlite::Statement leg(c,
+                        "INSERT INTO run_legs (run_id, leg, started_at, git_commit, machine_json) "
+                        "SELECT id, 1, started_at, git_commit, machine_json FROM runs WHERE id = ?",
+                        "insert the run's first leg");
+  leg.Bind(1, id);
+  leg.Run();
   transaction.Commit();
   return id;
 }
@@ -246,13 +252,15 @@ void HistoryDb::FinishRun(int64_t run_id, RunStatus status, std::optional<std::s
   auto& c = impl_->connection;
   sqlite::Transaction transaction(c);
   impl_->RequireRunning(run_id);
+  const std::string now = NowUtc();
+  impl_->EndLeg(run_id, now, status_reason);
   sqlite::Statement stmt(
       c,
       "UPDATE runs SET status = ?, ended_at = ?, verdict = ?, exit_code = ?, status_reason = ? "
       "WHERE id = ?",
       "finish run");
   stmt.Bind(1, ToString(status))
-      .Bind(2, NowUtc())
+      .Bind(2, now)
       .Bind(3, verdict)
       .Bind(4, exit_code)
       .Bind(5, status_reason)
@@ -290,6 +298,7 @@ std::vector<int64_t> HistoryDb::MarkInterruptedRuns() {
                          NowUtc() + ")";
     update.Bind(1, reason).Bind(2, candidate.id);
     update.Run();
+    impl_->EndLeg(candidate.id, std::nullopt, reason);
     marked.push_back(candidate.id);
   }
   transaction.Commit();

@@ -1,7 +1,8 @@
 // Internal to gates/history: the state a HistoryDb holds (its connection) and the helpers that its
-// source files share (history_db.cc: open, run lifecycle, integrity; history_writes.cc: evidence
-// added to a running run; history_reads.cc: reading rows back; history_json.cc: JSON forms and
-// Export). Not installed, not for other targets.
+// source files share (history_db.cc: open, run lifecycle, integrity; history_legs.cc: a run's
+// legs and its resume; history_writes.cc: evidence added to a running run; history_reads.cc:
+// reading rows back; history_json.cc: JSON forms and Export). Not installed, not for other
+// targets.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +41,31 @@ struct HistoryDb::Impl {
       Throw(HistoryError::Kind::kWrongState, "run " + std::to_string(run_id) + " is " + status +
                                    "; evidence can only be added to a running run");
     }
+  }
+
+  // The run's latest leg (RunLeg): the one its evidence is added to while it runs.
+  int CurrentLeg(int64_t run_id) {
+    sqlite::Statement stmt(connection, "SELECT max(leg) FROM run_legs WHERE run_id = ?",
+                           "read the run's leg");
+    stmt.Bind(1, run_id);
+    stmt.Step();  // an aggregate always yields one row
+    const std::optional<int64_t> leg = stmt.OptionalInt(0);
+    if (!leg) {
+      Throw(HistoryError::Kind::kCorrupt, "run " + std::to_string(run_id) + " has no leg rows");
+    }
+    return static_cast<int>(*leg);
+  }
+
+  // Ends the run's current leg (FinishRun, MarkInterruptedRuns), inside their transaction;
+  // ended_at stays absent for a leg whose process died (when is not known).
+  void EndLeg(int64_t run_id, const std::optional<std::string>& ended_at,
+              const std::string& reason) {
+    sqlite::Statement stmt(connection,
+                           "UPDATE run_legs SET ended_at = ?, end_reason = ? WHERE run_id = ? AND "
+                           "leg = (SELECT max(leg) FROM run_legs WHERE run_id = ?)",
+                           "end the run's leg");
+    stmt.Bind(1, ended_at).Bind(2, reason).Bind(3, run_id).Bind(4, run_id);
+    stmt.Run();
   }
 
   void RequireRunExists(int64_t run_id) {

@@ -19,6 +19,8 @@ json HistoryDb::Export(int64_t run_id) {
     json out;
     out["schema_version"] = impl_->schema_version;
     out["run"] = ToJson(GetRun(run_id));
+    out["legs"] = json::array();
+    for (const RunLeg& leg : Legs(run_id)) out["legs"].push_back(ToJson(leg));
     out["load_runs"] = json::array();
     for (const LoadRunRow& load_run : LoadRuns(run_id)) {
       json entry = ToJson(load_run);
@@ -83,7 +85,10 @@ json ToJson(const LoadRunRow& load_run) {
           {"summary", m.summary},
           {"request_count", load_run.request_count},
           {"workload_source",
-           {{"kind", m.workload_kind}, {"path", m.workload_path}, {"sha256", m.workload_sha256}}}};
+           {{"kind", m.workload_kind}, {"path", m.workload_path}, {"sha256", m.workload_sha256}}},
+          {"leg", load_run.leg},
+          {"superseded_in_leg",
+           load_run.superseded_in_leg ? json(*load_run.superseded_in_leg) : json(nullptr)}};
 }
 
 json ToJson(const loadgen::RequestRecord& r) { return loadgen::RecordToJson(r); }
@@ -97,7 +102,8 @@ json ToJson(const QualityItem& item) {
           {"reference", item.reference},
           {"score", item.score},
           {"correct", item.correct ? json(*item.correct) : json(nullptr)},
-          {"extra", item.extra}};
+          {"extra", item.extra},
+          {"leg", item.leg}};
 }
 
 json ToJson(const GateResult& g) {
@@ -144,6 +150,9 @@ LoadRunMeta LoadRunMetaOf(const loadgen::LoadResult& result, std::string label,
   meta.settings["tls_verification_off"] = result.tls_verification_off;
   meta.summary = loadgen::SummaryToJson(result.summary);
   meta.summary["validity"] = loadgen::ValidityToJson(result.validity);
+  // Cut by a stop request (SIGINT/SIGTERM) before its schedule ended: a resumed run measures
+  // its pair again.
+  meta.summary["stopped"] = result.stopped;
   meta.workload_kind = result.workload_source.kind;
   meta.workload_path = result.workload_source.path;
   meta.workload_sha256 = result.workload_source.sha256;

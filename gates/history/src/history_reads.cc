@@ -87,7 +87,7 @@ std::vector<LoadRunRow> HistoryDb::LoadRuns(int64_t run_id) {
       impl_->connection,
       "SELECT id, run_id, label, pair_index, arrival, offered_rate, seed, duration_s, valid, "
       "invalid_reason, settings_json, summary_json, request_count, workload_kind, "
-      "workload_path, workload_sha256 FROM load_runs "
+      "workload_path, workload_sha256, leg, superseded_in_leg FROM load_runs "
       "WHERE run_id = ? ORDER BY id",
       "read load runs");
   stmt.Bind(1, run_id);
@@ -111,6 +111,8 @@ std::vector<LoadRunRow> HistoryDb::LoadRuns(int64_t run_id) {
     row.meta.workload_kind = stmt.Text(13);
     row.meta.workload_path = stmt.Text(14);
     row.meta.workload_sha256 = stmt.Text(15);
+    row.leg = static_cast<int>(stmt.Int(16));
+    if (auto later = stmt.OptionalInt(17)) row.superseded_in_leg = static_cast<int>(*later);
     rows.push_back(std::move(row));
   }
   return rows;
@@ -120,7 +122,7 @@ std::vector<QualityItem> HistoryDb::QualityItems(int64_t run_id) {
   impl_->RequireRunExists(run_id);
   sqlite::Statement stmt(impl_->connection,
                          "SELECT check_name, label, item_id, subset, prediction, reference_json, "
-                         "score, correct, extra_json, id FROM quality_items WHERE run_id = ? "
+                         "score, correct, extra_json, id, leg FROM quality_items WHERE run_id = ? "
                          "ORDER BY id",
                          "read quality items");
   stmt.Bind(1, run_id);
@@ -137,6 +139,7 @@ std::vector<QualityItem> HistoryDb::QualityItems(int64_t run_id) {
     item.score = stmt.Double(6);
     if (auto correct = stmt.OptionalInt(7)) item.correct = *correct != 0;
     item.extra = ParseJson(stmt.Text(8), path(), where + " extra_json");
+    item.leg = static_cast<int>(stmt.Int(10));
     items.push_back(std::move(item));
   }
   return items;

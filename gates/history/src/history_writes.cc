@@ -46,8 +46,8 @@ int64_t HistoryDb::AddLoadRun(int64_t run_id, const LoadRunMeta& meta,
       c,
       "INSERT INTO load_runs (run_id, label, pair_index, arrival, offered_rate, seed, duration_s, "
       "valid, invalid_reason, settings_json, summary_json, request_count, workload_kind, "
-      "workload_path, workload_sha256) "
-      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      "workload_path, workload_sha256, leg) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
       "insert load run");
   run_stmt.Bind(1, run_id)
       .Bind(2, meta.label)
@@ -63,7 +63,8 @@ int64_t HistoryDb::AddLoadRun(int64_t run_id, const LoadRunMeta& meta,
       .Bind(12, static_cast<int64_t>(records.size()))
       .Bind(13, meta.workload_kind)
       .Bind(14, meta.workload_path)
-      .Bind(15, meta.workload_sha256);
+      .Bind(15, meta.workload_sha256)
+      .Bind(16, impl_->CurrentLeg(run_id));
   run_stmt.Run();
   const int64_t load_run_id = sqlite3_last_insert_rowid(c.handle());
 
@@ -115,9 +116,10 @@ void HistoryDb::AddQualityItems(int64_t run_id, std::span<const QualityItem> ite
   impl_->RequireRunning(run_id);
   sqlite::Statement stmt(c,
                          "INSERT INTO quality_items (run_id, check_name, label, item_id, subset, "
-                         "prediction, reference_json, score, correct, extra_json) "
-                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         "prediction, reference_json, score, correct, extra_json, leg) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                          "insert quality item");
+  const int leg = impl_->CurrentLeg(run_id);
   for (size_t i = 0; i < items.size(); ++i) {
     const QualityItem& item = items[i];
     stmt.SetRowContext("item " + std::to_string(i) + ": " + item.check + "/" + item.label + "/" +
@@ -135,7 +137,7 @@ void HistoryDb::AddQualityItems(int64_t run_id, std::span<const QualityItem> ite
     } else {
       stmt.BindNull(9);
     }
-    stmt.Bind(10, Dump(item.extra));
+    stmt.Bind(10, Dump(item.extra)).Bind(11, leg);
     stmt.Run();
   }
   transaction.Commit();

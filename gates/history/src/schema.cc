@@ -137,10 +137,36 @@ ALTER TABLE load_requests ADD COLUMN session INTEGER CHECK (session IS NULL OR s
 ALTER TABLE load_requests ADD COLUMN turn INTEGER NOT NULL DEFAULT 1 CHECK (turn >= 1);
 )sql";
 
+// Version 4: a run measured in legs (`kvgate run --resume`). Leg 1 is the run's start; each
+// resume of an interrupted run adds the next, with the commit, machine and servers that measured
+// it and why the leg before it ended. Every quality item and load run names its leg; a load run
+// a later leg measured again (a pair cut by the stop) keeps its rows, marked superseded, and no
+// gate reads it. Runs stored before it get their leg 1 from their own row.
+constexpr const char* kVersion4 = R"sql(
+CREATE TABLE run_legs (
+  run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  leg INTEGER NOT NULL CHECK (leg >= 1),
+  started_at TEXT NOT NULL,
+  ended_at TEXT,
+  end_reason TEXT NOT NULL DEFAULT '',
+  git_commit TEXT NOT NULL DEFAULT '',
+  machine_json TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(machine_json)),
+  servers_json TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(servers_json)),
+  PRIMARY KEY (run_id, leg)
+) WITHOUT ROWID;
+INSERT INTO run_legs (run_id, leg, started_at, ended_at, end_reason, git_commit, machine_json)
+  SELECT id, 1, started_at, ended_at, status_reason, git_commit, machine_json FROM runs;
+ALTER TABLE load_runs ADD COLUMN leg INTEGER NOT NULL DEFAULT 1 CHECK (leg >= 1);
+ALTER TABLE load_runs ADD COLUMN superseded_in_leg INTEGER
+  CHECK (superseded_in_leg IS NULL OR superseded_in_leg > leg);
+ALTER TABLE quality_items ADD COLUMN leg INTEGER NOT NULL DEFAULT 1 CHECK (leg >= 1);
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, kVersion1},
     {2, kVersion2},
     {3, kVersion3},
+    {4, kVersion4},
 };
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "error_kind.h"
 #include "temp_dir.h"
 
 namespace kvgate::history {
@@ -66,16 +67,7 @@ class RawDb {
   sqlite3* db_ = nullptr;
 };
 
-HistoryError::Kind KindOf(const std::function<void()>& f, std::string* message = nullptr) {
-  try {
-    f();
-  } catch (const HistoryError& e) {
-    if (message) *message = e.what();
-    return e.kind();
-  }
-  ADD_FAILURE() << "expected a HistoryError";
-  return Kind::kSql;
-}
+using testing::KindOf;
 
 std::vector<RequestRecord> SampleRecords() {
   std::vector<RequestRecord> records;

@@ -6,7 +6,8 @@
 // (PRAGMA user_version, PRAGMA application_id marks it as a kvgate history) and upgraded on open
 // by ordered migrations, each in one transaction. Every write below is one transaction: it
 // lands whole or not at all. Evidence can only be added to a run whose status is `running`;
-// once finished, a run's rows are closed.
+// once finished, a run's rows are closed, except that an interrupted run may be resumed as a new
+// leg (ResumeRun) whose evidence joins what the earlier legs stored.
 //
 // Thread-safety: a HistoryDb is one SQLite connection; use one per thread (several connections,
 // in one or many processes, may share the file). Movable, not copyable.
@@ -111,6 +112,10 @@ struct LoadRunRow {
   int64_t run_id = 0;
   LoadRunMeta meta;
   int64_t request_count = 0;
+  int leg = 1;  // the leg of the run that measured it (RunLeg)
+  // Set when a later leg measured its pair again (SupersedeLoadRuns): kept as evidence of what
+  // happened, read by no gate.
+  std::optional<int> superseded_in_leg;
 };
 
 // One scored item of a quality check (passkey, QA, …) on one system.
@@ -124,6 +129,7 @@ struct QualityItem {
   double score = 0.0;           // the check's per-item score, finite (its unit is the check's)
   std::optional<bool> correct;  // for checks with a right/wrong answer
   nlohmann::json extra = nlohmann::json::object();
+  int leg = 1;  // the leg that measured it: set by the history when read, ignored when added
 
   bool operator==(const QualityItem&) const = default;
 };
@@ -139,6 +145,30 @@ struct GateResult {
   nlohmann::json details = nlohmann::json::object();
 
   bool operator==(const GateResult&) const = default;
+};
+
+// One leg of a run: the run's start (leg 1) or one `kvgate run --resume` of it after it was
+// interrupted. A leg's evidence is measured by one process on one machine; a run's legs share its
+// policy and kvgate's commit (the suite refuses a resume otherwise) but not its machine.
+struct RunLeg {
+  int leg = 1;
+  std::string started_at;
+  std::optional<std::string> ended_at;  // absent while it runs, and for a leg whose process died
+  std::string end_reason;               // why it stopped, for a leg that was interrupted
+  std::string git_commit;
+  nlohmann::json machine = nlohmann::json::object();
+  // The systems it measured, as the suite found them: [{"label", "url", "model"}], URLs redacted;
+  // [] until SetLegServers (and for leg 1 of runs stored before schema version 4).
+  nlohmann::json servers = nlohmann::json::array();
+
+  bool operator==(const RunLeg&) const = default;
+};
+
+// Who resumes a run, and where (ResumeRun).
+struct ResumeInfo {
+  std::string git_commit;
+  nlohmann::json machine = nlohmann::json::object();
+  std::optional<ProcessIdentity> owner;  // defaults to the calling process
 };
 
 // One resource-ledger reading of one system (capacity, logical reads, …).
@@ -198,6 +228,18 @@ class HistoryDb {
   // Marks every `running` run whose owner process is gone as `interrupted` (with a reason);
   // runs of live owners and of other hosts are left alone. Returns the ids it marked.
   std::vector<int64_t> MarkInterruptedRuns();
+  // Resumes an interrupted run as its next leg: the run is `running` again under the caller (its
+  // ended_at, verdict, exit code and status reason cleared; the reason stays with the leg it
+  // ended), and evidence added from now on belongs to the new leg. Returns the leg's number.
+  // Throws kNotFound, or kWrongState for a run that is running or complete, or that already
+  // holds gate results (regate it instead).
+  int ResumeRun(int64_t run_id, const ResumeInfo& info);
+  // Records the systems the current leg of a running run measures (RunLeg::servers).
+  void SetLegServers(int64_t run_id, const nlohmann::json& servers);
+  // Marks load runs of a running run as superseded by its current leg (their pair is measured
+  // again). Throws kNotFound for an id that is not a load run of this run, kWrongState for one
+  // already superseded or measured in the current leg.
+  void SupersedeLoadRuns(int64_t run_id, std::span<const int64_t> load_run_ids);
 
   // --- reads ---
   std::vector<RunRow> ListRuns(int limit = 50);  // newest first
@@ -210,8 +252,9 @@ class HistoryDb {
   std::vector<GateResult> GateResults(int64_t run_id);
   std::vector<Ledger> Ledgers(int64_t run_id);
   std::vector<CheckResult> CheckResults(int64_t run_id);
-  // Everything about one run as JSON: {"schema_version", "run", "load_runs" (each with its
-  // "requests"), "quality_items", "gate_results", "ledgers", "check_results"}.
+  std::vector<RunLeg> Legs(int64_t run_id);  // leg 1 first
+  // Everything about one run as JSON: {"schema_version", "run", "legs", "load_runs" (each with
+  // its "requests"), "quality_items", "gate_results", "ledgers", "check_results"}.
   nlohmann::json Export(int64_t run_id);
 
   // PRAGMA integrity_check + foreign_key_check: the problems found, empty when the file is sound.
@@ -231,6 +274,7 @@ nlohmann::json ToJson(const QualityItem& item);
 nlohmann::json ToJson(const GateResult& result);
 nlohmann::json ToJson(const Ledger& ledger);
 nlohmann::json ToJson(const CheckResult& result);
+nlohmann::json ToJson(const RunLeg& leg);
 
 // The metadata of a load run as the generator measured it (arrival, offered rate for an open
 // loop, seed, duration, validity and its reasons joined by "; ", the settings with the target's
