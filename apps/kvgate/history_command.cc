@@ -262,7 +262,11 @@ void PrintLoadRuns(const std::vector<history::LoadRunRow>& load_runs) {
                Num(lr.meta.duration_s, "%.1fs"), std::to_string(lr.request_count),
                Num(JsonNumber(s, {"errored"}), "%.0f"), Num(JsonNumber(s, {"goodput_rps"})),
                Num(JsonNumber(s, {"ttft", "p99_ms"})), Num(JsonNumber(s, {"tpot", "p99_ms"})),
-               lr.meta.valid ? "VALID" : "INVALID: " + lr.meta.invalid_reason});
+               (lr.superseded_in_leg
+                    ? "SUPERSEDED (pair measured again in leg " +
+                          std::to_string(*lr.superseded_in_leg) + "); "
+                    : std::string()) +
+                   (lr.meta.valid ? "VALID" : "INVALID: " + lr.meta.invalid_reason)});
   }
   table.Print(std::cout, "  ");
 }
@@ -275,8 +279,11 @@ void Show(const HistoryOptions& o) {
   std::vector<history::LoadRunRow> load_runs = db.LoadRuns(id);
   std::vector<history::Ledger> ledgers = db.Ledgers(id);
   std::vector<history::CheckResult> checks = db.CheckResults(id);
+  const std::vector<history::RunLeg> legs = db.Legs(id);
   if (o.json) {
     json out = history::ToJson(run);
+    out["legs"] = json::array();
+    for (const auto& leg : legs) out["legs"].push_back(history::ToJson(leg));
     out["gate_results"] = json::array();
     for (const auto& g : gates) out["gate_results"].push_back(history::ToJson(g));
     out["load_runs"] = json::array();
@@ -310,6 +317,16 @@ void Show(const HistoryOptions& o) {
               << "\n";
   }
   if (!run.info.notes.empty()) std::cout << "  notes:     " << run.info.notes << "\n";
+  if (legs.size() > 1) {  // a resumed run (`kvgate run --resume`)
+    std::cout << "\nlegs:\n";
+    TextTable table({"LEG", "STARTED", "ENDED", "COMMIT", "HOST", "ENDED BECAUSE"});
+    for (const auto& leg : legs) {
+      table.Add({std::to_string(leg.leg), leg.started_at, leg.ended_at.value_or("-"),
+                 leg.git_commit.empty() ? "-" : leg.git_commit, leg.machine.value("host", "-"),
+                 leg.end_reason.empty() ? "-" : leg.end_reason});
+    }
+    table.Print(std::cout, "  ");
+  }
   PrintGates(gates);
   PrintLoadRuns(load_runs);
   if (!ledgers.empty()) {

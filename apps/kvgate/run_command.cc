@@ -1,4 +1,5 @@
-// `kvgate run [--policy FILE] [--db FILE] [--out DIR]`: the go/no-go suite (gates/suite).
+// `kvgate run [--policy FILE] [--db FILE] [--out DIR] [--resume RUN]`: the go/no-go suite
+// (gates/suite).
 // Exit status: 0 GO, 1 NO-GO, 2 INCONCLUSIVE, 3 the suite could not run.
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -29,6 +30,7 @@ struct RunFlags {
   bool quiet = false;
   int metrics_port = -1;    // < 0: no live metrics
   std::string pushgateway;  // empty: no push
+  int64_t resume = 0;       // > 0: resume this interrupted run
 };
 
 int Run(const RunFlags& flags) {
@@ -47,6 +49,7 @@ int Run(const RunFlags& flags) {
   options.kvgate_binary = SelfPath();
   options.version = kVersion;
   options.git_commit = kGitCommit;
+  if (flags.resume > 0) options.resume_run_id = flags.resume;
   auto start = std::chrono::steady_clock::now();
   if (!flags.quiet) {
     options.progress = [start](const std::string& line) {
@@ -129,6 +132,10 @@ void AddRunCommand(CLI::App& app, CommandContext& context) {
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--pushgateway", flags->pushgateway,
                   "After the run, push its gate results to this Pushgateway URL (job kvgate_run)");
+  cmd->add_option("--resume", flags->resume,
+                  "Resume this interrupted run (its id in --db) as its next leg, under the policy "
+                  "it began with: what it stored is kept, only the rest is measured")
+      ->check(CLI::PositiveNumber);
   cmd->callback([flags, &context] { context.exit_code = Run(*flags); });
 }
 

@@ -197,7 +197,8 @@ std::vector<gates::GateResult> DecideFromRows(history::HistoryDb& db, int64_t ru
   int64_t measured = 0, measured_runs = 0;
   const loadgen::Slo& slo = policy.slo;
   for (const history::LoadRunRow& run : db.LoadRuns(run_id)) {
-    if (!run.meta.pair_index) continue;
+    // A superseded member was measured again whole by a later leg (resume.h).
+    if (!run.meta.pair_index || run.superseded_in_leg) continue;
     std::vector<loadgen::RequestRecord> records = db.LoadRecords(run.id);
     loadgen::Summary summary =
         loadgen::Summarize(records, slo, loadgen::MeasuredDurationSeconds(records));

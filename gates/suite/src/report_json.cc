@@ -31,6 +31,10 @@ nlohmann::json BuildReportJson(history::HistoryDb& db, int64_t run_id) {
   report["kvgate_report_version"] = 1;
   report["generated_at"] = NowIso();
   report["run"] = history::ToJson(run);
+  // Who measured what: one leg, or several when the run was resumed (each its machine, commit
+  // and servers; the evidence rows name their leg).
+  report["legs"] = nlohmann::json::array();
+  for (const history::RunLeg& leg : db.Legs(run_id)) report["legs"].push_back(history::ToJson(leg));
   std::optional<policy::Policy> policy;
   try {
     policy = policy::ParsePolicy(run.info.policy_text, "run " + std::to_string(run_id));
@@ -95,6 +99,7 @@ nlohmann::json BuildReportJson(history::HistoryDb& db, int64_t run_id) {
   const loadgen::Slo slo = policy ? policy->slo : loadgen::Slo{};
   std::map<std::string, std::vector<double>> ttft, tpot;
   for (const auto& load_run : db.LoadRuns(run_id)) {
+    if (load_run.superseded_in_leg) continue;  // measured again whole by a later leg
     std::vector<loadgen::RequestRecord> records = db.LoadRecords(load_run.id);
     loadgen::Summary summary =
         loadgen::Summarize(records, slo, loadgen::MeasuredDurationSeconds(records));

@@ -1,6 +1,5 @@
 #include "kvgate/suite/run_suite.h"
 
-#include <cstdlib>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -10,13 +9,15 @@
 #include <ctime>
 #include <map>
 
-#include <xxhash.h>
 #include <fstream>
 #include <memory>
+#include <mutex>
+#include <type_traits>
 #include <optional>
 
 #include "evidence.h"
 #include "output_lock.h"
+#include "resume.h"
 #include "kvgate/checks/errors.h"
 #include "kvgate/checks/ledgers.h"
 #include "kvgate/checks/qa_set.h"
@@ -125,6 +126,7 @@ class SuiteRun {
   }
 
   int64_t Register();
+  int64_t Resume(int64_t run_id);
   void StartServers();
   void RunQualityChecks();
   void RunLoadPairs();
@@ -143,18 +145,21 @@ class SuiteRun {
     argv.insert(argv.end(), system.spec->serve_args.begin(), system.spec->serve_args.end());
     return argv;
   }
-  void StoreQuality(const System& system, const checks::CheckRun& run) {
-    std::vector<history::QualityItem> rows;
-    for (const auto& r : run.records) rows.push_back(ToHistoryItem(r, system.label));
-    db_.AddQualityItems(run_id_, rows);
-  }
   void RunLoadOnce(System& system, int pair);
+  bool ServersAlive() {
+    for (System& system : systems_) {
+      if (system.process && !system.process->Alive()) return false;
+    }
+    return true;
+  }
 
   const policy::Policy& policy_;
   const SuiteOptions& options_;
   history::HistoryDb& db_;
   RunMetrics* metrics_;
   int64_t run_id_ = 0;
+  int leg_ = 1;
+  StoredEvidence stored_;  // what the earlier legs of a resumed run hold
   System systems_[2] = {{kBaseline, &policy_.baseline, nullptr, "", "", {}},
                         {kCandidate, &policy_.candidate, nullptr, "", "", {}}};
 };
@@ -181,11 +186,7 @@ int64_t SuiteRun::Register() {
   history::RunInfo info;
   info.kind = "run";
   info.policy_text = secrets::RedactText(policy_.text);
-  XXH128_hash_t digest = XXH3_128bits(info.policy_text.data(), info.policy_text.size());
-  char hex[40];
-  std::snprintf(hex, sizeof(hex), "%016llx%016llx", static_cast<unsigned long long>(digest.high64),
-                static_cast<unsigned long long>(digest.low64));
-  info.policy_digest = std::string("xxh3-128:") + hex;
+  info.policy_digest = PolicyDigest(info.policy_text);
   info.git_commit = options_.git_commit;
   info.machine = history::DescribeMachine();
   info.device = {{"kvgate_version", options_.version}};
@@ -195,6 +196,30 @@ int64_t SuiteRun::Register() {
   if (metrics_) metrics_->SetRunId(std::to_string(run_id_));
   Say("run " + std::to_string(run_id_) + ": policy '" + policy_.name + "', history " +
       options_.db_path.string() + ", output " + options_.out_dir.string());
+  return run_id_;
+}
+
+// The run's next leg: refused (ResumeRefused, HistoryError) before anything changes unless the
+// run is an interrupted `kvgate run` of this policy and commit; then the pairs its legs left
+// unfinished are marked superseded, to be measured again whole.
+int64_t SuiteRun::Resume(int64_t run_id) {
+  const history::RunRow run = db_.GetRun(run_id);
+  CheckResumable(run, PolicyDigest(secrets::RedactText(policy_.text)), options_.git_commit);
+  history::ResumeInfo info;
+  info.git_commit = options_.git_commit;
+  info.machine = history::DescribeMachine();
+  leg_ = db_.ResumeRun(run_id, info);
+  run_id_ = run_id;
+  if (metrics_) metrics_->SetRunId(std::to_string(run_id_));
+  stored_ = ReadStoredEvidence(db_, run_id_);
+  if (!stored_.to_supersede.empty()) db_.SupersedeLoadRuns(run_id_, stored_.to_supersede);
+  Say("run " + std::to_string(run_id_) + ": resumed as leg " + std::to_string(leg_) +
+      " (the last leg stopped: " + run.status_reason + "); kept " +
+      std::to_string(stored_.stored_items) + " quality items and " +
+      std::to_string(stored_.whole_pairs.size()) + " whole load pairs, " +
+      std::to_string(stored_.to_supersede.size()) +
+      " load runs of unfinished pairs superseded; history " + options_.db_path.string() +
+      ", output " + options_.out_dir.string());
   return run_id_;
 }
 
@@ -224,7 +249,67 @@ void SuiteRun::StartServers() {
       Say("WARNING: " + system.label + ": TLS certificate verification is OFF (insecure = true)");
     }
   }
+  std::vector<LegServer> servers;
+  for (const System& system : systems_) {
+    const bool local = system.spec->kind == policy::ServerSpec::Kind::kLocal;
+    servers.push_back({system.label, local, local ? "" : secrets::RedactUrl(system.url),
+                       system.model});
+  }
+  // A resumed run measures the systems its first leg did, or nothing more.
+  if (leg_ > 1) CheckSameServers(db_.Legs(run_id_), servers);
+  db_.SetLegServers(run_id_, ToJson(servers));
 }
+
+// A check's records stored as they are answered (checks::RecordSink), a few at a time, so a run
+// cut inside a check keeps what it measured. The sink runs on the check's worker threads one at
+// a time while the suite's thread waits in the check, so the history's one connection is never
+// used by two threads at once. Once a server the suite started has died, answers with an error
+// are not stored (they record the crash, not the system; a resume asks them again).
+class QualityStore {
+ public:
+  QualityStore(history::HistoryDb& db, int64_t run_id, std::string label,
+               std::function<bool()> servers_alive)
+      : db_(db), run_id_(run_id), label_(std::move(label)), alive_(std::move(servers_alive)) {}
+
+  checks::RecordSink Sink() {
+    return [this](const checks::QualityRecord& record) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_.push_back(ToHistoryItem(record, label_));
+      if (pending_.size() >= kBatch) FlushLocked();
+    };
+  }
+  // The rest, after the check returned. Returns how many items were stored in all.
+  size_t Flush() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    FlushLocked();
+    return stored_;
+  }
+  size_t dropped() const { return dropped_; }
+
+ private:
+  static constexpr size_t kBatch = 16;
+  void FlushLocked() {
+    if (pending_.empty()) return;
+    if (!alive_()) {
+      const size_t before = pending_.size();
+      std::erase_if(pending_, [](const history::QualityItem& item) {
+        return !item.extra.value("error", std::string()).empty();
+      });
+      dropped_ += before - pending_.size();
+    }
+    db_.AddQualityItems(run_id_, pending_);
+    stored_ += pending_.size();
+    pending_.clear();
+  }
+
+  history::HistoryDb& db_;
+  const int64_t run_id_;
+  const std::string label_;
+  const std::function<bool()> alive_;
+  std::mutex mutex_;
+  std::vector<history::QualityItem> pending_;
+  size_t stored_ = 0, dropped_ = 0;
+};
 
 // Quality, on both systems, the same items.
 void SuiteRun::RunQualityChecks() {
@@ -263,23 +348,66 @@ void SuiteRun::RunQualityChecks() {
             std::to_string(total));
       };
     };
-    ThrowIfStopped();
-    Say(system.label + ": passkey check, " + std::to_string(passkey.items) + " items");
-    const checks::CheckRun keys =
-        checks::RunPasskeyCheck(system.url, passkey, client, tenths("passkey"));
-    ThrowIfStopped();
-    RequireServersAlive(systems_, "the " + system.label + " passkey check");
-    StoreQuality(system, keys);
-    Say(system.label + ": passkey " + std::to_string(keys.all().correct) + "/" +
-        std::to_string(keys.all().count) + " (" + std::to_string(keys.all().errors) + " errors)");
-    ThrowIfStopped();
-    Say(system.label + ": QA check, " + std::to_string(qa_items.size()) + " items");
-    const checks::CheckRun qa =
-        checks::RunQaCheck(system.url, qa_items, policy_.qa.max_tokens, client, tenths("QA"));
-    ThrowIfStopped();
-    RequireServersAlive(systems_, "the " + system.label + " QA check");
-    StoreQuality(system, qa);
-    Say(system.label + ": QA F1 " + std::to_string(qa.all().mean_score));
+    // Each check asks only what the run's earlier legs did not store, and stores as it goes.
+    const auto ask = [&](const std::string& check, size_t total, auto missing, auto run_check,
+                         const std::string& name) {
+      const size_t kept = stored_.Count(check, system.label);
+      if (missing.empty()) {
+        Say(system.label + ": " + name + ": all " + std::to_string(total) +
+            " items stored by earlier legs");
+        return;
+      }
+      ThrowIfStopped();
+      Say(system.label + ": " + name + " check, " + std::to_string(missing.size()) + " items" +
+          (kept > 0 ? " (" + std::to_string(kept) + " stored by earlier legs)" : ""));
+      QualityStore store(db_, run_id_, system.label, [this] { return ServersAlive(); });
+      checks::CheckRun run;
+      try {
+        run = run_check(missing, tenths(name), store.Sink());
+      } catch (...) {
+        store.Flush();
+        throw;
+      }
+      const size_t stored = store.Flush();
+      if (store.dropped() > 0) {
+        Say(system.label + ": " + std::to_string(store.dropped()) + " " + name +
+            " answers with errors not stored: a server had died");
+      }
+      ThrowIfStopped();
+      RequireServersAlive(systems_, "the " + system.label + " " + name + " check");
+      if (stored != missing.size()) {  // every item was sent, so every record reached the sink
+        throw std::logic_error(name + " check stored " + std::to_string(stored) + " of " +
+                               std::to_string(missing.size()) + " items");
+      }
+      const checks::SubsetSummary& all = run.all();
+      Say(system.label + ": " + name + " " +
+          (check == "passkey" ? std::to_string(all.correct) + "/" + std::to_string(all.count) +
+                                    " (" + std::to_string(all.errors) + " errors)"
+                              : "F1 " + std::to_string(all.mean_score)) +
+          (kept > 0 ? " over this leg's items" : ""));
+    };
+    const auto missing_of = [&](const std::string& check, const auto& items) {
+      std::remove_cvref_t<decltype(items)> missing;
+      for (const auto& item : items) {
+        if (!stored_.Has(check, system.label, item.id)) missing.push_back(item);
+      }
+      return missing;
+    };
+    const std::vector<checks::PasskeyItem> keys = checks::GeneratePasskeyItems(passkey);
+    ask("passkey", keys.size(), missing_of("passkey", keys),
+        [&](const std::vector<checks::PasskeyItem>& items, const checks::CheckProgress& progress,
+            const checks::RecordSink& sink) {
+          return checks::RunPasskeyItems(system.url, items, passkey.max_tokens, client, progress,
+                                         sink);
+        },
+        "passkey");
+    ask("qa", qa_items.size(), missing_of("qa", qa_items),
+        [&](const std::vector<checks::QaItem>& items, const checks::CheckProgress& progress,
+            const checks::RecordSink& sink) {
+          return checks::RunQaCheck(system.url, items, policy_.qa.max_tokens, client, progress,
+                                    sink);
+        },
+        "QA");
   }
 }
 
@@ -287,6 +415,10 @@ void SuiteRun::RunQualityChecks() {
 void SuiteRun::RunLoadPairs() {
   Phase("load");
   for (int pair = 0; pair < policy_.load.pairs; ++pair) {
+    if (stored_.whole_pairs.count(pair) > 0) {
+      Say("pair " + std::to_string(pair) + ": measured whole by an earlier leg");
+      continue;
+    }
     for (System& system : systems_) RunLoadOnce(system, pair);
   }
 }
@@ -376,7 +508,18 @@ SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options)
     run.Say("history: run " + std::to_string(id) +
             " was left running by a dead process: marked interrupted");
   }
-  outcome.run_id = run.Register();
+  if (options.resume_run_id) {
+    try {
+      outcome.run_id = run.Resume(*options.resume_run_id);
+    } catch (const std::exception& e) {  // refused: the run and its history are as they were
+      outcome.exit_code = 3;
+      outcome.error = "cannot resume run " + std::to_string(*options.resume_run_id) + ": " +
+                      secrets::RedactText(e.what());
+      return outcome;
+    }
+  } else {
+    outcome.run_id = run.Register();
+  }
   try {
     run.StartServers();
     run.RunQualityChecks();

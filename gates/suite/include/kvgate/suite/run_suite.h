@@ -5,7 +5,9 @@
 // and report.html into the output folder.
 //
 // One call at a time per process (it installs SIGINT/SIGTERM handlers for its duration so a
-// Ctrl-C ends the run as `interrupted` with its data kept and its servers stopped).
+// Ctrl-C ends the run as `interrupted` with its data kept and its servers stopped). Quality
+// items are stored as they are answered, so a run cut inside a check keeps what it measured, and
+// an interrupted run can be resumed (SuiteOptions::resume_run_id).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -34,6 +36,10 @@ struct SuiteOptions {
   std::string git_commit;
   std::function<void(const std::string& line)> progress;  // one line per event; may be empty
   RunMetrics* metrics = nullptr;  // live progress for Prometheus (--metrics-port); may be null
+  // Resume this interrupted run as its next leg instead of beginning a new one (`kvgate run
+  // --resume`, docs/product.md "Runs in legs"): under the policy it began with, by kvgate of its
+  // commit, against the same systems; what its legs stored is kept and only the rest measured.
+  std::optional<int64_t> resume_run_id;
 };
 
 struct SuiteOutcome {
@@ -46,7 +52,9 @@ struct SuiteOutcome {
 };
 
 // Never throws for problems of the run itself (servers failing, bad answers): those end as
-// exit_code 3 with `error` set and the run row marked interrupted. Text that leaves the run
+// exit_code 3 with `error` set and the run row marked interrupted. A resume that is refused
+// (another policy or commit, a run that is not interrupted) ends as exit_code 3 with run_id 0 and
+// nothing changed. Text that leaves the run
 // (progress lines, errors, the stored policy text and server commands) has its secrets redacted
 // (secrets/). Throws history::HistoryError
 // only when the history cannot be opened at all.
