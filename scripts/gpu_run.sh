@@ -10,6 +10,11 @@
 # Run from the repository root with .devdeps and gates/report/node_modules carried; COMMIT names
 # the commit the tree is (the host's copy has no .git); RUN_LIMIT_S bounds `kvgate run` (below):
 #   COMMIT=$(git rev-parse --short=12 HEAD) OUT=/tmp/run bash scripts/gpu_run.sh
+# A run longer than one call goes in legs (docs/product.md, "Runs in legs"): bring the history
+# back from $OUT, carry it into the next call (an ignored path, e.g. .gpu-history/kvgate.db) and
+# name it with HISTORY, and the run to continue with RESUME; the same COMMIT is required.
+# DECODE_BENCH=0 and GPU_TESTS=0 leave out what the first leg already measured:
+#   HISTORY=.gpu-history/kvgate.db RESUME=1 DECODE_BENCH=0 GPU_TESTS=0 COMMIT=... bash scripts/gpu_run.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/kvgate-gpu-run}
 B=${BUILD_DIR:-/tmp/kvgate-gpu-build}
@@ -26,12 +31,16 @@ cmake --build "$B" -j"$(nproc)" --target kvgate kvgate-serve readkv_model_test >
   || { grep -A8 "error" "$WORK/build.log" | head -80; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
 # The CUDA KV backends the servers will use, against the CPU codec first.
-"$B/readkv/model/readkv_model_test" --gtest_filter='*Gpu*' > "$WORK/gpu_kv_test.log" 2>&1 \
-  || { grep -E "Failure|FAILED|error" "$WORK/gpu_kv_test.log" | head -20; exit 1; }
-grep -E "worst relative|passkeys on the GPU|PASSED" "$WORK/gpu_kv_test.log"
+if [[ ${GPU_TESTS:-1} != 0 ]]; then
+  "$B/readkv/model/readkv_model_test" --gtest_filter='*Gpu*' > "$WORK/gpu_kv_test.log" 2>&1 \
+    || { grep -E "Failure|FAILED|error" "$WORK/gpu_kv_test.log" | head -20; exit 1; }
+  grep -E "worst relative|passkeys on the GPU|PASSED" "$WORK/gpu_kv_test.log"
+fi
 # The decode step of each server as the policy starts it (its args, --max-batch as the batch), at
 # 16K context: `kvgate bench decode` times what separates the two once prompts are in.
-for side in baseline candidate; do
+sides="baseline candidate"
+[[ ${DECODE_BENCH:-1} == 0 ]] && sides=""
+for side in $sides; do
   args=$(python3 policies/tools/bench_args.py "$POLICY" "$side") || exit 1
   # shellcheck disable=SC2086 # args is a word list by construction
   "$B/apps/kvgate" bench decode $args --context 16000 --steps 64 --warmup 8 \
@@ -40,9 +49,14 @@ done
 # The device tool ends a call at 10 minutes: past RUN_LIMIT_S (default 480 s) kvgate gets SIGTERM,
 # stops its servers and records the run `interrupted` with every row so far (a 4.5-pair chunked
 # run was cut by the call limit itself on 2026-11-30 and left no logs.tgz).
+resume=()
+if [[ -n ${HISTORY:-} ]]; then
+  cp "$HISTORY" "$OUT/kvgate.db" || exit 1
+  [[ -n ${RESUME:-} ]] && resume=(--resume "$RESUME")
+fi
 timeout --signal=TERM --kill-after=30 "${RUN_LIMIT_S:-480}" \
   "$B/apps/kvgate" run --policy "$POLICY" --db "$OUT/kvgate.db" --out "$WORK/run" --json \
-  > "$OUT/outcome.json" 2> "$OUT/run.log"
+  "${resume[@]}" > "$OUT/outcome.json" 2> "$OUT/run.log"
 rc=$?
 [[ $rc == 124 ]] && echo "kvgate run: stopped at RUN_LIMIT_S=${RUN_LIMIT_S:-480} s (recorded interrupted)"
 echo "kvgate run: exit $rc after $(( $(date +%s) - start )) s"
