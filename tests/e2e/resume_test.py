@@ -147,6 +147,10 @@ def main():
                                         f"{done.returncode}; {done.stderr[-500:]})")
     check("pair 0: measured whole by an earlier leg" in done.stderr,
           "leg 3: pair 0 is not measured again")
+    logs = sorted(n for n in os.listdir(out) if n.endswith(".log"))
+    check(logs == ["baseline.leg2.log", "baseline.leg3.log", "baseline.log",
+                   "candidate.leg2.log", "candidate.leg3.log", "candidate.log"],
+          f"each leg keeps its servers' logs ({logs})")
     final = export(db)
     check(final["run"]["status"] == "complete" and len(final["legs"]) == 3,
           f"the run is complete, in 3 legs ({final['run']['status']}, {len(final['legs'])})")

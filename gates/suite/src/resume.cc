@@ -78,6 +78,25 @@ bool StoredEvidence::Has(const std::string& check, const std::string& label,
   return at != items.end() && at->second.count(id) > 0;
 }
 
+void CheckSameItems(const StoredEvidence& stored, const std::string& check,
+                    const std::map<std::string, nlohmann::json>& now) {
+  for (const auto& [key, by_id] : stored.items) {
+    if (key.first != check) continue;
+    for (const auto& [id, reference] : by_id) {
+      const auto at = now.find(id);
+      if (at == now.end()) {
+        throw ResumeRefused("the " + check + " items changed since the run began: its " +
+                            key.second + " item '" + id + "' is not in today's set");
+      }
+      if (at->second != reference) {
+        throw ResumeRefused("the " + check + " items changed since the run began: item '" + id +
+                            "' now expects " + at->second.dump() + ", the run stored " +
+                            reference.dump());
+      }
+    }
+  }
+}
+
 size_t StoredEvidence::Count(const std::string& check, const std::string& label) const {
   const auto at = items.find({check, label});
   return at == items.end() ? 0 : at->second.size();
@@ -86,7 +105,7 @@ size_t StoredEvidence::Count(const std::string& check, const std::string& label)
 StoredEvidence ReadStoredEvidence(history::HistoryDb& db, int64_t run_id) {
   StoredEvidence out;
   for (const history::QualityItem& item : db.QualityItems(run_id)) {
-    out.items[{item.check, item.label}].insert(item.item_id);
+    out.items[{item.check, item.label}][item.item_id] = item.reference;
     ++out.stored_items;
   }
   struct Members {

@@ -54,8 +54,8 @@ void CheckSameServers(const std::vector<history::RunLeg>& legs,
 
 // What the stored legs hold.
 struct StoredEvidence {
-  // (check, label) -> the item ids stored.
-  std::map<std::pair<std::string, std::string>, std::set<std::string>> items;
+  // (check, label) -> item id -> its stored reference (the gold answers, or the key).
+  std::map<std::pair<std::string, std::string>, std::map<std::string, nlohmann::json>> items;
   std::set<int> whole_pairs;          // pairs measured whole: not measured again
   std::vector<int64_t> to_supersede;  // members of pairs that are measured again
   int stored_items = 0;
@@ -64,5 +64,12 @@ struct StoredEvidence {
   size_t Count(const std::string& check, const std::string& label) const;
 };
 StoredEvidence ReadStoredEvidence(history::HistoryDb& db, int64_t run_id);
+
+// Refuses (ResumeRefused) a check whose items are no longer those the run stored: a stored item
+// of `check` that the set `now` (id -> reference, as the items are generated or read today)
+// lacks, or whose reference differs (a QA dataset file edited between legs, say). The policy's
+// digest covers its text, not the files it names.
+void CheckSameItems(const StoredEvidence& stored, const std::string& check,
+                    const std::map<std::string, nlohmann::json>& now);
 
 }  // namespace kvgate::suite

@@ -11,12 +11,12 @@
 
 #include <fstream>
 #include <memory>
-#include <mutex>
 #include <type_traits>
 #include <optional>
 
 #include "evidence.h"
 #include "output_lock.h"
+#include "quality_store.h"
 #include "resume.h"
 #include "kvgate/checks/errors.h"
 #include "kvgate/checks/ledgers.h"
@@ -160,6 +160,11 @@ class SuiteRun {
   int64_t run_id_ = 0;
   int leg_ = 1;
   StoredEvidence stored_;  // what the earlier legs of a resumed run hold
+  std::optional<QualityItems> items_;  // the policy's, made once (Items())
+  const QualityItems& Items() {
+    if (!items_) items_ = MakeQualityItems(policy_);
+    return *items_;
+  }
   System systems_[2] = {{kBaseline, &policy_.baseline, nullptr, "", "", {}},
                         {kCandidate, &policy_.candidate, nullptr, "", "", {}}};
 };
@@ -205,13 +210,18 @@ int64_t SuiteRun::Register() {
 int64_t SuiteRun::Resume(int64_t run_id) {
   const history::RunRow run = db_.GetRun(run_id);
   CheckResumable(run, PolicyDigest(secrets::RedactText(policy_.text)), options_.git_commit);
+  stored_ = ReadStoredEvidence(db_, run_id);
+  std::map<std::string, nlohmann::json> keys, questions;
+  for (const checks::PasskeyItem& item : Items().passkey) keys[item.id] = {item.key};
+  for (const checks::QaItem& item : Items().qa) questions[item.id] = item.answers;
+  CheckSameItems(stored_, "passkey", keys);
+  CheckSameItems(stored_, "qa", questions);
   history::ResumeInfo info;
   info.git_commit = options_.git_commit;
   info.machine = history::DescribeMachine();
   leg_ = db_.ResumeRun(run_id, info);
   run_id_ = run_id;
   if (metrics_) metrics_->SetRunId(std::to_string(run_id_));
-  stored_ = ReadStoredEvidence(db_, run_id_);
   if (!stored_.to_supersede.empty()) db_.SupersedeLoadRuns(run_id_, stored_.to_supersede);
   Say("run " + std::to_string(run_id_) + ": resumed as leg " + std::to_string(leg_) +
       " (the last leg stopped: " + run.status_reason + "); kept " +
@@ -230,8 +240,10 @@ void SuiteRun::StartServers() {
     if (system.spec->kind == policy::ServerSpec::Kind::kLocal) {
       const std::vector<std::string> argv = ServeCommand(system);
       Say(system.label + ": starting " + argv[0] + " serve ...");
-      // Each run's log holds its own server's output only (the folder is locked to this run).
-      const std::filesystem::path log = options_.out_dir / (system.label + ".log");
+      // Each run's log holds its own server's output only (the folder is locked to this run);
+      // a resumed run's later legs keep the earlier legs' logs (baseline.leg2.log, ...).
+      const std::string leg = leg_ > 1 ? ".leg" + std::to_string(leg_) : "";
+      const std::filesystem::path log = options_.out_dir / (system.label + leg + ".log");
       std::ofstream(log, std::ios::trunc).close();
       system.process = std::make_unique<ServerProcess>(
           argv, std::chrono::duration<double>(system.spec->startup_timeout_s), log.string());
@@ -260,78 +272,10 @@ void SuiteRun::StartServers() {
   db_.SetLegServers(run_id_, ToJson(servers));
 }
 
-// A check's records stored as they are answered (checks::RecordSink), a few at a time, so a run
-// cut inside a check keeps what it measured. The sink runs on the check's worker threads one at
-// a time while the suite's thread waits in the check, so the history's one connection is never
-// used by two threads at once. Once a server the suite started has died, answers with an error
-// are not stored (they record the crash, not the system; a resume asks them again).
-class QualityStore {
- public:
-  QualityStore(history::HistoryDb& db, int64_t run_id, std::string label,
-               std::function<bool()> servers_alive)
-      : db_(db), run_id_(run_id), label_(std::move(label)), alive_(std::move(servers_alive)) {}
-
-  checks::RecordSink Sink() {
-    return [this](const checks::QualityRecord& record) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      pending_.push_back(ToHistoryItem(record, label_));
-      if (pending_.size() >= kBatch) FlushLocked();
-    };
-  }
-  // The rest, after the check returned. Returns how many items were stored in all.
-  size_t Flush() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    FlushLocked();
-    return stored_;
-  }
-  size_t dropped() const { return dropped_; }
-
- private:
-  static constexpr size_t kBatch = 16;
-  void FlushLocked() {
-    if (pending_.empty()) return;
-    if (!alive_()) {
-      const size_t before = pending_.size();
-      std::erase_if(pending_, [](const history::QualityItem& item) {
-        return !item.extra.value("error", std::string()).empty();
-      });
-      dropped_ += before - pending_.size();
-    }
-    db_.AddQualityItems(run_id_, pending_);
-    stored_ += pending_.size();
-    pending_.clear();
-  }
-
-  history::HistoryDb& db_;
-  const int64_t run_id_;
-  const std::string label_;
-  const std::function<bool()> alive_;
-  std::mutex mutex_;
-  std::vector<history::QualityItem> pending_;
-  size_t stored_ = 0, dropped_ = 0;
-};
-
 // Quality, on both systems, the same items.
 void SuiteRun::RunQualityChecks() {
   Phase("quality");
-  checks::PasskeySettings passkey;
-  passkey.items = policy_.passkey.items;
-  passkey.lengths.assign(policy_.passkey.lengths.begin(), policy_.passkey.lengths.end());
-  passkey.depths = policy_.passkey.depths;
-  passkey.seed = policy_.seed;
-  passkey.key_digits = policy_.passkey.key_digits;
-  passkey.max_tokens = policy_.passkey.max_tokens;
-  std::vector<checks::QaItem> qa_items;
-  if (!policy_.qa.dataset.empty()) {
-    qa_items = checks::LoadQaJsonl(policy_.qa.dataset);
-  } else {
-    checks::QaSetSettings qa;
-    qa.items = policy_.qa.items;
-    qa.lengths.assign(policy_.qa.lengths.begin(), policy_.qa.lengths.end());
-    qa.seed = policy_.seed + 1;
-    qa.max_tokens = policy_.qa.max_tokens;
-    qa_items = checks::GenerateQaSet(qa);
-  }
+  const QualityItems& policy_items = Items();
   for (System& system : systems_) {
     checks::ClientOptions client;
     client.model = system.model;
@@ -393,15 +337,14 @@ void SuiteRun::RunQualityChecks() {
       }
       return missing;
     };
-    const std::vector<checks::PasskeyItem> keys = checks::GeneratePasskeyItems(passkey);
-    ask("passkey", keys.size(), missing_of("passkey", keys),
+    ask("passkey", policy_items.passkey.size(), missing_of("passkey", policy_items.passkey),
         [&](const std::vector<checks::PasskeyItem>& items, const checks::CheckProgress& progress,
             const checks::RecordSink& sink) {
-          return checks::RunPasskeyItems(system.url, items, passkey.max_tokens, client, progress,
-                                         sink);
+          return checks::RunPasskeyItems(system.url, items, policy_.passkey.max_tokens, client,
+                                         progress, sink);
         },
         "passkey");
-    ask("qa", qa_items.size(), missing_of("qa", qa_items),
+    ask("qa", policy_items.qa.size(), missing_of("qa", policy_items.qa),
         [&](const std::vector<checks::QaItem>& items, const checks::CheckProgress& progress,
             const checks::RecordSink& sink) {
           return checks::RunQaCheck(system.url, items, policy_.qa.max_tokens, client, progress,

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -77,6 +78,22 @@ TEST(ResumeTest, ALegMustMeasureTheSystemsTheFirstLegMeasured) {
   std::vector<LegServer> started = first;
   started[1].local = true;
   EXPECT_NE(RefusalOf([&] { CheckSameServers(legs, started); }).find("it is local, was url"),
+            std::string::npos);
+}
+
+TEST(ResumeTest, TheStoredItemsMustStillBeTodays) {
+  StoredEvidence stored;
+  stored.items[{"qa", kBaseline}]["qa-1"] = {"Oslo"};
+  stored.items[{"passkey", kCandidate}]["passkey-0"] = {"12345"};
+  const std::map<std::string, nlohmann::json> qa = {{"qa-1", {"Oslo"}}, {"qa-2", {"Rome"}}};
+  EXPECT_EQ(RefusalOf([&] { CheckSameItems(stored, "qa", qa); }), "");
+  const std::map<std::string, nlohmann::json> edited = {{"qa-1", {"Bergen"}}};
+  EXPECT_NE(RefusalOf([&] { CheckSameItems(stored, "qa", edited); })
+                .find("item 'qa-1' now expects [\"Bergen\"], the run stored [\"Oslo\"]"),
+            std::string::npos);
+  const std::map<std::string, nlohmann::json> fewer = {{"passkey-1", {"999"}}};
+  EXPECT_NE(RefusalOf([&] { CheckSameItems(stored, "passkey", fewer); })
+                .find("its candidate item 'passkey-0' is not in today's set"),
             std::string::npos);
 }
 
