@@ -123,6 +123,14 @@ def main():
           f"{QA_ITEMS}; before, a cut check lost them all)")
     check(all("not sent" not in q["extra"].get("error", "") for q in qa1),
           "leg 1: no item the stop left unsent is stored")
+    interim = subprocess.run([KVGATE, "history", "regate", "1", "--db", db, "--json"],
+                             capture_output=True, text=True)
+    gates1 = {row["gate"]: row["recomputed"] for row in json.loads(interim.stdout)["gates"]}
+    check(gates1["qa_f1"]["status"] == "INCONCLUSIVE" and
+          f"of the policy's {QA_ITEMS} QA items were measured on both sides" in gates1["qa_f1"]["reason"],
+          f"leg 1: regated, the QA gate waits for the planned items ({gates1['qa_f1']['reason']})")
+    check(gates1["passkey"]["status"] == "INCONCLUSIVE",
+          f"leg 1: so does the passkey gate ({gates1['passkey']['reason']})")
 
     # Leg 2: resumed, then cut between the members of load pair 1.
     code, lines = run_until(base + ["--resume", "1"], lambda l: "pair 1 baseline:" in l,

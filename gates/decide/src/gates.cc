@@ -99,7 +99,7 @@ int ExitCode(Verdict verdict) {
 }
 
 GateResult PasskeyGate(int correct, int errored, int items, int required,
-                       std::optional<int> baseline_correct) {
+                       std::optional<int> baseline_correct, int planned) {
   GateResult result;
   result.gate = "passkey";
   result.observed = correct;
@@ -107,7 +107,13 @@ GateResult PasskeyGate(int correct, int errored, int items, int required,
   result.details = {{"correct", correct}, {"errored", errored}, {"items", items}};
   if (baseline_correct) result.details["baseline_correct"] = *baseline_correct;
   std::string tally = std::to_string(correct) + "/" + std::to_string(items);
-  if (items < required) {
+  if (planned > 0 && items < planned) {
+    result.status = GateStatus::kInconclusive;
+    result.reason = "only " + std::to_string(items) + " of the policy's " +
+                    std::to_string(planned) +
+                    " passkey items were measured: the run stopped early; `kvgate run --resume` "
+                    "measures the rest";
+  } else if (items < required) {
     result.status = GateStatus::kInconclusive;
     result.reason = "only " + std::to_string(items) + " passkey items ran, " +
                     std::to_string(required) + " must be found: raise quality.passkey.items";
@@ -139,7 +145,8 @@ GateResult PasskeyGate(int correct, int errored, int items, int required,
 GateResult QaF1Gate(std::span<const SubsetScores> subsets, const QaMissing& missing,
                     double max_drop, double max_error_rate, double confidence, int resamples,
                     uint64_t seed) {
-  const nlohmann::json missing_json = {{"items", missing.items},
+  const nlohmann::json missing_json = {{"planned", missing.planned},
+                                       {"items", missing.items},
                                        {"baseline_errored", missing.baseline_errored},
                                        {"candidate_errored", missing.candidate_errored},
                                        {"unpaired", missing.unpaired},
@@ -152,6 +159,17 @@ GateResult QaF1Gate(std::span<const SubsetScores> subsets, const QaMissing& miss
       std::to_string(missing.unpaired) + ")";
   const double missing_share =
       missing.items > 0 ? static_cast<double>(missing.unusable) / missing.items : 1.0;
+  const int on_both_sides = missing.items - missing.unpaired;
+  if (missing.planned > 0 && missing.items > 0 && on_both_sides < missing.planned) {
+    GateResult result = Inconclusive(
+        "qa_f1", max_drop,
+        "only " + std::to_string(on_both_sides) + " of the policy's " +
+            std::to_string(missing.planned) +
+            " QA items were measured on both sides: the run stopped early, and an interval over "
+            "part of a planned sample is an interim look; `kvgate run --resume` measures the rest");
+    result.details = {{"missing", missing_json}};
+    return result;
+  }
   if (subsets.empty() || missing.items == 0 || missing.unusable >= missing.items ||
       missing_share > max_error_rate) {
     GateResult result = Inconclusive(

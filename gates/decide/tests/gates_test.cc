@@ -246,6 +246,31 @@ TEST(QaF1GateTest, ErroredItemsAreMissingEvidenceNotAgreement) {
   EXPECT_EQ(within.details["subsets"][0]["items"], 97);
 }
 
+// A run that stopped before the policy's planned items is an interim look: what it measured
+// may look decided, the gates wait for the rest (`kvgate run --resume`).
+TEST(QaF1GateTest, FewerItemsThanPlannedAreAnInterimLook) {
+  std::vector<double> scores(60, 100.0);
+  const std::vector<SubsetScores> agreeing = {{"all", scores, scores}};
+  QaMissing part = NoneMissing(agreeing);
+  EXPECT_EQ(QaF1Gate(agreeing, part, 1.0, 0.01, 0.95, 1000, 7).status, GateStatus::kPass);
+  part.planned = 100;
+  const GateResult interim = QaF1Gate(agreeing, part, 1.0, 0.01, 0.95, 1000, 7);
+  EXPECT_EQ(interim.status, GateStatus::kInconclusive) << interim.reason;
+  EXPECT_NE(interim.reason.find("only 60 of the policy's 100 QA items were measured on both sides"),
+            std::string::npos)
+      << interim.reason;
+  EXPECT_EQ(interim.details["missing"]["planned"], 100);
+  part.planned = 60;  // all measured
+  EXPECT_EQ(QaF1Gate(agreeing, part, 1.0, 0.01, 0.95, 1000, 7).status, GateStatus::kPass);
+
+  // Passkeys: 150 of 200 found is not a FAIL of a run that asked only 150 of its 200.
+  const GateResult keys = PasskeyGate(150, 0, 150, 150, std::nullopt, 200);
+  EXPECT_EQ(keys.status, GateStatus::kInconclusive) << keys.reason;
+  EXPECT_NE(keys.reason.find("only 150 of the policy's 200 passkey items"), std::string::npos)
+      << keys.reason;
+  EXPECT_EQ(PasskeyGate(200, 0, 200, 200, std::nullopt, 200).status, GateStatus::kPass);
+}
+
 TEST(P99GateTest, PassesFailsOrWaitsAtTheThreshold) {
   EXPECT_EQ(P99Gate(Pairs(5, 1.00, 1.0), 1.05, 0.95, 5, 0.01).status, GateStatus::kPass);
   GateResult fail = P99Gate(Pairs(5, 1.20, 1.0), 1.05, 0.95, 5, 0.01);

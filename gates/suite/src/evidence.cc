@@ -147,9 +147,14 @@ std::vector<gates::GateResult> DecideFromRows(history::HistoryDb& db, int64_t ru
     correct += item.correct.value_or(false);
     errored += !item.extra.value("error", std::string()).empty();
   }
+  // The policy's planned items: its passkeys are always generated, its QA set unless it names a
+  // dataset file (whose size the stored run does not record).
+  const int planned_keys = policy.passkey.items;
+  const int planned_qa = policy.qa.dataset.empty() ? policy.qa.items : 0;
   results.push_back(gates::PasskeyGate(
       correct, errored, total, spec.passkey_required,
-      baseline_total == total ? std::optional<int>(baseline_correct) : std::nullopt));
+      baseline_total == total ? std::optional<int>(baseline_correct) : std::nullopt,
+      planned_keys));
 
   // QA F1: pair items by id; every key subset an item names is scored on its own. Only items
   // both sides answered are scored: an errored or one-sided item is missing evidence.
@@ -163,6 +168,7 @@ std::vector<gates::GateResult> DecideFromRows(history::HistoryDb& db, int64_t ru
     return !item->extra.value("error", std::string()).empty();
   };
   gates::QaMissing missing;
+  missing.planned = planned_qa;
   std::map<std::string, gates::SubsetScores> subsets;
   for (const auto& [id, pair] : qa) {
     const auto [base, cand] = pair;

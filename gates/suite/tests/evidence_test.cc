@@ -53,13 +53,28 @@ gates::GateResult QaGateOf(const std::vector<history::QualityItem>& items) {
 TEST(EvidenceTest, QaGateIsInconclusiveWhenEveryItemErrored) {
   std::vector<history::QualityItem> items;
   const std::string error = "POST http://127.0.0.1:1/v1/completions: HTTP 400: prompt too long";
-  for (int i = 0; i < 50; ++i) {
+  for (int i = 0; i < 100; ++i) {  // the policy's default quality.qa.items: all asked
     items.push_back(QaItem("baseline", i, 0.0, error));
     items.push_back(QaItem("candidate", i, 0.0, error));
   }
   const gates::GateResult qa = QaGateOf(items);
   EXPECT_EQ(qa.status, gates::GateStatus::kInconclusive) << qa.reason;
   EXPECT_NE(qa.reason.find("no QA item was answered by both sides"), std::string::npos)
+      << qa.reason;
+}
+
+// Fewer items than the policy plans (a run that stopped early): an interim look, undecided
+// however clean its items look.
+TEST(EvidenceTest, QaGateWaitsForThePolicysPlannedItems) {
+  std::vector<history::QualityItem> items;
+  for (int i = 0; i < 60; ++i) {
+    items.push_back(QaItem("baseline", i, 100.0, ""));
+    items.push_back(QaItem("candidate", i, 100.0, ""));
+  }
+  const gates::GateResult qa = QaGateOf(items);
+  EXPECT_EQ(qa.status, gates::GateStatus::kInconclusive) << qa.reason;
+  EXPECT_NE(qa.reason.find("only 60 of the policy's 100 QA items were measured on both sides"),
+            std::string::npos)
       << qa.reason;
 }
 

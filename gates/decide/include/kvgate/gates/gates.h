@@ -46,8 +46,10 @@ int ExitCode(Verdict verdict);  // 0 GO, 1 NO-GO, 2 INCONCLUSIVE
 // INCONCLUSIVE rather than FAIL. baseline_correct, when known (the baseline on the same items),
 // goes into details and into a FAIL's reason, which then says whether the candidate lost keys the
 // baseline found or the model misses keys under any cache; the status does not depend on it.
+// planned, when known (> 0): the items the policy asks; a run that measured fewer (it stopped
+// early: an interim look) is INCONCLUSIVE, never decided on part of its sample.
 GateResult PasskeyGate(int correct, int errored, int items, int required,
-                       std::optional<int> baseline_correct = std::nullopt);
+                       std::optional<int> baseline_correct = std::nullopt, int planned = 0);
 
 // QA F1 on every key subset: per item, the baseline's and the candidate's F1 in [0, 100] for the
 // same question. observed = the largest estimated drop (baseline − candidate, points) over the
@@ -57,13 +59,16 @@ GateResult PasskeyGate(int correct, int errored, int items, int required,
 // malformed answer) on either side, or was stored on one side only, is missing evidence, never a
 // score of 0 on both sides (which would read as "no drop"): `missing` counts them, and above
 // `max_error_rate` of the run's items the gate is INCONCLUSIVE, as is a run with no item
-// answered by both.
+// answered by both, and a run that stored fewer than the policy's planned items on a side (it
+// stopped early: an interval over part of a planned sample is an interim look, and stopping a
+// run when such a look passes would make a PASS likelier than the confidence says).
 struct SubsetScores {
   std::string subset;
   std::vector<double> baseline;   // F1 points per item answered by both sides
   std::vector<double> candidate;  // same items, same order
 };
 struct QaMissing {
+  int planned = 0;            // items the policy asks (0: not known, e.g. a dataset file's)
   int items = 0;              // distinct QA items the run asked
   int baseline_errored = 0;   // items the baseline gave no usable answer to
   int candidate_errored = 0;  // ... the candidate
