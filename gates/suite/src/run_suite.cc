@@ -220,9 +220,15 @@ int64_t SuiteRun::Resume(int64_t run_id) {
   info.git_commit = options_.git_commit;
   info.machine = history::DescribeMachine();
   leg_ = db_.ResumeRun(run_id, info);
+  try {
+    if (!stored_.to_supersede.empty()) db_.SupersedeLoadRuns(run_id, stored_.to_supersede);
+  } catch (const std::exception& e) {  // the run goes back to interrupted, this leg with it
+    db_.FinishRun(run_id, history::RunStatus::kInterrupted, std::nullopt, 3,
+                  std::string("resume failed: ") + e.what());
+    throw;
+  }
   run_id_ = run_id;
   if (metrics_) metrics_->SetRunId(std::to_string(run_id_));
-  if (!stored_.to_supersede.empty()) db_.SupersedeLoadRuns(run_id_, stored_.to_supersede);
   Say("run " + std::to_string(run_id_) + ": resumed as leg " + std::to_string(leg_) +
       " (the last leg stopped: " + run.status_reason + "); kept " +
       std::to_string(stored_.stored_items) + " quality items and " +
@@ -454,7 +460,7 @@ SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options)
   if (options.resume_run_id) {
     try {
       outcome.run_id = run.Resume(*options.resume_run_id);
-    } catch (const std::exception& e) {  // refused: the run and its history are as they were
+    } catch (const std::exception& e) {  // refused: the run is interrupted, as it was
       outcome.exit_code = 3;
       outcome.error = "cannot resume run " + std::to_string(*options.resume_run_id) + ": " +
                       secrets::RedactText(e.what());
