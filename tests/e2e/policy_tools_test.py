@@ -93,6 +93,16 @@ def main(build):
               and split[2].startswith("  depth=y: 1 items, 0 flips")
               and split[3].startswith("  length=512: 3 items, 2 flips"),
               f"one line per subset, each with its own items ({split})")
+        # Sizing: 4 groups (all, depth=x, depth=y, length=512; depth=y's one item has no spread),
+        # z = the normal quantile of 0.8^(1/4); depth=x's sd 141.4 over 2 of the 3 items sets it.
+        sized = compare("a.qa.json", "b.qa.json", "--by-subset", "--power", "0.8")
+        check(sized.returncode == 0 and sized.stdout.splitlines()[-1] ==
+              "items for every subset to pass with probability 0.8 at a true drop of 0: "
+              "381255 in all (set by depth=x)",
+              f"--power sizes the set by its widest subset ({sized.stdout.strip()[-120:]})")
+        alone = compare("a.qa.json", "b.qa.json", "--power", "0.8")
+        check(alone.returncode != 0 and "--power needs --by-subset" in alone.stderr,
+              f"--power without --by-subset is refused ({alone.stderr.strip()})")
         fewer = compare("fp8.qa.json", "short.qa.json")
         check(fewer.returncode != 0 and "same items" in fewer.stderr,
               f"files with different items are refused ({fewer.stderr.strip()})")
