@@ -205,6 +205,11 @@ def main():
                            "--resume", "1"], capture_output=True, text=True)
     check(done.returncode == 3 and "began under another policy" in done.stderr,
           f"another policy is refused (exit {done.returncode}: {done.stderr.strip()[-200:]})")
+    missing = subprocess.run([KVGATE, "run", "--policy", policy, "--db", f"{work}/none.db",
+                              "--out", out, "--resume", "1"], capture_output=True, text=True)
+    check(missing.returncode == 3 and "no such file" in missing.stderr
+          and not os.path.exists(f"{work}/none.db"),
+          f"a history that does not exist is not created to resume in ({missing.stderr.strip()})")
     after = export(db)
     check(len(after["legs"]) == 3 and after["run"]["status"] == "complete" and
           len(after["quality_items"]) == len(final["quality_items"]),

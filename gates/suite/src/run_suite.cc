@@ -451,7 +451,9 @@ SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options)
     return outcome;
   }
   StopSignals signals;
-  history::HistoryDb db = history::HistoryDb::Open(options.db_path);
+  history::HistoryDb::Options open;
+  open.create_if_missing = !options.resume_run_id;  // a run to resume is in an existing file
+  history::HistoryDb db = history::HistoryDb::Open(options.db_path, open);
   SuiteRun run(policy, options, db);
   for (int64_t id : db.MarkInterruptedRuns()) {
     run.Say("history: run " + std::to_string(id) +
