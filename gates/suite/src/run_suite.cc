@@ -299,9 +299,18 @@ void SuiteRun::RunQualityChecks() {
       };
     };
     // Each check asks only what the run's earlier legs did not store, and stores as it goes.
-    const auto ask = [&](const std::string& check, size_t total, auto missing, auto run_check,
+    const auto ask = [&](const std::string& check, const auto& items, auto run_check,
                          const std::string& name) {
-      const size_t kept = stored_.Count(check, system.label);
+      const size_t kept = stored_.Count(check, system.label), total = items.size();
+      // The items no earlier leg stored: all of them (no copy: a 16K QA set is ~16 KB an item)
+      // unless this is a resumed run that stored some.
+      std::remove_cvref_t<decltype(items)> unstored;
+      if (kept > 0) {
+        for (const auto& item : items) {
+          if (!stored_.Has(check, system.label, item.id)) unstored.push_back(item);
+        }
+      }
+      const auto& missing = kept > 0 ? unstored : items;
       if (missing.empty()) {
         Say(system.label + ": " + name + ": all " + std::to_string(total) +
             " items stored by earlier legs");
@@ -336,21 +345,14 @@ void SuiteRun::RunQualityChecks() {
                               : "F1 " + std::to_string(all.mean_score)) +
           (kept > 0 ? " over this leg's items" : ""));
     };
-    const auto missing_of = [&](const std::string& check, const auto& items) {
-      std::remove_cvref_t<decltype(items)> missing;
-      for (const auto& item : items) {
-        if (!stored_.Has(check, system.label, item.id)) missing.push_back(item);
-      }
-      return missing;
-    };
-    ask("passkey", policy_items.passkey.size(), missing_of("passkey", policy_items.passkey),
+    ask("passkey", policy_items.passkey,
         [&](const std::vector<checks::PasskeyItem>& items, const checks::CheckProgress& progress,
             const checks::RecordSink& sink) {
           return checks::RunPasskeyItems(system.url, items, policy_.passkey.max_tokens, client,
                                          progress, sink);
         },
         "passkey");
-    ask("qa", policy_items.qa.size(), missing_of("qa", policy_items.qa),
+    ask("qa", policy_items.qa,
         [&](const std::vector<checks::QaItem>& items, const checks::CheckProgress& progress,
             const checks::RecordSink& sink) {
           return checks::RunQaCheck(system.url, items, policy_.qa.max_tokens, client, progress,
