@@ -117,6 +117,8 @@ def main():
     check(code == 3, f"leg 1: SIGTERM ends the run with exit 3 (got {code})")
     leg1 = export(db)
     check(leg1["run"]["status"] == "interrupted", "leg 1: the run is interrupted")
+    check(leg1["run"]["planned"] == {"passkey": PASSKEYS, "qa": QA_ITEMS},
+          f"the run records the items it plans ({leg1['run']['planned']})")
     qa1 = [q for q in leg1["quality_items"] if q["check"] == "qa"]
     check(all(q["label"] == "baseline" for q in qa1) and 12 <= len(qa1) < QA_ITEMS,
           f"leg 1: the baseline QA items answered before the stop are stored ({len(qa1)} of "

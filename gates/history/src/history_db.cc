@@ -89,6 +89,7 @@ RunRow ReadRunRow(sqlite::Statement& stmt, const std::filesystem::path& path) {
   if (auto code = stmt.OptionalInt(13)) row.exit_code = static_cast<int>(*code);
   row.info.notes = stmt.Text(14);
   row.info.owner = ProcessIdentity{stmt.Text(15), stmt.Int(16), stmt.Text(17)};
+  row.info.planned = ParseJson(stmt.Text(18), path, where + " planned_json");
   return row;
 }
 
@@ -210,14 +211,15 @@ int64_t HistoryDb::BeginRun(const RunInfo& info) {
   if (!info.server_commands.is_array()) {
     throw std::invalid_argument("run server_commands must be a JSON array");
   }
+  if (!info.planned.is_object()) throw std::invalid_argument("run planned must be a JSON object");
   ProcessIdentity owner = info.owner.value_or(ProcessIdentity::Current());
   auto& c = impl_->connection;
   sqlite::Transaction transaction(c);
   sqlite::Statement stmt(c,
                          "INSERT INTO runs (kind, started_at, status, policy_text, policy_digest, "
                          "git_commit, machine_json, device_json, server_commands_json, notes, "
-                         "owner_host, owner_pid, owner_start_token) "
-                         "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         "owner_host, owner_pid, owner_start_token, planned_json) "
+                         "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                          "insert run");
   stmt.Bind(1, info.kind)
       .Bind(2, NowUtc())
@@ -230,7 +232,8 @@ int64_t HistoryDb::BeginRun(const RunInfo& info) {
       .Bind(9, info.notes)
       .Bind(10, owner.host)
       .Bind(11, owner.pid)
-      .Bind(12, owner.start_token);
+      .Bind(12, owner.start_token)
+      .Bind(13, Dump(info.planned));
   stmt.Run();
   int64_t id = sqlite3_last_insert_rowid(c.handle());
   sqlite::Statement leg(c,

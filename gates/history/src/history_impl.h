@@ -98,7 +98,7 @@ uint64_t SeedFromDb(int64_t stored);
 inline constexpr const char* kRunColumns =
     "id, kind, started_at, ended_at, status, status_reason, policy_text, policy_digest, "
     "git_commit, machine_json, device_json, server_commands_json, verdict, exit_code, notes, "
-    "owner_host, owner_pid, owner_start_token";
+    "owner_host, owner_pid, owner_start_token, planned_json";
 RunRow ReadRunRow(sqlite::Statement& stmt, const std::filesystem::path& path);
 
 }  // namespace kvgate::history

@@ -60,7 +60,8 @@ json ToJson(const RunRow& run) {
               {"server_commands", run.info.server_commands},
               {"verdict", run.verdict ? json(*run.verdict) : json(nullptr)},
               {"exit_code", run.exit_code ? json(*run.exit_code) : json(nullptr)},
-              {"notes", run.info.notes}};
+              {"notes", run.info.notes},
+              {"planned", run.info.planned}};
   if (run.info.owner) {
     out["owner"] = {{"host", run.info.owner->host},
                     {"pid", run.info.owner->pid},

@@ -162,11 +162,19 @@ ALTER TABLE load_runs ADD COLUMN superseded_in_leg INTEGER
 ALTER TABLE quality_items ADD COLUMN leg INTEGER NOT NULL DEFAULT 1 CHECK (leg >= 1);
 )sql";
 
+// Version 5: the quality items a run plans per check (RunInfo::planned), so that its gates can
+// tell a run cut short from a complete one whatever its policy names; '{}' for runs before it.
+constexpr const char* kVersion5 = R"sql(
+ALTER TABLE runs ADD COLUMN planned_json TEXT NOT NULL DEFAULT '{}'
+  CHECK (json_valid(planned_json));
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, kVersion1},
     {2, kVersion2},
     {3, kVersion3},
     {4, kVersion4},
+    {5, kVersion5},
 };
 
 }  // namespace

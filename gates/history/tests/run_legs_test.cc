@@ -57,7 +57,13 @@ ProcessIdentity DeadOwner() {
 TEST(RunLegsTest, ANewRunIsItsFirstLeg) {
   testing::TempDir dir;
   HistoryDb db = HistoryDb::Open(dir.File("h.db"));
-  const int64_t run = db.BeginRun(Info());
+  RunInfo info = Info();
+  info.planned = {{"passkey", 200}, {"qa", 15000}};
+  const int64_t run = db.BeginRun(info);
+  EXPECT_EQ(db.GetRun(run).info.planned, info.planned);
+  EXPECT_EQ(db.Export(run)["run"]["planned"]["qa"], 15000);
+  info.planned = nlohmann::json::array();
+  EXPECT_THROW(db.BeginRun(info), std::invalid_argument);
   db.SetLegServers(run, {{{"label", "baseline"}, {"model", "m"}}});
   const std::vector<RunLeg> legs = db.Legs(run);
   ASSERT_EQ(legs.size(), 1u);
@@ -167,6 +173,23 @@ TEST(RunLegsTest, ALoadRunMeasuredAgainIsSupersededOnce) {
   EXPECT_EQ(ToJson(loads[0])["superseded_in_leg"], 2);
 }
 
+// A file that reached version 4 before runs recorded their planned items is migrated to 5 in
+// place (a development history of this very change had one).
+TEST(RunLegsTest, AVersionFourFileGainsPlannedItems) {
+  testing::TempDir dir;
+  const std::string path = dir.File("v4.db").string();
+  {
+    sqlite::Connection connection(path, true, 1000);
+    connection.Exec("PRAGMA application_id = " + std::to_string(schema::kApplicationId), "test");
+    ASSERT_EQ(schema::Migrate(connection, schema::Migrations().first(4)), 4);
+  }
+  HistoryDb db = HistoryDb::Open(path);
+  EXPECT_EQ(db.SchemaVersion(), 5);
+  RunInfo info = Info();
+  info.planned = {{"qa", 3}};
+  EXPECT_EQ(db.GetRun(db.BeginRun(info)).info.planned, info.planned);
+}
+
 TEST(RunLegsTest, AVersionThreeFileGetsOneLegPerRun) {
   testing::TempDir dir;
   const std::string path = dir.File("v3.db").string();
@@ -185,13 +208,14 @@ TEST(RunLegsTest, AVersionThreeFileGetsOneLegPerRun) {
         "test");
   }
   HistoryDb db = HistoryDb::Open(path);
-  EXPECT_EQ(db.SchemaVersion(), 4);
+  EXPECT_EQ(db.SchemaVersion(), HistoryDb::LatestSchemaVersion());
   const std::vector<RunLeg> legs = db.Legs(1);
   ASSERT_EQ(legs.size(), 1u);
   EXPECT_EQ(legs[0].started_at, "2026-12-01T00:00:00Z");
   EXPECT_EQ(legs[0].end_reason, "cut by a signal");
   EXPECT_EQ(legs[0].git_commit, "abc");
   EXPECT_EQ(db.QualityItems(1)[0].leg, 1);
+  EXPECT_EQ(db.GetRun(1).info.planned, nlohmann::json::object());  // not recorded then
   EXPECT_EQ(db.ResumeRun(1, {}), 2);
 }
 

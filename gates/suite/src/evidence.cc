@@ -147,10 +147,11 @@ std::vector<gates::GateResult> DecideFromRows(history::HistoryDb& db, int64_t ru
     correct += item.correct.value_or(false);
     errored += !item.extra.value("error", std::string()).empty();
   }
-  // The policy's planned items: its passkeys are always generated, its QA set unless it names a
-  // dataset file (whose size the stored run does not record).
-  const int planned_keys = policy.passkey.items;
-  const int planned_qa = policy.qa.dataset.empty() ? policy.qa.items : 0;
+  // The run's planned items, as it recorded them; for runs that did not, the policy's generated
+  // sets (a dataset file's size is then unknown).
+  const nlohmann::json planned = db.GetRun(run_id).info.planned;
+  const int planned_keys = planned.value("passkey", policy.passkey.items);
+  const int planned_qa = planned.value("qa", policy.qa.dataset.empty() ? policy.qa.items : 0);
   results.push_back(gates::PasskeyGate(
       correct, errored, total, spec.passkey_required,
       baseline_total == total ? std::optional<int>(baseline_correct) : std::nullopt,

@@ -196,6 +196,13 @@ int64_t SuiteRun::Register() {
   info.machine = history::DescribeMachine();
   info.device = {{"kvgate_version", options_.version}};
   info.server_commands = commands;
+  // The quality items it plans, so its gates can tell it cut short (docs/gates.md). A set that
+  // cannot be made (a dataset file that does not read) is left out here: the quality phase
+  // reports that error itself, with the run recorded.
+  try {
+    info.planned = {{"passkey", Items().passkey.size()}, {"qa", Items().qa.size()}};
+  } catch (const std::exception&) {
+  }
   info.notes = "policy " + policy_.name + " from " + policy_.source;
   run_id_ = db_.BeginRun(info);
   if (metrics_) metrics_->SetRunId(std::to_string(run_id_));

@@ -32,12 +32,16 @@ std::string PolicyText(const std::string& name) {
          "[candidate]\nkind = \"url\"\nurl = \"http://127.0.0.1:2\"\n";
 }
 
-// The QA gate of a run stored with `items` and then decided from its rows.
-gates::GateResult QaGateOf(const std::vector<history::QualityItem>& items) {
+// The QA gate of a run stored with `items` (and the planned items it recorded, if any) and then
+// decided from its rows.
+gates::GateResult QaGateOf(const std::vector<history::QualityItem>& items,
+                           const nlohmann::json& planned = nlohmann::json::object(),
+                           const std::string& policy_text = PolicyText("qa")) {
   history::testing::TempDir dir;
   history::HistoryDb db = history::HistoryDb::Open(dir.File("kvgate.db"));
   history::RunInfo info;
-  info.policy_text = PolicyText("qa");
+  info.policy_text = policy_text;
+  info.planned = planned;
   const int64_t run = db.BeginRun(info);
   db.AddQualityItems(run, items);
   db.FinishRun(run, history::RunStatus::kComplete, "NO-GO", 1);
@@ -76,6 +80,25 @@ TEST(EvidenceTest, QaGateWaitsForThePolicysPlannedItems) {
   EXPECT_NE(qa.reason.find("only 60 of the policy's 100 QA items were measured on both sides"),
             std::string::npos)
       << qa.reason;
+}
+
+// A QA set read from a dataset file: its size is what the run recorded, not the policy's
+// quality.qa.items (unknown to the policy text).
+TEST(EvidenceTest, ADatasetRunsPlannedSizeIsTheOneItRecorded) {
+  std::vector<history::QualityItem> items;
+  for (int i = 0; i < 60; ++i) {
+    items.push_back(QaItem("baseline", i, 100.0, ""));
+    items.push_back(QaItem("candidate", i, 100.0, ""));
+  }
+  const std::string dataset_policy =
+      PolicyText("qa") + "[quality.qa]\ndataset = \"qa.jsonl\"\n";
+  EXPECT_EQ(QaGateOf(items, nlohmann::json::object(), dataset_policy).status,
+            gates::GateStatus::kPass);  // not recorded: not known
+  const gates::GateResult cut = QaGateOf(items, {{"qa", 80}}, dataset_policy);
+  EXPECT_EQ(cut.status, gates::GateStatus::kInconclusive) << cut.reason;
+  EXPECT_NE(cut.reason.find("only 60 of the policy's 80 QA items"), std::string::npos)
+      << cut.reason;
+  EXPECT_EQ(QaGateOf(items, {{"qa", 60}}, dataset_policy).status, gates::GateStatus::kPass);
 }
 
 // Errors on one side only, past the policy's max_error_rate (default 1%): undecided, not a drop

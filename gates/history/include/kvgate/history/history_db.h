@@ -72,6 +72,9 @@ struct RunInfo {
   nlohmann::json machine = nlohmann::json::object();         // host fingerprint (DescribeMachine())
   nlohmann::json device = nlohmann::json::object();          // accelerator fingerprint
   nlohmann::json server_commands = nlohmann::json::array();  // command lines of started servers
+  // The quality items the run plans per check, e.g. {"passkey": 200, "qa": 15000}; {} when not
+  // recorded (runs before schema version 4, kinds without quality checks).
+  nlohmann::json planned = nlohmann::json::object();
   std::string notes;
   // The process that will finish the run; defaults to the calling process. MarkInterruptedRuns
   // uses it to tell a live run from an abandoned one.
