@@ -1,5 +1,5 @@
-// A run's legs (history_db.h, RunLeg): resuming an interrupted run, the systems each leg
-// measured, load runs a later leg measured again, and reading the legs back.
+// A run's legs (history_db.h, RunLeg): resuming an interrupted run (with the load runs it
+// measures again), the systems each leg measured, and reading the legs back.
 #include <string>
 
 #include "history_impl.h"
@@ -11,7 +11,8 @@ namespace kvgate::history {
 using nlohmann::json;
 using Kind = HistoryError::Kind;
 
-int HistoryDb::ResumeRun(int64_t run_id, const ResumeInfo& info) {
+int HistoryDb::ResumeRun(int64_t run_id, const ResumeInfo& info,
+                         std::span<const int64_t> supersede) {
   const ProcessIdentity owner = info.owner.value_or(ProcessIdentity::Current());
   auto& c = impl_->connection;
   sqlite::Transaction transaction(c);
@@ -56,6 +57,23 @@ int HistoryDb::ResumeRun(int64_t run_id, const ResumeInfo& info) {
                            "resume run");
   update.Bind(1, owner.host).Bind(2, owner.pid).Bind(3, owner.start_token).Bind(4, run_id);
   update.Run();
+  sqlite::Statement read(c, "SELECT superseded_in_leg FROM load_runs WHERE id = ? AND run_id = ?",
+                         "read load run");
+  sqlite::Statement mark(c, "UPDATE load_runs SET superseded_in_leg = ? WHERE id = ?",
+                         "supersede load run");
+  for (const int64_t id : supersede) {
+    const std::string load_run = "load run " + std::to_string(id);
+    read.Bind(1, id).Bind(2, run_id);
+    if (!read.Step()) impl_->Throw(Kind::kNotFound, load_run + " is not a load run of " + name);
+    const std::optional<int64_t> already = read.OptionalInt(0);
+    read.Reset();
+    if (already) {
+      impl_->Throw(Kind::kWrongState, load_run + " was already superseded in leg " +
+                                          std::to_string(*already));
+    }
+    mark.Bind(1, leg).Bind(2, id);
+    mark.Run();
+  }
   transaction.Commit();
   return leg;
 }
@@ -69,38 +87,6 @@ void HistoryDb::SetLegServers(int64_t run_id, const json& servers) {
                          "record the leg's servers");
   stmt.Bind(1, Dump(servers)).Bind(2, run_id).Bind(3, impl_->CurrentLeg(run_id));
   stmt.Run();
-  transaction.Commit();
-}
-
-void HistoryDb::SupersedeLoadRuns(int64_t run_id, std::span<const int64_t> load_run_ids) {
-  auto& c = impl_->connection;
-  sqlite::Transaction transaction(c);
-  impl_->RequireRunning(run_id);
-  const int leg = impl_->CurrentLeg(run_id);
-  sqlite::Statement read(c, "SELECT leg, superseded_in_leg FROM load_runs WHERE id = ? AND run_id = ?",
-                         "read load run");
-  sqlite::Statement mark(c, "UPDATE load_runs SET superseded_in_leg = ? WHERE id = ?",
-                         "supersede load run");
-  for (const int64_t id : load_run_ids) {
-    const std::string name = "load run " + std::to_string(id);
-    read.Bind(1, id).Bind(2, run_id);
-    if (!read.Step()) {
-      impl_->Throw(Kind::kNotFound, name + " is not a load run of run " + std::to_string(run_id));
-    }
-    const int64_t measured_in = read.Int(0);
-    const std::optional<int64_t> already = read.OptionalInt(1);
-    read.Reset();
-    if (already) {
-      impl_->Throw(Kind::kWrongState, name + " was already superseded in leg " +
-                                          std::to_string(*already));
-    }
-    if (measured_in >= leg) {
-      impl_->Throw(Kind::kWrongState,
-                   name + " was measured in the current leg " + std::to_string(leg));
-    }
-    mark.Bind(1, leg).Bind(2, id);
-    mark.Run();
-  }
   transaction.Commit();
 }
 

@@ -148,29 +148,37 @@ TEST(RunLegsTest, OnlyAnInterruptedRunWithoutGatesCanBeResumed) {
   EXPECT_EQ(db.Legs(decided).size(), 1u);  // the refusals added no leg
 }
 
-TEST(RunLegsTest, ALoadRunMeasuredAgainIsSupersededOnce) {
+// A resume marks the load runs it measures again, in its own transaction: a load run of another
+// run, or one already superseded, refuses the whole resume and changes nothing.
+TEST(RunLegsTest, AResumeSupersedesTheLoadRunsItMeasuresAgainOnce) {
   testing::TempDir dir;
   HistoryDb db = HistoryDb::Open(dir.File("h.db"));
   const int64_t run = db.BeginRun(Info());
   const int64_t cut = db.AddLoadRun(run, Pair("baseline", 0), {});
-  std::string message;
-  const std::vector<int64_t> ids = {cut};
-  EXPECT_EQ(KindOf([&] { db.SupersedeLoadRuns(run, ids); }, &message), Kind::kWrongState);
-  EXPECT_NE(message.find("current leg 1"), std::string::npos) << message;
   db.FinishRun(run, RunStatus::kInterrupted, std::nullopt, 3, "signal");
   EXPECT_EQ(db.Legs(run)[0].end_reason, "signal");
-  ASSERT_EQ(db.ResumeRun(run, {}), 2);
-  db.SupersedeLoadRuns(run, ids);
-  EXPECT_EQ(KindOf([&] { db.SupersedeLoadRuns(run, ids); }, &message), Kind::kWrongState);
-  EXPECT_NE(message.find("already superseded in leg 2"), std::string::npos) << message;
-  const std::vector<int64_t> foreign = {cut + 100};
-  EXPECT_EQ(KindOf([&] { db.SupersedeLoadRuns(run, foreign); }), Kind::kNotFound);
+  std::string message;
+  const std::vector<int64_t> foreign = {cut + 100}, ids = {cut};
+  EXPECT_EQ(KindOf([&] { db.ResumeRun(run, {}, foreign); }, &message), Kind::kNotFound);
+  EXPECT_NE(message.find("is not a load run of run"), std::string::npos) << message;
+  EXPECT_EQ(db.GetRun(run).status, RunStatus::kInterrupted);  // nothing changed
+  EXPECT_EQ(db.Legs(run).size(), 1u);
+
+  ASSERT_EQ(db.ResumeRun(run, {}, ids), 2);
   db.AddLoadRun(run, Pair("baseline", 0), {});
-  const std::vector<LoadRunRow> loads = db.LoadRuns(run);
+  std::vector<LoadRunRow> loads = db.LoadRuns(run);
   ASSERT_EQ(loads.size(), 2u);
   EXPECT_EQ(loads[0].superseded_in_leg, 2);
   EXPECT_FALSE(loads[1].superseded_in_leg);
   EXPECT_EQ(ToJson(loads[0])["superseded_in_leg"], 2);
+
+  db.FinishRun(run, RunStatus::kInterrupted, std::nullopt, 3, "signal again");
+  EXPECT_EQ(KindOf([&] { db.ResumeRun(run, {}, ids); }, &message), Kind::kWrongState);
+  EXPECT_NE(message.find("already superseded in leg 2"), std::string::npos) << message;
+  EXPECT_EQ(db.GetRun(run).status, RunStatus::kInterrupted);
+  EXPECT_EQ(db.Legs(run).size(), 2u);
+  loads = db.LoadRuns(run);
+  EXPECT_EQ(loads[0].superseded_in_leg, 2);
 }
 
 // A file that reached version 4 before runs recorded their planned items is migrated to 5 in

@@ -102,11 +102,16 @@ size_t StoredEvidence::Count(const std::string& check, const std::string& label)
   return at == items.end() ? 0 : at->second.size();
 }
 
+size_t StoredEvidence::ItemCount() const {
+  size_t n = 0;
+  for (const auto& [key, by_id] : items) n += by_id.size();
+  return n;
+}
+
 StoredEvidence ReadStoredEvidence(history::HistoryDb& db, int64_t run_id) {
   StoredEvidence out;
   for (const history::QualityItem& item : db.QualityItems(run_id)) {
     out.items[{item.check, item.label}][item.item_id] = item.reference;
-    ++out.stored_items;
   }
   struct Members {
     std::vector<int64_t> ids;

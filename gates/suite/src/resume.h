@@ -58,10 +58,10 @@ struct StoredEvidence {
   std::map<std::pair<std::string, std::string>, std::map<std::string, nlohmann::json>> items;
   std::set<int> whole_pairs;          // pairs measured whole: not measured again
   std::vector<int64_t> to_supersede;  // members of pairs that are measured again
-  int stored_items = 0;
 
   bool Has(const std::string& check, const std::string& label, const std::string& id) const;
   size_t Count(const std::string& check, const std::string& label) const;
+  size_t ItemCount() const;  // over every check and label
 };
 StoredEvidence ReadStoredEvidence(history::HistoryDb& db, int64_t run_id);
 

@@ -211,9 +211,10 @@ int64_t SuiteRun::Register() {
   return run_id_;
 }
 
-// The run's next leg: refused (ResumeRefused, HistoryError) before anything changes unless the
-// run is an interrupted `kvgate run` of this policy and commit; then the pairs its legs left
-// unfinished are marked superseded, to be measured again whole.
+// The run's next leg: refused (ResumeRefused, HistoryError) with nothing changed unless the run
+// is an interrupted `kvgate run` of this policy, commit and items; the pairs its legs left
+// unfinished are marked superseded by the new leg, in the same transaction, to be measured again
+// whole.
 int64_t SuiteRun::Resume(int64_t run_id) {
   const history::RunRow run = db_.GetRun(run_id);
   CheckResumable(run, PolicyDigest(secrets::RedactText(policy_.text)), options_.git_commit);
@@ -226,19 +227,12 @@ int64_t SuiteRun::Resume(int64_t run_id) {
   history::ResumeInfo info;
   info.git_commit = options_.git_commit;
   info.machine = history::DescribeMachine();
-  leg_ = db_.ResumeRun(run_id, info);
-  try {
-    if (!stored_.to_supersede.empty()) db_.SupersedeLoadRuns(run_id, stored_.to_supersede);
-  } catch (const std::exception& e) {  // the run goes back to interrupted, this leg with it
-    db_.FinishRun(run_id, history::RunStatus::kInterrupted, std::nullopt, 3,
-                  std::string("resume failed: ") + e.what());
-    throw;
-  }
+  leg_ = db_.ResumeRun(run_id, info, stored_.to_supersede);
   run_id_ = run_id;
   if (metrics_) metrics_->SetRunId(std::to_string(run_id_));
   Say("run " + std::to_string(run_id_) + ": resumed as leg " + std::to_string(leg_) +
       " (the last leg stopped: " + run.status_reason + "); kept " +
-      std::to_string(stored_.stored_items) + " quality items and " +
+      std::to_string(stored_.ItemCount()) + " quality items and " +
       std::to_string(stored_.whole_pairs.size()) + " whole load pairs, " +
       std::to_string(stored_.to_supersede.size()) +
       " load runs of unfinished pairs superseded; history " + options_.db_path.string() +

@@ -25,6 +25,16 @@ history::QualityItem QaItem(const std::string& label, int index, double score,
   return item;
 }
 
+// n QA items both sides answered alike (F1 100).
+std::vector<history::QualityItem> Agreeing(int n) {
+  std::vector<history::QualityItem> items;
+  for (int i = 0; i < n; ++i) {
+    items.push_back(QaItem("baseline", i, 100.0, ""));
+    items.push_back(QaItem("candidate", i, 100.0, ""));
+  }
+  return items;
+}
+
 // The smallest valid policy: the gates read their thresholds from it (defaults otherwise).
 std::string PolicyText(const std::string& name) {
   return "name = \"" + name +
@@ -70,11 +80,7 @@ TEST(EvidenceTest, QaGateIsInconclusiveWhenEveryItemErrored) {
 // Fewer items than the policy plans (a run that stopped early): an interim look, undecided
 // however clean its items look.
 TEST(EvidenceTest, QaGateWaitsForThePolicysPlannedItems) {
-  std::vector<history::QualityItem> items;
-  for (int i = 0; i < 60; ++i) {
-    items.push_back(QaItem("baseline", i, 100.0, ""));
-    items.push_back(QaItem("candidate", i, 100.0, ""));
-  }
+  const std::vector<history::QualityItem> items = Agreeing(60);
   const gates::GateResult qa = QaGateOf(items);
   EXPECT_EQ(qa.status, gates::GateStatus::kInconclusive) << qa.reason;
   EXPECT_NE(qa.reason.find("only 60 of the policy's 100 QA items were measured on both sides"),
@@ -85,11 +91,7 @@ TEST(EvidenceTest, QaGateWaitsForThePolicysPlannedItems) {
 // A QA set read from a dataset file: its size is what the run recorded, not the policy's
 // quality.qa.items (unknown to the policy text).
 TEST(EvidenceTest, ADatasetRunsPlannedSizeIsTheOneItRecorded) {
-  std::vector<history::QualityItem> items;
-  for (int i = 0; i < 60; ++i) {
-    items.push_back(QaItem("baseline", i, 100.0, ""));
-    items.push_back(QaItem("candidate", i, 100.0, ""));
-  }
+  const std::vector<history::QualityItem> items = Agreeing(60);
   const std::string dataset_policy =
       PolicyText("qa") + "[quality.qa]\ndataset = \"qa.jsonl\"\n";
   EXPECT_EQ(QaGateOf(items, nlohmann::json::object(), dataset_policy).status,

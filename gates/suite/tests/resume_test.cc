@@ -133,8 +133,8 @@ TEST(ResumeTest, OnlyWholePairsAreKeptAndSupersededMembersReachNoGate) {
   EXPECT_FALSE(stored.Has("qa", kCandidate, "qa-1"));
   EXPECT_EQ(stored.Count("qa", kBaseline), 1u);
 
-  ASSERT_EQ(db.ResumeRun(run, {}), 2);
-  db.SupersedeLoadRuns(run, stored.to_supersede);
+  EXPECT_EQ(stored.ItemCount(), 1u);
+  ASSERT_EQ(db.ResumeRun(run, {}, stored.to_supersede), 2);
   member(1, kBaseline, false, 1);
   member(1, kCandidate, false, 1);
   const StoredEvidence after = ReadStoredEvidence(db, run);

@@ -116,7 +116,7 @@ struct LoadRunRow {
   LoadRunMeta meta;
   int64_t request_count = 0;
   int leg = 1;  // the leg of the run that measured it (RunLeg)
-  // Set when a later leg measured its pair again (SupersedeLoadRuns): kept as evidence of what
+  // Set when a later leg measured its pair again (ResumeRun's `supersede`): kept as evidence of what
   // happened, read by no gate.
   std::optional<int> superseded_in_leg;
 };
@@ -233,16 +233,15 @@ class HistoryDb {
   std::vector<int64_t> MarkInterruptedRuns();
   // Resumes an interrupted run as its next leg: the run is `running` again under the caller (its
   // ended_at, verdict, exit code and status reason cleared; the reason stays with the leg it
-  // ended), and evidence added from now on belongs to the new leg. Returns the leg's number.
-  // Throws kNotFound, or kWrongState for a run that is running or complete, or that already
-  // holds gate results (regate it instead).
-  int ResumeRun(int64_t run_id, const ResumeInfo& info);
+  // ended), and evidence added from now on belongs to the new leg; the load runs `supersede`
+  // names are marked superseded by it (their pair is measured again). One transaction: refused,
+  // it changes nothing. Returns the leg's number. Throws kNotFound (also for a load run that is
+  // not this run's), or kWrongState for a run that is running or complete, that already holds
+  // gate results (regate it instead), or a load run already superseded.
+  int ResumeRun(int64_t run_id, const ResumeInfo& info,
+                std::span<const int64_t> supersede = {});
   // Records the systems the current leg of a running run measures (RunLeg::servers).
   void SetLegServers(int64_t run_id, const nlohmann::json& servers);
-  // Marks load runs of a running run as superseded by its current leg (their pair is measured
-  // again). Throws kNotFound for an id that is not a load run of this run, kWrongState for one
-  // already superseded or measured in the current leg.
-  void SupersedeLoadRuns(int64_t run_id, std::span<const int64_t> load_run_ids);
 
   // --- reads ---
   std::vector<RunRow> ListRuns(int limit = 50);  // newest first
