@@ -43,6 +43,7 @@ struct BenchArgs {
   int chunk_tokens = 0;
   bool ragged = false;
   int outlier_cap = 0;
+  int value_window = 0;
   bool no_anchor = false;
   uint64_t seed = 1;
   std::string json;
@@ -84,6 +85,7 @@ readkv::cuda::BenchConfig ToConfig(const BenchArgs& a) {
   config.chunk_tokens = a.chunk_tokens;
   config.ragged = a.ragged;
   config.outlier_cap = a.outlier_cap;
+  config.value_window = a.value_window;
   config.seed = a.seed;
   config.Validate();
   return config;
@@ -184,6 +186,10 @@ void AddBenchCommand(CLI::App& app, CommandContext& context) {
   cmd->add_option("--outlier-cap", args->outlier_cap,
                   "Tile rows: outlier lists of this many entries per token and KV head, K and "
                   "V (0: none)")
+      ->capture_default_str();
+  cmd->add_option("--value-window", args->value_window,
+                  "Tile rows: Value budgets per window of this many tokens, the rows' chunk "
+                  "(512-2048 by 512; 0: the row's)")
       ->capture_default_str();
   cmd->add_flag("--no-anchor", args->no_anchor, "Skip torch's scaled_dot_product_attention");
   cmd->add_option("--seed", args->seed, "Seed of the data, queries and page permutation")

@@ -219,8 +219,8 @@ void BuildPoint(Point& p, const BenchConfig& config, int64_t tokens, bool run_an
   }
   for (int w : tile_widths) {
     p.tiles.push_back(std::make_unique<TileSet>());
-    bench::BuildTile(*p.tiles.back(), p.g, p.ReadKv(w), p.dense, config.outlier_cap, device.sms,
-                     device.l2_bytes, progress);
+    bench::BuildTile(*p.tiles.back(), p.g, p.ReadKv(w), p.dense, config.outlier_cap,
+                     config.value_window, device.sms, device.l2_bytes, progress);
     workspace_bytes =
         std::max(workspace_bytes, TileDecodeWorkspaceBytes(p.tiles.back()->shape,
                                                            p.tiles.back()->plan));

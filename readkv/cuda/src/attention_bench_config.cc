@@ -228,6 +228,22 @@ void BenchConfig::Validate() const {
                           "PlanTileDecode's choice), got " +
                               std::to_string(chunk_tokens));
   }
+  if (value_window != 0) {
+    if (value_window < kTileChunkStep || value_window > kTileMaxChunk ||
+        value_window % kTileChunkStep != 0) {
+      throw InvalidArgument("--value-window", "must be 0 (the row) or 512, 1024, 1536 or 2048, "
+                                              "got " + std::to_string(value_window));
+    }
+    if (!any_tile) {
+      throw InvalidArgument("--value-window",
+                            "only the tile reader's rows have Value windows: give a tile: spec "
+                            "in --kv");
+    }
+    if (chunk_tokens != 0 && chunk_tokens != value_window) {
+      throw InvalidArgument("--value-window", "a Value window is the tile rows' chunk: give "
+                                              "--chunk-tokens 0 or the same number");
+    }
+  }
   if (outlier_cap > 0 && !any_tile) {
     throw InvalidArgument("--outlier-cap",
                           "only the tile reader's rows read outlier lists: give a tile: spec "

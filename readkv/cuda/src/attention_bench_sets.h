@@ -306,9 +306,10 @@ void BuildReadKv(ReadKvSet& rk, const PointGeometry& g, const DenseSet& dense, i
 // lengths, queries and codec tables), planned for `sm_count` SMs. outlier_cap > 0: with the
 // outlier page blocks of that cap, built on the host from the dense pages' tokens (each K and V
 // transformed and standardised as the codec's encoder does, with the source's calibration).
+// value_window > 0: the plan's Value window (and chunk).
 void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
-               const DenseSet& dense, int outlier_cap, int sm_count, int64_t l2_bytes,
-               std::ostream* progress);
+               const DenseSet& dense, int outlier_cap, int value_window, int sm_count,
+               int64_t l2_bytes, std::ostream* progress);
 
 // A tile spec's row: one untimed launch with TileDecodeDebug's depths into `out` (poisoned first)
 // for `output` and the row's ledgers, then the timed launch over the rotation's copies. Errors

@@ -92,15 +92,15 @@ TileOutlierPages ListsFromPages(const PointGeometry& g, const DenseSet& dense,
 }  // namespace
 
 void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
-               const DenseSet& dense, int outlier_cap, int sm_count, int64_t l2_bytes,
-               std::ostream* progress) {
+               const DenseSet& dense, int outlier_cap, int value_window, int sm_count,
+               int64_t l2_bytes, std::ostream* progress) {
   const DecodeShape& s = g.shape;
   const int w = source.store_bits;
   tile.store_bits = w;
   tile.shape = TileDecodeShape{s.batch, s.heads_q, s.heads_kv, s.head_dim,
                                w,       s.max_tokens, 0,      s.max_pages};
-  tile.plan = PlanTileDecode(tile.shape, sm_count);
-  if (s.chunk_tokens > 0) {  // --chunk-tokens (BenchConfig::Validate checked it for tile rows)
+  tile.plan = PlanTileDecode(tile.shape, sm_count, value_window);
+  if (s.chunk_tokens > 0 && value_window == 0) {  // --chunk-tokens (BenchConfig::Validate checked it for tile rows)
     tile.plan.chunk_tokens = s.chunk_tokens;
     tile.plan.chunks = static_cast<int>((s.max_tokens + s.chunk_tokens - 1) / s.chunk_tokens);
   }
@@ -173,7 +173,8 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
   if (progress != nullptr) {
     *progress << "  tile W=" << w << ": " << tile_bytes / kMiB << " MiB of key tiles relaid from "
               << "the readkv planes; chunks of " << tile.plan.chunk_tokens << " tokens ("
-              << tile.plan.chunks << " a row)\n";
+              << tile.plan.chunks << " a row"
+              << (tile.plan.value_window_tokens > 0 ? ", each its own Value window" : "") << ")\n";
     if (tile.has_lists) {
       int64_t keys = 0, values = 0;
       for (int b = 0; b < s.batch; ++b) {
@@ -222,6 +223,7 @@ std::function<void(int)> TileRow(const TileSet& tile, const KvSpec& spec, float*
   row.capacity_bytes = tile.capacity_bytes;
   row.workspace_bytes = static_cast<int64_t>(TileDecodeWorkspaceBytes(s, tile.plan));
   row.chunk_tokens = tile.plan.chunk_tokens;
+  row.value_window_tokens = tile.plan.value_window_tokens;
   const std::string timed = "TileDecodeAttention (" + name + ", timed launch)";
   return [&tile, spec, out, workspace, timed](int k) {
     Check(TileDecodeAttention(tile.shape, tile.Inputs(k, out), tile.Codec(k), tile.centroids,

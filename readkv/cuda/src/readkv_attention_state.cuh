@@ -161,19 +161,6 @@ __device__ __forceinline__ void ChainEntry() {
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 
-// Every thread of every non-empty block of a row calls it after its last global write of the
-// launch; true in the block that arrives last, which then sees every other block's writes
-// (read them with __ldcg: they are in L2, not in this SM's L1).
-__device__ bool ArriveLast(unsigned* arrivals, int blocks) {
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(arrivals, 1u) + 1 == static_cast<unsigned>(blocks);
-  __syncthreads();
-  if (last) __threadfence();
-  return last;
-}
-
 // The block of a chunked launch, grid (chunks, H_kv, B): chunk `chunk` of KV head h of sequence
 // b, whose T tokens it covers from `start`; empty when the chunk starts past the sequence's end
 // (sequences are ragged, the grid is sized for the longest), and the block then returns.

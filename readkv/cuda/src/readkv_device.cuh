@@ -26,6 +26,20 @@ __device__ __forceinline__ void AddToTotals(unsigned long long* totals, unsigned
   }
 }
 
+// Every thread of every block that counts in `arrivals` calls it after its last global write
+// of the launch; true in the block that arrives last (the count reaches `blocks`), which then
+// sees every other block's writes (read them with __ldcg: they are in L2, not in this SM's L1).
+// The count is not reset here: the launch before zeroes it.
+__device__ inline bool ArriveLast(unsigned* arrivals, int blocks) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(arrivals, 1u) + 1 == static_cast<unsigned>(blocks);
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
 // In-place FWHT of rows x[0..rows) (each d <= 128 long) by the whole block, then x *= scale; the
 // caller synchronises before. One barrier per butterfly stage for all rows. Same butterflies as
 // codec::Fwht; each element sees the same operations in the same order, so the result is

@@ -67,7 +67,7 @@ __device__ __forceinline__ void FinishIfLast(const Args& a, float (*x)[128]) {
   const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
   const int chunks = (a.seq_lens[b] + a.chunk_tokens - 1) / a.chunk_tokens;
   const size_t row = static_cast<size_t>(b) * a.heads_kv + h;
-  if (ArriveLast(&a.row_arrivals[row], chunks)) FinishRow<D, G>(a, b, h, chunks, x);
+  if (internal::ArriveLast(&a.row_arrivals[row], chunks)) FinishRow<D, G>(a, b, h, chunks, x);
 }
 
 // The ledgers' Value terms of the chunk's tokens [start, end) (ReadKvDebug::totals): token i

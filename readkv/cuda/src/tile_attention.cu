@@ -1,5 +1,6 @@
-// The GPU tile reader: TilePrepare, TileSelect, TileCombine and the launcher of all five launches
-// (tile_attention.h); TileLogits and TileValues are in tile_kernels.cuh.
+// The GPU tile reader: TilePrepare, TileSelect, TileCombine and the launcher (tile_attention.h);
+// TileLogits is in tile_kernels.cuh, TileValues in tile_values.cuh, TileWindowValues in
+// tile_window.cuh.
 //
 // Depth choices are codec::DepthAllocator::Threshold's for the same weights: the same doubles
 // (__dmul_rn / __dadd_rn, no contraction), the same cut (the steps-th largest gain), the same
@@ -20,6 +21,8 @@
 #include "tile_plan.h"
 #include "tile_read_sums.h"
 #include "tile_threshold.h"
+#include "tile_values.cuh"
+#include "tile_window.cuh"
 
 namespace readkv::cuda::tile_kernels {
 
@@ -115,6 +118,7 @@ __global__ void __launch_bounds__(128) TilePrepare(TileArgs a) {
     atomicAdd(a.debug.totals + 1,
               static_cast<unsigned long long>(reads.bytes));
   }
+  if (c == 0) a.arrivals[row] = 0;  // TileWindowValues counts its blocks from here
   if (c < kGroups) {
     a.key_depths[row * kGroups + c] = depth[c];
     if (a.debug.key_depths != nullptr) a.debug.key_depths[row * kGroups + c] = depth[c];
@@ -300,51 +304,36 @@ __global__ void __launch_bounds__(kSelectThreads) TileSelect(TileArgs a) {
 
 // ---- 5. TileCombine ----------------------------------------------------------------------------
 
-// Grid (H_kv, B) x D: thread c sums the chunks' partials of channel c for each head, forms
-// mu mass + sigma acc / sum, adds the residual window's p v (exact BF16), and the block applies
-// the inverse V transform (FWHT, scale, signs), as FinishRow of the constrained reader.
+// Grid (H_kv, B) x D: FinishTileRow (tile_window.cuh) with TileSelect's statistics.
 template <int D, int G>
 __global__ void __launch_bounds__(128) TileCombine(TileArgs a) {
   __shared__ float x[kMaxGroup][128];
-  const int h = blockIdx.x, b = blockIdx.y, c = threadIdx.x;
-  const size_t row = RowOf(a, b, h);
-  const size_t channel = static_cast<size_t>(h) * D + c;
+  __shared__ float head_max[kMaxGroup], head_inv[kMaxGroup], head_mass[kMaxGroup];
+  const int h = blockIdx.x, b = blockIdx.y;
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
-  const int encoded = a.in.encoded_lens[b];
-  const int residual = a.in.residual_lens[b];
-  const int chunks = (encoded + a.chunk_tokens - 1) / a.chunk_tokens;
-  const float mu = a.codec.value_mean[channel], sd = a.codec.value_std[channel];
-  const uint16_t* values = a.in.residual_values + row * a.max_residual * D;
-  for (int q = 0; q < G; ++q) {
-    const float* s = a.stats + (first_q + q) * 4;
-    const float* part = a.partials + row * a.chunks * kMaxGroup * D + q * D + c;
-    float acc = 0.0f;
-    for (int k = 0; k < chunks; ++k) acc += part[static_cast<size_t>(k) * kMaxGroup * D];
-    float out = mu * s[2] + sd * (acc * s[1]);
-    const float* l = a.logits + (first_q + q) * a.max_residual;
-    for (int r = 0; r < residual; ++r) {
-      const float p = expf(l[r] - s[0]) * s[1];
-      out += p * __uint_as_float(uint32_t{values[static_cast<size_t>(r) * D + c]} << 16);
-    }
-    x[q][c] = out;
+  if (threadIdx.x < G) {
+    const float* s = a.stats + (first_q + threadIdx.x) * 4;
+    head_max[threadIdx.x] = s[0];
+    head_inv[threadIdx.x] = s[1];
+    head_mass[threadIdx.x] = s[2];
   }
   __syncthreads();
-  internal::BlockFwhtRows(x, G, D, a.transform_scale);
-  const float sign = a.codec.value_signs[channel];
-  for (int q = 0; q < G; ++q) {
-    const float v = x[q][c];
-    a.in.out[(first_q + q) * D + c] = sign < 0.0f ? -v : v;
-  }
+  const int chunks = (a.in.encoded_lens[b] + a.chunk_tokens - 1) / a.chunk_tokens;
+  FinishTileRow<D, G>(a, b, h, chunks, head_max, head_inv, head_mass, x);
 }
 
 template <int D, int G>
 cudaError_t LaunchAll(const TileArgs& a, const tile::TileCentroids& centroids, int batch,
-                      cudaStream_t stream) {
+                      bool windowed, cudaStream_t stream) {
   const dim3 rows(static_cast<unsigned>(a.heads_kv), static_cast<unsigned>(batch));
   const dim3 chunks(static_cast<unsigned>(a.chunks), static_cast<unsigned>(a.heads_kv),
                     static_cast<unsigned>(batch));
   TilePrepare<D, G><<<rows, D, 0, stream>>>(a);
   TileLogits<D, G><<<chunks, kMmaThreads, 0, stream>>>(a, centroids);
+  if (windowed) {
+    TileWindowValues<D, G><<<chunks, kMmaThreads, 0, stream>>>(a, centroids);
+    return cudaGetLastError();
+  }
   TileSelect<D, G><<<rows, kSelectThreads, 0, stream>>>(a);
   TileValues<D, G><<<chunks, kMmaThreads, 0, stream>>>(a, centroids);
   TileCombine<D, G><<<rows, D, 0, stream>>>(a);
@@ -353,16 +342,16 @@ cudaError_t LaunchAll(const TileArgs& a, const tile::TileCentroids& centroids, i
 
 template <int D>
 cudaError_t LaunchForGroup(const TileArgs& a, const tile::TileCentroids& centroids, int batch,
-                           int group, cudaStream_t stream) {
+                           int group, bool windowed, cudaStream_t stream) {
   switch (group) {
     case 1:
-      return LaunchAll<D, 1>(a, centroids, batch, stream);
+      return LaunchAll<D, 1>(a, centroids, batch, windowed, stream);
     case 2:
-      return LaunchAll<D, 2>(a, centroids, batch, stream);
+      return LaunchAll<D, 2>(a, centroids, batch, windowed, stream);
     case 4:
-      return LaunchAll<D, 4>(a, centroids, batch, stream);
+      return LaunchAll<D, 4>(a, centroids, batch, windowed, stream);
     case 8:
-      return LaunchAll<D, 8>(a, centroids, batch, stream);
+      return LaunchAll<D, 8>(a, centroids, batch, windowed, stream);
     default:
       return cudaErrorInvalidValue;
   }
@@ -424,9 +413,13 @@ cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeIn
   a.tile_stats = reinterpret_cast<float*>(base + layout.tile_stats);
   a.probs = reinterpret_cast<__half*>(base + layout.probs);
   a.scaled_queries = reinterpret_cast<float*>(base + layout.scaled_queries);
-  return shape.head_dim == 64
-             ? tile_kernels::LaunchForGroup<64>(a, centroids, shape.batch, shape.group(), stream)
-             : tile_kernels::LaunchForGroup<128>(a, centroids, shape.batch, shape.group(), stream);
+  a.chunk_stats = reinterpret_cast<float*>(base + layout.chunk_stats);
+  a.arrivals = reinterpret_cast<unsigned*>(base + layout.arrivals);
+  const bool windowed = plan.value_window_tokens > 0;
+  return shape.head_dim == 64 ? tile_kernels::LaunchForGroup<64>(a, centroids, shape.batch,
+                                                                 shape.group(), windowed, stream)
+                              : tile_kernels::LaunchForGroup<128>(a, centroids, shape.batch,
+                                                                  shape.group(), windowed, stream);
 }
 
 }  // namespace readkv::cuda

@@ -1,5 +1,6 @@
-// The GPU tile reader's kernels (tile_attention.h says what each launch does); included only by
-// tile_attention.cu, which launches them. Internal.
+// The GPU tile reader's kernels (tile_attention.h says what each launch does): the pieces they
+// share and TileLogits; TileValues is in tile_values.cuh, TileWindowValues in tile_window.cuh.
+// Included only through tile_attention.cu, which launches them. Internal.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -49,6 +50,8 @@ struct TileArgs {
   float* tile_stats;  // [B][H_kv][max_tiles][3][G]: per tile and head M, sum e, sum e^2
   __half* probs;      // [B][H_kv][max_tiles][G][16]: e = exp(l - M) per tile, head and token
   float* scaled_queries;  // [B][H_kv][D][G]: scale q~ (f32), written only with Key lists
+  float* chunk_stats;     // [B][H_kv][chunks][2][G]: per chunk and head M, sum e (TileLogits)
+  unsigned* arrivals;     // [B][H_kv]: TileWindowValues' blocks done (TilePrepare zeroes them)
 };
 
 __device__ __forceinline__ size_t RowOf(const TileArgs& a, int b, int h) {
@@ -317,6 +320,9 @@ __global__ void __launch_bounds__(kMmaThreads)
   __half* probs = a.probs + row * a.max_tiles * G * 16;
   float* debug_logits = a.debug.logits;
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
+  // This lane's heads' running maximum and sum of e over the warp's tiles (the heads
+  // 2 (lane % 4) + {0, 1}; every lane of a lane % 4 class holds the same values).
+  float run_max[2] = {-INFINITY, -INFINITY}, run_sum[2] = {0.0f, 0.0f};
   if (stages > 0) issue(0);
   for (int k = 0; k < stages; ++k) {
     if (k + 1 < stages) {
@@ -396,140 +402,44 @@ __global__ void __launch_bounds__(kMmaThreads)
           st[G + n_head] = sum;
           st[2 * G + n_head] = sq;
         }
-      }
-    }
-  }
-}
-
-// ---- 4. TileValues -----------------------------------------------------------------------------
-//
-// Grid (chunks, H_kv, B) x 128. Each warp takes a contiguous quarter (<= 32, chunks <= 2048
-// tokens) of the chunk's token tiles; lane i holds the depth of its i-th tile. Its tiles stream
-// through its two-stage ring, a stage being consecutive tiles (<= 8) whose e values and maxima
-// (TileLogits') and chosen planes (d / 16 group runs of t planes) fit kStageBytes, back to back. Per staged
-// tile one depth dispatch, then for each channel group the t plane bytes from shared memory,
-// the decode and one MMA with A = the value tile (channels x tokens) and B = the tile's
-// unnormalised probabilities exp(l - max) = e exp(M - max) in f16 (16 tokens x 8 heads), into d / 16
-// accumulators kept live over the warp's tiles. The warps' sums meet in shared memory (fixed
-// order) and the chunk's partial sum_i e_i C(code_i) [G][d] goes to the workspace.
-template <int D, int G>
-__global__ void __launch_bounds__(kMmaThreads)
-    TileValues(TileArgs a, const __grid_constant__ tile::TileCentroids centroids) {
-  constexpr int kGroups = D / 16;
-  // A staged tile starts with its f16 e values [G][16] and its maxima M [G] (16-byte padded).
-  constexpr int kLogitBytes = tile::ValueHeadBytes(G);
-  __shared__ uint16_t table[tile::kTileTableEntries];
-  __shared__ float head_max[kMaxGroup];
-  __shared__ __align__(16) uint8_t ring[kMmaWarps][kStages][kStageBytes];
-  static_assert(sizeof(float) * kMmaWarps * G * D <= sizeof(ring), "the warps' sums reuse the ring");
-  static_assert(kLogitBytes + kGroups * tile::kMaxTileDepth * 32 <= kStageBytes,
-                "a stage holds at least one tile");
-  const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const size_t row = RowOf(a, b, h);
-  const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
-  const int encoded = a.in.encoded_lens[b];
-  const int tiles = (encoded + 15) / 16;
-  const int first = chunk * (a.chunk_tokens / 16);
-  if (first >= tiles) return;  // the block-uniform exit of a chunk past the sequence
-  LoadTable(centroids, table);
-  if (threadIdx.x < G) head_max[threadIdx.x] = a.stats[(first_q + threadIdx.x) * 4];
-  __syncthreads();
-  const tile::WarpShare mine = tile::ShareOfWarp(first, min(tiles, first + a.chunk_tokens / 16), warp);
-  const int count = mine.count();  // <= 32
-  const int my_depth = lane < count ? a.value_depths[row * a.max_tiles + mine.lo + lane] : 0;
-  const TileEntries my_list = LaneEntries(a, a.in.value_outlier_pages, b, h, mine.lo, count, lane);
-  const auto depth_of = [&](int i) { return __shfl_sync(0xffffffffu, my_depth, i); };
-  const auto bytes_of = [](int t) { return tile::ValueTileBytes(t, kGroups, kLogitBytes); };
-  const auto span = [&](int s) {  // tiles in the stage that starts at the warp's tile s
-    return tile::ValueStageTiles(depth_of, s, count, kGroups, kLogitBytes);
-  };
-  const int64_t tile_bytes = tile::TokenTileBytes(D, a.store_bits);
-  const auto issue = [&](int slot, int s, int n) {
-    uint8_t* to = ring[warp][slot];
-    for (int i = 0; i < n; ++i) {
-      const int t = depth_of(s + i), r = mine.lo + s + i;
-      const size_t tile = row * a.max_tiles + r;
-      for (int o = lane; o < 2 * G; o += kWarp)  // e values: 32 bytes a head
-        CpAsync16(to + o * 16, a.probs + tile * G * 16 + o * 8);
-      if (lane < G) CpAsync4(to + G * 32 + lane * 4, a.tile_stats + tile * 3 * G + lane);
-      const uint8_t* from = TileAt(a, a.in.value_tiles, tile_bytes, b, h, r);
-      for (int o = lane; o < 2 * kGroups * t; o += kWarp)  // planes: group o / 2t
-        CpAsync16(to + kLogitBytes + o * 16, from + tile::ValuePieceSource(o, t, a.store_bits));
-      to += bytes_of(t);
-    }
-    CpAsyncCommit();
-  };
-  const SharedTable lookup{table};
-  const int n_head = lane / 4;  // this lane's head in B
-  const float m = head_max[min(n_head, G - 1)];
-  float acc[kGroups][4] = {};
-  int s = 0, n = count > 0 ? span(0) : 0, slot = 0;
-  if (n > 0) issue(0, s, n);
-  while (n > 0) {
-    const int next_s = s + n, next_n = next_s < count ? span(next_s) : 0;
-    if (next_n > 0) {
-      issue(slot ^ 1, next_s, next_n);
-    } else {
-      CpAsyncCommit();  // an empty group keeps the wait's count
-    }
-    CpAsyncWait<1>();
-    __syncwarp();
-    const uint8_t* staged = ring[warp][slot];
-    for (int i = 0; i < n; ++i) {
-      const int t = depth_of(s + i);
-      // B: this lane's head n_head, tokens 2 (lane % 4) + {0, 1} and + 8: e exp(M - max).
-      uint32_t p0 = 0, p1 = 0;
-      if (n_head < G) {
-        const auto* e = reinterpret_cast<const __half2*>(staged) + n_head * 8 + lane % 4;
-        const float tile_max = reinterpret_cast<const float*>(staged + G * 32)[n_head];
-        const __half2 scale = __float2half2_rn(__expf(tile_max - m));
-        const __half2 b0 = __hmul2(e[0], scale), b1 = __hmul2(e[4], scale);
-        p0 = *reinterpret_cast<const uint32_t*>(&b0);
-        p1 = *reinterpret_cast<const uint32_t*>(&b1);
-      }
-      const uint8_t* planes = staged + kLogitBytes + lane;
-      WithDepth(t, [&](auto depth_tag) {
-        constexpr int T = decltype(depth_tag)::value;
-#pragma unroll
-        for (int g = 0; g < kGroups; ++g) {
-          uint32_t bytes[T], frag[4];
-#pragma unroll
-          for (int p = 0; p < T; ++p) bytes[p] = planes[(g * T + p) * 32];
-          tile::DecodeFragment<T>(bytes, centroids, lookup, frag);
-          Mma(acc[g], frag, p0, p1);
+        if (m != -INFINITY) {  // a tile with tokens (m is uniform over the lane's class)
+          const float top = fmaxf(run_max[hh], m);
+          run_sum[hh] = run_sum[hh] * expf(run_max[hh] - top) + sum * expf(m - top);
+          run_max[hh] = top;
         }
-      });
-      if (a.in.value_outlier_pages != nullptr) {
-        AddValueOutliers<D, G>(EntriesFromLane(my_list, s + i), lane, t, staged, head_max,
-                               centroids, acc);
       }
-      staged += bytes_of(t);
     }
-    __syncwarp();  // the slot is refilled two stages on
-    s = next_s;
-    n = next_n;
-    slot ^= 1;
   }
-  __syncthreads();  // every warp is done with its ring: the warps' sums take its place
-  auto& sums = *reinterpret_cast<float(*)[kMmaWarps][G][D]>(&ring[0][0][0]);
-  // C: rows = channels (16 g + lane / 4, + 8), columns = heads (2 (lane % 4), + 1).
+  // The chunk's statistics per head (M_c, sum over its tiles of sum e exp(M - M_c)), the warps
+  // combined in order: TileWindowValues forms the row's from these. (-inf, 0) for a chunk
+  // without tokens.
+  __shared__ float warp_stats[kMmaWarps][kMaxGroup][2];
+  if (lane < 4) {
 #pragma unroll
-  for (int g = 0; g < kGroups; ++g) {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int head = 2 * (lane % 4) + k % 2;
-      if (head < G) sums[warp][head][16 * g + lane / 4 + 8 * (k / 2)] = acc[g][k];
+    for (int hh = 0; hh < 2; ++hh) {
+      const int n_head = 2 * lane + hh;
+      if (n_head < G) {
+        warp_stats[warp][n_head][0] = run_max[hh];
+        warp_stats[warp][n_head][1] = run_sum[hh];
+      }
     }
   }
   __syncthreads();
-  float* out = a.partials + (row * a.chunks + chunk) * kMaxGroup * D;
-  for (int idx = threadIdx.x; idx < G * D; idx += blockDim.x) {
-    const int q = idx / D, c = idx % D;
-    float sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kMmaWarps; ++w) sum += sums[w][q][c];
-    out[q * D + c] = sum;
+  if (threadIdx.x < G) {
+    const int q = threadIdx.x;
+    float top = -INFINITY;
+    for (int w = 0; w < kMmaWarps; ++w) top = fmaxf(top, warp_stats[w][q][0]);
+    float total = 0.0f;
+    if (top != -INFINITY) {
+      for (int w = 0; w < kMmaWarps; ++w) {
+        if (warp_stats[w][q][0] != -INFINITY) {
+          total += warp_stats[w][q][1] * expf(warp_stats[w][q][0] - top);
+        }
+      }
+    }
+    float* out = a.chunk_stats + (row * a.chunks + chunk) * 2 * G;
+    out[q] = top;
+    out[G + q] = total;
   }
 }
 

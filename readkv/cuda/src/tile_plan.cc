@@ -53,6 +53,9 @@ TileWorkspaceLayout MakeTileWorkspaceLayout(const TileDecodeShape& s, const Tile
   Require(plan.chunks >= 1 && plan.chunks >= need, "plan",
           "chunks " + std::to_string(plan.chunks) + " do not cover " +
               std::to_string(s.max_encoded_tokens) + " tokens");
+  Require(plan.value_window_tokens == 0 || plan.value_window_tokens == plan.chunk_tokens, "plan",
+          "value_window_tokens must be 0 or chunk_tokens (" + std::to_string(plan.chunk_tokens) +
+              "), got " + std::to_string(plan.value_window_tokens));
   const auto rows = static_cast<size_t>(s.batch) * static_cast<size_t>(s.heads_kv);
   const auto heads = static_cast<size_t>(s.batch) * static_cast<size_t>(s.heads_q);
   const auto groups = static_cast<size_t>(s.groups());
@@ -71,6 +74,9 @@ TileWorkspaceLayout MakeTileWorkspaceLayout(const TileDecodeShape& s, const Tile
   w.tile_stats = Section(at, rows * tiles * 3 * static_cast<size_t>(s.group()) * sizeof(float));
   w.probs = Section(at, rows * tiles * static_cast<size_t>(s.group()) * 16 * sizeof(uint16_t));
   w.scaled_queries = Section(at, heads * static_cast<size_t>(s.head_dim) * sizeof(float));
+  w.chunk_stats = Section(at, rows * static_cast<size_t>(plan.chunks) * 2 *
+                                  static_cast<size_t>(s.group()) * sizeof(float));
+  w.arrivals = Section(at, rows * sizeof(uint32_t));
   w.total = at;
   return w;
 }
@@ -92,9 +98,17 @@ int64_t TileLogitsStages(const TilePlan& plan, int64_t encoded, int key_planes) 
 
 }  // namespace internal
 
-TilePlan PlanTileDecode(const TileDecodeShape& shape, int sm_count) {
+TilePlan PlanTileDecode(const TileDecodeShape& shape, int sm_count, int value_window_tokens) {
   internal::CheckTileShape(shape);
   internal::Require(sm_count >= 1, "sm_count", "must be >= 1, got " + std::to_string(sm_count));
+  internal::Require(value_window_tokens == 0 ||
+                        (value_window_tokens >= kTileChunkStep &&
+                         value_window_tokens <= kTileMaxChunk &&
+                         value_window_tokens % kTileChunkStep == 0),
+                    "value_window",
+                    "the GPU tile reader's Value windows are its chunks: 0 (the row), 512, "
+                    "1024, 1536 or 2048 tokens, got " +
+                        std::to_string(value_window_tokens));
   const int64_t rows = int64_t{shape.batch} * shape.heads_kv;
   TilePlan plan;
   plan.chunk_tokens = kTileChunkStep;
@@ -105,6 +119,8 @@ TilePlan PlanTileDecode(const TileDecodeShape& shape, int sm_count) {
       break;
     }
   }
+  if (value_window_tokens > 0) plan.chunk_tokens = value_window_tokens;
+  plan.value_window_tokens = value_window_tokens;
   plan.chunks = static_cast<int>(std::max<int64_t>(
       1, (int64_t{shape.max_encoded_tokens} + plan.chunk_tokens - 1) / plan.chunk_tokens));
   return plan;

@@ -37,13 +37,16 @@ struct TileWorkspaceLayout {
   size_t tile_stats = 0;     // float [B][H_kv][max_token_tiles][3][group]: M, sum e, sum e^2
   size_t probs = 0;          // f16 [B][H_kv][max_token_tiles][group][16]: e = exp(l - M)
   size_t scaled_queries = 0;  // float [B][H_kv][d][group]: scale * q~, for the Key lists only
+  size_t chunk_stats = 0;  // float [B][H_kv][chunks][2][group]: per chunk and head M, sum e
+  size_t arrivals = 0;     // uint32 [B][H_kv]: TileWindowValues' blocks done (zeroed by Prepare)
   size_t total = 0;
 };
 
 // Throws readkv::codec::InvalidArgument naming the field the kernels refuse.
 void CheckTileShape(const TileDecodeShape& shape);
 // Throws as CheckTileShape, and InvalidArgument("plan") for chunks that are not a multiple of
-// kTileChunkStep in [kTileChunkStep, kTileMaxChunk] or do not cover max_encoded_tokens.
+// kTileChunkStep in [kTileChunkStep, kTileMaxChunk] or do not cover max_encoded_tokens, or a
+// Value window other than 0 or chunk_tokens.
 TileWorkspaceLayout MakeTileWorkspaceLayout(const TileDecodeShape& shape, const TilePlan& plan);
 
 }  // namespace readkv::cuda::internal

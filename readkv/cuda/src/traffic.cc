@@ -342,8 +342,13 @@ TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& pla
                                const int32_t* residual_lens_host,
                                const uint8_t* key_depths_host, const uint8_t* value_depths_host,
                                const TileOutlierPages* lists) {
-  enum { kPrepare, kLogits, kSelect, kValues, kCombine };
-  Ledger t({"TilePrepare", "TileLogits", "TileSelect", "TileValues", "TileCombine"});
+  // With a Value window launch 6 does the work of 3-5: their terms go to its entry.
+  const bool windowed = plan.value_window_tokens > 0;
+  const int kPrepare = 0, kLogits = 1, kSelect = 2, kValues = windowed ? 2 : 3,
+            kCombine = windowed ? 2 : 4;
+  Ledger t = windowed ? Ledger({"TilePrepare", "TileLogits", "TileWindowValues"})
+                      : Ledger({"TilePrepare", "TileLogits", "TileSelect", "TileValues",
+                                "TileCombine"});
   const int64_t d = shape.head_dim, g = shape.group(), groups = shape.groups();
   const int64_t increments = (int64_t{shape.store_bits} - 1) * 8;
   const int64_t folded = groups * 32 * 8;  // the folded queries: a uint2 per (group, lane)
@@ -389,24 +394,37 @@ TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& pla
       t.Read(kMetadata, kLogits, tiles * 4);
       t.Read(kIo, kLogits, internal::TileLogitsStages(plan, encoded, key_planes) * folded);
       t.Write(kScores, kLogits, tiles * g * (16 * 2 + 3 * 4));
-      // 3. Select: the tiles' statistics (M for the maxima, M and sum e for the sums, M and
-      // sum e^2 for the weights: 5 floats a tile and head), the window's logits twice.
-      t.Read(kMetadata, kSelect, increments);
-      t.Read(kScores, kSelect, tiles * g * 5 * 4 + g * 2 * residual * 4);
-      t.Write(kPartials, kSelect, g * 4 * 4);
-      t.Write(kScores, kSelect, tiles * 8);
-      t.Read(kScores, kSelect, tiles * 8);
-      t.Write(kSchedule, kSelect, tiles);
-      // 4. Values: per block holding tokens the heads' maxima; per tile its depth, its
-      // page-table entry, its e values and maxima.
-      t.Read(kPartials, kValues, chunks * g * 4);
+      t.Write(kPartials, kLogits, plan.chunks * g * 2 * 4);  // every block's chunk statistics
+      if (windowed) {
+        // 6. WindowValues, its Select part: every block of the plan reads the chunks'
+        // statistics (those holding tokens) and the window's logits twice, the increments, and
+        // M and sum e^2 of its tiles for their weights; the cut stays on chip; each counts
+        // itself in the row's arrivals.
+        t.Read(kMetadata, kSelect, plan.chunks * increments);
+        t.Read(kPartials, kSelect, plan.chunks * (chunks * g * 2 * 4 + g * 2 * residual * 4));
+        t.Read(kScores, kSelect, tiles * g * 2 * 4);
+        t.Write(kSchedule, kSelect, plan.chunks * 4);
+      } else {
+        // 3. Select: the tiles' statistics (M for the maxima, M and sum e for the sums, M and
+        // sum e^2 for the weights: 5 floats a tile and head), the window's logits twice.
+        t.Read(kMetadata, kSelect, increments);
+        t.Read(kScores, kSelect, tiles * g * 5 * 4 + g * 2 * residual * 4);
+        t.Write(kPartials, kSelect, g * 4 * 4);
+        t.Write(kScores, kSelect, tiles * 8);
+        t.Read(kScores, kSelect, tiles * 8);
+        t.Write(kSchedule, kSelect, tiles);
+        // Values' heads' maxima and the depths, from memory.
+        t.Read(kPartials, kValues, chunks * g * 4);
+        t.Read(kSchedule, kValues, tiles);
+      }
+      // 4. Values: per tile its page-table entry, its e values and maxima.
       t.Read(kMetadata, kValues, tiles * 4);
       t.Read(kScores, kValues, tiles * g * (16 * 2 + 4));
-      t.Read(kSchedule, kValues, tiles);
       t.Write(kPartials, kValues, chunks * g * d * 4);
-      // 5. Combine.
+      // 5. Combine (with a window the statistics are on chip).
       t.Read(kMetadata, kCombine, 3 * d * 4);
-      t.Read(kPartials, kCombine, g * (residual > 0 ? 3 : 2) * 4 + chunks * g * d * 4);
+      t.Read(kPartials, kCombine,
+             (windowed ? 0 : g * (residual > 0 ? 3 : 2) * 4) + chunks * g * d * 4);
       t.Read(kScores, kCombine, g * residual * 4);
       t.Read(kPayload, kCombine, residual * d * 2);
       t.Write(kIo, kCombine, g * d * 4);

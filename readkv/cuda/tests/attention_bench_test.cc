@@ -163,6 +163,20 @@ TEST(BenchConfigTest, RejectsShapesTheKernelsCannotRunNamingTheFlag) {
   EXPECT_EQ(field(tile_chunk(768)), "--chunk-tokens");
   EXPECT_EQ(field(tile_chunk(2560)), "--chunk-tokens");
   EXPECT_EQ(field([](BenchConfig& c) { c.chunk_tokens = 768; }), "");  // no tile row
+  // Value windows: the tile rows' chunk, 512 to 2048 by 512.
+  const auto window = [](int w, int chunk) {
+    return [w, chunk](BenchConfig& c) {
+      c.kv = ParseKvSpecs("fp8,tile:8:2");
+      c.value_window = w;
+      c.chunk_tokens = chunk;
+    };
+  };
+  EXPECT_EQ(field(window(512, 0)), "");
+  EXPECT_EQ(field(window(1024, 1024)), "");
+  EXPECT_EQ(field(window(1024, 512)), "--value-window");
+  EXPECT_EQ(field(window(768, 0)), "--value-window");
+  EXPECT_EQ(field(window(4096, 0)), "--value-window");
+  EXPECT_EQ(field([](BenchConfig& c) { c.value_window = 512; }), "--value-window");  // no tile
   // Outlier lists: the tile rows' only, a cap in [0, 16].
   EXPECT_EQ(field([](BenchConfig& c) { c.outlier_cap = 2; }), "--outlier-cap");  // no tile: spec
   const auto tiled = [](int cap) {

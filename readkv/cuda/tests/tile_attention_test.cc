@@ -51,6 +51,7 @@ struct TileCase {
   bool residual_window;
   double read_bits, key_bits, value_bits;  // R_K = R_V = R when both splits are 0
   int chunk_tokens;                        // 0: PlanTileDecode's choice
+  int value_window = 0;  // the reader plan's Value window; nonzero: the GPU's chunk is it
   std::string Name() const {
     std::string text = "hq" + std::to_string(heads_q) + "_hkv" + std::to_string(heads_kv) + "_d" +
                        std::to_string(head_dim) + "_T";
@@ -61,7 +62,8 @@ struct TileCase {
       text += "_K" + std::to_string(static_cast<int>(key_bits * 10)) + "V" +
               std::to_string(static_cast<int>(value_bits * 10));
     }
-    return text + "_c" + std::to_string(chunk_tokens);
+    text += "_c" + std::to_string(chunk_tokens);
+    return value_window > 0 ? text + "_w" + std::to_string(value_window) : text;
   }
 };
 
@@ -151,6 +153,7 @@ CpuSide MakeCpuSide(const TileCase& c, int outlier_cap, const Plant& plant = {})
   config.calibration = cpu.calibration;
   config.store_bits = 8;
   config.policy = {codec::ReaderKind::kTile, c.read_bits, c.key_bits, c.value_bits};
+  config.policy.value_window_tokens = c.value_window;
   config.residual_window = c.residual_window;
   config.outliers = {outlier_cap, 0.0f};
   cpu.depths.resize(c.lens.size());
@@ -205,9 +208,10 @@ TileOutlierPages PagesOf(const CpuSide& cpu, const TileDecodeShape& shape) {
 }
 
 // TileDecodeAttention over the CPU side's caches, with `lists` (the caches' outlier page blocks,
-// PagesOf) or none, the chunk of the case (0: PlanTileDecode's).
-void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, int chunk_tokens,
+// PagesOf) or none, the chunk of the case (0: PlanTileDecode's) or its Value window.
+void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, const TileCase& c,
               const TileOutlierPages* lists, GpuRun& run) {
+  const int chunk_tokens = c.chunk_tokens;
   const int d = shape.head_dim, hkv = shape.heads_kv, W = shape.store_bits, groups = d / 16;
   const int batch = shape.batch, max_tiles = shape.max_token_tiles();
   const HostTiles host = PackTiles(cpu.caches, shape);
@@ -251,7 +255,8 @@ void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, int chunk_tokens
   int sm_count = 0;
   CUDA_OK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
   const TilePlan tile_plan =
-      chunk_tokens > 0
+      c.value_window > 0 ? PlanTileDecode(shape, sm_count, c.value_window)
+      : chunk_tokens > 0
           ? TilePlan{chunk_tokens,
                      std::max(1, (shape.max_encoded_tokens + chunk_tokens - 1) / chunk_tokens)}
           : PlanTileDecode(shape, sm_count);
@@ -301,7 +306,7 @@ TEST_P(TileKernelTest, MatchesTheCpuTileReader) {
   const TileDecodeShape shape = ShapeOf(c, cpu);
   const int max_tiles = shape.max_token_tiles();
   GpuRun gpu;
-  ASSERT_NO_FATAL_FAILURE(RunOnGpu(cpu, shape, c.chunk_tokens, nullptr, gpu));
+  ASSERT_NO_FATAL_FAILURE(RunOnGpu(cpu, shape, c, nullptr, gpu));
 
   const codec::ReaderPlan& plan = cpu.Cache(0).plan();
   const codec::LloydTree tree(8);
@@ -368,7 +373,16 @@ INSTANTIATE_TEST_SUITE_P(
         TileCase{16, 2, 128, {2100, 300}, false, 3.0, 1.5, 4.5, 1024},
         // GQA group 8 and group 1.
         TileCase{8, 1, 64, {1500}, true, 1.5, 0, 0, 512},
-        TileCase{4, 4, 128, {640}, false, 7.0, 0, 0, 512}),
+        TileCase{4, 4, 128, {640}, false, 7.0, 0, 0, 512},
+        // Value windows (TileWindowValues): the served split 8:2 without a residual window; a
+        // ragged batch with one; d 128 in windows of 1024; a partial last window of 2048;
+        // group 8; a residual-only sequence whose blocks all arrive empty.
+        TileCase{8, 2, 64, {1000, 513}, false, 5.0, 8.0, 2.0, 0, 512},
+        TileCase{8, 2, 64, {1000, 37, 1800}, true, 2.0, 0, 0, 0, 512},
+        TileCase{16, 2, 128, {2100, 300}, false, 3.0, 1.5, 4.5, 0, 1024},
+        TileCase{8, 2, 64, {4100, 900}, true, 3.0, 0, 0, 0, 2048},
+        TileCase{8, 1, 64, {1500}, true, 1.5, 0, 0, 0, 512},
+        TileCase{8, 2, 64, {12, 600}, true, 2.0, 0, 0, 0, 512}),
     [](const ::testing::TestParamInfo<TileCase>& param_info) { return param_info.param.Name(); });
 
 // Plants outliers in KV head h's keys and values of `tokens`: a Key element of z = +-10 on the
@@ -425,6 +439,8 @@ TEST(TileAttentionTest, OutlierListsMatchTheCpuReaderAndChangeTheOutput) {
       {TileCase{16, 2, 128, {1000}, false, 3.0, 1.5, 4.5, 512}, {3, 500, 997}},
       // GQA group 8, shallow keys and deep values, PlanTileDecode's chunk.
       {TileCase{8, 1, 64, {600}, false, 4.0, 2.0, 6.0, 0}, {40, 41, 590}},
+      // Value windows of 512: the lists in TileWindowValues.
+      {TileCase{8, 2, 64, {700, 300}, true, 2.0, 0, 0, 0, 512}, {3, 77, 250}},
   };
   const bool gpu = QueryDevices().device_count > 0;
   for (const Planted& p : cases) {
@@ -469,8 +485,8 @@ TEST(TileAttentionTest, OutlierListsMatchTheCpuReaderAndChangeTheOutput) {
     }
     if (!gpu) continue;
     GpuRun with, without;
-    ASSERT_NO_FATAL_FAILURE(RunOnGpu(cpu, shape, c.chunk_tokens, &lists, with));
-    ASSERT_NO_FATAL_FAILURE(RunOnGpu(cpu, shape, c.chunk_tokens, nullptr, without));
+    ASSERT_NO_FATAL_FAILURE(RunOnGpu(cpu, shape, c, &lists, with));
+    ASSERT_NO_FATAL_FAILURE(RunOnGpu(cpu, shape, c, nullptr, without));
     // The entries the call's lists hold, as a server's ledgers count them; none without lists.
     EXPECT_EQ(with.outlier_entries, static_cast<unsigned long long>(listed));
     EXPECT_EQ(without.outlier_entries, 0u);

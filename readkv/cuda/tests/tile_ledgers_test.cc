@@ -76,9 +76,10 @@ TEST(TileLedgersTest, TrafficByLaunchWorkedOutByHand) {
   EXPECT_EQ(t.kernels[0].write, 4 + 1024);
   // Logits: the centroid parameter, the group depths, the folded queries once per warp stage
   // (3 tiles over 4 warps: 3 stages), 3 page-table entries, the Key planes (960); writes per
-  // tile and head 16 f16 e values and 3 statistics (3 x 2 x 44).
+  // tile and head 16 f16 e values and 3 statistics (3 x 2 x 44), and the chunk's statistics
+  // (2 heads x 2 floats).
   EXPECT_EQ(t.kernels[1].read, kCentroids + 4 + 3 * 1024 + 12 + 960);
-  EXPECT_EQ(t.kernels[1].write, 264);
+  EXPECT_EQ(t.kernels[1].write, 264 + 16);
   // Select: the increments, 5 floats of statistics a tile and head, the 3 block weights read
   // back; writes the statistics (2 heads x 4 floats), the block weights and 3 tile depths.
   EXPECT_EQ(t.kernels[2].read, 24 + 3 * 2 * 20 + 24);
@@ -95,7 +96,7 @@ TEST(TileLedgersTest, TrafficByLaunchWorkedOutByHand) {
   EXPECT_EQ(t.metadata, 768 + 24 + kCentroids + 12 + 24 + kCentroids + 12 + 768);
   EXPECT_EQ(t.scores, 264 + 120 + 24 + 24 + 216);
   EXPECT_EQ(t.schedule, 4 + 4 + 3 + 3);
-  EXPECT_EQ(t.partials, 32 + 8 + 512 + 16 + 512);
+  EXPECT_EQ(t.partials, 16 + 32 + 8 + 512 + 16 + 512);
   EXPECT_EQ(t.io, 512 + 1024 + 3 * 1024 + 512);
   EXPECT_EQ(SumOfLaunches(t), t.Total());
 
@@ -105,6 +106,37 @@ TEST(TileLedgersTest, TrafficByLaunchWorkedOutByHand) {
   EXPECT_EQ(bare.payload, 0);
   EXPECT_EQ(bare.Total(), t.Total() - 960 - 768);
   EXPECT_EQ(SumOfLaunches(bare), bare.Total());
+}
+
+// The same call with a Value window of 512 (the chunk): three launches, the Select and Combine
+// terms in TileWindowValues', without TileSelect's round trips (block weights, depths, the
+// heads' statistics).
+TEST(TileLedgersTest, WindowedTrafficWorkedOutByHand) {
+  const std::vector<int32_t> encoded = {40}, none = {0};
+  const TilePlan row{512, 1}, windowed{512, 1, 512};
+  const TrafficBytes t = TileDecodeTraffic(TinyShape(0), windowed, encoded.data(), none.data(),
+                                           kKeyDepths.data(), kValueDepths.data());
+  const std::vector<std::string> names = {"TilePrepare", "TileLogits", "TileWindowValues"};
+  for (size_t k = 0; k < names.size(); ++k) {
+    ASSERT_NE(t.kernels[k].kernel, nullptr) << k;
+    EXPECT_EQ(t.kernels[k].kernel, names[k]);
+  }
+  EXPECT_EQ(t.kernels[3].kernel, nullptr);
+  const TrafficBytes r = TileDecodeTraffic(TinyShape(0), row, encoded.data(), none.data(),
+                                           kKeyDepths.data(), kValueDepths.data());
+  EXPECT_EQ(t.kernels[0].read, r.kernels[0].read);
+  EXPECT_EQ(t.kernels[1].read, r.kernels[1].read);
+  EXPECT_EQ(t.kernels[1].write, r.kernels[1].write);
+  // Its Select part: the increments, the one chunk's statistics (2 heads x 2 floats), M and
+  // sum e^2 of each tile and head (3 x 2 x 8); its Values part as TileValues' without the
+  // maxima and depths (centroids, 3 page-table entries, 216 of e values and maxima, the Value
+  // planes); its Combine part as TileCombine's without the statistics (V mean/std/signs, the
+  // partial). Writes: its arrival, the partial, the outputs.
+  EXPECT_EQ(t.kernels[2].read, 24 + 16 + 48 + kCentroids + 12 + 216 + 768 + 768 + 512);
+  EXPECT_EQ(t.kernels[2].write, 4 + 512 + 512);
+  EXPECT_EQ(t.payload, r.payload);
+  EXPECT_EQ(SumOfLaunches(t), t.Total());
+  EXPECT_LT(t.Total(), r.Total());
 }
 
 TEST(TileLedgersTest, TrafficCountsTheWindowAndEveryPlannedLogitsBlock) {

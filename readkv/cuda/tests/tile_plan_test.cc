@@ -73,7 +73,7 @@ TEST(TilePlanTest, WorkspaceSectionsAreAlignedDisjointAndSized) {
   const TilePlan plan{512, 2};
   const internal::TileWorkspaceLayout w = internal::MakeTileWorkspaceLayout(s, plan);
   EXPECT_EQ(w.logit_stride, 1040);
-  const std::array<std::pair<size_t, size_t>, 10> sections = {{
+  const std::array<std::pair<size_t, size_t>, 12> sections = {{
       {w.fragments, size_t{6} * 4 * 32 * 2 * 4},
       {w.key_depths, size_t{6} * 4},
       {w.logits, size_t{3} * 16 * 40 * 4},
@@ -84,6 +84,8 @@ TEST(TilePlanTest, WorkspaceSectionsAreAlignedDisjointAndSized) {
       {w.tile_stats, size_t{6} * 63 * 3 * 8 * 4},
       {w.probs, size_t{6} * 63 * 8 * 16 * 2},
       {w.scaled_queries, size_t{3} * 16 * 64 * 4},
+      {w.chunk_stats, size_t{6} * 2 * 2 * 8 * 4},
+      {w.arrivals, size_t{6} * 4},
   }};
   for (size_t i = 0; i < sections.size(); ++i) {
     EXPECT_EQ(sections[i].first % 256, 0u) << i;
@@ -118,6 +120,32 @@ TEST(TilePlanTest, BadShapesAndPlansNameTheirField) {
   EXPECT_EQ(FieldOf(s, TilePlan{700, 1}), "plan");
   EXPECT_EQ(FieldOf(s, TilePlan{4096, 1}), "plan");  // past kTileMaxChunk
   EXPECT_THROW(PlanTileDecode(s, 0), codec::InvalidArgument);
+  // A Value window is the chunk or nothing.
+  EXPECT_EQ(FieldOf(s, TilePlan{1024, 1, 1024}), "");
+  EXPECT_EQ(FieldOf(s, TilePlan{1024, 1, 512}), "plan");
+}
+
+TEST(TilePlanTest, AValueWindowIsTheChunk) {
+  for (const int window : {512, 1024, 1536, 2048}) {
+    for (const int encoded : {1, 700, 16384, 131072}) {
+      const TileDecodeShape s = Shape(16, 8, 2, 64, encoded, 0);
+      const TilePlan plan = PlanTileDecode(s, 132, window);
+      EXPECT_EQ(plan.chunk_tokens, window);
+      EXPECT_EQ(plan.value_window_tokens, window);
+      EXPECT_EQ(plan.chunks, (encoded + window - 1) / window);
+      EXPECT_GT(TileDecodeWorkspaceBytes(s, plan), 0u);
+    }
+  }
+  EXPECT_EQ(PlanTileDecode(Shape(16, 8, 2, 64, 16384, 0), 132).value_window_tokens, 0);
+  const TileDecodeShape s = Shape(1, 8, 2, 64, 4096, 0);
+  for (const int bad : {-512, 256, 700, 2560, 4096}) {
+    try {
+      PlanTileDecode(s, 132, bad);
+      ADD_FAILURE() << bad << " was taken";
+    } catch (const codec::InvalidArgument& e) {
+      EXPECT_EQ(e.field(), "value_window") << bad;
+    }
+  }
 }
 
 }  // namespace

@@ -65,7 +65,8 @@ RuntimeFlags::RuntimeFlags(CLI::App& cmd) {
       ->capture_default_str();
   cmd.add_option("--value-window", options_.kv.value_window_tokens,
                  "ReadKV tile reader: Value depths allocated per window of this many tokens (a "
-                 "multiple of 16), each with R_V x its blocks (0 = over the row; CPU only)")
+                 "multiple of 16; on a CUDA device 512, 1024, 1536 or 2048), each with R_V x its "
+                 "blocks (0 = over the row)")
       ->capture_default_str();
   cmd.add_option("--outlier-threshold", options_.kv.outlier_threshold,
                  "ReadKV |z| past which a value is an outlier (0 = the tree's outermost threshold)")

@@ -76,6 +76,9 @@ struct GpuKvConfig {
   // Resolved (codec::ResolveOutlierOptions); cap > 0 only with the tile reader, whose page
   // blocks hold the codec's default block budget (block_cap must be kPageOutlierEntries).
   codec::OutlierOptions outliers;
+  // The tile reader's Value window (codec::ReaderPlan::value_window_tokens; 0: the row's
+  // budget): its kernels' chunk, so 512, 1024, 1536 or 2048 (PlanTileDecode refuses others).
+  int value_window_tokens = 0;
 };
 
 // The ledgers of every attention call so far, in the codec's accounting terms.

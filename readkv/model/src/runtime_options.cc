@@ -81,10 +81,12 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
                                 "windows, got --kv " + std::string(codec::KvBackendName(kv.kind)));
   }
   if (kv.kind == codec::KvBackend::kReadKv) {
-    if (kv.value_window_tokens != 0 && UsesGpuKv(options)) {
+    const int window = kv.value_window_tokens;
+    if (window != 0 && UsesGpuKv(options) &&
+        (window < 512 || window > 2048 || window % 512 != 0)) {
       throw std::invalid_argument(
-          "value_window: the CUDA tile reader allocates Value depths over the whole row; "
-          "Value windows run on the CPU reader only (--device cpu)");
+          "value_window: the CUDA tile reader's Value windows are its chunks: 512, 1024, 1536 "
+          "or 2048 tokens, got " + std::to_string(window));
     }
     // MakeReaderPlan checks store_bits, read_bits, reader, the split and the Value window,
     // naming the field.

@@ -95,6 +95,7 @@ struct BackendCase {
   std::vector<internal::GpuReadBits> read_bits;  // R_K, R_V per sequence (readkv)
   codec::ReaderKind reader = codec::ReaderKind::kConstrained;  // readkv
   int outlier_cap = 0;  // tile: outlier lists written by TileAppend, applied by the reader
+  int value_window = 0;  // tile: Value budgets per window of this many tokens (the GPU's chunk)
 };
 
 class GpuKvCacheTest : public ::testing::TestWithParam<BackendCase> {};
@@ -125,6 +126,7 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
   config.fp8_scale = bc.scale;
   config.store_bits = 8;
   config.reader = bc.reader;
+  config.value_window_tokens = bc.value_window;
   const codec::LloydTree tree(8);
   config.outliers = codec::ResolveOutlierOptions({bc.outlier_cap, 0.0f}, tree, g.head_dim);
   internal::GpuKvCache gpu(config);
@@ -141,6 +143,7 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
     c.fp8_scale = bc.scale;
     c.store_bits = 8;
     c.policy = codec::ReadPolicy{bc.reader, 0.5 * (bits.key + bits.value), bits.key, bits.value};
+    c.policy.value_window_tokens = bc.value_window;
     c.residual_window = false;  // the GPU backend encodes every token at once
     c.outliers = {bc.outlier_cap, 0.0f};
     for (int l = 0; l < g.layers; ++l) {
@@ -296,13 +299,17 @@ INSTANTIATE_TEST_SUITE_P(
         BackendCase{codec::KvBackend::kReadKv, {}, 64, {{4, 4}, {7, 2}, {4, 4}, {2, 2}},
                     codec::ReaderKind::kTile, 2},
         BackendCase{codec::KvBackend::kReadKv, {}, 128, {{7, 2}, {4, 4}, {7, 2}, {2, 2}},
-                    codec::ReaderKind::kTile, 2}),
+                    codec::ReaderKind::kTile, 2},
+        // Value windows of 512 tokens (TileWindowValues), the served split 8:2, with lists.
+        BackendCase{codec::KvBackend::kReadKv, {}, 64, {{8, 2}, {4, 4}, {8, 2}, {2, 2}},
+                    codec::ReaderKind::kTile, 2, 512}),
     [](const auto& p) {
       return std::string(codec::KvBackendName(p.param.kind)) +
              (p.param.reader == codec::ReaderKind::kTile ? "_tile" : "") + "_d" +
              std::to_string(p.param.head_dim) +
              (p.param.scale == codec::Fp8ScaleGranularity::kHead ? "_head" : "") +
              (p.param.outlier_cap > 0 ? "_lists" : "") +
+             (p.param.value_window > 0 ? "_w" + std::to_string(p.param.value_window) : "") +
              std::to_string(p.index);
     });
 

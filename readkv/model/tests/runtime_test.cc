@@ -452,8 +452,9 @@ TEST(RuntimeOptionsTest, OutlierListsAreRefusedByTheConstrainedGpuReaderAndOutOf
   EXPECT_EQ(prefix_of(), "accepted");
 }
 
-// Value windows (--value-window): the CPU tile reader's; refused on a CUDA device, for another
-// reader, for a cache without a reader, and when not whole 16-token blocks, naming the field.
+// Value windows (--value-window): the tile reader's; on a CUDA device only its kernels' chunks
+// (512-2048 by 512); refused for another reader, for a cache without a reader, and when not
+// whole 16-token blocks, naming the field.
 TEST(RuntimeOptionsTest, ValueWindowsAreTheCpuTileReadersOnly) {
   RuntimeOptions o;
   o.kv.kind = codec::KvBackend::kReadKv;
@@ -463,8 +464,11 @@ TEST(RuntimeOptionsTest, ValueWindowsAreTheCpuTileReadersOnly) {
   EXPECT_EQ(prefix_of(), "accepted");
   EXPECT_EQ(internal::ResolvePolicy(o.kv, engine::ReadPolicy{}).value_window_tokens, 512);
   o.device = "cuda";
+  EXPECT_EQ(prefix_of(), "accepted");
+  o.kv.value_window_tokens = 256;  // whole blocks, but not a chunk of the CUDA kernels
   EXPECT_EQ(prefix_of(), "value_window");
   o.device = "cpu";
+  EXPECT_EQ(prefix_of(), "accepted");
   o.kv.value_window_tokens = 500;
   EXPECT_EQ(prefix_of(), "value_window");
   o.kv.value_window_tokens = 512;

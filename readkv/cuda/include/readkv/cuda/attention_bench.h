@@ -68,10 +68,13 @@ struct BenchConfig {
   uint64_t seed = 1;
   int outlier_cap = 0;  // tile rows: outlier lists of this cap (codec/outliers.h) from the same
                         // tokens; 0: none. The constrained reader's rows never have lists.
+  int value_window = 0;  // tile rows: Value budgets per window of this many tokens, the chunk
+                         // (TilePlan::value_window_tokens: 512-2048 by 512); 0: the row's.
   // Throws InvalidArgument naming the flag: "--tokens", "--batch", "--heads-q", "--heads-kv"
   // (must divide --heads-q with a group of 1, 2, 4 or 8), "--head-dim" (64 or 128), "--kv",
   // "--iters", "--chunk-tokens" (tile rows: not a multiple of 512 up to 2048), "--outlier-cap"
-  // (outside [0, 16], or above 0 without a tile: spec).
+  // (outside [0, 16], or above 0 without a tile: spec), "--value-window" (not 0 or 512-2048 by
+  // 512, without a tile: spec, or beside a different --chunk-tokens).
   void Validate() const;
 };
 
@@ -111,6 +114,7 @@ struct BenchRow {
   int64_t workspace_bytes = 0;  // ledger 4: the launcher's workspace; -1: unknown (anchor)
   int chunk_tokens = 0;         // ReadKV rows: the chunk the call used (tile rows: the
                                 // TilePlan's); 0 for the others
+  int value_window_tokens = 0;  // tile rows: the TilePlan's Value window; 0 for the others
   int64_t logical_bytes = 0;    // ledger 2: payload the reader chose
   TrafficBytes traffic;         // ledger 3 (the anchor: the dense kernel's model of the same reads)
   double achieved_gbps = 0;     // traffic.Total() / median time, 1e9 bytes/s

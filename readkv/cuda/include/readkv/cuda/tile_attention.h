@@ -66,6 +66,13 @@
 //      its MMAs.
 //   5. TileCombine (H_kv, B) x d: chunks summed, mu mass + sigma acc + the residual window's
 //      values, inverse V transform.
+// With a Value window (TilePlan::value_window_tokens = chunk_tokens) launches 3-5 are one:
+//   6. TileWindowValues (chunks, H_kv, B) x 128: every block forms the row's softmax statistics
+//      from the chunks' (TileLogits writes each chunk's per head), its own chunk's Value block
+//      weights and depths (the window's cut: block radix selection over its <= 128 blocks),
+//      then TileValues' sums; the block of the row that finishes last sums the partials and
+//      does TileCombine's work. No pass over a whole row is serial, and no launch has one
+//      block per row.
 // Thread-safety: reentrant; two calls that share a workspace must be ordered.
 #pragma once
 
@@ -121,6 +128,10 @@ struct TileDecodeInputs {
 struct TilePlan {
   int chunk_tokens = 1024;  // encoded tokens per Logits/Values block, a multiple of kTileChunkStep
   int chunks = 1;           // ceil(max_encoded_tokens / chunk_tokens), at least 1
+  // The reader plan's Value window (codec::ReaderPlan::value_window_tokens): 0, the Value budget
+  // is the row's (launches 1-5 below); otherwise it must equal chunk_tokens, and each Values
+  // block cuts its own chunk's depths (launches 1, 2 and 6).
+  int value_window_tokens = 0;
 };
 // A chunk is a multiple of 512 tokens (its four warps' shares then split evenly into tiles),
 // at most 2048 tokens (a Values warp keeps the depths of its <= 32 tiles in one register).
@@ -129,10 +140,12 @@ inline constexpr int kTileMaxChunk = 2048;
 
 // The plan for a shape on a device of `sm_count` SMs: the largest chunk of 2048 or 1024 tokens
 // that still gives every SM four Logits blocks (512 when none does): a block holds 33 KB of
-// staging, ~6 fit an SM, and a whole number of waves matters less past a few. Throws
+// staging, ~6 fit an SM, and a whole number of waves matters less past a few. With a Value
+// window (the reader plan's, tokens) the chunk is the window. Throws
 // readkv::codec::InvalidArgument naming the field for a shape the kernels refuse (head_dim not 64
-// or 128, group not 1, 2, 4 or 8, store_bits outside 1..8, negative or zero sizes, no tokens).
-TilePlan PlanTileDecode(const TileDecodeShape& shape, int sm_count);
+// or 128, group not 1, 2, 4 or 8, store_bits outside 1..8, negative or zero sizes, no tokens),
+// and "value_window" for a window that is not 0 or a chunk (512, 1024, 1536 or 2048).
+TilePlan PlanTileDecode(const TileDecodeShape& shape, int sm_count, int value_window_tokens = 0);
 
 // The workspace a call needs (device memory, no initialisation needed). Throws as PlanTileDecode
 // for a bad shape, and InvalidArgument("plan") for a plan whose chunks do not cover the tokens.

@@ -66,8 +66,9 @@ int64_t TileLogicalBytes(const TileDecodeShape& shape, const int32_t* encoded_le
                          const uint8_t* key_depths_host, const uint8_t* value_depths_host,
                          const TileOutlierPages* lists = nullptr);
 
-// Ledger 3, by launch ("TilePrepare", "TileLogits", "TileSelect", "TileValues", "TileCombine")
-// and by category; both depth arrays null: every term but the planes' payload.
+// Ledger 3, by launch ("TilePrepare", "TileLogits", "TileSelect", "TileValues", "TileCombine";
+// with a Value window "TilePrepare", "TileLogits", "TileWindowValues") and by category; both
+// depth arrays null: every term but the planes' payload.
 TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& plan,
                                const int32_t* encoded_lens_host,
                                const int32_t* residual_lens_host,

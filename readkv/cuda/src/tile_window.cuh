@@ -1,0 +1,230 @@
+// The GPU tile reader with a Value window (tile_attention.h, launch 6): TileWindowValues, which
+// does TileSelect's, TileValues' and TileCombine's work for its own chunk and, in the block of a
+// row that finishes last, for the row; and FinishRow, the row's finish it shares with
+// TileCombine. Internal.
+//
+// Why: at the served geometry (16K x 16, 8/2/64, an H100) TileSelect and TileCombine, one block
+// per row each, took 47 of 158 us, and TileSelect's pass over a row's 1024 blocks is serial in
+// the row (docs/performance-notes.md). With a window the cut is per chunk: each Values block
+// makes it for its own blocks, in parallel, in the launch that reads them.
+//
+// Depths are codec::ChooseValueBlockDepths' with the plan's window for the weights this launch
+// computed: the same formula as TileSelect's (per tile M, sum e^2; per head the row's maximum and
+// sum), the row's statistics formed from TileLogits' per-chunk ones. Every block of a row forms
+// them by the same code from the same data, so every block holds the same bits.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "readkv_device.cuh"
+#include "tile_kernels.cuh"
+#include "tile_read_sums.h"
+#include "tile_values.cuh"
+
+namespace readkv::cuda::tile_kernels {
+
+// The row's output from the chunks' partials (`chunks` of them, read through L2: another block
+// of the same launch may have written them): per head mu mass + sigma acc / sum plus the residual
+// window's p v (exact BF16), then the inverse V transform (FWHT, scale, signs), as FinishRow of
+// the constrained reader. head_max, head_inv (1 / sum) and head_mass (the encoded tokens' share)
+// are [G]; x is kMaxGroup rows of 128 floats of shared memory. Every thread of the block calls
+// it (blockDim.x >= D); thread c < D owns channel c.
+template <int D, int G>
+__device__ __forceinline__ void FinishTileRow(const TileArgs& a, int b, int h, int chunks,
+                                              const float* head_max, const float* head_inv,
+                                              const float* head_mass, float (*x)[128]) {
+  const int c = threadIdx.x;
+  const size_t row = RowOf(a, b, h);
+  const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
+  if (c < D) {
+    const size_t channel = static_cast<size_t>(h) * D + c;
+    const int residual = a.in.residual_lens[b];
+    const float mu = a.codec.value_mean[channel], sd = a.codec.value_std[channel];
+    const uint16_t* values = a.in.residual_values + row * a.max_residual * D;
+    for (int q = 0; q < G; ++q) {
+      const float* part = a.partials + row * a.chunks * kMaxGroup * D + q * D + c;
+      float acc = 0.0f;
+      for (int k = 0; k < chunks; ++k) acc += __ldcg(part + static_cast<size_t>(k) * kMaxGroup * D);
+      float out = mu * head_mass[q] + sd * (acc * head_inv[q]);
+      const float* l = a.logits + (first_q + q) * a.max_residual;
+      for (int r = 0; r < residual; ++r) {
+        const float p = expf(l[r] - head_max[q]) * head_inv[q];
+        out += p * __uint_as_float(uint32_t{values[static_cast<size_t>(r) * D + c]} << 16);
+      }
+      x[q][c] = out;
+    }
+  }
+  __syncthreads();
+  internal::BlockFwhtRows(x, G, D, a.transform_scale);
+  if (c < D) {
+    const float sign = a.codec.value_signs[static_cast<size_t>(h) * D + c];
+    for (int q = 0; q < G; ++q) {
+      const float v = x[q][c];
+      a.in.out[(first_q + q) * D + c] = sign < 0.0f ? -v : v;
+    }
+  }
+}
+
+// Grid (chunks, H_kv, B) x 128, chunk_tokens = the window. Per block:
+//   1. the row's softmax statistics, a warp per head: the maximum of the chunks' maxima and the
+//      residual window's logits, the sum of the chunks' sums rescaled to it plus the window's;
+//   2. the window's Value block weights (thread j: block j) and depths: FloorBudget(R_V, its
+//      blocks) block-planes, the cut by BlockSelect as TileSelect's over the row;
+//   3. ValueSumsOfChunk with those depths;
+//   4. the last block of the row to finish (arrivals) sums the partials: FinishTileRow.
+// Blocks past a sequence's end do 1 and 4 only (they must arrive: the last one may be one).
+template <int D, int G>
+__global__ void __launch_bounds__(kMmaThreads)
+    TileWindowValues(TileArgs a, const __grid_constant__ tile::TileCentroids centroids) {
+  constexpr int kWindowTiles = kTileMaxChunk / 16;
+  static_assert(kWindowTiles <= kMmaThreads, "a thread per block of the window");
+  __shared__ uint16_t table[tile::kTileTableEntries];
+  __shared__ float head_max[kMaxGroup], head_invf[kMaxGroup], head_mass[kMaxGroup];
+  __shared__ double head_inv[kMaxGroup];
+  __shared__ double weights[kWindowTiles];
+  __shared__ uint8_t depths[kWindowTiles];
+  __shared__ double inc[kMaxSteps];
+  __shared__ long long lscratch[32];
+  __shared__ internal::SelectShared selection;
+  __shared__ __align__(16) uint8_t ring[kMmaWarps][kStages][kStageBytes];
+  static_assert(sizeof(float) * kMaxGroup * 128 <= sizeof(ring), "FinishTileRow's rows reuse the ring");
+  const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
+  const size_t row = RowOf(a, b, h);
+  const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
+  const int encoded = a.in.encoded_lens[b];
+  const int residual = a.in.residual_lens[b];
+  const int tiles = (encoded + 15) / 16;
+  const int active = (encoded + a.chunk_tokens - 1) / a.chunk_tokens;  // chunks with tokens
+  const int first = chunk * (a.chunk_tokens / 16);
+  const int n = max(0, min(tiles, first + a.chunk_tokens / 16) - first);  // the window's blocks
+  if (tid < kMaxSteps) inc[tid] = tid < a.policy.value_steps ? a.policy.value_increments[tid] : 0.0;
+  if (n > 0) LoadTable(centroids, table);
+
+  // 1. The row's statistics (the same bits in every block of the row).
+  const float* chunk_stats = a.chunk_stats + row * a.chunks * 2 * G;
+  for (int q = warp; q < G; q += kMmaWarps) {
+    const float* window = a.logits + (first_q + q) * a.max_residual;
+    float m = -INFINITY;
+    for (int k = lane; k < active; k += kWarp) m = fmaxf(m, chunk_stats[k * 2 * G + q]);
+    for (int i = lane; i < residual; i += kWarp) m = fmaxf(m, window[i]);
+    for (int o = kWarp / 2; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    double enc = 0.0, in_window = 0.0;
+    for (int k = lane; k < active; k += kWarp) {
+      const float* st = chunk_stats + k * 2 * G;
+      enc += static_cast<double>(st[G + q]) * expf(st[q] - m);
+    }
+    for (int i = lane; i < residual; i += kWarp) in_window += expf(window[i] - m);
+    for (int o = kWarp / 2; o > 0; o /= 2) {
+      enc += __shfl_xor_sync(0xffffffffu, enc, o);
+      in_window += __shfl_xor_sync(0xffffffffu, in_window, o);
+    }
+    if (lane == 0) {
+      const double all = enc + in_window;
+      head_max[q] = m;
+      head_inv[q] = 1.0 / all;
+      head_invf[q] = static_cast<float>(1.0 / all);
+      head_mass[q] = static_cast<float>(enc / all);
+    }
+    if (chunk == 0 && a.debug.logits != nullptr) {  // the window's (TileLogits wrote the rest)
+      float* out = a.debug.logits + (first_q + q) * a.logit_stride + encoded;
+      for (int i = lane; i < residual; i += kWarp) out[i] = window[i];
+    }
+  }
+  __syncthreads();
+
+  // 2. The window's weights and depths.
+  const float* tile_stats = a.tile_stats + row * a.max_tiles * 3 * G;
+  const int spo = a.policy.value_steps;
+  int positive_steps = 0;
+  if (tid < n) {
+    const float* st = tile_stats + static_cast<size_t>(first + tid) * 3 * G;
+    double w = 0.0;
+#pragma unroll
+    for (int q = 0; q < G; ++q) {
+      const double scale = expf(2.0f * (st[q] - head_max[q])) * head_inv[q] * head_inv[q];
+      w += static_cast<double>(st[2 * G + q]) * scale;
+    }
+    weights[tid] = w;
+    if (a.debug.block_weights != nullptr) a.debug.block_weights[row * a.max_tiles + first + tid] = w;
+    positive_steps = internal::CountAbove(w, 0.0, inc, spo, 0);
+  }
+  const long long positive = internal::BlockSumLL(positive_steps, lscratch);
+  const long long budget = internal::FloorBudget(a.policy.value_bits, static_cast<double>(n));
+  long long steps = budget - n;
+  if (steps > static_cast<long long>(n) * spo) steps = static_cast<long long>(n) * spo;
+  internal::GreedyCut cut{0.0, 0u};
+  const bool cutting = steps > 0 && positive > steps;  // uniform over the block
+  if (cutting) {
+    cut = internal::BlockSelect(
+        [&](auto&& f) {
+          if (tid < n) {
+            const double w = weights[tid];
+            const auto first_key = static_cast<unsigned>(tid) << kStepBits;
+            internal::ForPositiveSteps<kMaxSteps>(w, inc, spo, [&](int s, double gain) {
+              f(internal::GainBits(gain), ~(first_key + s));
+            });
+          }
+        },
+        64, 0ull, 0ull, steps, positive, selection);
+  }
+  tile::ReadSums reads;  // this thread's block's share of debug.totals
+  if (tid < n) {
+    const double w = weights[tid];
+    int k = 0;
+    if (cutting) {
+      k = internal::StepsTaken<kMaxSteps>(w, inc, spo, static_cast<unsigned>(tid) << kStepBits, cut);
+    } else if (steps > 0) {
+      k = internal::CountAbove(w, 0.0, inc, spo, 0);
+    }
+    const auto depth = static_cast<uint8_t>(1 + k);
+    depths[tid] = depth;
+    if (a.debug.value_depths != nullptr) a.debug.value_depths[row * a.max_tiles + first + tid] = depth;
+    reads = tile::ValueTileReads(encoded, first + tid, depth, D);
+  }
+  if (a.debug.totals != nullptr) {  // uniform over the block
+    const long long bits = internal::BlockSumLL(reads.bits, lscratch);
+    const long long bytes = internal::BlockSumLL(reads.bytes, lscratch);
+    if (tid == 0 && n > 0) {
+      atomicAdd(a.debug.totals, static_cast<unsigned long long>(bits));
+      atomicAdd(a.debug.totals + 1, static_cast<unsigned long long>(bytes));
+    }
+  }
+  const uint32_t* key_lists = a.in.key_outlier_pages;
+  const uint32_t* value_lists = a.in.value_outlier_pages;
+  if (a.debug.outlier_entries != nullptr && (key_lists != nullptr || value_lists != nullptr)) {
+    // The window's pages' counts (a window is whole pages: 512 tokens are two), as TileSelect
+    // counts a row's. Uniform.
+    long long entries = 0;
+    const int page_lo = first / 16, page_hi = (first + n + 15) / 16;
+    for (int j = page_lo + tid; j < page_hi; j += blockDim.x) {
+      const int64_t page = a.in.page_table[static_cast<int64_t>(b) * a.max_pages + j];
+      const int64_t at = tile::PageOutlierBlockAt(page, a.heads_kv, h);
+      if (key_lists != nullptr) entries += tile::PageTileStart(key_lists + at, 16);
+      if (value_lists != nullptr) entries += tile::PageTileStart(value_lists + at, 16);
+    }
+    entries = internal::BlockSumLL(entries, lscratch);
+    if (tid == 0 && entries > 0) {
+      atomicAdd(a.debug.outlier_entries, static_cast<unsigned long long>(entries));
+    }
+  }
+  __syncthreads();  // depths[] and the table are complete
+
+  // 3. The chunk's sums.
+  if (n > 0) {
+    ValueSumsOfChunk<D, G>(a, centroids, table, head_max, depths, b, h, first, first + n,
+                           &ring[0][0][0], a.partials + (row * a.chunks + chunk) * kMaxGroup * D);
+  }
+
+  // 4. The row's finish, by its last block.
+  if (internal::ArriveLast(a.arrivals + row, a.chunks)) {
+    FinishTileRow<D, G>(a, b, h, active, head_max, head_invf, head_mass,
+                        reinterpret_cast<float(*)[128]>(&ring[0][0][0]));
+  }
+}
+
+}  // namespace readkv::cuda::tile_kernels
