@@ -2,8 +2,8 @@
 // one decode step over tile-layout bit planes (readkv::codec::TilePlaneStore's bytes), both
 // products on tensor cores (mma.sync.m16n8k16, f16 in, f32 accumulate), the GQA heads of a KV
 // head in the MMA's N = 8 dimension. Its GPU tests are tests/tile_attention_test.cc (against the
-// CPU reference); the first version passed them on an H100 (2026-12-05), the present staged one
-// has not run on a GPU yet (readkv/cuda/README.md). Served by `kvgate serve --device cuda --reader
+// CPU reference); the present kernels, Value windows included, passed them on an H100
+// (2026-12-06, e3f1576, memcheck and racecheck clean; readkv/cuda/README.md). Served by `kvgate serve --device cuda --reader
 // tile` (readkv/model's GpuKvCache: no residual window; outlier page blocks with --outlier-cap).
 //
 // The tile pools (docs/readkv.md, "The tile layout"): pages of kPageTokens = 256 tokens, as
