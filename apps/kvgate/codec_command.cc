@@ -261,6 +261,7 @@ void AddAttention(CLI::App& codec, CommandContext& context) {
     std::string reader = "constrained";
     std::string kv_split;
     int value_window = 0;
+    bool value_window_local = false;
     std::string fp8_scale = "tensor";
     std::string dense_storage = "fp32";
     bool no_residual_window = false;
@@ -286,6 +287,8 @@ void AddAttention(CLI::App& codec, CommandContext& context) {
                   "Tile reader: Value depths allocated per window of this many tokens (a "
                   "multiple of 16), each with R_V x its blocks; 0: over the whole row")
       ->capture_default_str();
+  cmd->add_flag("--value-window-local", args->value_window_local,
+                "Tile reader with --value-window: Value weights normalised per window");
   cmd->add_option("--fp8-scale", args->fp8_scale, "FP8 scale granularity: tensor | head")
       ->capture_default_str();
   cmd->add_option("--dense-storage", args->dense_storage, "Dense storage: fp32 | bf16")
@@ -341,6 +344,7 @@ void AddAttention(CLI::App& codec, CommandContext& context) {
         policy.value_bits = rv;
       }
       policy.value_window_tokens = args->value_window;
+      policy.value_window_local = args->value_window_local;
       if (args->value_window != 0 && config.cache.backend != rc::KvBackend::kReadKv) {
         throw InvalidArgument("value_window", "only the readkv tile reader has Value windows, "
                                               "not --kv " + args->kv);
@@ -377,6 +381,7 @@ void AddAttention(CLI::App& codec, CommandContext& context) {
         out["reader"] = std::string(rc::ReaderName(plan.reader));
         out["kv_split"] = {plan.key_bits, plan.value_bits};
         out["value_window_tokens"] = plan.value_window_tokens;
+        out["value_window_local"] = plan.value_window_local;
         out["residual_window"] = !args->no_residual_window;
         out["outlier_cap"] = args->outlier_cap;
       } else if (config.cache.backend == rc::KvBackend::kFp8) {

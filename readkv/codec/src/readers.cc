@@ -127,7 +127,11 @@ ReaderPlan MakeReaderPlan(const ReadPolicy& policy, int store_bits) {
                                           " reader was asked for windows of " +
                                           std::to_string(window));
   }
+  if (policy.value_window_local && window == 0) {
+    throw InvalidArgument("value_window", "Value weights normalised per window need a window");
+  }
   plan.value_window_tokens = window;
+  plan.value_window_local = policy.value_window_local;
   return plan;
 }
 
@@ -153,6 +157,26 @@ void ValueTokenImportance(std::span<const float> probabilities, int group, int64
     for (size_t i = 0; i < out.size(); ++i) {
       const double pi = p[i];
       out[i] += pi * pi;
+    }
+  }
+}
+
+void ValueTokenImportancePerWindow(std::span<const float> probabilities, int group,
+                                   int64_t stride, int window_tokens, std::span<double> out) {
+  if (window_tokens <= 0) throw InvalidArgument("value_window", "must be positive");
+  std::fill(out.begin(), out.end(), 0.0);
+  const auto per = static_cast<size_t>(window_tokens);
+  for (int h = 0; h < group; ++h) {
+    const float* p = probabilities.data() + static_cast<size_t>(h) * static_cast<size_t>(stride);
+    for (size_t first = 0; first < out.size(); first += per) {
+      const size_t end = std::min(out.size(), first + per);
+      double mass = 0.0;
+      for (size_t i = first; i < end; ++i) mass += p[i];
+      if (mass <= 0.0) continue;
+      for (size_t i = first; i < end; ++i) {
+        const double pi = p[i] / mass;
+        out[i] += pi * pi;
+      }
     }
   }
 }

@@ -189,8 +189,13 @@ AttentionLedgers TileAttend(const TileLayerView& view, const ReaderPlan& plan,
     }
 
     // Stage 2: block depths from the summed a_i.
-    ValueTokenImportance(std::span<const float>(probs, ug * static_cast<size_t>(stride)), g, stride,
-                         token_importance);
+    if (plan.value_window_local) {
+      ValueTokenImportancePerWindow(std::span<const float>(probs, ug * static_cast<size_t>(stride)),
+                                    g, stride, plan.value_window_tokens, token_importance);
+    } else {
+      ValueTokenImportance(std::span<const float>(probs, ug * static_cast<size_t>(stride)), g,
+                           stride, token_importance);
+    }
     const auto bweights = std::span<double>(block_weights).subspan(head * blocks, blocks);
     const auto bdepths = std::span<uint8_t>(value_depths).subspan(head * blocks, blocks);
     SumPerTile(token_importance, bweights);

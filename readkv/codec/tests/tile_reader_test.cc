@@ -270,6 +270,52 @@ TEST(TileReaderTest, ValueWindowsSpendEachWindowsOwnBudgetLikeGreedy) {
   EXPECT_THROW(MakeReaderPlan(constrained, 8), InvalidArgument);
 }
 
+// Value weights normalised per window: each head's probabilities over a window divided by their
+// sum there, squared and summed over heads; a head's scale within one window changes nothing,
+// and a policy asking for it without a window is refused.
+TEST(TileReaderTest, PerWindowValueWeightsNormaliseEachHeadInItsWindow) {
+  const int group = 2, tokens = 100, window = 32;
+  const int64_t stride = 112;
+  SplitMixRng rng(41);
+  std::vector<float> probs(static_cast<size_t>(group * stride), 0.0f);
+  for (int h = 0; h < group; ++h) {
+    for (int i = 0; i < tokens; ++i) {
+      probs[static_cast<size_t>(h * stride + i)] =
+          static_cast<float>(rng.Next() % 1000 + 1) / 1e5f;
+    }
+  }
+  std::vector<double> got(tokens), want(tokens, 0.0);
+  ValueTokenImportancePerWindow(probs, group, stride, window, got);
+  for (int h = 0; h < group; ++h) {
+    for (int first = 0; first < tokens; first += window) {
+      const int end = std::min(tokens, first + window);
+      double mass = 0.0;
+      for (int i = first; i < end; ++i) mass += probs[static_cast<size_t>(h * stride + i)];
+      for (int i = first; i < end; ++i) {
+        const double x = probs[static_cast<size_t>(h * stride + i)] / mass;
+        want[static_cast<size_t>(i)] += x * x;
+      }
+    }
+  }
+  for (int i = 0; i < tokens; ++i) EXPECT_NEAR(got[i], want[i], 1e-12 * want[i]) << i;
+  // Head 1 a thousand times louder in the second window (tokens 32-63): the same weights there.
+  std::vector<float> louder = probs;
+  for (int i = 32; i < 64; ++i) louder[static_cast<size_t>(stride + i)] *= 1000.0f;
+  std::vector<double> again(tokens);
+  ValueTokenImportancePerWindow(louder, group, stride, window, again);
+  for (int i = 0; i < tokens; ++i) EXPECT_NEAR(again[i], got[i], 1e-6 * got[i]) << i;
+  // With the row's softmax the louder head takes over that window's weights.
+  std::vector<double> row(tokens), row_louder(tokens);
+  ValueTokenImportance(probs, group, stride, row);
+  ValueTokenImportance(louder, group, stride, row_louder);
+  EXPECT_GT(row_louder[40], 1000.0 * row[40]);
+  ReadPolicy local = TilePolicy(5, 8, 2);
+  local.value_window_local = true;
+  EXPECT_THROW(MakeReaderPlan(local, 8), InvalidArgument);
+  local.value_window_tokens = 512;
+  EXPECT_TRUE(MakeReaderPlan(local, 8).value_window_local);
+}
+
 TEST(TileReaderTest, PlanHasTheConstrainedFloorAndSinglePlaneSteps) {
   const ReaderPlan plan = MakeReaderPlan(TilePolicy(4, 6, 2), 8);
   EXPECT_EQ(ParseReaderKind("tile"), ReaderKind::kTile);

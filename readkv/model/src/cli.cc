@@ -68,6 +68,9 @@ RuntimeFlags::RuntimeFlags(CLI::App& cmd) {
                  "multiple of 16; on a CUDA device 512, 1024, 1536 or 2048), each with R_V x its "
                  "blocks (0 = over the row)")
       ->capture_default_str();
+  cmd.add_flag("--value-window-local", options_.kv.value_window_local,
+               "ReadKV tile reader with --value-window: Value weights normalised per window "
+               "(each head's probabilities over the window alone; CPU only)");
   cmd.add_option("--outlier-threshold", options_.kv.outlier_threshold,
                  "ReadKV |z| past which a value is an outlier (0 = the tree's outermost threshold)")
       ->capture_default_str();

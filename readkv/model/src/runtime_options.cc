@@ -47,6 +47,7 @@ codec::ReadPolicy ResolvePolicy(const KvCacheOptions& kv, const engine::ReadPoli
     p.value_bits = *rv;
   }
   p.value_window_tokens = kv.value_window_tokens;  // the server's; requests do not set it
+  p.value_window_local = kv.value_window_local;
   return p;
 }
 
@@ -82,6 +83,11 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
   }
   if (kv.kind == codec::KvBackend::kReadKv) {
     const int window = kv.value_window_tokens;
+    if (kv.value_window_local && UsesGpuKv(options)) {
+      throw std::invalid_argument(
+          "value_window: Value weights normalised per window (--value-window-local) run on the "
+          "CPU tile reader only");
+    }
     if (window != 0 && UsesGpuKv(options) &&
         (window < 512 || window > 2048 || window % 512 != 0)) {
       throw std::invalid_argument(

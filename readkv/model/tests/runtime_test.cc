@@ -478,6 +478,16 @@ TEST(RuntimeOptionsTest, ValueWindowsAreTheCpuTileReadersOnly) {
   EXPECT_EQ(prefix_of(), "value_window");
   o.kv.value_window_tokens = 0;
   EXPECT_EQ(prefix_of(), "accepted");
+  // Per-window weights: with a window, on the CPU tile reader only.
+  o.kv.kind = codec::KvBackend::kReadKv;
+  o.kv.reader = codec::ReaderKind::kTile;
+  o.kv.value_window_local = true;
+  EXPECT_EQ(prefix_of(), "value_window");  // no window
+  o.kv.value_window_tokens = 512;
+  EXPECT_EQ(prefix_of(), "accepted");
+  EXPECT_TRUE(internal::ResolvePolicy(o.kv, engine::ReadPolicy{}).value_window_local);
+  o.device = "cuda";
+  EXPECT_EQ(prefix_of(), "value_window");
 }
 
 // `--device cuda` runs ReadKV with the constrained and the tile reader (issue 37), no other; an

@@ -51,10 +51,15 @@ struct ReadPolicy {
   // The tile reader only: Value depths allocated per window of this many encoded tokens (a
   // multiple of 16), each window with the budget R_V x its blocks, instead of over the whole row
   // (0). A reader that decides its Value cut without a pass over the whole row would read this
-  // way; `kvgate codec attention --value-window` and the CPU server's `--value-window` measure
-  // what it costs. Requests cannot set it, and a CUDA server refuses it: the GPU tile reader
-  // allocates over the row.
+  // way (the GPU tile reader's TileWindowValues does, with windows that are its chunks);
+  // `kvgate codec attention --value-window` and `kvgate serve --value-window` set it. Requests
+  // cannot set it.
   int value_window_tokens = 0;
+  // With a window: the Value weights normalised per window (each head's probabilities divided by
+  // its mass in the window, so that a window's cut needs no statistics of the rest of the row)
+  // instead of the row's softmax. A design under measurement (docs/performance-notes.md, "Value
+  // windows on the GPU"), CPU only: `--value-window-local`.
+  bool value_window_local = false;
 };
 
 // A validated policy with everything the readers derive from it for a codec of W store bits.
@@ -67,6 +72,7 @@ struct ReaderPlan {
   int value_step = 2;
   bool pooled = false;  // budget shared by all KV heads of the layer
   int value_window_tokens = 0;  // ReadPolicy's; 0: the Value budget is the row's
+  bool value_window_local = false;  // ReadPolicy's
 
   // Depth-unit budgets of one allocation scope (`heads` KV heads: 1, or H_kv when pooled).
   int64_t KeyBudget(int head_dim, int heads) const;
@@ -77,7 +83,7 @@ struct ReaderPlan {
 // (0, W], below t_min for the constrained and tile readers, or != W for the full reader), "kv_split" (R_K or
 // R_V outside [t_min, W], (R_K + R_V) / 2 != R, or an unequal split for the full reader),
 // "value_window" (negative, not a multiple of 16, or nonzero for a reader other than the tile
-// reader).
+// reader; value_window_local without a window).
 ReaderPlan MakeReaderPlan(const ReadPolicy& policy, int store_bits);
 
 // Stage 1 weights of one KV head. queries_transformed: [group][d] transformed queries of the g
@@ -90,6 +96,11 @@ void KeyChannelImportance(std::span<const float> queries_transformed, int group,
 // query heads, the first `out.size()` columns being the tokens to weigh. out[i] = sum_h p_{h,i}^2.
 void ValueTokenImportance(std::span<const float> probabilities, int group, int64_t stride,
                           std::span<double> out);
+// The same with each head's probabilities normalised per window of `window_tokens` tokens (a
+// partial last window too): out[i] = sum_h (p_{h,i} / m_{h,w})^2, m_{h,w} the sum of head h's
+// probabilities over the window w holding i (in double; a window without mass weighs 0).
+void ValueTokenImportancePerWindow(std::span<const float> probabilities, int group,
+                                   int64_t stride, int window_tokens, std::span<double> out);
 
 // The allocators of a plan over a codebook's distortions D(0..W).
 struct ReaderAllocators {

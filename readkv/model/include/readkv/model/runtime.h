@@ -90,9 +90,12 @@ struct KvCacheOptions {
   int outlier_cap = 0;
   float outlier_threshold = 0.0f;
   // The tile reader's Value budget per window of this many tokens instead of the row (codec
-  // ReadPolicy::value_window_tokens; 0 = the row). CPU only: the CUDA tile reader allocates over
-  // the row, so a CUDA server refuses it ("value_window").
+  // ReadPolicy::value_window_tokens; 0 = the row). On CUDA only the kernels' chunks (512, 1024,
+  // 1536, 2048), else refused ("value_window").
   int value_window_tokens = 0;
+  // ReadPolicy::value_window_local: Value weights normalised per window. CPU only ("value_window"
+  // on a CUDA server).
+  bool value_window_local = false;
   // ReadKV with these layers kept as FP8 caches instead (vLLM's kv_cache_dtype_skip_layers
   // idea; the alternative to outlier lists measured for issue 36). CPU only, no prefix cache.
   std::vector<int> fp8_layers;
