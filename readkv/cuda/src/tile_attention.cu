@@ -240,34 +240,11 @@ __global__ void __launch_bounds__(kSelectThreads) TileSelect(TileArgs a) {
     positive_steps += internal::CountAbove(w, 0.0, inc, spo, 0);
   }
   const long long positive = internal::BlockSumLL(positive_steps, lscratch);
-  const long long budget = internal::FloorBudget(a.policy.value_bits, static_cast<double>(tiles));
-  long long steps = budget - tiles;
-  if (steps > static_cast<long long>(tiles) * spo) steps = static_cast<long long>(tiles) * spo;
-  internal::GreedyCut cut{0.0, 0u};
-  const bool cutting = steps > 0 && positive > steps;  // uniform over the block
-  if (cutting) {
-    cut = internal::BlockSelect(
-        [&](auto&& f) {
-          for (int j = tid; j < tiles; j += blockDim.x) {
-            const double w = weights[j];
-            const auto first_key = static_cast<unsigned>(j) << kStepBits;
-            internal::ForPositiveSteps<kMaxSteps>(w, inc, spo, [&](int s, double gain) {
-              f(internal::GainBits(gain), ~(first_key + s));
-            });
-          }
-        },
-        64, 0ull, 0ull, steps, positive, selection);
-  }
+  const ValueCut cut =
+      CutValueBlocks(weights, tiles, positive, a.policy.value_bits, inc, spo, selection);
   long long read_bits = 0, read_bytes = 0;  // this thread's tiles' share of debug.totals
   for (int j = tid; j < tiles; j += blockDim.x) {
-    const double w = weights[j];
-    int k = 0;
-    if (cutting) {
-      k = internal::StepsTaken<kMaxSteps>(w, inc, spo, static_cast<unsigned>(j) << kStepBits, cut);
-    } else if (steps > 0) {
-      k = internal::CountAbove(w, 0.0, inc, spo, 0);
-    }
-    const auto depth = static_cast<uint8_t>(1 + k);
+    const uint8_t depth = ValueBlockDepth(cut, weights[j], j, inc, spo);
     a.value_depths[row * a.max_tiles + j] = depth;
     if (a.debug.value_depths != nullptr) a.debug.value_depths[row * a.max_tiles + j] = depth;
     const tile::ReadSums reads = tile::ValueTileReads(encoded, j, depth, D);
@@ -284,22 +261,8 @@ __global__ void __launch_bounds__(kSelectThreads) TileSelect(TileArgs a) {
                 static_cast<unsigned long long>(read_bytes));
     }
   }
-  const uint32_t* key_lists = a.in.key_outlier_pages;
-  const uint32_t* value_lists = a.in.value_outlier_pages;
-  if (a.debug.outlier_entries != nullptr && (key_lists != nullptr || value_lists != nullptr)) {
-    // The row's page blocks' counts (tile_start[16]) of each kind it has: what a server's ledgers
-    // count as the lists' reads, summed here so that it needs no pass of its own. Uniform.
-    long long entries = 0;
-    const int pages = (encoded + kPageTokens - 1) / kPageTokens;
-    for (int j = tid; j < pages; j += blockDim.x) {
-      const int64_t page = a.in.page_table[static_cast<int64_t>(b) * a.max_pages + j];
-      const int64_t at = tile::PageOutlierBlockAt(page, a.heads_kv, h);
-      if (key_lists != nullptr) entries += tile::PageTileStart(key_lists + at, 16);
-      if (value_lists != nullptr) entries += tile::PageTileStart(value_lists + at, 16);
-    }
-    entries = internal::BlockSumLL(entries, lscratch);
-    if (tid == 0) atomicAdd(a.debug.outlier_entries, static_cast<unsigned long long>(entries));
-  }
+  // The row's lists' entries, summed here so that they need no pass of their own.
+  CountListEntries(a, b, h, 0, (encoded + kPageTokens - 1) / kPageTokens, lscratch);
 }
 
 // ---- 5. TileCombine ----------------------------------------------------------------------------

@@ -261,6 +261,77 @@ __device__ __forceinline__ void AddValueOutliers(const TileEntries& list, int la
   }
 }
 
+// ---- The Value cut, shared by TileSelect (over a row) and TileWindowValues (over a window) ----
+
+// What the threshold allocator does with objects weights[0, n) (the blocks of a row or of a
+// window, each with `spo` steps of increments inc): the steps the budget floor(R_V n) buys above
+// t_min (clamped), and when fewer than `positive` (the objects' leading positive steps, summed
+// over the block) the cut, the steps-th largest gain in greedy's order, found by BlockSelect.
+// Every thread of the block calls it (uniform); thread t owns objects t, t + blockDim.x, ...
+struct ValueCut {
+  internal::GreedyCut cut{0.0, 0u};
+  long long steps = 0;
+  bool cutting = false;
+};
+__device__ __forceinline__ ValueCut CutValueBlocks(const double* weights, int n, long long positive,
+                                                   double value_bits, const double* inc, int spo,
+                                                   internal::SelectShared& selection) {
+  ValueCut c;
+  c.steps = internal::FloorBudget(value_bits, static_cast<double>(n)) - n;
+  if (c.steps > static_cast<long long>(n) * spo) c.steps = static_cast<long long>(n) * spo;
+  c.cutting = c.steps > 0 && positive > c.steps;
+  if (c.cutting) {
+    c.cut = internal::BlockSelect(
+        [&](auto&& f) {
+          for (int j = static_cast<int>(threadIdx.x); j < n; j += static_cast<int>(blockDim.x)) {
+            const double w = weights[j];
+            const auto first_key = static_cast<unsigned>(j) << kStepBits;
+            internal::ForPositiveSteps<kMaxSteps>(w, inc, spo, [&](int s, double gain) {
+              f(internal::GainBits(gain), ~(first_key + s));
+            });
+          }
+        },
+        64, 0ull, 0ull, c.steps, positive, selection);
+  }
+  return c;
+}
+
+// The depth of object j (weight w) under that cut: 1 + the steps taken.
+__device__ __forceinline__ uint8_t ValueBlockDepth(const ValueCut& c, double w, int j,
+                                                   const double* inc, int spo) {
+  int k = 0;
+  if (c.cutting) {
+    k = internal::StepsTaken<kMaxSteps>(w, inc, spo, static_cast<unsigned>(j) << kStepBits, c.cut);
+  } else if (c.steps > 0) {
+    k = internal::CountAbove(w, 0.0, inc, spo, 0);
+  }
+  return static_cast<uint8_t>(1 + k);
+}
+
+// Adds to debug.outlier_entries the entries that pages [page_lo, page_hi) of (b, h) hold, of
+// each kind the call has (each page block's tile_start[16]): what a server's ledgers count as
+// the lists' reads. Every thread of the block calls it (uniform); one atomic add per block.
+__device__ __forceinline__ void CountListEntries(const TileArgs& a, int b, int h, int page_lo,
+                                                 int page_hi, long long* scratch) {
+  const uint32_t* key_lists = a.in.key_outlier_pages;
+  const uint32_t* value_lists = a.in.value_outlier_pages;
+  if (a.debug.outlier_entries == nullptr || (key_lists == nullptr && value_lists == nullptr)) {
+    return;
+  }
+  long long entries = 0;
+  for (int j = page_lo + static_cast<int>(threadIdx.x); j < page_hi;
+       j += static_cast<int>(blockDim.x)) {
+    const int64_t page = a.in.page_table[static_cast<int64_t>(b) * a.max_pages + j];
+    const int64_t at = tile::PageOutlierBlockAt(page, a.heads_kv, h);
+    if (key_lists != nullptr) entries += tile::PageTileStart(key_lists + at, 16);
+    if (value_lists != nullptr) entries += tile::PageTileStart(value_lists + at, 16);
+  }
+  entries = internal::BlockSumLL(entries, scratch);
+  if (threadIdx.x == 0 && entries > 0) {
+    atomicAdd(a.debug.outlier_entries, static_cast<unsigned long long>(entries));
+  }
+}
+
 // ---- 2. TileLogits -----------------------------------------------------------------------------
 //
 // Grid (chunks, H_kv, B) x 128. Each warp takes a contiguous quarter of the chunk's token tiles

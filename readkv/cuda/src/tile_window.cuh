@@ -154,34 +154,10 @@ __global__ void __launch_bounds__(kMmaThreads)
     positive_steps = internal::CountAbove(w, 0.0, inc, spo, 0);
   }
   const long long positive = internal::BlockSumLL(positive_steps, lscratch);
-  const long long budget = internal::FloorBudget(a.policy.value_bits, static_cast<double>(n));
-  long long steps = budget - n;
-  if (steps > static_cast<long long>(n) * spo) steps = static_cast<long long>(n) * spo;
-  internal::GreedyCut cut{0.0, 0u};
-  const bool cutting = steps > 0 && positive > steps;  // uniform over the block
-  if (cutting) {
-    cut = internal::BlockSelect(
-        [&](auto&& f) {
-          if (tid < n) {
-            const double w = weights[tid];
-            const auto first_key = static_cast<unsigned>(tid) << kStepBits;
-            internal::ForPositiveSteps<kMaxSteps>(w, inc, spo, [&](int s, double gain) {
-              f(internal::GainBits(gain), ~(first_key + s));
-            });
-          }
-        },
-        64, 0ull, 0ull, steps, positive, selection);
-  }
+  const ValueCut cut = CutValueBlocks(weights, n, positive, a.policy.value_bits, inc, spo, selection);
   tile::ReadSums reads;  // this thread's block's share of debug.totals
   if (tid < n) {
-    const double w = weights[tid];
-    int k = 0;
-    if (cutting) {
-      k = internal::StepsTaken<kMaxSteps>(w, inc, spo, static_cast<unsigned>(tid) << kStepBits, cut);
-    } else if (steps > 0) {
-      k = internal::CountAbove(w, 0.0, inc, spo, 0);
-    }
-    const auto depth = static_cast<uint8_t>(1 + k);
+    const uint8_t depth = ValueBlockDepth(cut, weights[tid], tid, inc, spo);
     depths[tid] = depth;
     if (a.debug.value_depths != nullptr) a.debug.value_depths[row * a.max_tiles + first + tid] = depth;
     reads = tile::ValueTileReads(encoded, first + tid, depth, D);
@@ -194,24 +170,8 @@ __global__ void __launch_bounds__(kMmaThreads)
       atomicAdd(a.debug.totals + 1, static_cast<unsigned long long>(bytes));
     }
   }
-  const uint32_t* key_lists = a.in.key_outlier_pages;
-  const uint32_t* value_lists = a.in.value_outlier_pages;
-  if (a.debug.outlier_entries != nullptr && (key_lists != nullptr || value_lists != nullptr)) {
-    // The window's pages' counts (a window is whole pages: 512 tokens are two), as TileSelect
-    // counts a row's. Uniform.
-    long long entries = 0;
-    const int page_lo = first / 16, page_hi = (first + n + 15) / 16;
-    for (int j = page_lo + tid; j < page_hi; j += blockDim.x) {
-      const int64_t page = a.in.page_table[static_cast<int64_t>(b) * a.max_pages + j];
-      const int64_t at = tile::PageOutlierBlockAt(page, a.heads_kv, h);
-      if (key_lists != nullptr) entries += tile::PageTileStart(key_lists + at, 16);
-      if (value_lists != nullptr) entries += tile::PageTileStart(value_lists + at, 16);
-    }
-    entries = internal::BlockSumLL(entries, lscratch);
-    if (tid == 0 && entries > 0) {
-      atomicAdd(a.debug.outlier_entries, static_cast<unsigned long long>(entries));
-    }
-  }
+  // The window's pages' lists (a window is whole pages: 512 tokens are two).
+  CountListEntries(a, b, h, first / 16, (first + n + 15) / 16, lscratch);
   __syncthreads();  // depths[] and the table are complete
 
   // 3. The chunk's sums.
