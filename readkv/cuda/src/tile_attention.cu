@@ -228,13 +228,7 @@ __global__ void __launch_bounds__(kSelectThreads) TileSelect(TileArgs a) {
   int positive_steps = 0;  // this thread's objects' leading positive steps
   const int spo = a.policy.value_steps;
   for (int j = tid; j < tiles; j += blockDim.x) {
-    const float* st = tile_stats + j * 3 * G;
-    double w = 0.0;
-#pragma unroll
-    for (int q = 0; q < G; ++q) {
-      const double scale = expf(2.0f * (st[q] - head_max[q])) * head_inv[q] * head_inv[q];
-      w += static_cast<double>(st[2 * G + q]) * scale;
-    }
+    const double w = ValueBlockWeight<G>(tile_stats + j * 3 * G, head_max, head_inv);
     weights[j] = w;
     if (a.debug.block_weights != nullptr) a.debug.block_weights[row * a.max_tiles + j] = w;
     positive_steps += internal::CountAbove(w, 0.0, inc, spo, 0);
@@ -376,9 +370,10 @@ cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeIn
   a.tile_stats = reinterpret_cast<float*>(base + layout.tile_stats);
   a.probs = reinterpret_cast<__half*>(base + layout.probs);
   a.scaled_queries = reinterpret_cast<float*>(base + layout.scaled_queries);
-  a.chunk_stats = reinterpret_cast<float*>(base + layout.chunk_stats);
-  a.arrivals = reinterpret_cast<unsigned*>(base + layout.arrivals);
   const bool windowed = plan.value_window_tokens > 0;
+  // TileLogits writes per-chunk statistics only for TileWindowValues.
+  a.chunk_stats = windowed ? reinterpret_cast<float*>(base + layout.chunk_stats) : nullptr;
+  a.arrivals = reinterpret_cast<unsigned*>(base + layout.arrivals);
   return shape.head_dim == 64 ? tile_kernels::LaunchForGroup<64>(a, centroids, shape.batch,
                                                                  shape.group(), windowed, stream)
                               : tile_kernels::LaunchForGroup<128>(a, centroids, shape.batch,

@@ -50,7 +50,8 @@ struct TileArgs {
   float* tile_stats;  // [B][H_kv][max_tiles][3][G]: per tile and head M, sum e, sum e^2
   __half* probs;      // [B][H_kv][max_tiles][G][16]: e = exp(l - M) per tile, head and token
   float* scaled_queries;  // [B][H_kv][D][G]: scale q~ (f32), written only with Key lists
-  float* chunk_stats;     // [B][H_kv][chunks][2][G]: per chunk and head M, sum e (TileLogits)
+  float* chunk_stats;     // [B][H_kv][chunks][2][G]: per chunk and head M, sum e, written by
+                          // TileLogits with a Value window only (null without)
   unsigned* arrivals;     // [B][H_kv]: TileWindowValues' blocks done (TilePrepare zeroes them)
 };
 
@@ -263,6 +264,21 @@ __device__ __forceinline__ void AddValueOutliers(const TileEntries& list, int la
 
 // ---- The Value cut, shared by TileSelect (over a row) and TileWindowValues (over a window) ----
 
+// A token tile's Value block weight, sum_h sum_i p_hi^2, from its statistics st (TileLogits': M
+// [G], sum e [G], sum e^2 [G]) and the row's per-head maximum and 1 / sum:
+// sum_h (sum e^2) exp(2 (M - max_h)) / S_h^2, in double.
+template <int G>
+__device__ __forceinline__ double ValueBlockWeight(const float* st, const float* head_max,
+                                                   const double* head_inv) {
+  double w = 0.0;
+#pragma unroll
+  for (int q = 0; q < G; ++q) {
+    const double scale = expf(2.0f * (st[q] - head_max[q])) * head_inv[q] * head_inv[q];
+    w += static_cast<double>(st[2 * G + q]) * scale;
+  }
+  return w;
+}
+
 // What the threshold allocator does with objects weights[0, n) (the blocks of a row or of a
 // window, each with `spo` steps of increments inc): the steps the budget floor(R_V n) buys above
 // t_min (clamped), and when fewer than `positive` (the objects' leading positive steps, summed
@@ -391,8 +407,9 @@ __global__ void __launch_bounds__(kMmaThreads)
   __half* probs = a.probs + row * a.max_tiles * G * 16;
   float* debug_logits = a.debug.logits;
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
-  // This lane's heads' running maximum and sum of e over the warp's tiles (the heads
-  // 2 (lane % 4) + {0, 1}; every lane of a lane % 4 class holds the same values).
+  // With a Value window, this lane's heads' running maximum and sum of e over the warp's tiles
+  // (the heads 2 (lane % 4) + {0, 1}; every lane of a lane % 4 class holds the same values).
+  const bool per_chunk = a.chunk_stats != nullptr;  // uniform: a launch argument
   float run_max[2] = {-INFINITY, -INFINITY}, run_sum[2] = {0.0f, 0.0f};
   if (stages > 0) issue(0);
   for (int k = 0; k < stages; ++k) {
@@ -473,9 +490,11 @@ __global__ void __launch_bounds__(kMmaThreads)
           st[G + n_head] = sum;
           st[2 * G + n_head] = sq;
         }
-        if (m != -INFINITY) {  // a tile with tokens (m is uniform over the lane's class)
+        if (per_chunk && m != -INFINITY) {  // a tile with tokens (m uniform over the class)
+          // One exponential: the smaller maximum's term is rescaled to the larger.
           const float top = fmaxf(run_max[hh], m);
-          run_sum[hh] = run_sum[hh] * expf(run_max[hh] - top) + sum * expf(m - top);
+          const float e = __expf(fminf(run_max[hh], m) - top);
+          run_sum[hh] = m > run_max[hh] ? run_sum[hh] * e + sum : run_sum[hh] + sum * e;
           run_max[hh] = top;
         }
       }
@@ -484,6 +503,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   // The chunk's statistics per head (M_c, sum over its tiles of sum e exp(M - M_c)), the warps
   // combined in order: TileWindowValues forms the row's from these. (-inf, 0) for a chunk
   // without tokens.
+  if (!per_chunk) return;
   __shared__ float warp_stats[kMmaWarps][kMaxGroup][2];
   if (lane < 4) {
 #pragma unroll

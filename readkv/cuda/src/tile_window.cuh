@@ -142,13 +142,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int spo = a.policy.value_steps;
   int positive_steps = 0;
   if (tid < n) {
-    const float* st = tile_stats + static_cast<size_t>(first + tid) * 3 * G;
-    double w = 0.0;
-#pragma unroll
-    for (int q = 0; q < G; ++q) {
-      const double scale = expf(2.0f * (st[q] - head_max[q])) * head_inv[q] * head_inv[q];
-      w += static_cast<double>(st[2 * G + q]) * scale;
-    }
+    const double w = ValueBlockWeight<G>(tile_stats + static_cast<size_t>(first + tid) * 3 * G,
+                                         head_max, head_inv);
     weights[tid] = w;
     if (a.debug.block_weights != nullptr) a.debug.block_weights[row * a.max_tiles + first + tid] = w;
     positive_steps = internal::CountAbove(w, 0.0, inc, spo, 0);

@@ -394,8 +394,8 @@ TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& pla
       t.Read(kMetadata, kLogits, tiles * 4);
       t.Read(kIo, kLogits, internal::TileLogitsStages(plan, encoded, key_planes) * folded);
       t.Write(kScores, kLogits, tiles * g * (16 * 2 + 3 * 4));
-      t.Write(kPartials, kLogits, plan.chunks * g * 2 * 4);  // every block's chunk statistics
       if (windowed) {
+        t.Write(kPartials, kLogits, plan.chunks * g * 2 * 4);  // every block's chunk statistics
         // 6. WindowValues, its Select part: every block of the plan reads the chunks'
         // statistics (those holding tokens) and the window's logits twice, the increments, and
         // M and sum e^2 of its tiles for their weights; the cut stays on chip; each counts
