@@ -108,7 +108,8 @@ std::unique_ptr<LayerKvCache> MakeLayerKvCache(const LayerCacheConfig& config) {
       options.policy = config.policy;
       options.residual_window = config.residual_window;
       options.outliers = config.outliers;
-      options.layout = LayoutForReader(config.policy.reader);
+      options.layout = config.byte_keys ? PlaneLayout::kTilesByteKeys
+                                        : LayoutForReader(config.policy.reader);
       return std::make_unique<ReadKvLayerCache>(config.geometry, config.calibration, config.layer,
                                                 std::move(codebook), options);
     }

@@ -10,6 +10,7 @@
 
 #include "readkv/codec/bitplanes.h"
 #include "readkv/codec/errors.h"
+#include "readkv/codec/key_bytes.h"
 #include "readkv/codec/outliers.h"
 #include "readkv/codec/tile_planes.h"
 
@@ -158,7 +159,12 @@ size_t ExpectedOutlierSections(const CacheIdentity& id) {
 }
 
 int64_t ExpectedBlockBytes(const CacheIdentity& id, int tokens) {
-  if (ParsePlaneLayout(id.layout) == PlaneLayout::kTiles) {
+  const PlaneLayout layout = ParsePlaneLayout(id.layout);
+  if (layout == PlaneLayout::kTilesByteKeys && id.store_bits != kKeyByteStoreBits) {
+    throw InvalidArgument("layout", "tiles16-kbytes (byte keys) needs store_bits 8, got " +
+                                        std::to_string(id.store_bits));
+  }
+  if (IsTileLayout(layout)) {
     return TilePlaneStore::BlockByteSize(id.head_dim, id.store_bits, tokens);
   }
   // BitPlaneStore::BlockBytes: every key plane of the block, value planes of present tokens.

@@ -8,6 +8,7 @@
 
 #include "readkv/codec/bitplanes.h"
 #include "readkv/codec/errors.h"
+#include "readkv/codec/key_bytes.h"
 
 namespace readkv::codec {
 
@@ -238,16 +239,46 @@ void OutlierStore::AppendBlockBytes(std::span<const uint8_t> bytes, int tokens_i
   tokens_ += tokens_in_block;
 }
 
-void AddKeyOutlierLogits(std::span<const OutlierEntry> entries, const LloydTree& tree,
-                         const uint8_t* key_depth, std::span<const float> key_std,
-                         const float* scaled_queries, int g, int d, float* logits, int64_t stride) {
+namespace {
+
+// logits[h * stride + token] += scaled_queries[h * d + channel] * key_std[channel] *
+// correction(entry) for every entry and query head: the K correction of either key format.
+template <typename Correction>
+void AddKeyCorrections(std::span<const OutlierEntry> entries, const Correction& correction,
+                       std::span<const float> key_std, const float* scaled_queries, int g, int d,
+                       float* logits, int64_t stride) {
   for (const OutlierEntry& e : entries) {
-    const float delta =
-        key_std[e.channel] * OutlierCorrection(tree, e.z_half, key_depth[e.channel]);
+    const float delta = key_std[e.channel] * correction(e);
     for (int h = 0; h < g; ++h) {
       logits[h * stride + e.token] += scaled_queries[h * d + e.channel] * delta;
     }
   }
+}
+
+}  // namespace
+
+void AddKeyOutlierLogits(std::span<const OutlierEntry> entries, const LloydTree& tree,
+                         const uint8_t* key_depth, std::span<const float> key_std,
+                         const float* scaled_queries, int g, int d, float* logits, int64_t stride) {
+  AddKeyCorrections(
+      entries,
+      [&](const OutlierEntry& e) {
+        return OutlierCorrection(tree, e.z_half, key_depth[e.channel]);
+      },
+      key_std, scaled_queries, g, d, logits, stride);
+}
+
+float ByteKeyOutlierCorrection(uint16_t z_half) {
+  const float z = HalfToFloat(z_half);
+  return z - (z >= 0.0f ? kKeyByteOutermost : -kKeyByteOutermost);
+}
+
+void AddByteKeyOutlierLogits(std::span<const OutlierEntry> entries,
+                             std::span<const float> key_std, const float* scaled_queries, int g,
+                             int d, float* logits, int64_t stride) {
+  AddKeyCorrections(
+      entries, [](const OutlierEntry& e) { return ByteKeyOutlierCorrection(e.z_half); }, key_std,
+      scaled_queries, g, d, logits, stride);
 }
 
 void AddValueOutlierSums(std::span<const OutlierEntry> entries, const LloydTree& tree,

@@ -41,7 +41,7 @@ inline void CheckCodes(std::span<const uint8_t> codes, int head_dim, int store_b
 
 // InvalidArgument(field) unless `reader` reads the layout the cache stores.
 inline void RequireLayoutReads(PlaneLayout layout, ReaderKind reader, const char* field) {
-  if (LayoutForReader(reader) != layout) {
+  if (IsTileLayout(LayoutForReader(reader)) != IsTileLayout(layout)) {
     throw InvalidArgument(field, "the " + std::string(ReaderName(reader)) + " reader reads the " +
                                      std::string(PlaneLayoutName(LayoutForReader(reader))) +
                                      " layout; this cache stores " +

@@ -11,6 +11,7 @@
 #include "calibration_checks.h"
 #include "plane_checks.h"
 #include "readkv/codec/errors.h"
+#include "readkv/codec/key_bytes.h"
 #include "readkv/codec/plane_decode.h"
 
 namespace readkv::codec {
@@ -37,13 +38,14 @@ ReadKvLayerCache::ReadKvLayerCache(const LayerGeometry& geometry,
   plan_ = MakeReaderPlan(options.policy, options.store_bits);
   options_.outliers = ResolveOutlierOptions(options.outliers, *codebook_, geometry.head_dim);
   internal::RequireLayoutReads(options.layout, plan_.reader, "layout");
-  const bool tiles = options.layout == PlaneLayout::kTiles;
+  const bool tiles = IsTileLayout(options.layout);
+  if (options.layout == PlaneLayout::kTilesByteKeys) RequireWholeKeys(plan_);
   for (int h = 0; h < geometry.heads_kv; ++h) {
     outliers_.emplace_back(geometry.head_dim, options_.outliers);
     key_transforms_.emplace_back(geometry.head_dim, calibration_->seeds.KeySeed(layer, h));
     value_transforms_.emplace_back(geometry.head_dim, calibration_->seeds.ValueSeed(layer, h));
     if (tiles) {
-      tile_stores_.emplace_back(geometry.head_dim, options.store_bits);
+      tile_stores_.emplace_back(geometry.head_dim, options.store_bits, options.layout);
     } else {
       stores_.emplace_back(geometry.head_dim, options.store_bits);
     }
@@ -59,6 +61,7 @@ void ReadKvLayerCache::EncodeToken(int head, const float* key_transformed,
   const auto k_std = calibration_->KeyStd(layer_, head);
   const auto v_mean = calibration_->ValueMean(layer_, head);
   const auto v_std = calibration_->ValueStd(layer_, head);
+  const bool byte_keys = options_.layout == PlaneLayout::kTilesByteKeys;
   uint8_t key_codes[1024];
   uint8_t value_codes[1024];
   float key_z[1024];
@@ -67,12 +70,12 @@ void ReadKvLayerCache::EncodeToken(int head, const float* key_transformed,
     const auto ch = static_cast<size_t>(c);
     key_z[c] = (key_transformed[c] - k_mean[ch]) / k_std[ch];
     value_z[c] = (value_transformed[c] - v_mean[ch]) / v_std[ch];
-    key_codes[c] = codebook_->Encode(key_z[c]);
+    key_codes[c] = byte_keys ? EncodeKeyByte(key_z[c]) : codebook_->Encode(key_z[c]);
     value_codes[c] = codebook_->Encode(value_z[c]);
   }
   const std::span<const uint8_t> k(key_codes, static_cast<size_t>(d));
   const std::span<const uint8_t> v(value_codes, static_cast<size_t>(d));
-  if (options_.layout == PlaneLayout::kTiles) {
+  if (IsTileLayout(options_.layout)) {
     tile_stores_[static_cast<size_t>(head)].Append(k, v);
   } else {
     stores_[static_cast<size_t>(head)].Append(k, v);
@@ -169,7 +172,7 @@ void ReadKvLayerCache::AppendEncodedBlock(std::span<const std::vector<uint8_t>> 
   }
   for (int h = 0; h < heads; ++h) {
     const auto& bytes = head_blocks[static_cast<size_t>(h)];
-    if (options_.layout == PlaneLayout::kTiles) {
+    if (IsTileLayout(options_.layout)) {
       tile_stores_[static_cast<size_t>(h)].AppendBlockBytes(bytes, kBlockTokens);
     } else {
       stores_[static_cast<size_t>(h)].AppendBlockBytes(bytes, kBlockTokens);
@@ -185,31 +188,31 @@ void ReadKvLayerCache::AppendEncodedBlock(std::span<const std::vector<uint8_t>> 
 
 const BitPlaneStore& ReadKvLayerCache::store(int head) const {
   if (options_.layout != PlaneLayout::kPlanes) {
-    throw InvalidArgument("layout", "this cache stores the tiles16 layout");
+    throw InvalidArgument("layout", "this cache stores a tile layout");
   }
   return stores_.at(static_cast<size_t>(head));
 }
 
 const TilePlaneStore& ReadKvLayerCache::tile_store(int head) const {
-  if (options_.layout != PlaneLayout::kTiles) {
+  if (!IsTileLayout(options_.layout)) {
     throw InvalidArgument("layout", "this cache stores the planes layout");
   }
   return tile_stores_.at(static_cast<size_t>(head));
 }
 
 std::vector<uint8_t> ReadKvLayerCache::HeadBlockBytes(int head, int64_t block) const {
-  return options_.layout == PlaneLayout::kTiles ? tile_store(head).BlockBytes(block)
-                                                : store(head).BlockBytes(block);
+  return IsTileLayout(options_.layout) ? tile_store(head).BlockBytes(block)
+                                       : store(head).BlockBytes(block);
 }
 
 int64_t ReadKvLayerCache::BlockByteSize() const {
-  return options_.layout == PlaneLayout::kTiles
+  return IsTileLayout(options_.layout)
              ? TilePlaneStore::BlockByteSize(geometry().head_dim, options_.store_bits, kBlockTokens)
              : stores_.front().BlockByteSize();
 }
 
 TileLayerView ReadKvLayerCache::tile_view() const {
-  if (options_.layout != PlaneLayout::kTiles) {
+  if (!IsTileLayout(options_.layout)) {
     throw InvalidArgument("layout", "this cache stores the planes layout");
   }
   TileLayerView view{geometry(),       calibration_.get(), layer_,           codebook_.get(),

@@ -158,12 +158,18 @@ AttentionLedgers TileAttend(const TileLayerView& view, const ReaderPlan& plan,
     const auto k_std = view.calibration->KeyStd(view.layer, h);
     const float* q = transformed.data() + head * ug * ud;
 
-    // Stage 1: group depths from the summed channel importance, shared by the g query heads.
-    KeyChannelImportance(std::span<const float>(q, ug * ud), g, k_std, channel_importance);
+    // Stage 1: group depths from the summed channel importance, shared by the g query heads
+    // (byte keys: every group whole, RequireWholeKeys).
     const auto weights = std::span<double>(group_weights).subspan(head * groups, groups);
     const auto depths = std::span<uint8_t>(key_depths).subspan(head * groups, groups);
-    SumPerTile(channel_importance, weights);
-    ChooseKeyGroupDepths(plan, allocators, weights, depths, scratch);
+    if (store.byte_keys()) {
+      RequireWholeKeys(plan);
+      std::fill(depths.begin(), depths.end(), static_cast<uint8_t>(store.store_bits()));
+    } else {
+      KeyChannelImportance(std::span<const float>(q, ug * ud), g, k_std, channel_importance);
+      SumPerTile(channel_importance, weights);
+      ChooseKeyGroupDepths(plan, allocators, weights, depths, scratch);
+    }
 
     // Logits: sigma and the scale folded into the query; q~ . mu cancels in the softmax, so the
     // residual window's exact logits take the same shift (keys centred on mu).
@@ -176,9 +182,14 @@ AttentionLedgers TileAttend(const TileLayerView& view, const ReaderPlan& plan,
     if (lists) {
       for (size_t c = 0; c < ud; ++c) channel_depths[c] = depths[c / kTileChannels];
       for (int64_t b = 0; b < list_blocks; ++b) {
-        AddKeyOutlierLogits(view.outliers[head].KeyEntries(b), *view.codebook,
-                            channel_depths.data(), k_std, scaled.data(), g, d,
-                            probs + b * kBlockTokens, stride);
+        if (store.byte_keys()) {
+          AddByteKeyOutlierLogits(view.outliers[head].KeyEntries(b), k_std, scaled.data(), g, d,
+                                  probs + b * kBlockTokens, stride);
+        } else {
+          AddKeyOutlierLogits(view.outliers[head].KeyEntries(b), *view.codebook,
+                              channel_depths.data(), k_std, scaled.data(), g, d,
+                              probs + b * kBlockTokens, stride);
+        }
         outlier_read_bytes += view.outliers[head].BlockReadBytes(b);
       }
     }

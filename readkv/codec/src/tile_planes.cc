@@ -7,6 +7,7 @@
 #include "plane_checks.h"
 #include "readkv/codec/bitplanes.h"
 #include "readkv/codec/errors.h"
+#include "readkv/codec/key_bytes.h"
 
 namespace readkv::codec {
 namespace {
@@ -19,21 +20,46 @@ void PutCode(uint8_t* tile, int store_bits, int bit, unsigned code) {
   }
 }
 
+// Whether element `bit` of a tile holds a nonzero code (every plane's bit, or the byte).
+bool CodeSet(const uint8_t* tile, int store_bits, bool bytes, int bit) {
+  if (bytes) return tile[bit] != 0;
+  for (int p = 0; p < store_bits; ++p) {
+    if ((tile[p * kTilePlaneBytes + bit / 8] >> (bit % 8)) & 1u) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string_view PlaneLayoutName(PlaneLayout layout) {
-  return layout == PlaneLayout::kTiles ? "tiles16" : "planes";
+  switch (layout) {
+    case PlaneLayout::kTiles:
+      return "tiles16";
+    case PlaneLayout::kTilesByteKeys:
+      return "tiles16-kbytes";
+    case PlaneLayout::kPlanes:
+      break;
+  }
+  return "planes";
 }
 
 PlaneLayout ParsePlaneLayout(std::string_view name) {
   if (name == "planes") return PlaneLayout::kPlanes;
   if (name == "tiles16") return PlaneLayout::kTiles;
-  throw InvalidArgument("layout", "must be planes or tiles16, got '" + std::string(name) + "'");
+  if (name == "tiles16-kbytes") return PlaneLayout::kTilesByteKeys;
+  throw InvalidArgument("layout", "must be planes, tiles16 or tiles16-kbytes, got '" +
+                                      std::string(name) + "'");
 }
 
-TilePlaneStore::TilePlaneStore(int head_dim, int store_bits)
-    : head_dim_(head_dim), store_bits_(store_bits) {
+TilePlaneStore::TilePlaneStore(int head_dim, int store_bits, PlaneLayout layout)
+    : head_dim_(head_dim), store_bits_(store_bits), layout_(layout) {
   internal::CheckPlaneGeometry(head_dim, kTileChannels, store_bits);
+  if (!IsTileLayout(layout)) {
+    throw InvalidArgument("layout", "a tile store holds a tile layout, got planes");
+  }
+  if (byte_keys() && store_bits != kKeyByteStoreBits) {
+    throw InvalidArgument("store_bits", "byte keys need W = 8, got " + std::to_string(store_bits));
+  }
 }
 
 void TilePlaneStore::Append(std::span<const uint8_t> key_codes,
@@ -52,8 +78,12 @@ void TilePlaneStore::Append(std::span<const uint8_t> key_codes,
     const int group = c / kTileChannels;
     const int lane_channel = c % kTileChannels;
     const auto offset = static_cast<size_t>(TileOffset(tile, group));
-    PutCode(key_bytes_.data() + offset, store_bits_, TileBitIndex(slot, lane_channel),
-            key_codes[static_cast<size_t>(c)]);
+    const int key_bit = TileBitIndex(slot, lane_channel);
+    if (byte_keys()) {
+      key_bytes_[offset + static_cast<size_t>(key_bit)] = key_codes[static_cast<size_t>(c)];
+    } else {
+      PutCode(key_bytes_.data() + offset, store_bits_, key_bit, key_codes[static_cast<size_t>(c)]);
+    }
     PutCode(value_bytes_.data() + offset, store_bits_, TileBitIndex(lane_channel, slot),
             value_codes[static_cast<size_t>(c)]);
   }
@@ -74,9 +104,13 @@ uint8_t TilePlaneStore::KeyCode(int64_t token, int channel, int depth) const {
   if (token < 0 || token >= tokens_) throw InvalidArgument("token", "out of range");
   if (channel < 0 || channel >= head_dim_) throw InvalidArgument("channel", "out of range");
   if (depth < 0 || depth > store_bits_) throw InvalidArgument("depth", "out of range");
-  return CodeAt(key_bytes_, token / kTileTokens, channel / kTileChannels,
-                TileBitIndex(static_cast<int>(token % kTileTokens), channel % kTileChannels),
-                depth);
+  const int64_t tile = token / kTileTokens;
+  const int bit = TileBitIndex(static_cast<int>(token % kTileTokens), channel % kTileChannels);
+  if (byte_keys()) {
+    if (depth != store_bits_) throw InvalidArgument("depth", "byte keys are read whole (depth 8)");
+    return key_bytes_[static_cast<size_t>(TileOffset(tile, channel / kTileChannels) + bit)];
+  }
+  return CodeAt(key_bytes_, tile, channel / kTileChannels, bit, depth);
 }
 
 uint8_t TilePlaneStore::ValueCode(int64_t token, int channel, int depth) const {
@@ -127,7 +161,8 @@ void TilePlaneStore::AppendBlockBytes(std::span<const uint8_t> bytes, int tokens
     throw CorruptObject("block", "has " + std::to_string(bytes.size()) + " bytes, expected " +
                                      std::to_string(size));
   }
-  // Tokens past the end of the last token tile must have no bits set in any plane.
+  // Tokens past the end of the last token tile must have no bits set in any plane (no nonzero
+  // byte, for byte keys).
   const int used = tokens_in_block % kTileTokens;
   if (used != 0) {
     const int64_t half = size / 2;
@@ -138,10 +173,8 @@ void TilePlaneStore::AppendBlockBytes(std::span<const uint8_t> bytes, int tokens
         for (int slot = used; slot < kTileTokens; ++slot) {
           for (int c = 0; c < kTileChannels; ++c) {
             const int bit = section == 0 ? TileBitIndex(slot, c) : TileBitIndex(c, slot);
-            for (int p = 0; p < store_bits_; ++p) {
-              if ((tile[p * kTilePlaneBytes + bit / 8] >> (bit % 8)) & 1u) {
-                throw CorruptObject("block", "bits of absent tokens are set");
-              }
+            if (CodeSet(tile, store_bits_, section == 0 && byte_keys(), bit)) {
+              throw CorruptObject("block", "bits of absent tokens are set");
             }
           }
         }

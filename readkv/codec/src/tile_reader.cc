@@ -5,6 +5,7 @@
 #include <string>
 
 #include "readkv/codec/errors.h"
+#include "readkv/codec/key_bytes.h"
 #include "readkv/codec/plane_decode.h"
 
 namespace readkv::codec {
@@ -31,6 +32,11 @@ void DecodeTile(const uint8_t* tile, int depth, const LloydTree& codebook, float
   for (int k = 0; k < 256; ++k) out[kCell[static_cast<size_t>(k)]] = table[codes[k]];
 }
 
+// A byte-key tile's codes read back (key_bytes.h): out[row * 16 + col].
+void DecodeByteKeyTile(const uint8_t* tile, float* out) {
+  for (int k = 0; k < 256; ++k) out[kCell[static_cast<size_t>(k)]] = KeyByteValue(tile[k]);
+}
+
 void RequireTilePlan(const ReaderPlan& plan) {
   if (plan.reader != ReaderKind::kTile) {
     throw InvalidArgument("reader", "tile depths need the tile reader's plan, got " +
@@ -39,6 +45,14 @@ void RequireTilePlan(const ReaderPlan& plan) {
 }
 
 }  // namespace
+
+void RequireWholeKeys(const ReaderPlan& plan) {
+  if (plan.key_bits != static_cast<double>(plan.store_bits)) {
+    throw InvalidArgument("kv_split", "byte keys are read whole: the key bits must be W = " +
+                                          std::to_string(plan.store_bits) + ", got " +
+                                          std::to_string(plan.key_bits));
+  }
+}
 
 void SumPerTile(std::span<const double> members, std::span<double> out) {
   const size_t objects = (members.size() + kTileTokens - 1) / kTileTokens;
@@ -91,8 +105,14 @@ void TileKeyLogits(const TilePlaneStore& store, int64_t tokens,
     }
     for (int g = 0; g < store.groups(); ++g) {
       const int t = group_depths[static_cast<size_t>(g)];
-      if (t == 0) continue;  // centroid 0 everywhere: mu alone, folded out of the logits
-      DecodeTile(store.KeyTile(r, g), t, codebook, tile);
+      if (store.byte_keys()) {
+        if (t != store.store_bits()) throw InvalidArgument("depth", "byte keys are read whole");
+        DecodeByteKeyTile(store.KeyTile(r, g), tile);
+      } else if (t == 0) {
+        continue;  // centroid 0 everywhere: mu alone, folded out of the logits
+      } else {
+        DecodeTile(store.KeyTile(r, g), t, codebook, tile);
+      }
       for (int h = 0; h < group; ++h) {
         const float* q = folded.data() + static_cast<size_t>(h) * d + g * kTileChannels;
         float* row_logits = logits + h * stride + r * kTileTokens;

@@ -61,8 +61,9 @@ CacheObject MakeObject(const CacheIdentity& id, int tokens = 100, uint64_t seed 
   object.tokens = tokens;
   SplitMixRng rng(seed);
   for (int lh = 0; lh < id.layers * id.heads_kv; ++lh) {
-    object.blocks.push_back(id.layout == "tiles16" ? RandomBlock<TilePlaneStore>(id, tokens, rng)
-                                                   : RandomBlock<BitPlaneStore>(id, tokens, rng));
+    object.blocks.push_back(IsTileLayout(ParsePlaneLayout(id.layout))
+                                ? RandomBlock<TilePlaneStore>(id, tokens, rng)
+                                : RandomBlock<BitPlaneStore>(id, tokens, rng));
     // With outliers on, a section of one entry (token 3, channel 1, z = -12) per block.
     if (id.outlier_cap > 0) object.outliers.push_back({0, 0, 1, 0, 3, 1, 0x00, 0xca});
   }
@@ -422,6 +423,28 @@ TEST(CacheObjectTest, AnObjectOfTheOtherLayoutIsRefusedNamingTheLayouts) {
     EXPECT_EQ(e.found(), "2");
   }
   EXPECT_NE(planes.Digest(), tiles.Digest());  // prefix-cache file names differ too
+
+  // Byte keys (W = 8) are other bytes in the same sizes: the layout field tells them apart.
+  CacheIdentity tiles8 = tiles;
+  tiles8.store_bits = 8;
+  CacheIdentity byte_keys = tiles8;
+  byte_keys.layout = "tiles16-kbytes";
+  const CacheObject byte_object = MakeObject(byte_keys);
+  const auto byte_bytes = SerializeCacheObject(byte_object);
+  EXPECT_EQ(ParseCacheObject(byte_bytes, byte_keys).blocks, byte_object.blocks);
+  try {
+    ParseCacheObject(byte_bytes, tiles8);
+    ADD_FAILURE() << "a byte-key object was read as tree keys";
+  } catch (const IdentityMismatch& e) {
+    EXPECT_EQ(e.field(), "layout");
+    EXPECT_EQ(e.expected(), "tiles16");
+    EXPECT_EQ(e.found(), "tiles16-kbytes");
+  }
+  CacheIdentity byte_keys4 = byte_keys;
+  byte_keys4.store_bits = 4;
+  CacheObject o = MakeObject(tiles);
+  o.identity = byte_keys4;
+  EXPECT_EQ(SerializeRefusal(o), "layout");  // byte keys exist for W = 8 only
 }
 
 CacheIdentity OutlierIdentity() {

@@ -11,6 +11,7 @@
 #include "readkv/codec/attention.h"
 #include "readkv/codec/calibration.h"
 #include "readkv/codec/errors.h"
+#include "readkv/codec/key_bytes.h"
 #include "readkv/codec/readkv_cache.h"
 #include "readkv/codec/transform.h"
 
@@ -208,10 +209,11 @@ PlantedLayer MakePlanted(int extra_outliers = 0) {
   return p;
 }
 
-std::unique_ptr<ReadKvLayerCache> MakeCache(const PlantedLayer& p, ReadPolicy policy, int cap) {
+std::unique_ptr<ReadKvLayerCache> MakeCache(const PlantedLayer& p, ReadPolicy policy, int cap,
+                                            bool byte_keys = false) {
   ReadKvCacheOptions o;
   o.policy = policy;
-  o.layout = LayoutForReader(policy.reader);
+  o.layout = byte_keys ? PlaneLayout::kTilesByteKeys : LayoutForReader(policy.reader);
   o.residual_window = false;
   o.outliers = {cap, 0.0f};
   auto cache = std::make_unique<ReadKvLayerCache>(p.geometry, p.calibration, 0,
@@ -222,20 +224,28 @@ std::unique_ptr<ReadKvLayerCache> MakeCache(const PlantedLayer& p, ReadPolicy po
 
 ReadPolicy Full() { return {ReaderKind::kFull, 8.0, 0.0, 0.0}; }
 
-// Brute force: every value decoded at depth W, the listed elements replaced by their fp16 z,
-// mapped back to the model domain, then exact attention in double.
+// Brute force: every value decoded at depth W (keys of a byte-key cache from their bytes), the
+// listed elements replaced by their fp16 z, mapped back to the model domain, then exact attention
+// in double.
 std::vector<double> BruteForce(const PlantedLayer& p, const ReadKvLayerCache& cache) {
   const int d = PlantedLayer::kD;
   const LloydTree tree(8);
   const HadamardTransform kt(d, p.calibration->seeds.KeySeed(0, 0));
   const HadamardTransform vt(d, p.calibration->seeds.ValueSeed(0, 0));
-  const BitPlaneStore& store = cache.store(0);
+  const bool byte_keys = cache.layout() == PlaneLayout::kTilesByteKeys;
   const OutlierStore& lists = cache.outliers(0);
   std::vector<float> keys, values, z(d), raw(d);
   for (int64_t i = 0; i < p.tokens; ++i) {
     for (int kind = 0; kind < 2; ++kind) {
       for (int c = 0; c < d; ++c) {
-        z[c] = tree.Decode(kind == 0 ? store.KeyCode(i, c, 8) : store.ValueCode(i, c, 8), 8);
+        if (byte_keys) {
+          const TilePlaneStore& tiles = cache.tile_store(0);
+          z[c] = kind == 0 ? KeyByteValue(tiles.KeyCode(i, c, 8))
+                           : tree.Decode(tiles.ValueCode(i, c, 8), 8);
+        } else {
+          const BitPlaneStore& store = cache.store(0);
+          z[c] = tree.Decode(kind == 0 ? store.KeyCode(i, c, 8) : store.ValueCode(i, c, 8), 8);
+        }
       }
       const int64_t b = i / kBlockTokens;
       for (const OutlierEntry& e : kind == 0 ? lists.KeyEntries(b) : lists.ValueEntries(b)) {
@@ -293,6 +303,23 @@ TEST(OutliersTest, TheTileReaderAppliesTheListsExactly) {
   MakeCache(p, tile_full, 0)->Attend(p.queries, without);
   ASSERT_EQ(cache->outliers(0).entries(), 2);
   const std::vector<double> brute = BruteForce(p, *MakeCache(p, Full(), 2));
+  for (size_t i = 0; i < with.size(); ++i) EXPECT_NEAR(with[i], brute[i], 2e-5) << i;
+  EXPECT_LT(RelativeL2Error(with, exact), 0.02);
+  EXPECT_GT(RelativeL2Error(without, exact), 0.2);
+}
+
+// Byte keys clip at 4 sigma as the tree does; the lists restore the planted 10-sigma key by the
+// grid's outermost value (key_bytes.h), exactly as the brute force reconstructs it.
+TEST(OutliersTest, ByteKeysKeepAPlanted10SigmaKeyThroughTheLists) {
+  const PlantedLayer p = MakePlanted();
+  const std::vector<double> exact = ReferenceAttention(p.geometry, p.keys, p.values, p.queries);
+  const ReadPolicy tile_full{ReaderKind::kTile, 8.0, 0.0, 0.0};
+  std::vector<float> with(p.queries.size()), without(p.queries.size());
+  const auto cache = MakeCache(p, tile_full, 2, /*byte_keys=*/true);
+  cache->Attend(p.queries, with);
+  MakeCache(p, tile_full, 0, true)->Attend(p.queries, without);
+  ASSERT_EQ(cache->outliers(0).entries(), 2);
+  const std::vector<double> brute = BruteForce(p, *cache);
   for (size_t i = 0; i < with.size(); ++i) EXPECT_NEAR(with[i], brute[i], 2e-5) << i;
   EXPECT_LT(RelativeL2Error(with, exact), 0.02);
   EXPECT_GT(RelativeL2Error(without, exact), 0.2);

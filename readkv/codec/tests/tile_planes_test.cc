@@ -167,5 +167,51 @@ TEST(TilePlanesTest, RefusesBadGeometryCodesAndBlocks) {
   EXPECT_THROW(ParsePlaneLayout("tiles"), InvalidArgument);
 }
 
+
+// Byte keys (key_bytes.h): a key tile's 256 bytes are its codes in fragment order, read whole;
+// value tiles are planes as before, and the block bytes keep their size.
+TEST(TilePlanesTest, ByteKeysSitInFragmentOrderAndReadWhole) {
+  const int d = 32, w = 8;
+  const Codes c = RandomCodes(256 + 100, d, w, 13);
+  TilePlaneStore store(d, w, PlaneLayout::kTilesByteKeys);
+  EXPECT_TRUE(store.byte_keys());
+  for (size_t t = 0; t < c.keys.size(); ++t) store.Append(c.keys[t], c.values[t]);
+  for (int64_t t = 0; t < store.tokens(); t += 5) {
+    for (int ch = 0; ch < d; ch += 3) {
+      const uint8_t key = c.keys[static_cast<size_t>(t)][static_cast<size_t>(ch)];
+      EXPECT_EQ(store.KeyCode(t, ch, 8), key);
+      const uint8_t* tile = store.KeyTile(t / 16, ch / 16);
+      EXPECT_EQ(tile[TileBitIndex(static_cast<int>(t % 16), ch % 16)], key);
+      for (int depth = 0; depth <= 8; ++depth) {
+        EXPECT_EQ(store.ValueCode(t, ch, depth),
+                  c.values[static_cast<size_t>(t)][static_cast<size_t>(ch)] >> (8 - depth));
+      }
+    }
+  }
+  EXPECT_THROW(store.KeyCode(0, 0, 7), InvalidArgument);  // no prefix of a byte key
+  EXPECT_EQ(store.PayloadBytes(), Fill(c, d, w).PayloadBytes());
+  EXPECT_EQ(store.BlockByteSize(), TilePlaneStore(d, w).BlockByteSize());
+
+  TilePlaneStore back(d, w, PlaneLayout::kTilesByteKeys);
+  back.AppendBlockBytes(store.BlockBytes(0), 256);
+  auto partial = store.BlockBytes(1);
+  back.AppendBlockBytes(partial, 100);
+  EXPECT_EQ(back.BlockBytes(1), partial);
+  for (int64_t t = 256; t < back.tokens(); t += 11) {
+    EXPECT_EQ(back.KeyCode(t, 17, 8), c.keys[static_cast<size_t>(t)][17]);
+  }
+  // Token 100 of the partial block is absent: a nonzero byte of its key is damage.
+  TilePlaneStore target(d, w, PlaneLayout::kTilesByteKeys);
+  target.AppendBlockBytes(store.BlockBytes(0), 256);
+  const int64_t last_row = static_cast<int64_t>(partial.size()) / 2 - 2 * 256;
+  partial[static_cast<size_t>(last_row + TileBitIndex(100 % 16, 3))] = 1;
+  EXPECT_THROW(target.AppendBlockBytes(partial, 100), CorruptObject);
+
+  EXPECT_THROW(TilePlaneStore(d, 4, PlaneLayout::kTilesByteKeys), InvalidArgument);  // W = 8
+  EXPECT_THROW(TilePlaneStore(d, w, PlaneLayout::kPlanes), InvalidArgument);
+  EXPECT_EQ(ParsePlaneLayout("tiles16-kbytes"), PlaneLayout::kTilesByteKeys);
+  EXPECT_EQ(PlaneLayoutName(PlaneLayout::kTilesByteKeys), "tiles16-kbytes");
+}
+
 }  // namespace
 }  // namespace readkv::codec

@@ -14,6 +14,7 @@
 #include "kvgate/stats/random.h"
 #include "readkv/codec/attention_experiment.h"
 #include "readkv/codec/errors.h"
+#include "readkv/codec/key_bytes.h"
 #include "readkv/codec/readkv_cache.h"
 #include "readkv/codec/synthetic.h"
 
@@ -33,7 +34,8 @@ struct Filled {
   const ReadKvLayerCache& readkv() const { return dynamic_cast<const ReadKvLayerCache&>(*cache); }
 };
 
-Filled MakeFilled(int64_t tokens, ReadPolicy policy, bool residual_window, uint64_t seed = 3) {
+Filled MakeFilled(int64_t tokens, ReadPolicy policy, bool residual_window, uint64_t seed = 3,
+                  bool byte_keys = false) {
   SyntheticConfig data;
   data.geometry = {8, 2, 64};
   data.tokens = tokens;
@@ -44,6 +46,7 @@ Filled MakeFilled(int64_t tokens, ReadPolicy policy, bool residual_window, uint6
   config.calibration = std::make_shared<const Calibration>(MakeSyntheticCalibration(data, 2048));
   config.policy = policy;
   config.residual_window = residual_window;
+  config.byte_keys = byte_keys;
   Filled f{MakeSyntheticLayer(data), MakeLayerKvCache(config)};
   f.cache->AppendTokens(f.data.keys, f.data.values);
   return f;
@@ -73,7 +76,9 @@ std::vector<double> DequantiseThenAttend(const TileLayerView& v, const TileDepth
         return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
       }
       const int t = depths.key_groups[head * groups + static_cast<size_t>(c / 16)];
-      const double z = t == 0 ? 0.0 : v.codebook->centroids(t)[store.KeyCode(i, c, t)];
+      const double z = store.byte_keys() ? KeyByteValue(store.KeyCode(i, c, t))
+                       : t == 0          ? 0.0
+                                         : v.codebook->centroids(t)[store.KeyCode(i, c, t)];
       return km[static_cast<size_t>(c)] + ks[static_cast<size_t>(c)] * z;
     };
     const auto value = [&](int64_t i, int c) -> double {
@@ -154,6 +159,50 @@ TEST(TileReaderTest, EqualsDequantiseThenAttendAtItsOwnDepths) {
       EXPECT_GT(*std::max_element(depths.value_blocks.begin(), depths.value_blocks.end()),
                 *std::min_element(depths.value_blocks.begin(), depths.value_blocks.end()));
     }
+  }
+}
+
+// Byte keys (key_bytes.h): the same reader with every key group read whole from its bytes, the
+// Value blocks at their chosen depths, equal to the definition; and the keys' share of the error
+// next to nothing against the tree's depth-8 keys at the served split 8:2.
+TEST(TileReaderTest, ByteKeysEqualDequantiseThenAttendAndCostTheErrorLittle) {
+  for (const bool window : {true, false}) {
+    const int64_t tokens = window ? 600 : 300;
+    const Filled f = MakeFilled(tokens, TilePolicy(5, 8, 2), window, 3, /*byte_keys=*/true);
+    ASSERT_EQ(f.readkv().layout(), PlaneLayout::kTilesByteKeys);
+    std::vector<float> out(f.data.queries.size());
+    f.cache->Attend(f.data.queries, out);
+    const TileLayerView view = f.readkv().tile_view();
+    TileDepths depths;
+    std::vector<float> again(out.size());
+    TileAttend(view, f.readkv().plan(), f.data.queries, again, &depths);
+    EXPECT_EQ(again, out);
+    for (uint8_t t : depths.key_groups) EXPECT_EQ(t, 8);
+    EXPECT_LT(RelativeL2Error(out, DequantiseThenAttend(view, depths, f.data.queries)), 1e-5);
+
+    const Filled tree = MakeFilled(tokens, TilePolicy(5, 8, 2), window, 3);
+    std::vector<float> tree_out(out.size());
+    tree.cache->Attend(tree.data.queries, tree_out);
+    const std::vector<double> exact = ReferenceAttention(f.data.geometry, f.data.keys,
+                                                         f.data.values, f.data.queries);
+    const double err_bytes = RelativeL2Error(out, exact);
+    const double err_tree = RelativeL2Error(tree_out, exact);
+    std::cout << "[ measure  ] 8:2 error against exact, byte keys " << err_bytes << ", tree keys "
+              << err_tree << (window ? " (residual window)" : "") << "\n";
+    EXPECT_LT(err_bytes, 1.05 * err_tree);
+  }
+  // Read whole: a policy with fewer key bits is refused, by field.
+  try {
+    MakeFilled(300, TilePolicy(4, 6, 2), false, 3, true);
+    ADD_FAILURE() << "byte keys read at 6 bits";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.field(), "kv_split");
+  }
+  try {
+    MakeFilled(300, ReadPolicy{ReaderKind::kConstrained, 5, 8, 2}, false, 3, true);
+    ADD_FAILURE() << "byte keys read by the constrained reader";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.field(), "layout");
   }
 }
 

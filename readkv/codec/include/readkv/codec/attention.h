@@ -119,6 +119,9 @@ struct LayerCacheConfig {
   bool residual_window = true;  // keep the newest incomplete block unencoded (BF16)
   std::shared_ptr<const LloydTree> codebook;  // optional; built for store_bits when null
   OutlierOptions outliers;  // the capped outlier lists (outliers.h); off by default
+  // The tile reader only: keys stored as uniform bytes (PlaneLayout::kTilesByteKeys,
+  // key_bytes.h), W = 8 and the policy's key bits 8 ("layout", "store_bits", "kv_split").
+  bool byte_keys = false;
 };
 
 // Builds a cache. Throws InvalidArgument naming the field: geometry fields, "calibration"

@@ -151,6 +151,13 @@ void AddKeyOutlierLogits(std::span<const OutlierEntry> entries, const LloydTree&
                          const uint8_t* key_depth, std::span<const float> key_std,
                          const float* scaled_queries, int g, int d, float* logits, int64_t stride);
 
+// The same for byte keys (key_bytes.h), read whole: the correction is fp16(z) - (+-3.984375),
+// ByteKeyOutlierCorrection (every listed z is past the grid's extreme cells, as for the tree).
+float ByteKeyOutlierCorrection(uint16_t z_half);
+void AddByteKeyOutlierLogits(std::span<const OutlierEntry> entries,
+                             std::span<const float> key_std, const float* scaled_queries, int g,
+                             int d, float* logits, int64_t stride);
+
 // The V correction of one block's entries: acc[h * d + c] += probabilities[h * stride + j] *
 // OutlierCorrection(z, value_depth[j]) for the g query heads; acc is in the standardised domain
 // (before sigma, mu and the inverse transform). value_depth and probabilities: the block's first

@@ -22,6 +22,10 @@
 //   channels, K = tokens), so both products load their A operand straight from the planes.
 // A cache object's block (256 tokens: 16 token tiles) is the block's key tiles, then its value
 // tiles, each in the order above; a partial block holds ceil(tokens / 16) token tiles.
+// Byte keys (PlaneLayout::kTilesByteKeys, W = 8 only; key_bytes.h): a key tile's 256 bytes are
+// its 256 codes instead of its 8 planes, byte i the code of fragment element i (8 * lane + k,
+// TileBitIndex), so a lane's 8 codes are one 8-byte load. Same sizes and offsets; value tiles
+// unchanged. Such keys are read whole: KeyCode takes depth 8 only.
 // Not thread-safe for writes; concurrent reads of a store nobody writes are safe.
 #pragma once
 
@@ -41,10 +45,14 @@ inline constexpr int kTilePlaneBytes = 32;
 enum class PlaneLayout {
   kPlanes,  // BitPlaneStore: keys channel-major per 256-token block, values token-major
   kTiles,   // TilePlaneStore: 16x16 tiles in fragment order (this header)
+  kTilesByteKeys,  // the same, key tiles holding uniform bytes (key_bytes.h), W = 8
 };
-std::string_view PlaneLayoutName(PlaneLayout layout);  // "planes" | "tiles16"
+// "planes" | "tiles16" | "tiles16-kbytes"
+std::string_view PlaneLayoutName(PlaneLayout layout);
 // Throws InvalidArgument("layout") for any other name.
 PlaneLayout ParsePlaneLayout(std::string_view name);
+// kTiles or kTilesByteKeys: read by the tile reader.
+constexpr bool IsTileLayout(PlaneLayout layout) { return layout != PlaneLayout::kPlanes; }
 
 // Row and column of fragment element `bit` (0..7) of lane `lane` (0..31) in a 16x16 tile, as
 // mma.sync.m16n8k16 lays out its A operand: row = lane / 4 + 8 * ((bit / 2) % 2), column =
@@ -63,12 +71,15 @@ constexpr int TileBitIndex(int row, int col) {
 
 class TilePlaneStore {
  public:
-  // Throws InvalidArgument("head_dim") unless d is a power of two >= 16, and
-  // InvalidArgument("store_bits") unless 1 <= W <= 8.
-  TilePlaneStore(int head_dim, int store_bits);
+  // Throws InvalidArgument("head_dim") unless d is a power of two >= 16,
+  // InvalidArgument("store_bits") unless 1 <= W <= 8 (W = 8 for byte keys), and
+  // InvalidArgument("layout") for a layout that is not a tile layout.
+  TilePlaneStore(int head_dim, int store_bits, PlaneLayout layout = PlaneLayout::kTiles);
 
   int head_dim() const { return head_dim_; }
   int store_bits() const { return store_bits_; }
+  PlaneLayout layout() const { return layout_; }
+  bool byte_keys() const { return layout_ == PlaneLayout::kTilesByteKeys; }
   int groups() const { return head_dim_ / kTileChannels; }
   int64_t tokens() const { return tokens_; }
   int64_t token_tiles() const { return (tokens_ + kTileTokens - 1) / kTileTokens; }
@@ -77,7 +88,8 @@ class TilePlaneStore {
   // InvalidArgument("key_codes" / "value_codes") on a wrong count or a code >= 2^W.
   void Append(std::span<const uint8_t> key_codes, std::span<const uint8_t> value_codes);
 
-  // The W * 32 bytes of tile (token tile, group): plane p at offset p * 32.
+  // The W * 32 bytes of tile (token tile, group): plane p at offset p * 32 (a byte-key tile: its
+  // 256 codes).
   const uint8_t* KeyTile(int64_t token_tile, int group) const {
     return key_bytes_.data() + TileOffset(token_tile, group);
   }
@@ -85,8 +97,8 @@ class TilePlaneStore {
     return value_bytes_.data() + TileOffset(token_tile, group);
   }
 
-  // The depth-t prefix of a stored code (t in [0, W]); reads only planes [0, t).
-  // Throws InvalidArgument("token" / "channel" / "depth") when out of range.
+  // The depth-t prefix of a stored code (t in [0, W]); reads only planes [0, t). Throws
+  // InvalidArgument("token" / "channel" / "depth") when out of range; byte keys: depth 8 only.
   uint8_t KeyCode(int64_t token, int channel, int depth) const;
   uint8_t ValueCode(int64_t token, int channel, int depth) const;
 
@@ -113,8 +125,9 @@ class TilePlaneStore {
 
   int head_dim_;
   int store_bits_;
+  PlaneLayout layout_;
   int64_t tokens_ = 0;
-  std::vector<uint8_t> key_bytes_;    // [token tile][group][plane][32]
+  std::vector<uint8_t> key_bytes_;    // [token tile][group][plane][32] (byte keys: [256] codes)
   std::vector<uint8_t> value_bytes_;  // [token tile][group][plane][32]
 };
 

@@ -53,9 +53,15 @@ void ChooseValueBlockDepths(const ReaderPlan& plan, const ReaderAllocators& allo
                             std::span<const double> block_weights, std::span<uint8_t> depths,
                             AllocatorScratch& scratch);
 
+// Byte keys (a store of PlaneLayout::kTilesByteKeys) are read whole: throws
+// InvalidArgument("kv_split") unless the plan's key bits are its W (R_K = W = 8).
+void RequireWholeKeys(const ReaderPlan& plan);
+
 // q.K over the tiles of one KV head's first `tokens` tokens (a multiple of 16 or the store's
 // end). folded: [group][d], scale * q~_{h,c} * sigma_c. group_depths: [d / 16].
-// logits[h * stride + i] = sum_c folded[h][c] * C_{t(c / 16)}(code_{i,c}), i in [0, tokens).
+// logits[h * stride + i] = sum_c folded[h][c] * C_{t(c / 16)}(code_{i,c}), i in [0, tokens);
+// for byte keys KeyByteValue(code_{i,c}), every group at depth 8 (InvalidArgument("depth")
+// otherwise).
 void TileKeyLogits(const TilePlaneStore& store, int64_t tokens,
                    std::span<const uint8_t> group_depths, std::span<const float> folded, int group,
                    const LloydTree& codebook, float* logits, int64_t stride);
