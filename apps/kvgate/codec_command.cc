@@ -262,6 +262,7 @@ void AddAttention(CLI::App& codec, CommandContext& context) {
     std::string kv_split;
     int value_window = 0;
     bool value_window_local = false;
+    bool byte_keys = false;
     std::string fp8_scale = "tensor";
     std::string dense_storage = "fp32";
     bool no_residual_window = false;
@@ -289,6 +290,8 @@ void AddAttention(CLI::App& codec, CommandContext& context) {
       ->capture_default_str();
   cmd->add_flag("--value-window-local", args->value_window_local,
                 "Tile reader with --value-window: Value weights normalised per window");
+  cmd->add_flag("--byte-keys", args->byte_keys,
+                "Tile reader, W = 8, key bits 8: keys stored as uniform bytes (docs/readkv.md)");
   cmd->add_option("--fp8-scale", args->fp8_scale, "FP8 scale granularity: tensor | head")
       ->capture_default_str();
   cmd->add_option("--dense-storage", args->dense_storage, "Dense storage: fp32 | bf16")
@@ -353,6 +356,11 @@ void AddAttention(CLI::App& codec, CommandContext& context) {
       config.cache.policy = policy;
       config.cache.residual_window = !args->no_residual_window;
       config.cache.outliers.cap = args->outlier_cap;
+      if (args->byte_keys && config.cache.backend != rc::KvBackend::kReadKv) {
+        throw InvalidArgument("byte_keys", "only the readkv tile reader stores byte keys, not "
+                                           "--kv " + args->kv);
+      }
+      config.cache.byte_keys = args->byte_keys;
       rc::ReaderPlan plan;
       if (config.cache.backend == rc::KvBackend::kReadKv) {
         plan = rc::MakeReaderPlan(policy, args->store_bits);
@@ -384,6 +392,7 @@ void AddAttention(CLI::App& codec, CommandContext& context) {
         out["value_window_local"] = plan.value_window_local;
         out["residual_window"] = !args->no_residual_window;
         out["outlier_cap"] = args->outlier_cap;
+        out["byte_keys"] = args->byte_keys;
       } else if (config.cache.backend == rc::KvBackend::kFp8) {
         out["fp8_scale"] = args->fp8_scale;
       } else {

@@ -68,6 +68,8 @@ RuntimeFlags::RuntimeFlags(CLI::App& cmd) {
                  "multiple of 16; on a CUDA device 512, 1024, 1536 or 2048), each with R_V x its "
                  "blocks (0 = over the row)")
       ->capture_default_str();
+  cmd.add_flag("--byte-keys", options_.kv.byte_keys,
+               "Tile reader, W = 8, key bits 8: keys stored as uniform bytes (CPU)");
   cmd.add_flag("--value-window-local", options_.kv.value_window_local,
                "ReadKV tile reader with --value-window: Value weights normalised per window "
                "(each head's probabilities over the window alone; CPU only)");
@@ -412,6 +414,7 @@ void AddEvalCommand(CLI::App& app, int& exit_code) {
     const engine::KvLedgers led = model.ledgers();
     j["logical_read_bytes"] = led.logical_read_bytes;
     j["outlier_cap"] = runtime.kv.outlier_cap;
+    j["byte_keys"] = runtime.kv.byte_keys;
     j["outlier_read_bytes"] = led.outlier_read_bytes;
     j["physical_traffic_bytes"] = led.physical_traffic_bytes;
     j["encode_seconds"] = led.encode_seconds;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "readkv/codec/attention.h"
+#include "readkv/codec/tile_reader.h"
 #include "runtime_impl.h"
 #include "runtime_options.h"
 
@@ -54,6 +55,7 @@ LlamaDecodeModel::Impl::Sequence LlamaDecodeModel::Impl::MakeSequence(
     c.policy = policy;
     c.codebook = codebook;
     c.outliers = {options.kv.outlier_cap, options.kv.outlier_threshold};
+    c.byte_keys = options.kv.byte_keys && c.backend == codec::KvBackend::kReadKv;
     s.caches.push_back(codec::MakeLayerKvCache(c));
   }
   return s;
@@ -158,6 +160,7 @@ void LlamaDecodeModel::StartSequence(uint64_t sequence_id, const engine::ReadPol
     // Throws naming the field.
     const codec::ReaderPlan plan = codec::MakeReaderPlan(resolved, m.options.kv.store_bits);
     gpu_bits = {plan.key_bits, plan.value_bits};
+    if (m.options.kv.byte_keys) codec::RequireWholeKeys(plan);  // a request's fewer key bits
     if (m.gpu) internal::CheckCudaRequestReader(m.options.kv, resolved);
     const std::string_view layout =
         codec::PlaneLayoutName(codec::LayoutForReader(resolved.reader));

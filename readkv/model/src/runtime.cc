@@ -177,7 +177,9 @@ codec::CacheIdentity LlamaDecodeModel::cache_identity() const {
     id.outlier_cap = resolved.cap;
     id.outlier_threshold = resolved.threshold;
     id.outlier_block_cap = resolved.block_cap;
-    id.layout = codec::PlaneLayoutName(codec::LayoutForReader(m.options.kv.reader));
+    id.layout = codec::PlaneLayoutName(m.options.kv.byte_keys
+                                           ? codec::PlaneLayout::kTilesByteKeys
+                                           : codec::LayoutForReader(m.options.kv.reader));
   }
   return id;
 }

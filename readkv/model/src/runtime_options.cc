@@ -7,7 +7,9 @@
 
 #include "llama_internal.h"
 #include "readkv/codec/codebook.h"
+#include "readkv/codec/key_bytes.h"
 #include "readkv/codec/outliers.h"
+#include "readkv/codec/tile_reader.h"
 
 namespace readkv::model {
 namespace internal {
@@ -81,6 +83,10 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
     throw std::invalid_argument("value_window: only a ReadKV cache's tile reader has Value "
                                 "windows, got --kv " + std::string(codec::KvBackendName(kv.kind)));
   }
+  if (kv.byte_keys && kv.kind != codec::KvBackend::kReadKv) {
+    throw std::invalid_argument("byte_keys: only a ReadKV cache's tile reader stores byte keys, "
+                                "got --kv " + std::string(codec::KvBackendName(kv.kind)));
+  }
   if (kv.kind == codec::KvBackend::kReadKv) {
     const int window = kv.value_window_tokens;
     if (kv.value_window_local && UsesGpuKv(options)) {
@@ -111,6 +117,18 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
     if (!kv.fp8_layers.empty() && (UsesGpuKv(options) || !options.prefix_cache.directory.empty())) {
       throw std::invalid_argument(
           "fp8_layers: FP8 layers inside a ReadKV cache run on the CPU without a prefix cache");
+    }
+    if (kv.byte_keys) {
+      if (policy.reader != codec::ReaderKind::kTile || kv.store_bits != codec::kKeyByteStoreBits) {
+        throw std::invalid_argument("byte_keys: byte keys are the tile reader's, with W = 8 "
+                                    "(--reader tile --store-bits 8)");
+      }
+      codec::RequireWholeKeys(codec::MakeReaderPlan(policy, kv.store_bits));  // "kv_split"
+      if (UsesGpuKv(options) || !options.prefix_cache.directory.empty()) {
+        throw std::invalid_argument(
+            "byte_keys: byte keys run on the CPU tile reader without a prefix cache for now (the "
+            "GPU kernels and the prefix cache's decode do not read them yet)");
+      }
     }
     if (UsesGpuKv(options) && kv.outlier_cap > 0 && policy.reader != codec::ReaderKind::kTile) {
       throw std::invalid_argument(

@@ -490,6 +490,43 @@ TEST(RuntimeOptionsTest, ValueWindowsAreTheCpuTileReadersOnly) {
   EXPECT_EQ(prefix_of(), "value_window");
 }
 
+// Byte keys (--byte-keys, codec key_bytes.h): the tile reader's, W = 8, keys read whole; CPU
+// only and without a prefix cache until the GPU kernels and the prefix decode read them.
+TEST(RuntimeOptionsTest, ByteKeysAreTheCpuTileReadersWithWholeKeys) {
+  RuntimeOptions o;
+  o.kv.kind = codec::KvBackend::kReadKv;
+  o.kv.reader = codec::ReaderKind::kTile;
+  o.kv.read_bits = 5.0;
+  o.kv.key_bits = 8.0;
+  o.kv.value_bits = 2.0;
+  o.kv.byte_keys = true;
+  const auto prefix_of = [&o] { return RefusedField(o); };
+  EXPECT_EQ(prefix_of(), "accepted");
+  o.kv.key_bits = 6.0;
+  o.kv.value_bits = 4.0;
+  EXPECT_EQ(prefix_of(), "kv_split");  // read whole or not at all
+  o.kv.key_bits = 8.0;
+  o.kv.value_bits = 2.0;
+  o.kv.reader = codec::ReaderKind::kConstrained;
+  EXPECT_EQ(prefix_of(), "byte_keys");
+  o.kv.reader = codec::ReaderKind::kTile;
+  o.kv.store_bits = 6;
+  o.kv.read_bits = 4.0;
+  o.kv.key_bits = 6.0;
+  EXPECT_EQ(prefix_of(), "byte_keys");
+  o.kv.store_bits = 8;
+  o.kv.read_bits = 5.0;
+  o.kv.key_bits = 8.0;
+  o.device = "cuda";
+  EXPECT_EQ(prefix_of(), "byte_keys");
+  o.device = "cpu";
+  o.prefix_cache.directory = "/tmp/kvgate-byte-keys-refused";
+  EXPECT_EQ(prefix_of(), "byte_keys");
+  o.prefix_cache.directory.clear();
+  o.kv.kind = codec::KvBackend::kFp8;
+  EXPECT_EQ(prefix_of(), "byte_keys");
+}
+
 // `--device cuda` runs ReadKV with the constrained and the tile reader (issue 37), no other; an
 // outlier cap is taken by the tile reader (issue 36) and refused by the constrained one, with a
 // message that says why. Checked without a GPU: ValidateRuntimeOptions reads the options only.

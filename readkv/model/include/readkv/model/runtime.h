@@ -96,6 +96,10 @@ struct KvCacheOptions {
   // ReadPolicy::value_window_local: Value weights normalised per window. CPU only ("value_window"
   // on a CUDA server).
   bool value_window_local = false;
+  // The tile reader's keys stored as uniform bytes (codec key_bytes.h, layout tiles16-kbytes):
+  // W = 8 and every request's key bits 8 (a request asking fewer is refused, "kv_split"). CPU
+  // only until the GPU tile reader has them, and no prefix cache yet ("byte_keys").
+  bool byte_keys = false;
   // ReadKV with these layers kept as FP8 caches instead (vLLM's kv_cache_dtype_skip_layers
   // idea; the alternative to outlier lists measured for issue 36). CPU only, no prefix cache.
   std::vector<int> fp8_layers;
