@@ -146,6 +146,7 @@ AttentionLedgers TileAttend(const TileLayerView& view, const ReaderPlan& plan,
   int64_t outlier_read_bytes = 0;  // every block's lists, K and V, read once per call
   AllocatorScratch scratch;
 
+  if (!view.stores.empty() && view.stores.front().byte_keys()) RequireWholeKeys(plan);
   for (int hq = 0; hq < geo.heads_q; ++hq) {
     view.key_transforms[static_cast<size_t>(hq / g)].Forward(
         queries.subspan(static_cast<size_t>(hq) * ud, ud),
@@ -163,7 +164,6 @@ AttentionLedgers TileAttend(const TileLayerView& view, const ReaderPlan& plan,
     const auto weights = std::span<double>(group_weights).subspan(head * groups, groups);
     const auto depths = std::span<uint8_t>(key_depths).subspan(head * groups, groups);
     if (store.byte_keys()) {
-      RequireWholeKeys(plan);
       std::fill(depths.begin(), depths.end(), static_cast<uint8_t>(store.store_bits()));
     } else {
       KeyChannelImportance(std::span<const float>(q, ug * ud), g, k_std, channel_importance);
