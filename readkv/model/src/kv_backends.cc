@@ -162,9 +162,11 @@ void LlamaDecodeModel::StartSequence(uint64_t sequence_id, const engine::ReadPol
     gpu_bits = {plan.key_bits, plan.value_bits};
     if (m.options.kv.byte_keys) codec::RequireWholeKeys(plan);  // a request's fewer key bits
     if (m.gpu) internal::CheckCudaRequestReader(m.options.kv, resolved);
-    const std::string_view layout =
-        codec::PlaneLayoutName(codec::LayoutForReader(resolved.reader));
-    if (m.prefix_store && layout != m.identity.layout) {
+    // The tile reader reads both tile layouts (tiles16, tiles16-kbytes), the others planes.
+    const codec::PlaneLayout reads = codec::LayoutForReader(resolved.reader);
+    const std::string_view layout = codec::PlaneLayoutName(reads);
+    if (m.prefix_store && codec::IsTileLayout(reads) !=
+                              codec::IsTileLayout(codec::ParsePlaneLayout(m.identity.layout))) {
       throw std::invalid_argument(
           "reader: the persistent prefix cache holds " + m.identity.layout +
           " objects, which the " + std::string(codec::ReaderName(resolved.reader)) +

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "readkv/codec/bitplanes.h"
+#include "readkv/codec/key_bytes.h"
 #include "readkv/codec/outliers.h"
 #include "readkv/codec/tile_planes.h"
 #include "runtime_impl.h"
@@ -31,13 +32,15 @@ void LlamaDecodeModel::Impl::AppendDecoded(const codec::CacheObject& object,
     torch::Tensor v = torch::empty({n, hkv(), d}, torch::kFloat);
     for (int h = 0; h < hkv(); ++h) {
       const size_t index = static_cast<size_t>(l) * hkv() + h;
-      // The object's layout is the server's (its identity says so); codes read the same.
-      const bool tiles =
-          identity.layout == codec::PlaneLayoutName(codec::PlaneLayout::kTiles);
+      // The object's layout is the server's (its identity says so); codes read the same, but
+      // byte keys (tiles16-kbytes) read back from their bytes (codec key_bytes.h).
+      const codec::PlaneLayout layout = codec::ParsePlaneLayout(identity.layout);
+      const bool tiles = codec::IsTileLayout(layout);
+      const bool byte_keys = layout == codec::PlaneLayout::kTilesByteKeys;
       std::optional<codec::BitPlaneStore> planes;
       std::optional<codec::TilePlaneStore> tile_planes;
       if (tiles) {
-        tile_planes.emplace(d, w).AppendBlockBytes(object.blocks[index], object.tokens);
+        tile_planes.emplace(d, w, layout).AppendBlockBytes(object.blocks[index], object.tokens);
       } else {
         planes.emplace(d, w).AppendBlockBytes(object.blocks[index], object.tokens);
       }
@@ -61,13 +64,18 @@ void LlamaDecodeModel::Impl::AppendDecoded(const codec::CacheObject& object,
         for (int64_t i = 0; i < n; ++i) {
           for (int c = 0; c < d; ++c) {
             const auto ch = static_cast<size_t>(c);
-            z[ch] = mean[ch] + sd[ch] * codebook->Decode(code(kind, i, c), w);
+            const uint8_t stored = code(kind, i, c);
+            z[ch] = mean[ch] + sd[ch] * (kind == 0 && byte_keys ? codec::KeyByteValue(stored)
+                                                                : codebook->Decode(stored, w));
           }
           // Outliers at full depth: their fp16 z replaces the clipped centroid.
           if (has_outliers) {
             for (const auto& e : kind == 0 ? outliers.KeyEntries(0) : outliers.ValueEntries(0)) {
               if (e.token != i) continue;
-              z[e.channel] += sd[e.channel] * codec::OutlierCorrection(*codebook, e.z_half, w);
+              z[e.channel] += sd[e.channel] *
+                              (kind == 0 && byte_keys
+                                   ? codec::ByteKeyOutlierCorrection(e.z_half)
+                                   : codec::OutlierCorrection(*codebook, e.z_half, w));
             }
           }
           t.Inverse(z, x);

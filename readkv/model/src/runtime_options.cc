@@ -124,10 +124,10 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
                                     "(--reader tile --store-bits 8)");
       }
       codec::RequireWholeKeys(codec::MakeReaderPlan(policy, kv.store_bits));  // "kv_split"
-      if (UsesGpuKv(options) || !options.prefix_cache.directory.empty()) {
+      if (UsesGpuKv(options)) {
         throw std::invalid_argument(
-            "byte_keys: byte keys run on the CPU tile reader without a prefix cache for now (the "
-            "GPU kernels and the prefix cache's decode do not read them yet)");
+            "byte_keys: byte keys run on the CPU tile reader for now (the GPU kernels do not "
+            "read them yet); use --device cpu");
       }
     }
     if (UsesGpuKv(options) && kv.outlier_cap > 0 && policy.reader != codec::ReaderKind::kTile) {

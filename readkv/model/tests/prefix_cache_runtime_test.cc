@@ -217,6 +217,38 @@ TEST_F(TileRuntimeTest, TheTileReaderDecodesAndItsPrefixCacheRestoresExactly) {
   EXPECT_THROW(model.StartSequence(3, constrained), std::invalid_argument);
 }
 
+// Byte keys (--byte-keys): the tile reader's caches with keys as uniform bytes. Their prefix-cache
+// objects are tiles16-kbytes and restore bit for bit; a request asking fewer key bits is refused
+// (keys are read whole), and a server of tree keys never reads those objects.
+TEST_F(TileRuntimeTest, ByteKeysDecodeAndTheirPrefixCacheRestoresExactly) {
+  TempDir cache;
+  RuntimeOptions o;
+  o.kv.kind = codec::KvBackend::kReadKv;
+  o.kv.reader = codec::ReaderKind::kTile;
+  o.kv.read_bits = 5.0;
+  o.kv.key_bits = 8.0;
+  o.kv.value_bits = 2.0;
+  o.kv.byte_keys = true;
+  o.prefix_cache.directory = cache.path();
+  LlamaDecodeModel model(dir_.path(), o);
+  EXPECT_EQ(model.cache_identity().layout, "tiles16-kbytes");
+  const auto miss = RunPrompt(model, 1, prompt_);
+  const auto hit = RunPrompt(model, 2, prompt_);
+  EXPECT_EQ(model.prefix_cache_counters().hits, 2);
+  EXPECT_EQ(hit, miss);
+  engine::ReadPolicy fewer;
+  fewer.key_bits = 6.0;
+  fewer.value_bits = 4.0;
+  EXPECT_THROW(model.StartSequence(3, fewer), std::invalid_argument);
+
+  o.kv.byte_keys = false;  // tree keys: another identity, so the byte-key objects are misses
+  LlamaDecodeModel tree(dir_.path(), o);
+  EXPECT_EQ(tree.cache_identity().layout, "tiles16");
+  RunPrompt(tree, 1, prompt_);
+  EXPECT_EQ(tree.prefix_cache_counters().hits, 0);
+  EXPECT_TRUE(tree.ledgers().cache_rejections.empty());
+}
+
 TEST(PrefixCacheOptionsTest, PrefixCacheNeedsReadKvAndDensePrefill) {
   RuntimeOptions o;
   o.prefix_cache.directory = "/tmp/unused-prefix-cache";

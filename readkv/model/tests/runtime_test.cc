@@ -491,7 +491,7 @@ TEST(RuntimeOptionsTest, ValueWindowsAreTheCpuTileReadersOnly) {
 }
 
 // Byte keys (--byte-keys, codec key_bytes.h): the tile reader's, W = 8, keys read whole; CPU
-// only and without a prefix cache until the GPU kernels and the prefix decode read them.
+// only until the GPU kernels read them.
 TEST(RuntimeOptionsTest, ByteKeysAreTheCpuTileReadersWithWholeKeys) {
   RuntimeOptions o;
   o.kv.kind = codec::KvBackend::kReadKv;
@@ -520,9 +520,6 @@ TEST(RuntimeOptionsTest, ByteKeysAreTheCpuTileReadersWithWholeKeys) {
   o.device = "cuda";
   EXPECT_EQ(prefix_of(), "byte_keys");
   o.device = "cpu";
-  o.prefix_cache.directory = "/tmp/kvgate-byte-keys-refused";
-  EXPECT_EQ(prefix_of(), "byte_keys");
-  o.prefix_cache.directory.clear();
   o.kv.kind = codec::KvBackend::kFp8;
   EXPECT_EQ(prefix_of(), "byte_keys");
 }

@@ -98,7 +98,8 @@ struct KvCacheOptions {
   bool value_window_local = false;
   // The tile reader's keys stored as uniform bytes (codec key_bytes.h, layout tiles16-kbytes):
   // W = 8 and every request's key bits 8 (a request asking fewer is refused, "kv_split"). CPU
-  // only until the GPU tile reader has them, and no prefix cache yet ("byte_keys").
+  // only until the GPU tile reader has them ("byte_keys"); prefix-cache objects are
+  // tiles16-kbytes.
   bool byte_keys = false;
   // ReadKV with these layers kept as FP8 caches instead (vLLM's kv_cache_dtype_skip_layers
   // idea; the alternative to outlier lists measured for issue 36). CPU only, no prefix cache.
