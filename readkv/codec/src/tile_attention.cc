@@ -161,11 +161,11 @@ AttentionLedgers TileAttend(const TileLayerView& view, const ReaderPlan& plan,
 
     // Stage 1: group depths from the summed channel importance, shared by the g query heads
     // (byte keys: every group whole, RequireWholeKeys).
-    const auto weights = std::span<double>(group_weights).subspan(head * groups, groups);
     const auto depths = std::span<uint8_t>(key_depths).subspan(head * groups, groups);
     if (store.byte_keys()) {
       std::fill(depths.begin(), depths.end(), static_cast<uint8_t>(store.store_bits()));
     } else {
+      const auto weights = std::span<double>(group_weights).subspan(head * groups, groups);
       KeyChannelImportance(std::span<const float>(q, ug * ud), g, k_std, channel_importance);
       SumPerTile(channel_importance, weights);
       ChooseKeyGroupDepths(plan, allocators, weights, depths, scratch);

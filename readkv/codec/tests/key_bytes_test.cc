@@ -14,7 +14,7 @@ TEST(KeyBytesTest, EveryCodeReadsBackAtItsCellsMidpointExactlyInHalf) {
   for (int c = 0; c < 256; ++c) {
     const auto code = static_cast<uint8_t>(c);
     const float value = KeyByteValue(code);
-    EXPECT_EQ(value, (c - 127.5f) / 32.0f) << c;
+    EXPECT_EQ(value * 64.0f, static_cast<float>(2 * c - 255)) << c;  // odd sixty-fourths
     EXPECT_EQ(HalfToFloat(FloatToHalf(value)), value) << c;  // the GPU's f16 operand, exact
     EXPECT_EQ(EncodeKeyByte(value), code) << c;              // the midpoint is in its own cell
     if (c > 0) {

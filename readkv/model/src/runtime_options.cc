@@ -103,7 +103,7 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
     // MakeReaderPlan checks store_bits, read_bits, reader, the split and the Value window,
     // naming the field.
     const codec::ReadPolicy policy = ResolvePolicy(kv, engine::ReadPolicy{});
-    codec::MakeReaderPlan(policy, kv.store_bits);
+    const codec::ReaderPlan plan = codec::MakeReaderPlan(policy, kv.store_bits);
     if (UsesGpuKv(options) && policy.reader != codec::ReaderKind::kConstrained &&
         policy.reader != codec::ReaderKind::kTile) {
       throw std::invalid_argument(
@@ -123,7 +123,7 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
         throw std::invalid_argument("byte_keys: byte keys are the tile reader's, with W = 8 "
                                     "(--reader tile --store-bits 8)");
       }
-      codec::RequireWholeKeys(codec::MakeReaderPlan(policy, kv.store_bits));  // "kv_split"
+      codec::RequireWholeKeys(plan);  // "kv_split"
       if (UsesGpuKv(options)) {
         throw std::invalid_argument(
             "byte_keys: byte keys run on the CPU tile reader for now (the GPU kernels do not "

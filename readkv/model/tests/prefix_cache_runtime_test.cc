@@ -17,6 +17,7 @@
 namespace readkv::model {
 namespace {
 
+using testing::ByteKeyOptions;
 using testing::CompressedRuntimeTest;
 using testing::MaxAbsDiff;
 using testing::Step;
@@ -222,13 +223,7 @@ TEST_F(TileRuntimeTest, TheTileReaderDecodesAndItsPrefixCacheRestoresExactly) {
 // (keys are read whole), and a server of tree keys never reads those objects.
 TEST_F(TileRuntimeTest, ByteKeysDecodeAndTheirPrefixCacheRestoresExactly) {
   TempDir cache;
-  RuntimeOptions o;
-  o.kv.kind = codec::KvBackend::kReadKv;
-  o.kv.reader = codec::ReaderKind::kTile;
-  o.kv.read_bits = 5.0;
-  o.kv.key_bits = 8.0;
-  o.kv.value_bits = 2.0;
-  o.kv.byte_keys = true;
+  RuntimeOptions o = ByteKeyOptions();
   o.prefix_cache.directory = cache.path();
   LlamaDecodeModel model(dir_.path(), o);
   EXPECT_EQ(model.cache_identity().layout, "tiles16-kbytes");

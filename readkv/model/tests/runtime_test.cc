@@ -23,6 +23,7 @@
 namespace readkv::model {
 namespace {
 
+using testing::ByteKeyOptions;
 using testing::CompressedRuntimeTest;
 using testing::MakeTinyModel;
 using testing::MaxAbsDiff;
@@ -493,13 +494,7 @@ TEST(RuntimeOptionsTest, ValueWindowsAreTheCpuTileReadersOnly) {
 // Byte keys (--byte-keys, codec key_bytes.h): the tile reader's, W = 8, keys read whole; CPU
 // only until the GPU kernels read them.
 TEST(RuntimeOptionsTest, ByteKeysAreTheCpuTileReadersWithWholeKeys) {
-  RuntimeOptions o;
-  o.kv.kind = codec::KvBackend::kReadKv;
-  o.kv.reader = codec::ReaderKind::kTile;
-  o.kv.read_bits = 5.0;
-  o.kv.key_bits = 8.0;
-  o.kv.value_bits = 2.0;
-  o.kv.byte_keys = true;
+  RuntimeOptions o = ByteKeyOptions();
   const auto prefix_of = [&o] { return RefusedField(o); };
   EXPECT_EQ(prefix_of(), "accepted");
   o.kv.key_bits = 6.0;

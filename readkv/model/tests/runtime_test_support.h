@@ -49,6 +49,19 @@ inline std::vector<float> Step(engine::DecodeModel& model, uint64_t id, std::spa
   return step.logits;
 }
 
+// The served byte-key configuration (--byte-keys): the CPU tile reader, ReadKV(8, 5), keys read
+// whole (8:2).
+inline RuntimeOptions ByteKeyOptions() {
+  RuntimeOptions o;
+  o.kv.kind = codec::KvBackend::kReadKv;
+  o.kv.reader = codec::ReaderKind::kTile;
+  o.kv.read_bits = 5.0;
+  o.kv.key_bits = 8.0;
+  o.kv.value_bits = 2.0;
+  o.kv.byte_keys = true;
+  return o;
+}
+
 class RuntimeTest : public ::testing::Test {
  protected:
   void SetUp() override {

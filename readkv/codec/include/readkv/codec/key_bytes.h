@@ -19,6 +19,7 @@
 // Pure and constexpr where it can be.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -30,8 +31,7 @@ inline constexpr float kKeyByteOutermost = 127.5f / 32.0f;  // the extreme codes
 
 inline uint8_t EncodeKeyByte(float z) {
   if (std::isnan(z)) return 0;  // as LloydTree::Encode
-  const float cell = std::floor(z * kKeyByteScale) + 128.0f;
-  return static_cast<uint8_t>(cell < 0.0f ? 0.0f : (cell > 255.0f ? 255.0f : cell));
+  return static_cast<uint8_t>(std::clamp(std::floor(z * kKeyByteScale) + 128.0f, 0.0f, 255.0f));
 }
 
 constexpr float KeyByteValue(uint8_t code) {
