@@ -3,9 +3,13 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <string>
+#include <system_error>
 #include <thread>
+#include <vector>
 
 #include "kvgate/history/history_db.h"
 #include "kvgate/history/process_identity.h"
@@ -14,7 +18,7 @@ namespace kvgate::history {
 namespace {
 
 // The first "key : value" line of a /proc file whose key is `key`.
-std::string ProcField(const char* file, const std::string& key) {
+std::string ProcField(const std::filesystem::path& file, const std::string& key) {
   std::ifstream in(file);
   std::string line;
   while (std::getline(in, line)) {
@@ -28,6 +32,17 @@ std::string ProcField(const char* file, const std::string& key) {
 }
 
 }  // namespace
+
+std::vector<std::string> ListNvidiaGpus(const std::filesystem::path& driver_dir) {
+  std::vector<std::string> gpus;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(driver_dir, ec)) {
+    std::string model = ProcField(entry.path() / "information", "Model");
+    if (!model.empty()) gpus.push_back(model);
+  }
+  std::sort(gpus.begin(), gpus.end());
+  return gpus;
+}
 
 nlohmann::json DescribeMachine() {
   nlohmann::json out = nlohmann::json::object();
@@ -49,6 +64,8 @@ nlohmann::json DescribeMachine() {
       // Leave it out rather than record a wrong number.
     }
   }
+  // The accelerators, so a run served on a GPU says which one (an H100 and an H200 time apart).
+  if (std::vector<std::string> gpus = ListNvidiaGpus(); !gpus.empty()) out["gpus"] = gpus;
   return out;
 }
 

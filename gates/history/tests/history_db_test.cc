@@ -595,5 +595,22 @@ TEST(DescribeMachineTest, NamesTheHostAndItsCores) {
   EXPECT_TRUE(machine.contains("os"));
 }
 
+// The driver's folder as it looks on a two-GPU host, and on a host without the driver.
+TEST(DescribeMachineTest, ListsTheDriversGpusByModel) {
+  testing::TempDir dir;
+  const std::filesystem::path gpus = dir.File("gpus");
+  const std::pair<const char*, const char*> cards[] = {
+      {"0000:9a:00.0", "Model: \t\t NVIDIA H200\nIRQ:   \t\t 18\n"},
+      {"0000:18:00.0", "Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 17\n"},
+      {"0000:00:00.0", "IRQ:   \t\t 16\n"}};  // no model line: left out
+  for (const auto& [bus, text] : cards) {
+    std::filesystem::create_directories(gpus / bus);
+    std::ofstream(gpus / bus / "information") << text;
+  }
+  EXPECT_EQ(ListNvidiaGpus(gpus),
+            (std::vector<std::string>{"NVIDIA H100 80GB HBM3", "NVIDIA H200"}));
+  EXPECT_TRUE(ListNvidiaGpus(dir.File("absent")).empty());
+}
+
 }  // namespace
 }  // namespace kvgate::history

@@ -24,6 +24,8 @@ nlohmann::json SampleReport() {
       {"verdict", "INCONCLUSIVE"},
       {"exit_code", 2},
       {"run", {{"id", 7}, {"policy_name", "test"}, {"status", "complete"}, {"git_commit", "abc"}}},
+      {"legs", {{{"leg", 1}, {"machine", {{"host", "gpu-a"}, {"gpus", {"NVIDIA H200"}}}}},
+                {{"leg", 2}, {"machine", {{"host", "gpu-b"}, {"gpus", {"NVIDIA H100 80GB HBM3"}}}}}}},
       {"gates",
        {{{"gate", "passkey"}, {"status", "PASS"}, {"observed", 200}, {"threshold", 200},
          {"interval", nullptr}, {"reason", "found 200/200 passkeys </script><b>x</b>"}}}},
@@ -106,6 +108,9 @@ TEST(ReportTest, HeadlessChromiumDrawsEveryChart) {
   ASSERT_TRUE(std::regex_search(dom, expected, std::regex("data-charts-expected=\"(\\d+)\"")));
   EXPECT_EQ(expected[1].str(), "6");  // TTFT CDF, TPOT CDF, goodput, F1, F1 drop, ledgers
   EXPECT_EQ(drawn[1].str(), expected[1].str());
+  // A run whose legs ran on two machines names each leg's.
+  EXPECT_NE(dom.find("leg 1 machine: gpu-a · NVIDIA H200"), std::string::npos);
+  EXPECT_NE(dom.find("leg 2 machine: gpu-b · NVIDIA H100 80GB HBM3"), std::string::npos);
   // The reason text is shown as text, not markup.
   EXPECT_NE(dom.find("found 200/200 passkeys &lt;/script&gt;&lt;b&gt;x&lt;/b&gt;"), std::string::npos);
 }

@@ -285,7 +285,13 @@ LoadRunMeta LoadRunMetaOf(const loadgen::LoadResult& result, std::string label,
                           std::optional<int> pair_index = std::nullopt);
 
 // A fingerprint of this machine for RunInfo::machine: host name, OS (uname), CPU model, logical
-// cores, total memory. Best effort: fields it cannot read are left out.
+// cores, total memory, and "gpus" (ListNvidiaGpus) where there are any. Best effort: fields it
+// cannot read are left out.
 nlohmann::json DescribeMachine();
+
+// The model names of the GPUs the NVIDIA driver lists under `driver_dir` (a folder per GPU, each
+// with an "information" file holding a "Model:" line), sorted; empty without that driver.
+std::vector<std::string> ListNvidiaGpus(
+    const std::filesystem::path& driver_dir = "/proc/driver/nvidia/gpus");
 
 }  // namespace kvgate::history
