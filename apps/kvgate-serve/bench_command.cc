@@ -172,7 +172,7 @@ void AddBenchCommand(CLI::App& app, CommandContext& context) {
   cmd->add_option("--head-dim", args->head_dim, "Head dim (64 or 128)")->capture_default_str();
   cmd->add_option("--kv", args->kv,
                   "Backends: dense, fp8, readkv:W:R[:RK:RV], tile:W:R[:RK:RV] (the tile reader), "
-                  "comma-separated")
+                  "tile-kbytes:8:R:8:RV (the tile reader on byte keys), comma-separated")
       ->capture_default_str();
   cmd->add_option("--iters", args->iters, "Timed launches per row (>= 20)")->capture_default_str();
   cmd->add_option("--min-total-ms", args->min_total_ms,

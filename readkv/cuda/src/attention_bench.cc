@@ -179,7 +179,15 @@ struct Point {
     throw std::logic_error("no input set of W = " + std::to_string(store_bits));
   }
   const ReadKvSet& ReadKv(int store_bits) const { return OfWidth(readkv, store_bits); }
-  const TileSet& Tile(int store_bits) const { return OfWidth(tiles, store_bits); }
+  // The tile set of a spec's W and key format.
+  const TileSet& Tile(const KvSpec& spec) const {
+    for (const auto& candidate : tiles) {
+      if (candidate->store_bits == spec.store_bits && candidate->byte_keys == spec.byte_keys) {
+        return *candidate;
+      }
+    }
+    throw std::logic_error("no tile set for " + spec.Name());
+  }
 };
 
 // Builds every input set of one point on the device (each backend from the same dense pages),
@@ -191,11 +199,12 @@ void BuildPoint(Point& p, const BenchConfig& config, int64_t tokens, bool run_an
   p.out_elems = static_cast<size_t>(s.batch) * s.heads_q * s.head_dim;
   const bool want_fp8 = std::any_of(config.kv.begin(), config.kv.end(),
                                     [](const KvSpec& k) { return k.backend == KvBackend::kFp8; });
-  std::set<int> readkv_widths, tile_widths;  // a tile spec's W needs the ReadKV set as its source
+  std::set<int> readkv_widths;  // a tile spec's W needs the ReadKV set as its source
+  std::set<std::pair<int, bool> > tile_sets;  // (W, byte keys)
   for (const KvSpec& k : config.kv) {
     if (k.backend == KvBackend::kReadKv) readkv_widths.insert(k.store_bits);
     if (k.backend == KvBackend::kReadKv && k.reader == codec::ReaderKind::kTile) {
-      tile_widths.insert(k.store_bits);
+      tile_sets.insert({k.store_bits, k.byte_keys});
     }
   }
 
@@ -217,8 +226,9 @@ void BuildPoint(Point& p, const BenchConfig& config, int64_t tokens, bool run_an
     p.readkv.back()->store_bits = w;
     bench::BuildReadKv(*p.readkv.back(), p.g, p.dense, device.l2_bytes, progress);
   }
-  for (int w : tile_widths) {
+  for (const auto& [w, byte_keys] : tile_sets) {
     p.tiles.push_back(std::make_unique<TileSet>());
+    p.tiles.back()->byte_keys = byte_keys;
     bench::BuildTile(*p.tiles.back(), p.g, p.ReadKv(w), p.dense, config.outlier_cap,
                      config.value_window, device.sms, device.l2_bytes, progress);
     workspace_bytes =
@@ -332,7 +342,7 @@ BenchRow MeasureBackend(const Point& p, const KvSpec& spec, int64_t tokens, int6
     row.capacity_bytes = static_cast<int64_t>(2 * p.page_elems + 2 * s.heads_kv * sizeof(float));
     row.workspace_bytes = static_cast<int64_t>(SplitDecodeWorkspaceBytes(s));
   } else if (spec.reader == codec::ReaderKind::kTile) {
-    launch = bench::TileRow(p.Tile(spec.store_bits), spec, out_ptr, p.out_elems, ws, row, output);
+    launch = bench::TileRow(p.Tile(spec), spec, out_ptr, p.out_elems, ws, row, output);
   } else {
     launch = ReadKvRow(p, spec, row, output);
   }

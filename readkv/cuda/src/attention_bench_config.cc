@@ -23,6 +23,10 @@ using codec::ReaderKind;
 
 // ---- Configuration ---------------------------------------------------------------------------
 
+namespace {
+constexpr const char* kByteKeysSuffix = "-kbytes";  // "tile-kbytes": the tile reader on byte keys
+}  // namespace
+
 std::string KvSpec::Name() const {
   std::ostringstream text;
   switch (backend) {
@@ -33,6 +37,7 @@ std::string KvSpec::Name() const {
       // The constrained reader is the backend's own form; the tile reader is named by its reader.
       text << (reader == ReaderKind::kTile ? codec::ReaderName(reader)
                                            : codec::KvBackendName(backend));
+      if (byte_keys) text << kByteKeysSuffix;
       text << ":" << store_bits << ":" << read_bits;
       if (key_bits != read_bits || value_bits != read_bits) {
         text << ":" << key_bits << ":" << value_bits;
@@ -90,9 +95,15 @@ ReaderKind TileReaderOrThrow(const std::string& head, const std::string& usage) 
 KvSpec ParseKvSpec(const std::string& text) {
   const std::string usage = "expected dense, fp8, readkv:W:R or readkv:W:R:RK:RV (e.g. "
                             "readkv:8:4 or readkv:8:4:6:2), tile:W:R or tile:W:R:RK:RV (the tile "
-                            "reader), got '" + text + "'";
+                            "reader), tile-kbytes:8:R:8:RV (the tile reader on byte keys), got '" +
+                            text + "'";
   std::vector<std::string> parts = Split(text, ':');
   KvSpec spec;
+  const std::string byte_keys_head = std::string("tile") + kByteKeysSuffix;
+  if (parts.front() == byte_keys_head) {
+    parts.front() = "tile";
+    spec.byte_keys = true;
+  }
   try {
     spec.backend = codec::ParseKvBackend(parts.front());  // the backend's one name
   } catch (const InvalidArgument&) {
@@ -137,6 +148,10 @@ KvSpec ParseKvSpec(const std::string& text) {
     if (std::abs(0.5 * (spec.key_bits + spec.value_bits) - spec.read_bits) > 1e-9) {
       throw InvalidArgument("--kv", "(RK + RV) / 2 must equal R in '" + text + "'");
     }
+  }
+  if (spec.byte_keys && (spec.store_bits != 8 || spec.key_bits != 8.0)) {
+    throw InvalidArgument("--kv", "byte keys are read whole: W and RK must be 8 in '" + text +
+                                      "' (e.g. tile-kbytes:8:5:8:2)");
   }
   return spec;
 }

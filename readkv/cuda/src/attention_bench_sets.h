@@ -229,6 +229,7 @@ struct ReadKvSet {
 // page table (host copy for the ledgers, and in the set).
 struct TileSet {
   int store_bits = 8;
+  bool byte_keys = false;  // set before BuildTile: the key pool holds byte keys
   TileDecodeShape shape;
   TilePlan plan;
   tile::TileCentroids centroids;
@@ -306,7 +307,9 @@ void BuildReadKv(ReadKvSet& rk, const PointGeometry& g, const DenseSet& dense, i
 // lengths, queries and codec tables), planned for `sm_count` SMs. outlier_cap > 0: with the
 // outlier page blocks of that cap, built on the host from the dense pages' tokens (each K and V
 // transformed and standardised as the codec's encoder does, with the source's calibration).
-// value_window > 0: the plan's Value window (and chunk).
+// value_window > 0: the plan's Value window (and chunk). tile.byte_keys (W = 8): the key pool
+// written as byte keys by TileAppend from the dense pages' tokens with the source's codec (its
+// value codes are the planes', bit for bit), instead of the relayout of the source's planes.
 void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
                const DenseSet& dense, int outlier_cap, int value_window, int sm_count,
                int64_t l2_bytes, std::ostream* progress);

@@ -1,5 +1,5 @@
 // `kvgate bench attention`'s tile reader (issue 37): its input set, relaid on the device from the
-// ReadKV set of the same W (attention_bench_sets.h), with --outlier-cap its outlier page blocks
+// ReadKV set of the same W (attention_bench_sets.h; byte keys: appended by TileAppend instead), with --outlier-cap its outlier page blocks
 // built on the host, and its row: the ledgers from one untimed launch's depths (tile_ledgers.h), then
 // the timed launch. Nothing here without nvcc.
 #include "attention_bench_sets.h"
@@ -99,6 +99,7 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
   tile.store_bits = w;
   tile.shape = TileDecodeShape{s.batch, s.heads_q, s.heads_kv, s.head_dim,
                                w,       s.max_tokens, 0,      s.max_pages};
+  tile.shape.byte_keys = tile.byte_keys;  // PlanTileDecode refuses them unless W = 8
   tile.plan = PlanTileDecode(tile.shape, sm_count, value_window);
   if (s.chunk_tokens > 0 && value_window == 0) {  // --chunk-tokens (BenchConfig::Validate checked it for tile rows)
     tile.plan.chunk_tokens = s.chunk_tokens;
@@ -165,14 +166,31 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
         "tile set: zero the key pool");
   Check(cudaMemset(tile.set.At<uint8_t>(0, tile.value_tiles), 0, tile_bytes),
         "tile set: zero the value pool");
-  Check(PagesToTiles(planes, source.set.At<const int32_t>(0, source.common.seq_lens), s.batch,
-                     tile.set.At<uint8_t>(0, tile.key_tiles),
-                     tile.set.At<uint8_t>(0, tile.value_tiles), 0),
-        "tile set: relayout of the readkv:" + std::to_string(w) + " planes (PagesToTiles)");
-  Check(cudaDeviceSynchronize(), "tile set: relayout (PagesToTiles, synchronise)");
+  if (tile.byte_keys) {
+    // The tokens again through the tile pools' own writer: byte keys, and value codes equal to
+    // the source's planes (the same encode; tests/tile_append_test.cc).
+    TileCache cache{tile.set.At<uint8_t>(0, tile.key_tiles),
+                    tile.set.At<uint8_t>(0, tile.value_tiles)};
+    cache.byte_keys = true;
+    const int32_t* table = source.set.At<const int32_t>(0, source.common.page_table);
+    ForEachTokenChunk(g, dense, [&](const TokenChunk& c) {
+      Check(TileAppend(s, c.n, c.keys, c.values, c.seq_ids, c.positions, table, source.Codec(0),
+                       cache, 0),
+            "tile set: TileAppend of byte keys");
+    });
+    Check(cudaDeviceSynchronize(), "tile set: TileAppend of byte keys (synchronise)");
+  } else {
+    Check(PagesToTiles(planes, source.set.At<const int32_t>(0, source.common.seq_lens), s.batch,
+                       tile.set.At<uint8_t>(0, tile.key_tiles),
+                       tile.set.At<uint8_t>(0, tile.value_tiles), 0),
+          "tile set: relayout of the readkv:" + std::to_string(w) + " planes (PagesToTiles)");
+    Check(cudaDeviceSynchronize(), "tile set: relayout (PagesToTiles, synchronise)");
+  }
   if (progress != nullptr) {
-    *progress << "  tile W=" << w << ": " << tile_bytes / kMiB << " MiB of key tiles relaid from "
-              << "the readkv planes; chunks of " << tile.plan.chunk_tokens << " tokens ("
+    *progress << "  tile W=" << w << (tile.byte_keys ? " byte keys" : "") << ": "
+              << tile_bytes / kMiB << " MiB of key tiles "
+              << (tile.byte_keys ? "appended (TileAppend)" : "relaid from the readkv planes")
+              << "; chunks of " << tile.plan.chunk_tokens << " tokens ("
               << tile.plan.chunks << " a row"
               << (tile.plan.value_window_tokens > 0 ? ", each its own Value window" : "") << ")\n";
     if (tile.has_lists) {

@@ -9,7 +9,8 @@
 // With outlier pools (tile_attention.h, TileCache) the writer also stages each (token, head,
 // kind)'s selected entries in the workspace (ranks in shared memory, tile_outliers.h), and a
 // second kernel appends them to the page blocks, one thread per (run of a page's tokens in the
-// launch, head, kind), in position order (AppendToPageBlock).
+// launch, head, kind), in position order (AppendToPageBlock). Byte keys (TileCache::byte_keys):
+// each key element is one byte of its own, written with a plain store.
 #include <cooperative_groups.h>
 #include <cooperative_groups/reduce.h>
 #include <cuda_runtime.h>
@@ -94,13 +95,21 @@ __device__ __forceinline__ void StageOutliers(const OutlierStaging& s, int token
   }
 }
 
+// codec::EncodeKeyByte's arithmetic (key_bytes.h): clamp(floor(32 z) + 128, 0, 255), NaN 0.
+__device__ __forceinline__ uint8_t EncodeKeyByte(float z) {
+  if (z != z) return 0;
+  const float code = floorf(__fmul_rn(z, 32.0f)) + 128.0f;
+  return static_cast<uint8_t>(fminf(fmaxf(code, 0.0f), 255.0f));
+}
+
 // Writes a token's code bits into the (page, KV head) blocks of the two pools, and with lists
-// stages its outliers.
+// stages its outliers. Byte keys: the key's one byte, a plain store (no other token writes it).
 struct TileWriter {
   int heads_kv, head_dim, store_bits;
   uint8_t* key_tiles;
   uint8_t* value_tiles;
   OutlierStaging lists;
+  bool byte_keys;
 
   __device__ __forceinline__ void operator()(int token, int page, int h, int slot, int c,
                                              internal::ChannelCodes codes) const {
@@ -109,9 +118,12 @@ struct TileWriter {
     const int64_t block = (int64_t{page} * heads_kv + h) * tile::PageHeadBytes(d, W);
     auto* key_words = reinterpret_cast<unsigned*>(key_tiles + block);
     auto* value_words = reinterpret_cast<unsigned*>(value_tiles + block);
+    if (byte_keys) key_tiles[block + tile::KeyByteInPage(slot, c, d)] = EncodeKeyByte(codes.key_z);
     for (int p = 0; p < W; ++p) {
       const int shift = W - 1 - p;  // plane p: bit p from the most significant
-      OrBit(key_words, tile::TileBitInPage(true, slot, c, p, d, W), (codes.key >> shift) & 1u);
+      if (!byte_keys) {  // uniform over the block
+        OrBit(key_words, tile::TileBitInPage(true, slot, c, p, d, W), (codes.key >> shift) & 1u);
+      }
       OrBit(value_words, tile::TileBitInPage(false, slot, c, p, d, W), (codes.value >> shift) & 1u);
     }
   }
@@ -167,10 +179,12 @@ cudaError_t TileAppend(const DecodeShape& shape, int tokens, const float* keys, 
        cache.outlier_dropped != nullptr);
   const OutlierStaging staging = StagingOf(cache, tokens, shape.heads_kv);
   const TileWriter write{shape.heads_kv, shape.head_dim, codec.store_bits, cache.key_tiles,
-                         cache.value_tiles, staging};
+                         cache.value_tiles, staging, cache.byte_keys};
+  const bool keys_ok = !cache.byte_keys || codec.store_bits == 8;
   const cudaError_t status = internal::LaunchAppend(
       shape, tokens, keys, values, seq_ids, positions, page_table, codec,
-      cache.key_tiles != nullptr && cache.value_tiles != nullptr && lists_ok, write, stream);
+      cache.key_tiles != nullptr && cache.value_tiles != nullptr && lists_ok && keys_ok, write,
+      stream);
   if (status != cudaSuccess || !has_lists || tokens == 0) return status;
   constexpr int kThreads = 128;
   const int64_t threads = int64_t{tokens} * shape.heads_kv * 2;

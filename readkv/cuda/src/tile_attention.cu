@@ -281,12 +281,16 @@ __global__ void __launch_bounds__(128) TileCombine(TileArgs a) {
 
 template <int D, int G>
 cudaError_t LaunchAll(const TileArgs& a, const tile::TileCentroids& centroids, int batch,
-                      bool windowed, cudaStream_t stream) {
+                      bool windowed, bool byte_keys, cudaStream_t stream) {
   const dim3 rows(static_cast<unsigned>(a.heads_kv), static_cast<unsigned>(batch));
   const dim3 chunks(static_cast<unsigned>(a.chunks), static_cast<unsigned>(a.heads_kv),
                     static_cast<unsigned>(batch));
   TilePrepare<D, G><<<rows, D, 0, stream>>>(a);
-  TileLogits<D, G><<<chunks, kMmaThreads, 0, stream>>>(a, centroids);
+  if (byte_keys) {
+    TileLogits<D, G, true><<<chunks, kMmaThreads, 0, stream>>>(a, centroids);
+  } else {
+    TileLogits<D, G, false><<<chunks, kMmaThreads, 0, stream>>>(a, centroids);
+  }
   if (windowed) {
     TileWindowValues<D, G><<<chunks, kMmaThreads, 0, stream>>>(a, centroids);
     return cudaGetLastError();
@@ -299,16 +303,16 @@ cudaError_t LaunchAll(const TileArgs& a, const tile::TileCentroids& centroids, i
 
 template <int D>
 cudaError_t LaunchForGroup(const TileArgs& a, const tile::TileCentroids& centroids, int batch,
-                           int group, bool windowed, cudaStream_t stream) {
+                           int group, bool windowed, bool byte_keys, cudaStream_t stream) {
   switch (group) {
     case 1:
-      return LaunchAll<D, 1>(a, centroids, batch, windowed, stream);
+      return LaunchAll<D, 1>(a, centroids, batch, windowed, byte_keys, stream);
     case 2:
-      return LaunchAll<D, 2>(a, centroids, batch, windowed, stream);
+      return LaunchAll<D, 2>(a, centroids, batch, windowed, byte_keys, stream);
     case 4:
-      return LaunchAll<D, 4>(a, centroids, batch, windowed, stream);
+      return LaunchAll<D, 4>(a, centroids, batch, windowed, byte_keys, stream);
     case 8:
-      return LaunchAll<D, 8>(a, centroids, batch, windowed, stream);
+      return LaunchAll<D, 8>(a, centroids, batch, windowed, byte_keys, stream);
     default:
       return cudaErrorInvalidValue;
   }
@@ -340,7 +344,8 @@ cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeIn
       codec.key_std == nullptr || codec.value_mean == nullptr || codec.value_std == nullptr ||
       codec.key_signs == nullptr || codec.value_signs == nullptr ||
       policy.key_increments == nullptr || policy.value_increments == nullptr ||
-      policy.key_steps != shape.store_bits - 1 || policy.value_steps != shape.store_bits - 1) {
+      policy.key_steps != shape.store_bits - 1 || policy.value_steps != shape.store_bits - 1 ||
+      (shape.byte_keys && policy.key_bits != shape.store_bits)) {  // byte keys: read whole
     return cudaErrorInvalidValue;
   }
   auto* base = static_cast<uint8_t*>(workspace);
@@ -374,10 +379,12 @@ cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeIn
   // TileLogits writes per-chunk statistics only for TileWindowValues.
   a.chunk_stats = windowed ? reinterpret_cast<float*>(base + layout.chunk_stats) : nullptr;
   a.arrivals = reinterpret_cast<unsigned*>(base + layout.arrivals);
-  return shape.head_dim == 64 ? tile_kernels::LaunchForGroup<64>(a, centroids, shape.batch,
-                                                                 shape.group(), windowed, stream)
-                              : tile_kernels::LaunchForGroup<128>(a, centroids, shape.batch,
-                                                                  shape.group(), windowed, stream);
+  const bool bytes = shape.byte_keys;
+  return shape.head_dim == 64
+             ? tile_kernels::LaunchForGroup<64>(a, centroids, shape.batch, shape.group(), windowed,
+                                                bytes, stream)
+             : tile_kernels::LaunchForGroup<128>(a, centroids, shape.batch, shape.group(),
+                                                 windowed, bytes, stream);
 }
 
 }  // namespace readkv::cuda

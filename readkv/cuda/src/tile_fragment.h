@@ -10,6 +10,8 @@
 // rounded to f16 (round to nearest even); the tree is antisymmetric (codebook.cc), so
 // C_t(~code) = -C_t(code) exactly, in f16 too.
 //
+// Byte keys (a second key format, below) have a fourth path of their own: DecodeByteKeys.
+//
 // Three paths, chosen at compile time by the depth (callers dispatch once per run of equal
 // depths, never per element):
 // - t = 1 (sign trick): C_1(b) = (b ? +c : -c). Per f16x2: one multiply that moves the pair's two
@@ -153,6 +155,62 @@ KVGATE_TILE_HD void DecodeByTable(const uint32_t* b, const Table& table, uint32_
     out[j] = (first & 0xffffu) | (second << 16);
   }
 }
+
+// ---- Byte keys (codec::PlaneLayout::kTilesByteKeys; codec/key_bytes.h) ----------------------
+//
+// A byte-key tile holds its 256 codes in fragment order: bytes 8 l .. 8 l + 7 are lane l's
+// elements a_0 .. a_7, one 8-byte load. The grid reads code k at (k - 127.5) / 32; the decode
+// below gives (k - 128) / 32, exact in f16, in two instructions a pair: one byte permute puts
+// each code under the byte 0x64 (the f16 1024 + k), one f16x2 fma takes x / 32 - 36. The half
+// cell it leaves out, +1/64 on every element, is the same for every token: the Logits kernel
+// starts each tile's accumulator at (1/64) sum_c q_c per head (KeyByteBias) instead of adding it
+// per element.
+
+// f16 bits of (code - 128) / 32 for a code < 256: exact (|code - 128| <= 128 needs 8 mantissa
+// bits). The host's reference for the device's permute and fma.
+KVGATE_TILE_HD uint32_t KeyByteHalfBits(uint32_t code) {
+  const int s = static_cast<int>(code) - 128;
+  if (s == 0) return 0u;
+  const uint32_t sign = s < 0 ? 0x8000u : 0u;
+  const auto m = static_cast<uint32_t>(s < 0 ? -s : s);  // 1..128: m 2^-5
+  int e = 0;
+  while ((m >> (e + 1)) != 0u) ++e;  // floor(log2 m)
+  const auto exponent = static_cast<uint32_t>(e + 10);  // 2^(e - 5), bias 15
+  return sign | (exponent << 10) | ((m - (1u << e)) << (10 - e));
+}
+
+// Pair j (elements 2j, 2j + 1) of the lane's codes: lo holds codes 0-3, hi codes 4-7.
+template <int J>
+KVGATE_TILE_HD uint32_t KeyBytePair(uint32_t lo, uint32_t hi) {
+  static_assert(J >= 0 && J < 4, "a fragment has four pairs");
+  const uint32_t word = J < 2 ? lo : hi;
+#if defined(__CUDA_ARCH__)
+  constexpr unsigned kFirst = 2u * (J % 2);
+  constexpr unsigned kSelector = kFirst | (4u << 4) | ((kFirst + 1u) << 8) | (4u << 12);
+  uint32_t x, out;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(x) : "r"(word), "r"(0x64646464u), "n"(kSelector));
+  // x / 32 - 36 (f16 1/32 = 0x2800, -36 = 0xD080): exact, one rounding of an exact value.
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(out) : "r"(x), "r"(0x28002800u), "r"(0xD080D080u));
+  return out;
+#else
+  const uint32_t shift = 16u * static_cast<uint32_t>(J % 2);
+  return KeyByteHalfBits((word >> shift) & 0xffu) |
+         (KeyByteHalfBits((word >> (shift + 8u)) & 0xffu) << 16);
+#endif
+}
+
+KVGATE_TILE_HD void DecodeByteKeys(uint32_t lo, uint32_t hi, uint32_t (&out)[4]) {
+  out[0] = KeyBytePair<0>(lo, hi);
+  out[1] = KeyBytePair<1>(lo, hi);
+  out[2] = KeyBytePair<2>(lo, hi);
+  out[3] = KeyBytePair<3>(lo, hi);
+}
+
+// The half cell per element, times the folded query: what a byte-key logit adds to the MMA's
+// sum over (k - 128) / 32 (k the code), so that it is the sum over the grid's values.
+inline constexpr float kKeyByteHalfCell = 1.0f / 64.0f;
+// The grid's extreme codes' value (codec::kKeyByteOutermost): what a listed key corrects against.
+inline constexpr float kKeyByteOuter = 127.5f / 32.0f;
 
 // The lane's fragment at compile-time depth T in [1, 8]; b: T plane bytes (each < 256).
 template <int T, typename Table>

@@ -211,7 +211,8 @@ __device__ __forceinline__ TileEntries EntriesFromLane(const TileEntries& mine, 
 // A Key tile's list entries: logit_{h,r} += scaled_{h,c} * (sigma_c * correction(z, t_g)) for
 // each entry (token r, channel c), acc the tile's logits (C: rows tokens, columns heads).
 // depth: the row's group depths; scaled: the row's [D][G] f32 scale q~; key_std: its [D] sigma.
-template <int G>
+// Byte keys correct against the grid's extreme value instead of the tree's outermost centroid.
+template <int G, bool kByteKeys>
 __device__ __forceinline__ void AddKeyOutliers(const TileEntries& list, int lane,
                                                const uint8_t* depth, const float* scaled,
                                                const float* key_std,
@@ -223,8 +224,8 @@ __device__ __forceinline__ void AddKeyOutliers(const TileEntries& list, int lane
     const int slot = tile::OutlierRowSlot(lane, tile::OutlierToken(e));
     if (slot < 0) continue;
     const int c = tile::OutlierChannel(e);
-    const float delta = __fmul_rn(
-        key_std[c], tile::OutlierCorrectionOf(OutlierZ(e), centroids.outermost[depth[c / 16]]));
+    const float outer = kByteKeys ? tile::kKeyByteOuter : centroids.outermost[depth[c / 16]];
+    const float delta = __fmul_rn(key_std[c], tile::OutlierCorrectionOf(OutlierZ(e), outer));
     const float x0 = h0 < G ? __fmul_rn(scaled[c * G + h0], delta) : 0.0f;
     const float x1 = h1 < G ? __fmul_rn(scaled[c * G + h1], delta) : 0.0f;
     AddToFragmentRow(acc, slot, x0, x1);
@@ -361,7 +362,30 @@ __device__ __forceinline__ void CountListEntries(const TileArgs& a, int b, int h
 // which TileSelect forms the heads' statistics and the Value block weights. The f32 logits are
 // written only for TileDecodeDebug::logits: the round trip through memory is 2 bytes a token
 // and head instead of 4.
-template <int D, int G>
+// Byte keys (kByteKeys; every group at depth 8, so a staged tile is its 256 code bytes a group):
+// per group and tile one 8-byte shared load of the lane's codes, DecodeByteKeys (a permute and
+// an f16x2 fma a pair) and the MMA, every accumulator starting at the half cell's share of the
+// logit (ByteKeyBias).
+template <int G>
+__device__ __forceinline__ void ByteKeyBias(const uint2* frags, int groups, int lane,
+                                            float (&bias)[2]) {
+  // Lane l's B fragment holds head l / 4 at 4 channels of each group: the sum of the folded
+  // f16 queries over its channels, then over the 4 lanes of that head.
+  float sum = 0.0f;
+  for (int g = 0; g < groups; ++g) {
+    const uint2 q = frags[g * kWarp + lane];
+    const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&q.x));
+    const float2 y = __half22float2(*reinterpret_cast<const __half2*>(&q.y));
+    sum += (x.x + x.y) + (y.x + y.y);
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  // The C fragment's columns: heads 2 (lane % 4) + {0, 1}, whose sums lanes 4 n hold.
+  bias[0] = tile::kKeyByteHalfCell * __shfl_sync(0xffffffffu, sum, 8 * (lane % 4));
+  bias[1] = tile::kKeyByteHalfCell * __shfl_sync(0xffffffffu, sum, 8 * (lane % 4) + 4);
+}
+
+template <int D, int G, bool kByteKeys>
 __global__ void __launch_bounds__(kMmaThreads)
     TileLogits(TileArgs a, const __grid_constant__ tile::TileCentroids centroids) {
   constexpr int kGroups = D / 16;
@@ -375,7 +399,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const size_t row = RowOf(a, b, h);
-  LoadTable(centroids, table);
+  if constexpr (!kByteKeys) LoadTable(centroids, table);
   if (threadIdx.x < kGroups) depth[threadIdx.x] = a.key_depths[row * kGroups + threadIdx.x];
   __syncthreads();
   if (threadIdx.x == 0) staged_planes = tile::PlanKeyStaging(depth, kGroups, a.store_bits, plane_at, piece);
@@ -411,6 +435,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   // (the heads 2 (lane % 4) + {0, 1}; every lane of a lane % 4 class holds the same values).
   const bool per_chunk = a.chunk_stats != nullptr;  // uniform: a launch argument
   float run_max[2] = {-INFINITY, -INFINITY}, run_sum[2] = {0.0f, 0.0f};
+  float bias[2] = {0.0f, 0.0f};  // every logit's start: the half cell's share with byte keys
+  if constexpr (kByteKeys) ByteKeyBias<G>(frags, kGroups, lane, bias);
   if (stages > 0) issue(0);
   for (int k = 0; k < stages; ++k) {
     if (k + 1 < stages) {
@@ -422,8 +448,31 @@ __global__ void __launch_bounds__(kMmaThreads)
     __syncwarp();
     const int base = mine.lo + k * per_stage, n = min(per_stage, mine.hi - base);
     const uint8_t* staged = ring[warp][k % kStages];
-    float acc[kWarpTiles][4] = {};
-    for (int g = 0; g < kGroups; ++g) {
+    float acc[kWarpTiles][4];
+#pragma unroll
+    for (int i = 0; i < kWarpTiles; ++i) {
+      acc[i][0] = bias[0];
+      acc[i][1] = bias[1];
+      acc[i][2] = bias[0];
+      acc[i][3] = bias[1];
+    }
+    if constexpr (kByteKeys) {
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        const uint2 q = frags[g * kWarp + lane];
+        const uint8_t* group_bytes = staged + plane_at[g] * 32 + lane * 8;
+#pragma unroll
+        for (int i = 0; i < kWarpTiles; ++i) {
+          if (i < n) {  // uniform over the warp
+            const uint2 codes = *reinterpret_cast<const uint2*>(group_bytes + i * planes * 32);
+            uint32_t frag[4];
+            tile::DecodeByteKeys(codes.x, codes.y, frag);
+            Mma(acc[i], frag, q.x, q.y);
+          }
+        }
+      }
+    }
+    for (int g = 0; g < kGroups && !kByteKeys; ++g) {
       const uint2 q = frags[g * kWarp + lane];
       const uint8_t* group_bytes = staged + plane_at[g] * 32 + lane;
       WithDepth(depth[g], [&](auto depth_tag) {
@@ -447,8 +496,8 @@ __global__ void __launch_bounds__(kMmaThreads)
 #pragma unroll
       for (int i = 0; i < kWarpTiles; ++i) {
         if (i < n) {
-          AddKeyOutliers<G>(EntriesFromLane(my_list, base - mine.lo + i), lane, depth, scaled,
-                            key_std, centroids, acc[i]);
+          AddKeyOutliers<G, kByteKeys>(EntriesFromLane(my_list, base - mine.lo + i), lane, depth,
+                                       scaled, key_std, centroids, acc[i]);
         }
       }
     }

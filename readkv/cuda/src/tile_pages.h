@@ -57,4 +57,14 @@ KVGATE_TILE_HD TileBit TileBitInPage(bool keys, int slot, int channel, int plane
   return TileBit{plane_at * 32 + lane, col % 2 + 2 * (row / 8) + 4 * (col / 8)};
 }
 
+// The byte of a byte key (codec::PlaneLayout::kTilesByteKeys, W = 8) in a (page, KV head) block
+// of the key pool: the token tile slot / 16 and group channel / 16 as TileBitInPage's, then byte
+// 8 lane + k of the tile's 256, (lane, k) the fragment cell of (token, channel) % 16 (what
+// TileBitInPage gives as its byte in the plane and its bit).
+KVGATE_TILE_HD int64_t KeyByteInPage(int slot, int channel, int head_dim) {
+  const TileBit at = TileBitInPage(true, slot, channel, 0, head_dim, 8);
+  const int64_t lane = at.byte % 32;
+  return at.byte - lane + 8 * lane + at.bit;
+}
+
 }  // namespace readkv::cuda::tile

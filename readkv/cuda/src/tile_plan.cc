@@ -33,6 +33,8 @@ void CheckTileShape(const TileDecodeShape& s) {
           "must be 64 or 128, got " + std::to_string(s.head_dim));
   Require(s.store_bits >= 1 && s.store_bits <= tile::kMaxTileDepth, "store_bits",
           "must be in [1, 8], got " + std::to_string(s.store_bits));
+  Require(!s.byte_keys || s.store_bits == 8, "byte_keys",
+          "byte keys need store_bits 8, got " + std::to_string(s.store_bits));
   Require(s.max_encoded_tokens >= 0, "max_encoded_tokens", "must be >= 0");
   Require(s.max_residual_tokens >= 0, "max_residual_tokens", "must be >= 0");
   Require(s.max_encoded_tokens + s.max_residual_tokens >= 1, "max_encoded_tokens",

@@ -73,11 +73,13 @@ TEST(KvSpecTest, ParsesTheTileReaderAsAReadKvReaderAndNamesItByTheReader) {
   EXPECT_EQ(split.Name(), "tile:8:4:6:2");
   EXPECT_EQ(ParseKvSpec("tile:8:4:4:4").Name(), "tile:8:4");
   // Every name parses back to the same spec.
-  for (const char* text : {"tile:8:4", "tile:8:2", "tile:2:1.5", "tile:8:4.5:7:2", "readkv:8:4"}) {
+  for (const char* text : {"tile:8:4", "tile:8:2", "tile:2:1.5", "tile:8:4.5:7:2", "readkv:8:4",
+                           "tile-kbytes:8:5:8:2", "tile-kbytes:8:8"}) {
     const KvSpec once = ParseKvSpec(text);
     const KvSpec twice = ParseKvSpec(once.Name());
     EXPECT_EQ(twice.Name(), once.Name()) << text;
     EXPECT_EQ(twice.reader, once.reader) << text;
+    EXPECT_EQ(twice.byte_keys, once.byte_keys) << text;
     EXPECT_DOUBLE_EQ(twice.key_bits, once.key_bits) << text;
     EXPECT_DOUBLE_EQ(twice.value_bits, once.value_bits) << text;
   }
@@ -87,13 +89,23 @@ TEST(KvSpecTest, ParsesTheTileReaderAsAReadKvReaderAndNamesItByTheReader) {
   EXPECT_EQ(specs[1].Name(), "readkv:8:4");
   EXPECT_EQ(specs[2].Name(), "tile:8:4");
   EXPECT_EQ(ThrownField([] { ParseKvSpecs("tile:8:4,tile:8:4.0"); }), "--kv");
+  // Byte keys: the tile reader on the served split, beside the tree's keys of the same budget.
+  const KvSpec bytes = ParseKvSpec("tile-kbytes:8:5:8:2");
+  EXPECT_TRUE(bytes.byte_keys);
+  EXPECT_EQ(bytes.reader, codec::ReaderKind::kTile);
+  EXPECT_EQ(bytes.Name(), "tile-kbytes:8:5:8:2");
+  EXPECT_FALSE(ParseKvSpec("tile:8:5:8:2").byte_keys);
+  EXPECT_EQ(ParseKvSpecs("tile:8:5:8:2,tile-kbytes:8:5:8:2").size(), 2u);
 }
 
 TEST(KvSpecTest, RejectsBadTileSpecsAndOtherReadersNamingTheFlag) {
   for (const char* bad : {"tile", "tile:8", "tile:8:", "tile::4", "tile:x:4", "tile:9:4",
                           "tile:1:1", "tile:8:0.5", "tile:8:9", "tile:8:4:6", "tile:8:4:6:3",
                           "tile:8:4:x:2", "tile:8:4:6:2:1", "Tile:8:4", "tiles:8:4",
-                          "constrained:8:4", "flexible:8:4", "full:8:8", "tile:8:4:7.5:0.5"}) {
+                          "constrained:8:4", "flexible:8:4", "full:8:8", "tile:8:4:7.5:0.5",
+                          // byte keys: W and R_K 8 only, the tile reader only
+                          "tile-kbytes:8:4", "tile-kbytes:8:4:6:2", "tile-kbytes:4:4:4:4",
+                          "readkv-kbytes:8:8", "tile-kbytes", "tile-kbytes:8"}) {
     EXPECT_EQ(ThrownField([&] { ParseKvSpec(bad); }), "--kv") << bad;
   }
   try {

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -103,6 +104,24 @@ std::vector<T> Pick(const std::vector<T>& all, const Launch& launch, size_t row)
   return out;
 }
 
+// Counts the bytes in which two pools (keys, values) differ, and the key bytes set, then expects
+// none to differ and at least a quarter of the key pool set (random codes: not empty).
+void ExpectPoolsEqual(const std::vector<uint8_t>& got_k, const std::vector<uint8_t>& want_k,
+                      const std::vector<uint8_t>& got_v, const std::vector<uint8_t>& want_v,
+                      const std::string& reference) {
+  ASSERT_EQ(got_k.size(), want_k.size());
+  ASSERT_EQ(got_v.size(), want_v.size());
+  int64_t key_diff = 0, value_diff = 0, set = 0;
+  for (size_t i = 0; i < got_k.size(); ++i) {
+    key_diff += got_k[i] != want_k[i];
+    value_diff += got_v[i] != want_v[i];
+    set += got_k[i] != 0;
+  }
+  EXPECT_EQ(key_diff, 0) << "key pool bytes that differ from " << reference;
+  EXPECT_EQ(value_diff, 0) << "value pool bytes that differ from " << reference;
+  EXPECT_GT(set, static_cast<int64_t>(got_k.size() / 4)) << "random codes: the pools are not empty";
+}
+
 struct AppendCase {
   int heads_kv, head_dim, store_bits;
   std::vector<int> lens;
@@ -150,16 +169,8 @@ TEST_P(TileAppendTest, PoolsEqualTheRelayoutOfReadKvAppendsPlanes) {
                               value_want.get(), nullptr));
   CUDA_OK(cudaDeviceSynchronize());
   const std::vector<uint8_t> got_k = key_pool.Download(pool), got_v = value_pool.Download(pool);
-  const std::vector<uint8_t> want_k = key_want.Download(pool), want_v = value_want.Download(pool);
-  int64_t key_diff = 0, value_diff = 0, set = 0;
-  for (size_t i = 0; i < pool; ++i) {
-    key_diff += got_k[i] != want_k[i];
-    value_diff += got_v[i] != want_v[i];
-    set += got_k[i] != 0;
-  }
-  EXPECT_EQ(key_diff, 0) << "key pool bytes that differ from the relayout of ReadKvAppend's";
-  EXPECT_EQ(value_diff, 0) << "value pool bytes that differ from the relayout of ReadKvAppend's";
-  EXPECT_GT(set, static_cast<int64_t>(pool / 4)) << "random codes: the pools are not empty";
+  ExpectPoolsEqual(got_k, key_want.Download(pool), got_v, value_want.Download(pool),
+                   "the relayout of ReadKvAppend's");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -305,6 +316,83 @@ TEST_P(TileAppendTest, OutlierPageBlocksEqualTheCodecsStores) {
     // At least the full page and two entries of every other sequence's last token.
     EXPECT_GE(entries, static_cast<int64_t>(hkv) * (kPageOutlierEntries + 2 * (batch - 1)));
   }
+}
+
+// Byte keys (TileCache::byte_keys): the key pool must be byte-equal to the codec's byte-key
+// stores (codec::PlaneLayout::kTilesByteKeys) of the same tokens under the page table, and the
+// value pool to its value tiles; the same shuffled prefill and decode steps as above (a byte per
+// key element: any order). W = 8, the only width byte keys have.
+TEST(TileAppendTest, ByteKeyPoolsEqualTheCodecsByteKeyStores) {
+  if (!kernel_test::HaveGpu()) GTEST_SKIP() << "no CUDA device: " << QueryDevices().reason;
+  for (const AppendCase& p : {AppendCase{2, 128, 8, {700, 13, 300}}, AppendCase{4, 64, 8, {260, 529}}}) {
+    const int hkv = p.heads_kv, d = p.head_dim, W = 8;
+    SCOPED_TRACE("d " + std::to_string(d));
+    const Workload w = MakeWorkload(Case{2 * hkv, hkv, d, p.lens, W, 4.0, 0}, 0xb17e + d);
+    const auto tree = std::make_shared<const codec::LloydTree>(W);
+    codec::ReadKvCacheOptions options;
+    options.store_bits = W;
+    options.policy = {codec::ReaderKind::kTile, 5.0, 8.0, 2.0};
+    options.residual_window = false;
+    options.layout = codec::PlaneLayout::kTilesByteKeys;
+    const size_t tile_bytes = static_cast<size_t>(tile::TokenTileBytes(d, W));
+    const size_t pool = static_cast<size_t>(w.num_pages) * hkv * tile::PageHeadBytes(d, W);
+    std::vector<uint8_t> want_k(pool, 0), want_v(pool, 0);
+    const size_t row = static_cast<size_t>(hkv) * d;
+    size_t first = 0;
+    for (size_t b = 0; b < p.lens.size(); ++b) {
+      codec::ReadKvLayerCache cache(w.geometry, w.calibration, 0, tree, options);
+      const size_t n = static_cast<size_t>(w.seq_lens[b]);
+      cache.AppendTokens(std::span<const float>(w.keys).subspan(first * row, n * row),
+                         std::span<const float>(w.values).subspan(first * row, n * row));
+      first += n;
+      const codec::TileLayerView view = cache.tile_view();
+      for (int h = 0; h < hkv; ++h) {
+        const codec::TilePlaneStore& store = view.stores[static_cast<size_t>(h)];
+        ASSERT_TRUE(store.byte_keys());
+        for (int64_t r = 0; r < store.token_tiles(); ++r) {
+          const auto page = static_cast<size_t>(
+              w.page_table[b * static_cast<size_t>(w.shape.max_pages) + static_cast<size_t>(r / 16)]);
+          const size_t at = ((page * hkv + h) * 16 + static_cast<size_t>(r % 16)) * tile_bytes;
+          std::memcpy(want_k.data() + at, store.KeyTile(r, 0), tile_bytes);
+          std::memcpy(want_v.data() + at, store.ValueTile(r, 0), tile_bytes);
+        }
+      }
+    }
+    const DeviceCodec tables(w, W);
+    DeviceBuffer<uint8_t> key_pool(std::vector<uint8_t>(pool, 0));
+    DeviceBuffer<uint8_t> value_pool(std::vector<uint8_t>(pool, 0));
+    DeviceBuffer<int32_t> table(w.page_table);
+    TileCache cache{key_pool.get(), value_pool.get()};
+    cache.byte_keys = true;
+    for (const Launch& launch : Launches(w, 3, 0xb5eed + d)) {
+      DeviceBuffer<float> keys(Pick(w.keys, launch, row)), values(Pick(w.values, launch, row));
+      DeviceBuffer<int32_t> seq_ids(Pick(w.seq_ids, launch, 1));
+      DeviceBuffer<int32_t> positions(Pick(w.positions, launch, 1));
+      CUDA_OK(TileAppend(w.shape, static_cast<int>(launch.size()), keys.get(), values.get(),
+                         seq_ids.get(), positions.get(), table.get(), tables.codec, cache,
+                         nullptr));
+      CUDA_OK(cudaDeviceSynchronize());
+    }
+    ExpectPoolsEqual(key_pool.Download(pool), want_k, value_pool.Download(pool), want_v,
+                     "the codec's byte-key stores");
+  }
+  // Byte keys at a store width other than 8 are refused; the same append without them runs.
+  const Workload w4 = MakeWorkload(Case{2, 1, 64, {16}, 4, 4.0, 0}, 1);
+  const DeviceCodec four(w4, 4);
+  const size_t pool4 = static_cast<size_t>(w4.num_pages) * tile::PageHeadBytes(64, 4);
+  DeviceBuffer<uint8_t> k4(std::vector<uint8_t>(pool4, 0)), v4(std::vector<uint8_t>(pool4, 0));
+  DeviceBuffer<float> keys4(w4.keys), values4(w4.values);
+  DeviceBuffer<int32_t> seq4(w4.seq_ids), pos4(w4.positions), table4(w4.page_table);
+  TileCache cache4{k4.get(), v4.get()};
+  cache4.byte_keys = true;
+  const auto append4 = [&](const TileCache& c) {
+    return TileAppend(w4.shape, 16, keys4.get(), values4.get(), seq4.get(), pos4.get(),
+                      table4.get(), four.codec, c, nullptr);
+  };
+  EXPECT_EQ(append4(cache4), cudaErrorInvalidValue);
+  cache4.byte_keys = false;
+  EXPECT_EQ(append4(cache4), cudaSuccess);
+  CUDA_OK(cudaDeviceSynchronize());
 }
 
 TEST(TileAppendTest, RefusesBadArguments) {

@@ -52,6 +52,7 @@ struct TileCase {
   double read_bits, key_bits, value_bits;  // R_K = R_V = R when both splits are 0
   int chunk_tokens;                        // 0: PlanTileDecode's choice
   int value_window = 0;  // the reader plan's Value window; nonzero: the GPU's chunk is it
+  bool byte_keys = false;  // keys as uniform bytes (needs key bits 8)
   std::string Name() const {
     std::string text = "hq" + std::to_string(heads_q) + "_hkv" + std::to_string(heads_kv) + "_d" +
                        std::to_string(head_dim) + "_T";
@@ -63,7 +64,8 @@ struct TileCase {
               std::to_string(static_cast<int>(value_bits * 10));
     }
     text += "_c" + std::to_string(chunk_tokens);
-    return value_window > 0 ? text + "_w" + std::to_string(value_window) : text;
+    if (value_window > 0) text += "_w" + std::to_string(value_window);
+    return byte_keys ? text + "_kbytes" : text;
   }
 };
 
@@ -156,6 +158,7 @@ CpuSide MakeCpuSide(const TileCase& c, int outlier_cap, const Plant& plant = {})
   config.policy.value_window_tokens = c.value_window;
   config.residual_window = c.residual_window;
   config.outliers = {outlier_cap, 0.0f};
+  config.byte_keys = c.byte_keys;
   cpu.depths.resize(c.lens.size());
   for (size_t b = 0; b < c.lens.size(); ++b) {
     data.tokens = c.lens[b];
@@ -273,6 +276,13 @@ void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, const TileCase& 
   TileDecodeDebug debug{d_kdepths.get(), d_vdepths.get(), d_weights.get(), nullptr};
   debug.totals = d_totals.get();
   debug.outlier_entries = d_entries.get();
+  if (shape.byte_keys) {  // byte keys are read whole: the same call with fewer key bits is refused
+    ReadKvReadPolicy fewer = policy;
+    fewer.key_bits = 7.0;
+    EXPECT_EQ(TileDecodeAttention(shape, inputs, codec_tables, tile::MakeTileCentroids(tree),
+                                  fewer, tile_plan, workspace.get(), nullptr, debug),
+              cudaErrorInvalidValue);
+  }
   CUDA_OK(TileDecodeAttention(shape, inputs, codec_tables, tile::MakeTileCentroids(tree), policy,
                               tile_plan, workspace.get(), nullptr, debug));
   CUDA_OK(cudaDeviceSynchronize());
@@ -292,7 +302,8 @@ TileDecodeShape ShapeOf(const TileCase& c, const CpuSide& cpu) {
                          8,
                          cpu.max_encoded,
                          cpu.max_residual,
-                         (cpu.max_encoded + kPageTokens - 1) / kPageTokens};
+                         (cpu.max_encoded + kPageTokens - 1) / kPageTokens,
+                         c.byte_keys};
 }
 
 class TileKernelTest : public ::testing::TestWithParam<TileCase> {};
@@ -382,7 +393,13 @@ INSTANTIATE_TEST_SUITE_P(
         TileCase{16, 2, 128, {2100, 300}, false, 3.0, 1.5, 4.5, 0, 1024},
         TileCase{8, 2, 64, {4100, 900}, true, 3.0, 0, 0, 0, 2048},
         TileCase{8, 1, 64, {1500}, true, 1.5, 0, 0, 0, 512},
-        TileCase{8, 2, 64, {12, 600}, true, 2.0, 0, 0, 0, 512}),
+        TileCase{8, 2, 64, {12, 600}, true, 2.0, 0, 0, 0, 512},
+        // Byte keys (key bits 8): the served split 8:2 in Value windows of 512 and in one row
+        // with a residual window; the go/no-go model's heads at d 128; group 8.
+        TileCase{8, 2, 64, {1000, 513}, false, 5.0, 8.0, 2.0, 0, 512, true},
+        TileCase{8, 2, 64, {1000, 37, 1800}, true, 5.0, 8.0, 2.0, 512, 0, true},
+        TileCase{32, 8, 128, {700}, true, 6.0, 8.0, 4.0, 0, 0, true},
+        TileCase{8, 1, 64, {1500}, true, 5.0, 8.0, 2.0, 0, 512, true}),
     [](const ::testing::TestParamInfo<TileCase>& param_info) { return param_info.param.Name(); });
 
 // Plants outliers in KV head h's keys and values of `tokens`: a Key element of z = +-10 on the
@@ -441,6 +458,8 @@ TEST(TileAttentionTest, OutlierListsMatchTheCpuReaderAndChangeTheOutput) {
       {TileCase{8, 1, 64, {600}, false, 4.0, 2.0, 6.0, 0}, {40, 41, 590}},
       // Value windows of 512: the lists in TileWindowValues.
       {TileCase{8, 2, 64, {700, 300}, true, 2.0, 0, 0, 0, 512}, {3, 77, 250}},
+      // Byte keys: the Key entries correct against the grid's extreme value.
+      {TileCase{8, 2, 64, {700, 300}, true, 5.0, 8.0, 2.0, 0, 512, true}, {3, 77, 250}},
   };
   const bool gpu = QueryDevices().device_count > 0;
   for (const Planted& p : cases) {

@@ -13,6 +13,7 @@
 
 #include "readkv/codec/codebook.h"
 #include "readkv/codec/errors.h"
+#include "readkv/codec/key_bytes.h"
 #include "readkv/codec/outliers.h"
 #include "readkv/codec/plane_decode.h"
 #include "readkv/codec/tile_planes.h"
@@ -272,6 +273,55 @@ TEST(TileFragmentTest, FragmentsCarryTheStoresCodesInMmaOrder) {
                   << " lane " << lane << " element " << k;
             }
           }
+        }
+      }
+    }
+  }
+}
+
+// Byte keys: every code's f16 is (code - 128) / 32 exactly (against the codec's own f16
+// conversion), and a byte-key store's tiles decode, with the half cell added back, to the grid's
+// value of each element's code (codec::KeyByteValue), element by element in MMA order.
+TEST(TileFragmentTest, ByteKeysDecodeToTheGridInMmaOrder) {
+  EXPECT_EQ(kKeyByteOuter, codec::kKeyByteOutermost);
+  EXPECT_EQ(kKeyByteHalfCell, 0.5f / codec::kKeyByteScale);
+  for (uint32_t code = 0; code < 256; ++code) {
+    const float want = (static_cast<float>(code) - 128.0f) / 32.0f;
+    ASSERT_EQ(KeyByteHalfBits(code), ExpectedHalf(want)) << code;
+    ASSERT_EQ(codec::HalfToFloat(static_cast<uint16_t>(KeyByteHalfBits(code))) + kKeyByteHalfCell,
+              codec::KeyByteValue(static_cast<uint8_t>(code)))
+        << code;
+  }
+  const int d = 32;
+  codec::TilePlaneStore store(d, 8, codec::PlaneLayout::kTilesByteKeys);
+  kvgate::stats::SplitMixRng rng(7);
+  const int tokens = 40;  // two full token tiles and a partial one
+  for (int i = 0; i < tokens; ++i) {
+    std::vector<uint8_t> k(d), v(d);
+    for (int ch = 0; ch < d; ++ch) {
+      k[static_cast<size_t>(ch)] = static_cast<uint8_t>(rng.UniformIndex(256));
+      v[static_cast<size_t>(ch)] = static_cast<uint8_t>(rng.UniformIndex(256));
+    }
+    store.Append(k, v);
+  }
+  for (int64_t r = 0; r < store.token_tiles(); ++r) {
+    for (int g = 0; g < store.groups(); ++g) {
+      const uint8_t* tile = store.KeyTile(r, g);
+      for (int lane = 0; lane < 32; ++lane) {
+        uint32_t lo = 0, hi = 0;
+        std::memcpy(&lo, tile + 8 * lane, 4);
+        std::memcpy(&hi, tile + 8 * lane + 4, 4);
+        uint32_t out[4];
+        DecodeByteKeys(lo, hi, out);
+        for (int k = 0; k < 8; ++k) {
+          const codec::TileCell cell = codec::TileElement(lane, k);
+          const int64_t token = r * 16 + cell.row;
+          const int channel = g * 16 + cell.col;
+          // Absent tokens of the partial tile hold code 0.
+          const uint8_t code = token < tokens ? store.KeyCode(token, channel, 8) : 0;
+          ASSERT_EQ(codec::HalfToFloat(Half(out, k)) + kKeyByteHalfCell,
+                    codec::KeyByteValue(code))
+              << "tile " << r << "," << g << " lane " << lane << " element " << k;
         }
       }
     }

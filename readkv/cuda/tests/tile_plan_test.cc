@@ -107,6 +107,11 @@ TEST(TilePlanTest, BadShapesAndPlansNameTheirField) {
   s = Shape(1, 32, 8, 128, 512, 0);
   s.store_bits = 9;
   EXPECT_EQ(FieldOf(s, plan), "store_bits");
+  s = Shape(1, 32, 8, 128, 512, 0);
+  s.byte_keys = true;  // W = 8: byte keys' only width
+  EXPECT_EQ(FieldOf(s, plan), "");
+  s.store_bits = 4;
+  EXPECT_EQ(FieldOf(s, plan), "byte_keys");
   s = Shape(0, 32, 8, 128, 512, 0);
   EXPECT_EQ(FieldOf(s, plan), "batch");
   s = Shape(1, 32, 8, 128, 0, 0);

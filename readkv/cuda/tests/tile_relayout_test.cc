@@ -291,6 +291,35 @@ TEST(TileRelayoutTest, TileBitInPageIsTheCodecsTileBitIndex) {
   }
 }
 
+// Byte keys: a (page, KV head) block scattered byte by byte with KeyByteInPage is the codec's
+// byte-key store of the page's 256 tokens, byte for byte (its tiles are the page's slots).
+TEST(TileRelayoutTest, KeyByteInPageIsTheByteKeyStoresOrder) {
+  for (const int d : {64, 128}) {
+    codec::TilePlaneStore store(d, 8, codec::PlaneLayout::kTilesByteKeys);
+    std::vector<std::vector<uint8_t>> codes;
+    for (int t = 0; t < kPageTokens; ++t) {
+      std::vector<uint8_t> k(static_cast<size_t>(d)), v(static_cast<size_t>(d));
+      for (int c = 0; c < d; ++c) {
+        k[static_cast<size_t>(c)] = static_cast<uint8_t>((t * 131 + c * 7 + t * c) & 0xff);
+      }
+      store.Append(k, v);
+      codes.push_back(k);
+    }
+    std::vector<uint8_t> page(static_cast<size_t>(tile::PageHeadBytes(d, 8)), 0);
+    std::vector<int> written(page.size(), 0);
+    for (int t = 0; t < kPageTokens; ++t) {
+      for (int c = 0; c < d; ++c) {
+        const auto at = static_cast<size_t>(tile::KeyByteInPage(t, c, d));
+        ASSERT_LT(at, page.size());
+        page[at] = codes[static_cast<size_t>(t)][static_cast<size_t>(c)];
+        ++written[at];
+      }
+    }
+    for (const int n : written) ASSERT_EQ(n, 1);  // every byte once: a plain store, no atomics
+    ASSERT_EQ(std::memcmp(page.data(), store.KeyTile(0, 0), page.size()), 0) << "d " << d;
+  }
+}
+
 #if defined(KVGATE_HAVE_CUDA)
 TEST(TileRelayoutTest, GpuRelayoutMatchesTheHostGather) {
   if (QueryDevices().device_count == 0) GTEST_SKIP() << "no CUDA device: " << QueryDevices().reason;

@@ -31,7 +31,8 @@ namespace readkv::cuda {
 // One value of --kv: "dense", "fp8" (per-tensor scales), "readkv:W:R" (constrained reader,
 // R_K = R_V = R), "readkv:W:R:RK:RV" (the same reader with a K/V split, mean R), or "tile:W:R" /
 // "tile:W:R:RK:RV" (the tile reader, TileDecodeAttention, on the same W-bit codes relaid into the
-// tile layout; the same ranges; its chunk is PlanTileDecode's unless --chunk-tokens is given).
+// tile layout; the same ranges; its chunk is PlanTileDecode's unless --chunk-tokens is given), or
+// "tile-kbytes:8:R:8:RV" (the tile reader on byte keys).
 struct KvSpec {
   codec::KvBackend backend = codec::KvBackend::kDense;  // the server's one backend type
   // ReadKV only: kConstrained ("readkv:") or kTile ("tile:"), the server's one reader type.
@@ -40,8 +41,11 @@ struct KvSpec {
   double read_bits = 0;      // R, ReadKV only, in [1, W]
   double key_bits = 0;       // R_K, ReadKV only, in [1, W]; R when no split is given
   double value_bits = 0;     // R_V, likewise
+  // The tile reader on byte keys ("tile-kbytes:8:R:8:RV"; tile_attention.h, "Byte keys"): W = 8
+  // and R_K = 8 only.
+  bool byte_keys = false;
   // Canonical text: "dense", "fp8", "readkv:8:4", "readkv:8:2.5", "readkv:8:4:6:2" (the split
-  // only when unequal), "tile:8:2", "tile:8:4:6:2".
+  // only when unequal), "tile:8:2", "tile:8:4:6:2", "tile-kbytes:8:5:8:2".
   std::string Name() const;
 };
 

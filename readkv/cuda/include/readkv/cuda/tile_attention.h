@@ -73,6 +73,13 @@
 //      then TileValues' sums; the block of the row that finishes last sums the partials and
 //      does TileCombine's work. No pass over a whole row is serial, and no launch has one
 //      block per row.
+// Byte keys (TileDecodeShape::byte_keys; codec::PlaneLayout::kTilesByteKeys, docs/readkv.md
+// "Byte keys"): every key tile holds its 256 uniform-grid codes (codec/key_bytes.h) in fragment
+// order instead of W = 8 planes, same sizes and offsets; value tiles are unchanged. Keys are read
+// whole: the policy's key_bits must be 8 (every Key group at depth 8, as the allocator gives
+// them). TileLogits decodes a lane's 8 codes from one 8-byte load (tile_fragment.h,
+// DecodeByteKeys), and Key list entries correct against the grid's extreme value 127.5 / 32
+// (codec::ByteKeyOutlierCorrection).
 // Thread-safety: reentrant; two calls that share a workspace must be ordered.
 #pragma once
 
@@ -101,6 +108,8 @@ struct TileDecodeShape {
   int max_encoded_tokens = 0;   // >= every encoded_lens[b]
   int max_residual_tokens = 0;  // >= every residual_lens[b]; the rows' stride of the window
   int max_pages = 0;            // columns of page_table, >= ceil(max_encoded_tokens / 256)
+  // The key pool holds byte keys (below, "Byte keys"); needs store_bits 8.
+  bool byte_keys = false;
 
   int group() const { return heads_q / heads_kv; }
   int groups() const { return head_dim / 16; }
@@ -174,7 +183,7 @@ struct TileDecodeDebug {
 
 // One decode step. `centroids` by value (a kernel parameter). Returns cudaErrorInvalidValue for
 // a plan or shape the kernels cannot run (checked as TileDecodeWorkspaceBytes does, without
-// throwing), a null input (the pools and page table may be null only when max_encoded_tokens is
+// throwing), byte keys with a policy whose key_bits is not 8, a null input (the pools and page table may be null only when max_encoded_tokens is
 // 0); launch errors otherwise. Never synchronises.
 cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeInputs& inputs,
                                 const ReadKvCodec& codec, const tile::TileCentroids& centroids,
@@ -196,6 +205,9 @@ struct TileCache {
   // past a block's budget (kPageOutlierEntries), tokens refused as out of order (their entries
   // not written). The first two summed over K and V are codec::OutlierStats::dropped().
   unsigned long long* outlier_dropped = nullptr;
+  // Keys written as byte keys (TileDecodeShape::byte_keys): one plain byte store per key element
+  // (its byte is its own), codec::EncodeKeyByte of the same standardised z; needs W = 8.
+  bool byte_keys = false;
 };
 
 // Device workspace TileAppend needs for `tokens` tokens with outlier lists of cap `cap` (the
@@ -223,7 +235,8 @@ size_t TileAppendOutlierWorkspaceBytes(int tokens, int heads_kv, int cap);
 // where it shows (its tile before one already holding entries, or its slot not after the last
 // entry in its tile) has no entries written and is counted (outlier_dropped[2]): a test must
 // find that counter 0. New pages' blocks must be zero, as the tile pools.
-// Returns cudaErrorInvalidValue for a bad shape, a store_bits outside 1..8, a null pointer, or
+// Returns cudaErrorInvalidValue for a bad shape, a store_bits outside 1..8 (byte keys: not 8), a
+// null pointer, or
 // outlier pools with a cap outside 1..16, a threshold not finite and positive, or a null
 // workspace or counter; never synchronises.
 cudaError_t TileAppend(const DecodeShape& shape, int tokens, const float* keys,
