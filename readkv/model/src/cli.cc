@@ -69,7 +69,7 @@ RuntimeFlags::RuntimeFlags(CLI::App& cmd) {
                  "blocks (0 = over the row)")
       ->capture_default_str();
   cmd.add_flag("--byte-keys", options_.kv.byte_keys,
-               "Tile reader, W = 8, key bits 8: keys stored as uniform bytes (CPU)");
+               "Tile reader, W = 8, key bits 8: keys stored as uniform bytes (CPU and CUDA)");
   cmd.add_flag("--value-window-local", options_.kv.value_window_local,
                "ReadKV tile reader with --value-window: Value weights normalised per window "
                "(each head's probabilities over the window alone; CPU only)");

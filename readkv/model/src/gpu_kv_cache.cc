@@ -70,6 +70,10 @@ GpuKvCache::GpuKvCache(const GpuKvConfig& config)
                                 std::to_string(rc::kPageOutlierEntries) + " entries, got " +
                                 std::to_string(config.outliers.block_cap));
   }
+  if (config.byte_keys && (config.kind != codec::KvBackend::kReadKv ||
+                           config.reader != codec::ReaderKind::kTile || config.store_bits != 8)) {
+    throw std::invalid_argument("byte_keys: byte keys are the tile reader's, with W = 8");
+  }
   if (!config.calibration) throw std::invalid_argument("calibration: required");
   Check(rc::SetDevice(config.device.has_index() ? config.device.index() : 0), "set device");
   const codec::Calibration& cal = *config.calibration;
@@ -289,6 +293,7 @@ void GpuKvCache::Append(const Step& step, int layer, const torch::Tensor& k,
           "Fp8Append");
   } else if (Tile()) {
     rc::TileCache cache{Ptr<uint8_t>(pools_->k[l]), Ptr<uint8_t>(pools_->v[l])};
+    cache.byte_keys = config_.byte_keys;
     if (Lists()) {  // Begin's tokens: by sequence, positions ascending (TileAppend's contract)
       const size_t bytes = rc::TileAppendOutlierWorkspaceBytes(step.tokens, config_.heads_kv,
                                                                config_.outliers.cap);

@@ -79,6 +79,8 @@ struct GpuKvConfig {
   // The tile reader's Value window (codec::ReaderPlan::value_window_tokens; 0: the row's
   // budget): its kernels' chunk, so 512, 1024, 1536 or 2048 (PlanTileDecode refuses others).
   int value_window_tokens = 0;
+  // The tile reader's keys as byte keys (tile_attention.h, "Byte keys"): W = 8, read whole.
+  bool byte_keys = false;
 };
 
 // The ledgers of every attention call so far, in the codec's accounting terms.

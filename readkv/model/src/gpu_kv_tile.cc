@@ -26,6 +26,7 @@ torch::Tensor GpuKvCache::AttendTile(int layer, const torch::Tensor& q, const to
   shape.max_encoded_tokens = *std::max_element(lengths.begin(), lengths.end());
   shape.max_residual_tokens = 0;  // no residual window: every token is encoded (gpu_kv_cache.h)
   shape.max_pages = max_pages;
+  shape.byte_keys = config_.byte_keys;
   const rc::TilePlan plan = rc::PlanTileDecode(shape, sm_count_, config_.value_window_tokens);
   torch::Tensor ws = Workspace(rc::TileDecodeWorkspaceBytes(shape, plan));
   if (!zero_lens_.defined() || zero_lens_.numel() < batch) {

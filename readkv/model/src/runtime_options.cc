@@ -124,11 +124,6 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
                                     "(--reader tile --store-bits 8)");
       }
       codec::RequireWholeKeys(plan);  // "kv_split"
-      if (UsesGpuKv(options)) {
-        throw std::invalid_argument(
-            "byte_keys: byte keys run on the CPU tile reader for now (the GPU kernels do not "
-            "read them yet); use --device cpu");
-      }
     }
     if (UsesGpuKv(options) && kv.outlier_cap > 0 && policy.reader != codec::ReaderKind::kTile) {
       throw std::invalid_argument(

@@ -96,6 +96,7 @@ struct BackendCase {
   codec::ReaderKind reader = codec::ReaderKind::kConstrained;  // readkv
   int outlier_cap = 0;  // tile: outlier lists written by TileAppend, applied by the reader
   int value_window = 0;  // tile: Value budgets per window of this many tokens (the GPU's chunk)
+  bool byte_keys = false;  // tile: keys as uniform bytes (every sequence's R_K 8)
 };
 
 class GpuKvCacheTest : public ::testing::TestWithParam<BackendCase> {};
@@ -127,6 +128,7 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
   config.store_bits = 8;
   config.reader = bc.reader;
   config.value_window_tokens = bc.value_window;
+  config.byte_keys = bc.byte_keys;
   const codec::LloydTree tree(8);
   config.outliers = codec::ResolveOutlierOptions({bc.outlier_cap, 0.0f}, tree, g.head_dim);
   internal::GpuKvCache gpu(config);
@@ -146,6 +148,7 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
     c.policy.value_window_tokens = bc.value_window;
     c.residual_window = false;  // the GPU backend encodes every token at once
     c.outliers = {bc.outlier_cap, 0.0f};
+    c.byte_keys = bc.byte_keys;
     for (int l = 0; l < g.layers; ++l) {
       c.layer = l;
       cpu[id].push_back(codec::MakeLayerKvCache(c));
@@ -302,7 +305,13 @@ INSTANTIATE_TEST_SUITE_P(
                     codec::ReaderKind::kTile, 2},
         // Value windows of 512 tokens (TileWindowValues), the served split 8:2, with lists.
         BackendCase{codec::KvBackend::kReadKv, {}, 64, {{8, 2}, {4, 4}, {8, 2}, {2, 2}},
-                    codec::ReaderKind::kTile, 2, 512}),
+                    codec::ReaderKind::kTile, 2, 512},
+        // Byte keys (every sequence's keys whole): the served split with lists in windows of
+        // 512, and d 128 in rows.
+        BackendCase{codec::KvBackend::kReadKv, {}, 64, {{8, 2}, {8, 4}, {8, 2}, {8, 6}},
+                    codec::ReaderKind::kTile, 2, 512, true},
+        BackendCase{codec::KvBackend::kReadKv, {}, 128, {{8, 2}, {8, 8}, {8, 2}, {8, 4}},
+                    codec::ReaderKind::kTile, 0, 0, true}),
     [](const auto& p) {
       return std::string(codec::KvBackendName(p.param.kind)) +
              (p.param.reader == codec::ReaderKind::kTile ? "_tile" : "") + "_d" +
@@ -310,6 +319,7 @@ INSTANTIATE_TEST_SUITE_P(
              (p.param.scale == codec::Fp8ScaleGranularity::kHead ? "_head" : "") +
              (p.param.outlier_cap > 0 ? "_lists" : "") +
              (p.param.value_window > 0 ? "_w" + std::to_string(p.param.value_window) : "") +
+             (p.param.byte_keys ? "_kbytes" : "") +
              std::to_string(p.index);
     });
 
@@ -357,6 +367,13 @@ TEST(GpuKvCacheTest, RejectsGeometriesTheKernelsDoNotRun) {
       EXPECT_EQ(std::string(e.what()).rfind("reader:", 0), 0u) << e.what();
     }
   }
+  // Byte keys: the tile reader's, with W = 8.
+  config.byte_keys = true;
+  config.reader = codec::ReaderKind::kConstrained;
+  EXPECT_EQ(field(), "byte_keys");
+  config.reader = codec::ReaderKind::kTile;
+  config.store_bits = 6;
+  EXPECT_EQ(field(), "byte_keys");
 }
 
 TEST(GpuRuntimeTest, RejectsWhatTheCudaBackendsDoNotRun) {

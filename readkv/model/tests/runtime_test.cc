@@ -491,9 +491,9 @@ TEST(RuntimeOptionsTest, ValueWindowsAreTheCpuTileReadersOnly) {
   EXPECT_EQ(prefix_of(), "value_window");
 }
 
-// Byte keys (--byte-keys, codec key_bytes.h): the tile reader's, W = 8, keys read whole; CPU
-// only until the GPU kernels read them.
-TEST(RuntimeOptionsTest, ByteKeysAreTheCpuTileReadersWithWholeKeys) {
+// Byte keys (--byte-keys, codec key_bytes.h): the tile reader's, W = 8, keys read whole; on the
+// CPU and on a CUDA device.
+TEST(RuntimeOptionsTest, ByteKeysAreTheTileReadersWithWholeKeys) {
   RuntimeOptions o = ByteKeyOptions();
   const auto prefix_of = [&o] { return RefusedField(o); };
   EXPECT_EQ(prefix_of(), "accepted");
@@ -513,7 +513,12 @@ TEST(RuntimeOptionsTest, ByteKeysAreTheCpuTileReadersWithWholeKeys) {
   o.kv.read_bits = 5.0;
   o.kv.key_bits = 8.0;
   o.device = "cuda";
-  EXPECT_EQ(prefix_of(), "byte_keys");
+  EXPECT_EQ(prefix_of(), "accepted");  // the GPU tile reader's byte path
+  o.kv.key_bits = 6.0;
+  o.kv.value_bits = 4.0;
+  EXPECT_EQ(prefix_of(), "kv_split");
+  o.kv.key_bits = 8.0;
+  o.kv.value_bits = 2.0;
   o.device = "cpu";
   o.kv.kind = codec::KvBackend::kFp8;
   EXPECT_EQ(prefix_of(), "byte_keys");

@@ -97,8 +97,8 @@ struct KvCacheOptions {
   // on a CUDA server).
   bool value_window_local = false;
   // The tile reader's keys stored as uniform bytes (codec key_bytes.h, layout tiles16-kbytes):
-  // W = 8 and every request's key bits 8 (a request asking fewer is refused, "kv_split"). CPU
-  // only until the GPU tile reader has them ("byte_keys"); prefix-cache objects are
+  // W = 8 and every request's key bits 8 (a request asking fewer is refused, "kv_split"). On the
+  // CPU and on a CUDA device (the GPU tile reader's byte path); prefix-cache objects are
   // tiles16-kbytes.
   bool byte_keys = false;
   // ReadKV with these layers kept as FP8 caches instead (vLLM's kv_cache_dtype_skip_layers
