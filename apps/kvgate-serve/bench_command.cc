@@ -44,6 +44,7 @@ struct BenchArgs {
   bool ragged = false;
   int outlier_cap = 0;
   int value_window = 0;
+  std::string split_cluster = "auto";
   bool no_anchor = false;
   uint64_t seed = 1;
   std::string json;
@@ -86,6 +87,10 @@ readkv::cuda::BenchConfig ToConfig(const BenchArgs& a) {
   config.ragged = a.ragged;
   config.outlier_cap = a.outlier_cap;
   config.value_window = a.value_window;
+  if (!readkv::cuda::ParseSplitPlan(a.split_cluster, &config.split)) {
+    throw InvalidArgument("--split-cluster",
+                          "must be auto, off, 1, 2, 4 or 8, got '" + a.split_cluster + "'");
+  }
   config.seed = a.seed;
   config.Validate();
   return config;
@@ -190,6 +195,10 @@ void AddBenchCommand(CLI::App& app, CommandContext& context) {
   cmd->add_option("--value-window", args->value_window,
                   "Tile rows: Value budgets per window of this many tokens, the rows' chunk "
                   "(512-2048 by 512; 0: the row's)")
+      ->capture_default_str();
+  cmd->add_option("--split-cluster", args->split_cluster,
+                  "Dense and FP8 rows' schedule: auto, off (persistent blocks and a merge), or "
+                  "a cluster of 1, 2, 4 or 8 blocks per head")
       ->capture_default_str();
   cmd->add_flag("--no-anchor", args->no_anchor, "Skip torch's scaled_dot_product_attention");
   cmd->add_option("--seed", args->seed, "Seed of the data, queries and page permutation")

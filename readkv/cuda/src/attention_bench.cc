@@ -248,7 +248,7 @@ void BuildPoint(Point& p, const BenchConfig& config, int64_t tokens, bool run_an
   // One untimed launch per backend for the outputs the correctness checks compare.
   p.Poison();
   Check(DenseDecodeAttention(s, p.dense.common.Inputs(p.dense.set, 0, p.out_ptr()),
-                             p.dense.Cache(0), p.ws(), 0),
+                             p.dense.Cache(0), p.ws(), 0, config.split),
         "DenseDecodeAttention");
   Check(cudaDeviceSynchronize(), "DenseDecodeAttention");
   p.reference = Download(p.out_ptr(), p.out_elems, "download dense output");
@@ -302,6 +302,7 @@ BenchRow MeasureBackend(const Point& p, const KvSpec& spec, int64_t tokens, int6
   const DecodeShape& s = g.shape;
   float* out_ptr = p.out_ptr();
   void* ws = p.ws();
+  const SplitPlan split = config.split;
   BenchRow row;
   row.tokens = tokens;
   row.batch = batch;
@@ -315,11 +316,11 @@ BenchRow MeasureBackend(const Point& p, const KvSpec& spec, int64_t tokens, int6
     const DenseSet& dense = p.dense;
     launch = [&](int k) {
       Check(DenseDecodeAttention(s, dense.common.Inputs(dense.set, k, out_ptr), dense.Cache(k),
-                                 ws, 0),
+                                 ws, 0, split),
             "DenseDecodeAttention");
     };
     row.logical_bytes = DenseLogicalBytes(s, g.seq_lens.data());
-    row.traffic = DenseDecodeTraffic(s, g.seq_lens.data());
+    row.traffic = DenseDecodeTraffic(s, g.seq_lens.data(), split);
     row.copies = dense.set.copies();
     row.copy_bytes = static_cast<int64_t>(dense.set.copy_bytes());
     row.capacity_bytes = static_cast<int64_t>(2 * p.page_elems * sizeof(uint16_t));
@@ -328,7 +329,8 @@ BenchRow MeasureBackend(const Point& p, const KvSpec& spec, int64_t tokens, int6
   } else if (spec.backend == KvBackend::kFp8) {
     const Fp8Set& fp8 = p.fp8;
     launch = [&](int k) {
-      Check(Fp8DecodeAttention(s, fp8.common.Inputs(fp8.set, k, out_ptr), fp8.Cache(k), ws, 0),
+      Check(Fp8DecodeAttention(s, fp8.common.Inputs(fp8.set, k, out_ptr), fp8.Cache(k), ws, 0,
+                               split),
             "Fp8DecodeAttention");
     };
     p.Poison();
@@ -336,7 +338,7 @@ BenchRow MeasureBackend(const Point& p, const KvSpec& spec, int64_t tokens, int6
     Check(cudaDeviceSynchronize(), "Fp8DecodeAttention");
     output = Download(out_ptr, p.out_elems, "download fp8 output");
     row.logical_bytes = Fp8LogicalBytes(s, g.seq_lens.data());
-    row.traffic = Fp8DecodeTraffic(s, g.seq_lens.data());
+    row.traffic = Fp8DecodeTraffic(s, g.seq_lens.data(), split);
     row.copies = fp8.set.copies();
     row.copy_bytes = static_cast<int64_t>(fp8.set.copy_bytes());
     row.capacity_bytes = static_cast<int64_t>(2 * p.page_elems + 2 * s.heads_kv * sizeof(float));

@@ -182,6 +182,10 @@ std::vector<int64_t> ParsePositiveList(const std::string& flag, const std::strin
 }
 
 void BenchConfig::Validate() const {
+  if (!split.valid()) {
+    throw InvalidArgument("--split-cluster", "must be auto, off, 1, 2, 4 or 8 (cluster " +
+                                                 std::to_string(split.cluster) + ")");
+  }
   if (tokens.empty()) throw InvalidArgument("--tokens", "needs at least one value");
   for (int64_t t : tokens) {
     if (t < 1 || t > (int64_t{1} << 30)) {

@@ -130,6 +130,7 @@ std::string BenchReportJson(const BenchConfig& config, const BenchReport& report
                                 {"ragged", config.ragged},
                                 {"outlier_cap", config.outlier_cap},
                                 {"value_window", config.value_window},
+                                {"split_cluster", config.split.cluster},
                                 {"seed", config.seed}}},
                               {"stream",
                                {{"bytes", report.stream_bytes},

@@ -39,7 +39,8 @@ size_t SplitDecodeWorkspaceBytes(const DecodeShape& shape) {
 }
 
 cudaError_t DenseDecodeAttention(const DecodeShape& shape, const DecodeInputs& inputs,
-                                 const DenseCache& cache, void* workspace, cudaStream_t stream) {
+                                 const DenseCache& cache, void* workspace, cudaStream_t stream,
+                                 const SplitPlan& plan) {
   if (cache.k_pages == nullptr || cache.v_pages == nullptr) return cudaErrorInvalidValue;
   const DenseRows rows{reinterpret_cast<const unsigned char*>(cache.k_pages),
                        reinterpret_cast<const unsigned char*>(cache.v_pages)};
@@ -47,7 +48,7 @@ cudaError_t DenseDecodeAttention(const DecodeShape& shape, const DecodeInputs& i
   // Measured on the H200 at 32K x 16 against four stages with one block per SM (three tiles in
   // flight): 491.5 vs 494.1 us, the same within noise; the smaller ring keeps two blocks per SM.
   return internal::LaunchSplitDecode<DenseRows, 3>(shape, inputs, rows, nullptr, workspace,
-                                                   stream);
+                                                   stream, plan);
 }
 
 }  // namespace readkv::cuda

@@ -49,7 +49,8 @@ struct Fp8Rows {
 }  // namespace
 
 cudaError_t Fp8DecodeAttention(const DecodeShape& shape, const DecodeInputs& inputs,
-                               const Fp8Cache& cache, void* workspace, cudaStream_t stream) {
+                               const Fp8Cache& cache, void* workspace, cudaStream_t stream,
+                               const SplitPlan& plan) {
   if (cache.k_pages == nullptr || cache.v_pages == nullptr || cache.k_scales == nullptr ||
       cache.v_scales == nullptr) {
     return cudaErrorInvalidValue;
@@ -59,7 +60,7 @@ cudaError_t Fp8DecodeAttention(const DecodeShape& shape, const DecodeInputs& inp
   // capped at 128: spills, 72% of streaming) and six stages with two blocks (88%): 89%.
   return internal::LaunchSplitDecode<Fp8Rows<3>, 4>(
       shape, inputs, Fp8Rows<3>{cache.k_pages, cache.v_pages, cache.k_scales}, cache.v_scales,
-      workspace, stream);
+      workspace, stream, plan);
 }
 
 }  // namespace readkv::cuda

@@ -35,11 +35,11 @@ double StreamTimer::Seconds() { return 0.0; }
 size_t SplitDecodeWorkspaceBytes(const DecodeShape&) { return 0; }
 size_t ReadKvDecodeWorkspaceBytes(const DecodeShape&) { return 0; }
 cudaError_t DenseDecodeAttention(const DecodeShape&, const DecodeInputs&, const DenseCache&, void*,
-                                 cudaStream_t) {
+                                 cudaStream_t, const SplitPlan&) {
   return kNoDevice;
 }
 cudaError_t Fp8DecodeAttention(const DecodeShape&, const DecodeInputs&, const Fp8Cache&, void*,
-                               cudaStream_t) {
+                               cudaStream_t, const SplitPlan&) {
   return kNoDevice;
 }
 cudaError_t ReadKvDecodeAttention(const DecodeShape&, const DecodeInputs&, const ReadKvCache&,

@@ -574,17 +574,14 @@ cudaError_t ClustersFit(size_t shared, int cluster, int64_t clusters, bool* fit)
 template <class Rows, int D, int G, int Stages>
 cudaError_t LaunchSplitKernel(const DecodeShape& shape, const DecodeInputs& in, const Rows& rows,
                               const float* out_scales, void* workspace, cudaStream_t stream,
-                              SplitWork* work, int* cluster) {
+                              const SplitPlan& plan, SplitWork* work, int* cluster) {
   const size_t shared = SplitSharedBytes(Stages, D, Rows::kElementBytes);
   int blocks = 0;
   cudaError_t status = ResidentBlocks<Rows, D, G, Stages>(shared, &blocks);
   if (status != cudaSuccess) return status;
-  int choice = -1;
-  if (!SplitClusterOverride(&choice)) return cudaErrorInvalidValue;
   const int64_t heads = static_cast<int64_t>(shape.batch) * shape.heads_kv;
-  *cluster = choice >= 0 ? choice
-                         : SplitClusterSize(heads, blocks, shape.min_tokens, shape.max_tokens);
-  if (choice < 0 && *cluster > 0) {
+  *cluster = PlannedClusterSize(plan.cluster, heads, blocks, shape.min_tokens, shape.max_tokens);
+  if (plan.cluster < 0 && *cluster > 0) {
     bool fit = false;
     status = ClustersFit<Rows, D, G, Stages>(shared, *cluster, heads, &fit);
     if (status != cudaSuccess) return status;
@@ -620,9 +617,9 @@ cudaError_t LaunchSplitKernel(const DecodeShape& shape, const DecodeInputs& in, 
 template <class Rows, int Stages>
 cudaError_t LaunchSplitDecode(const DecodeShape& requested, const DecodeInputs& in,
                               const Rows& rows, const float* out_scales, void* workspace,
-                              cudaStream_t stream) {
+                              cudaStream_t stream, const SplitPlan& plan) {
   const DecodeShape shape = Resolved(requested);
-  if (!ValidShape(shape) || in.queries == nullptr || in.page_table == nullptr ||
+  if (!ValidShape(shape) || !plan.valid() || in.queries == nullptr || in.page_table == nullptr ||
       in.seq_lens == nullptr || in.out == nullptr || workspace == nullptr) {
     return cudaErrorInvalidValue;
   }
@@ -632,7 +629,7 @@ cudaError_t LaunchSplitDecode(const DecodeShape& requested, const DecodeInputs& 
 #define KVGATE_SPLIT_CASE(D, G)                                                            \
   if (shape.head_dim == D && shape.group() == G) {                                         \
     status = LaunchSplitKernel<Rows, D, G, Stages>(shape, in, rows, out_scales, workspace, \
-                                                   stream, &work, &cluster);               \
+                                                   stream, plan, &work, &cluster);         \
   } else
   KVGATE_SPLIT_CASE(128, 1) KVGATE_SPLIT_CASE(128, 2) KVGATE_SPLIT_CASE(128, 4)
   KVGATE_SPLIT_CASE(128, 8) KVGATE_SPLIT_CASE(64, 1) KVGATE_SPLIT_CASE(64, 2)

@@ -11,8 +11,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #if defined(__CUDACC__)
 #define KVGATE_HOST_DEVICE __host__ __device__
@@ -93,21 +91,12 @@ inline int SplitClusterSize(int64_t heads, int resident, int64_t min_tokens, int
   return 0;
 }
 
-// KVGATE_SPLIT_CLUSTER, read per call so a bench compares the schedules in one process: unset
-// or "auto" gives -1 (SplitClusterSize decides), "off" 0 (the persistent schedule), "1", "2",
-// "4" or "8" that cluster size for any shape. Anything else: false, and *choice is untouched.
-inline bool SplitClusterOverride(int* choice) {
-  const char* v = std::getenv("KVGATE_SPLIT_CLUSTER");
-  if (v == nullptr || std::strcmp(v, "auto") == 0) {
-    *choice = -1;
-  } else if (std::strcmp(v, "off") == 0) {
-    *choice = 0;
-  } else if (std::strlen(v) == 1 && (v[0] == '1' || v[0] == '2' || v[0] == '4' || v[0] == '8')) {
-    *choice = v[0] - '0';
-  } else {
-    return false;
-  }
-  return true;
+// The cluster size a call takes under a plan's `planned` size (decode_attention.h, SplitPlan:
+// -1 automatic, 0 persistent, else the size) before the launcher checks that automatic clusters
+// fit the device: the plan's own, or SplitClusterSize's.
+inline int PlannedClusterSize(int planned, int64_t heads, int resident, int64_t min_tokens,
+                              int64_t max_tokens) {
+  return planned >= 0 ? planned : SplitClusterSize(heads, resident, min_tokens, max_tokens);
 }
 
 }  // namespace readkv::cuda::internal

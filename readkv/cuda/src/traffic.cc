@@ -58,15 +58,15 @@ constexpr int64_t kKeyListBytes = 2696;
 // schedule: one launch whose partials stay in the clusters' shared memory, each head's outputs
 // written by its cluster.
 TrafficBytes SplitTraffic(const DecodeShape& shape, const int32_t* seq_lens, int element_bytes,
-                          bool scales, int blocks_per_sm) {
+                          bool scales, int blocks_per_sm, const SplitPlan& plan) {
   enum { kSplit, kCombine };
   const int resident = blocks_per_sm * internal::kAssumedSms;
   const int64_t heads = static_cast<int64_t>(shape.batch) * shape.heads_kv;
-  int cluster = -1;
-  if (!internal::SplitClusterOverride(&cluster)) cluster = 0;  // the launcher refuses the call
-  if (cluster < 0) {
-    cluster = internal::SplitClusterSize(heads, resident, shape.min_tokens, shape.max_tokens);
-  }
+  const int cluster =
+      plan.valid()  // the launcher refuses an invalid plan: its terms are the persistent ones
+          ? internal::PlannedClusterSize(plan.cluster, heads, resident, shape.min_tokens,
+                                         shape.max_tokens)
+          : 0;
   Ledger t = cluster > 0 ? Ledger({"SplitDecodeKernel"})
                          : Ledger({"SplitDecodeKernel", "CombineSplits"});
   const internal::SplitWork work =
@@ -136,12 +136,14 @@ int64_t ReadKvLogicalBytes(const DecodeShape& shape, const int32_t* seq_lens_hos
   return bits / 8;
 }
 
-TrafficBytes DenseDecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host) {
-  return SplitTraffic(shape, seq_lens_host, 2, false, 2);
+TrafficBytes DenseDecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host,
+                                const SplitPlan& plan) {
+  return SplitTraffic(shape, seq_lens_host, 2, false, 2, plan);
 }
 
-TrafficBytes Fp8DecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host) {
-  return SplitTraffic(shape, seq_lens_host, 1, true, 3);
+TrafficBytes Fp8DecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host,
+                              const SplitPlan& plan) {
+  return SplitTraffic(shape, seq_lens_host, 1, true, 3, plan);
 }
 
 // The tensor-core Logits reader pays when most Key channels are sign features (depth <= 2): on the

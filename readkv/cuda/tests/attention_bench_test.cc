@@ -163,6 +163,8 @@ TEST(BenchConfigTest, RejectsShapesTheKernelsCannotRunNamingTheFlag) {
   EXPECT_EQ(field([](BenchConfig& c) { c.chunk_tokens = 300; }), "--chunk-tokens");
   EXPECT_EQ(field([](BenchConfig& c) { c.kv = {}; }), "--kv");
   EXPECT_EQ(field([](BenchConfig& c) { c.chunk_tokens = 0; }), "");  // the kernels' choice
+  EXPECT_EQ(field([](BenchConfig& c) { c.split = SplitPlan{3}; }), "--split-cluster");
+  EXPECT_EQ(field([](BenchConfig& c) { c.split = SplitPlan{0}; }), "");  // persistent blocks
   // Tile rows' chunks: 512 to 2048 by 512 (the constrained reader's 256 steps are refused).
   const auto tile_chunk = [](int chunk) {
     return [chunk](BenchConfig& c) {
@@ -304,12 +306,15 @@ TEST(KernelSwitchesTest, RecordsTheSwitchesTheEnvironmentSetsAndNoOthers) {
   for (const char* name : kKernelSwitches) ASSERT_EQ(unsetenv(name), 0) << name;
   EXPECT_TRUE(KernelSwitchesSet().empty());
   ASSERT_EQ(setenv("KVGATE_READKV_SELECT", "list", 1), 0);
+  ASSERT_EQ(setenv("KVGATE_READKV_PDL", "off", 1), 0);
+  // No longer a switch: the dense and FP8 schedule is the bench's --split-cluster plan.
   ASSERT_EQ(setenv("KVGATE_SPLIT_CLUSTER", "2", 1), 0);
   ASSERT_EQ(setenv("KVGATE_NOT_A_SWITCH", "1", 1), 0);
-  const std::map<std::string, std::string> expected = {{"KVGATE_READKV_SELECT", "list"},
-                                                       {"KVGATE_SPLIT_CLUSTER", "2"}};
+  const std::map<std::string, std::string> expected = {{"KVGATE_READKV_PDL", "off"},
+                                                       {"KVGATE_READKV_SELECT", "list"}};
   EXPECT_EQ(KernelSwitchesSet(), expected);
-  for (const char* name : {"KVGATE_READKV_SELECT", "KVGATE_SPLIT_CLUSTER", "KVGATE_NOT_A_SWITCH"}) {
+  for (const char* name : {"KVGATE_READKV_SELECT", "KVGATE_READKV_PDL", "KVGATE_SPLIT_CLUSTER",
+                           "KVGATE_NOT_A_SWITCH"}) {
     ASSERT_EQ(unsetenv(name), 0);
   }
 }

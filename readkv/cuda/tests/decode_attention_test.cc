@@ -93,24 +93,25 @@ TEST_P(SplitKernelTest, DenseAndFp8MatchCpuBackends) {
     fp8_cache->Attend(q, std::span<float>(fp8_cpu.data() + b * per_sequence, per_sequence));
   }
 
-  // Every schedule (KVGATE_SPLIT_CLUSTER, split_work.h), each from a poisoned workspace and
-  // poisoned outputs: the persistent one merges partials from the workspace; the cluster ones
-  // must not touch it.
+  // Every schedule (SplitPlan, split_work.h), each from a poisoned workspace and poisoned
+  // outputs: the persistent one merges partials from the workspace; the cluster ones must not
+  // touch it.
   const size_t work_bytes = SplitDecodeWorkspaceBytes(s);
   DeviceBuffer<char> d_work(work_bytes);
   for (const char* schedule : {"auto", "off", "1", "2", "4", "8"}) {
-    SCOPED_TRACE(std::string("KVGATE_SPLIT_CLUSTER=") + schedule);
-    ASSERT_EQ(setenv("KVGATE_SPLIT_CLUSTER", schedule, 1), 0);
+    SCOPED_TRACE(std::string("split plan ") + schedule);
+    SplitPlan plan;
+    ASSERT_TRUE(ParseSplitPlan(schedule, &plan));
     const std::vector<char> poison(work_bytes, static_cast<char>(0x7f));
     d_work.Upload(poison);
     DeviceBuffer<float> d_dense(std::vector<float>(out_size, kNaNs[0]));
     DeviceBuffer<float> d_fp8(std::vector<float>(out_size, kNaNs[0]));
     CUDA_OK(DenseDecodeAttention(s, {d_queries.get(), d_pages.get(), d_lens.get(), d_dense.get()},
-                                 {d_kb.get(), d_vb.get()}, d_work.get(), nullptr));
+                                 {d_kb.get(), d_vb.get()}, d_work.get(), nullptr, plan));
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(Fp8DecodeAttention(s, {d_queries.get(), d_pages.get(), d_lens.get(), d_fp8.get()},
                                {d_k8.get(), d_v8.get(), d_ks.get(), d_vs.get()}, d_work.get(),
-                               nullptr));
+                               nullptr, plan));
     CUDA_OK(cudaDeviceSynchronize());
     const bool untouched = d_work.Download(work_bytes) == poison;
     if (std::strcmp(schedule, "off") == 0) {
@@ -134,12 +135,10 @@ TEST_P(SplitKernelTest, DenseAndFp8MatchCpuBackends) {
           << "fp8, sequence " << b;
     }
   }
-  ASSERT_EQ(setenv("KVGATE_SPLIT_CLUSTER", "nine", 1), 0);  // not a schedule: refused
-  DeviceBuffer<float> d_out(out_size);
+  DeviceBuffer<float> d_out(out_size);  // a plan that is no schedule: refused
   EXPECT_EQ(DenseDecodeAttention(s, {d_queries.get(), d_pages.get(), d_lens.get(), d_out.get()},
-                                 {d_kb.get(), d_vb.get()}, d_work.get(), nullptr),
+                                 {d_kb.get(), d_vb.get()}, d_work.get(), nullptr, SplitPlan{9}),
             cudaErrorInvalidValue);
-  ASSERT_EQ(unsetenv("KVGATE_SPLIT_CLUSTER"), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(

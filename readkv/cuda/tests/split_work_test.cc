@@ -2,6 +2,8 @@
 // kernels, the combine and the traffic model, so it is pinned here in every build.
 #include "split_work.h"
 
+#include "readkv/cuda/decode_attention.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -102,26 +104,28 @@ TEST(SplitWorkTest, ClusterScheduleOnlyForEvenHeadsThatFillOneWave) {
   EXPECT_EQ(SplitClusterSize(128, 264, 29492, 32768), 2);
 }
 
-TEST(SplitWorkTest, ClusterOverrideReadsTheEnvironmentAndRefusesTheRest) {
-  int choice = 99;
-  ASSERT_EQ(unsetenv("KVGATE_SPLIT_CLUSTER"), 0);
-  ASSERT_TRUE(SplitClusterOverride(&choice));
-  EXPECT_EQ(choice, -1);
+// The plan's text form (the bench's --split-cluster) and its cluster size: automatic takes
+// SplitClusterSize's, any other plan its own whatever the shape.
+TEST(SplitWorkTest, SplitPlansParseTheirTextAndRefuseTheRest) {
   const std::pair<const char*, int> valid[] = {{"auto", -1}, {"off", 0}, {"1", 1},
                                                {"2", 2},     {"4", 4},    {"8", 8}};
   for (const auto& [text, expected] : valid) {
-    ASSERT_EQ(setenv("KVGATE_SPLIT_CLUSTER", text, 1), 0);
-    choice = 99;
-    ASSERT_TRUE(SplitClusterOverride(&choice)) << text;
-    EXPECT_EQ(choice, expected) << text;
+    SplitPlan plan{99};
+    ASSERT_TRUE(ParseSplitPlan(text, &plan)) << text;
+    EXPECT_EQ(plan.cluster, expected) << text;
+    EXPECT_TRUE(plan.valid()) << text;
   }
-  for (const char* text : {"", "3", "16", "0", "on", "2 ", "cluster"}) {
-    ASSERT_EQ(setenv("KVGATE_SPLIT_CLUSTER", text, 1), 0);
-    choice = 99;
-    EXPECT_FALSE(SplitClusterOverride(&choice)) << "'" << text << "'";
-    EXPECT_EQ(choice, 99) << text;
+  for (const char* text : {"", "3", "16", "0", "on", "2 ", "cluster", "-1"}) {
+    SplitPlan plan{99};
+    EXPECT_FALSE(ParseSplitPlan(text, &plan)) << "'" << text << "'";
+    EXPECT_EQ(plan.cluster, 99) << text;
   }
-  ASSERT_EQ(unsetenv("KVGATE_SPLIT_CLUSTER"), 0);
+  EXPECT_FALSE((SplitPlan{3}).valid());
+  EXPECT_TRUE(SplitPlan{}.valid());  // automatic by default
+  EXPECT_EQ(PlannedClusterSize(-1, 128, 264, 32768, 32768), 2);  // SplitClusterSize's
+  EXPECT_EQ(PlannedClusterSize(-1, 128, 264, 0, 32768), 0);
+  EXPECT_EQ(PlannedClusterSize(0, 128, 264, 32768, 32768), 0);
+  EXPECT_EQ(PlannedClusterSize(8, 128, 264, 0, 32768), 8);
 }
 
 }  // namespace

@@ -116,7 +116,6 @@ TEST(ReadKvSelectTrafficTest, ImportancesCountOnlyWhenTheyLeaveSharedMemory) {
 // persistent schedule (lengths not known to be even) adds the partials' round trip and the merge
 // launch.
 TEST(KernelTrafficTest, ClusterScheduleMovesNoPartials) {
-  ASSERT_EQ(unsetenv("KVGATE_SPLIT_CLUSTER"), 0);
   DecodeShape shape = LlamaShape(16, 32768, 1024);
   const std::vector<int32_t> lens(16, 32768);
   shape.min_tokens = 32768;
@@ -137,11 +136,12 @@ TEST(KernelTrafficTest, ClusterScheduleMovesNoPartials) {
   EXPECT_GT(persistent.partials, 0);
   ASSERT_NE(persistent.kernels[1].kernel, nullptr);
   EXPECT_STREQ(persistent.kernels[1].kernel, "CombineSplits");
-  // The override forces either schedule in the model as in the launcher.
-  ASSERT_EQ(setenv("KVGATE_SPLIT_CLUSTER", "off", 1), 0);
+  // A plan forces either schedule in the model as in the launcher.
   shape.min_tokens = 32768;
-  EXPECT_EQ(DenseDecodeTraffic(shape, lens.data()).partials, persistent.partials);
-  ASSERT_EQ(unsetenv("KVGATE_SPLIT_CLUSTER"), 0);
+  EXPECT_EQ(DenseDecodeTraffic(shape, lens.data(), SplitPlan{0}).partials, persistent.partials);
+  shape.min_tokens = 0;
+  EXPECT_EQ(DenseDecodeTraffic(shape, lens.data(), SplitPlan{2}).partials, 0);
+  EXPECT_EQ(DenseDecodeTraffic(shape, lens.data(), SplitPlan{3}).partials, persistent.partials);
 }
 
 // The model by launch (TrafficBytes::kernels): every term is some kernel's read or write, each

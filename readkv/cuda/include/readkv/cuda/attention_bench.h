@@ -74,11 +74,13 @@ struct BenchConfig {
                         // tokens; 0: none. The constrained reader's rows never have lists.
   int value_window = 0;  // tile rows: Value budgets per window of this many tokens, the chunk
                          // (TilePlan::value_window_tokens: 512-2048 by 512); 0: the row's.
+  SplitPlan split;  // dense, FP8 and anchor-ledger rows: their schedule (decode_attention.h)
   // Throws InvalidArgument naming the flag: "--tokens", "--batch", "--heads-q", "--heads-kv"
   // (must divide --heads-q with a group of 1, 2, 4 or 8), "--head-dim" (64 or 128), "--kv",
   // "--iters", "--chunk-tokens" (tile rows: not a multiple of 512 up to 2048), "--outlier-cap"
   // (outside [0, 16], or above 0 without a tile: spec), "--value-window" (not 0 or 512-2048 by
-  // 512, without a tile: spec, or beside a different --chunk-tokens).
+  // 512, without a tile: spec, or beside a different --chunk-tokens), "--split-cluster" (a plan
+  // that is not valid()).
   void Validate() const;
 };
 

@@ -20,7 +20,7 @@
 // launch. The cluster one, taken when the sequences are about equally long (min_tokens) and one
 // block cluster of 1-8 blocks per (sequence, KV head) fills the device, splits each head's tiles
 // among its cluster and merges them in distributed shared memory: one launch, no workspace
-// traffic (KVGATE_SPLIT_CLUSTER=off|1|2|4|8 overrides the choice, for benches and tests). The
+// traffic (a SplitPlan below overrides the choice, for benches and tests). The
 // ReadKV kernels split each sequence into chunks of `chunk_tokens` (a multiple of 256). All
 // launches of one call go to `stream`, in order, so a call can be captured in a CUDA graph.
 //
@@ -30,6 +30,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #if defined(KVGATE_HAVE_CUDA) || defined(__CUDACC__)
 #include <cuda_runtime.h>
@@ -43,14 +44,43 @@ namespace readkv::cuda {
 inline constexpr int kPageTokens = 256;
 inline constexpr int kMaxStoreBits = 8;
 
-// The environment variables the launchers read on every call to pick among equivalent kernels
-// (same outputs up to summation order), for same-process comparisons in benches and tests:
-// KVGATE_SPLIT_CLUSTER (the dense and FP8 schedule), KVGATE_READKV_LOGITS, _VALUES, _PDL and
-// _SELECT (the ReadKV launches; readkv_attention.cu says what each value picks). A bench records
-// the ones set with its results.
-inline constexpr std::array<const char*, 5> kKernelSwitches = {
-    "KVGATE_SPLIT_CLUSTER", "KVGATE_READKV_LOGITS", "KVGATE_READKV_VALUES", "KVGATE_READKV_PDL",
-    "KVGATE_READKV_SELECT"};
+// The environment variables the constrained ReadKV launchers read on every call to pick among
+// equivalent kernels (same outputs up to summation order), for same-process comparisons in
+// benches and tests: KVGATE_READKV_LOGITS, _VALUES, _PDL and _SELECT (readkv_attention.cu says
+// what each value picks). A bench records the ones set with its results. They go with those
+// readers (issue 37); the kernels that stay take their choices as an explicit plan (SplitPlan,
+// tile_attention.h's TilePlan).
+inline constexpr std::array<const char*, 4> kKernelSwitches = {
+    "KVGATE_READKV_LOGITS", "KVGATE_READKV_VALUES", "KVGATE_READKV_PDL", "KVGATE_READKV_SELECT"};
+
+// How the dense and FP8 launchers schedule a call (the persistent or the cluster schedule,
+// above), chosen by the caller and passed explicitly (FlashInfer's plan/run split: no launcher
+// reads the environment). cluster: -1 automatic (the cluster schedule when the sequences are
+// about equally long and a cluster of 1, 2, 4 or 8 blocks per head fills one wave, else the
+// persistent one), 0 the persistent schedule, 1, 2, 4 or 8 the cluster schedule with that many
+// blocks per head, whatever the shape. Outputs are the same up to summation order.
+struct SplitPlan {
+  int cluster = -1;
+  bool valid() const {
+    return cluster == -1 || cluster == 0 || cluster == 1 || cluster == 2 || cluster == 4 ||
+           cluster == 8;
+  }
+};
+// "auto" (-1), "off" (0), "1", "2", "4" or "8"; false for anything else (*plan untouched).
+inline bool ParseSplitPlan(std::string_view text, SplitPlan* plan) {
+  int cluster = 0;
+  if (text == "auto") {
+    cluster = -1;
+  } else if (text == "off") {
+    cluster = 0;
+  } else if (text == "1" || text == "2" || text == "4" || text == "8") {
+    cluster = text[0] - '0';
+  } else {
+    return false;
+  }
+  plan->cluster = cluster;
+  return true;
+}
 
 struct DecodeShape {
   int batch = 1;
@@ -112,13 +142,16 @@ cudaError_t Fp8Append(const DecodeShape& shape, int tokens, const float* keys, c
                       const Fp8CacheWrite& cache, cudaStream_t stream);
 
 // Workspace of the dense and FP8 kernels: partial outputs and softmax statistics per (block,
-// head, warp); independent of the device.
+// head, warp); independent of the device and of the plan.
 size_t SplitDecodeWorkspaceBytes(const DecodeShape& shape);
 
+// cudaErrorInvalidValue for a plan that is not valid().
 cudaError_t DenseDecodeAttention(const DecodeShape& shape, const DecodeInputs& inputs,
-                                 const DenseCache& cache, void* workspace, cudaStream_t stream);
+                                 const DenseCache& cache, void* workspace, cudaStream_t stream,
+                                 const SplitPlan& plan = {});
 cudaError_t Fp8DecodeAttention(const DecodeShape& shape, const DecodeInputs& inputs,
-                               const Fp8Cache& cache, void* workspace, cudaStream_t stream);
+                               const Fp8Cache& cache, void* workspace, cudaStream_t stream,
+                               const SplitPlan& plan = {});
 
 // ---- ReadKV ----------------------------------------------------------------------------------
 // Bit planes of W-bit codes, in the layout of readkv::codec::BitPlaneStore per page:
@@ -233,8 +266,12 @@ int64_t DenseLogicalBytes(const DecodeShape& shape, const int32_t* seq_lens_host
 int64_t Fp8LogicalBytes(const DecodeShape& shape, const int32_t* seq_lens_host);
 int64_t ReadKvLogicalBytes(const DecodeShape& shape, const int32_t* seq_lens_host,
                            const uint8_t* key_depths_host, const uint8_t* value_depths_host);
-TrafficBytes DenseDecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host);
-TrafficBytes Fp8DecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host);
+// The dense and FP8 models take the schedule the launcher would under `plan` on an H100/H200
+// (an invalid plan: the persistent schedule's terms; the launcher refuses such a call).
+TrafficBytes DenseDecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host,
+                                const SplitPlan& plan = {});
+TrafficBytes Fp8DecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host,
+                              const SplitPlan& plan = {});
 // key_depths_host [B][H_kv][d], value_depths_host [B][H_kv][max_tokens] as ReadKvDebug wrote them;
 // both null: every term but the payload (which ReadKvDebug::totals sums on the device). key_bits:
 // the policy's R_K, which picks the Logits reader (ReadKvUsesMmaLogits) and so what it re-reads.
