@@ -44,6 +44,19 @@ std::vector<std::string> ListNvidiaGpus(const std::filesystem::path& driver_dir)
   return gpus;
 }
 
+std::string HardwareChange(const nlohmann::json& before, const nlohmann::json& now) {
+  std::string change;
+  for (const char* key : {"cpu_model", "logical_cores", "gpus"}) {
+    const nlohmann::json a = before.is_object() ? before.value(key, nlohmann::json()) : nlohmann::json();
+    const nlohmann::json b = now.is_object() ? now.value(key, nlohmann::json()) : nlohmann::json();
+    if (a == b) continue;
+    if (!change.empty()) change += "; ";
+    change += std::string(key) + " " + (a.is_null() ? "(none)" : a.dump()) + " -> " +
+              (b.is_null() ? "(none)" : b.dump());
+  }
+  return change;
+}
+
 nlohmann::json DescribeMachine() {
   nlohmann::json out = nlohmann::json::object();
   out["host"] = ProcessIdentity::Current().host;

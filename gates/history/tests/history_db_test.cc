@@ -595,6 +595,25 @@ TEST(DescribeMachineTest, NamesTheHostAndItsCores) {
   EXPECT_TRUE(machine.contains("os"));
 }
 
+// A resumed run's legs on an H200 and then an H100 machine: the GPUs are named, in order; host,
+// OS and memory are not hardware changes.
+TEST(DescribeMachineTest, HardwareChangeNamesTheGpusAndIgnoresTheHost) {
+  const nlohmann::json h200 = {{"host", "vm"},           {"os", "Linux 6.18.44-fc-v1252-gpu"},
+                               {"cpu_model", "Xeon"},    {"logical_cores", 16},
+                               {"memory_bytes", 135129063424}, {"gpus", {"NVIDIA H200"}}};
+  nlohmann::json h100 = h200;
+  h100["os"] = "Linux 6.18.44-fc-v1272-gpu";
+  h100["memory_bytes"] = 135129059328;
+  EXPECT_EQ(HardwareChange(h200, h100), "");
+  h100["gpus"] = {"NVIDIA H100 80GB HBM3"};
+  EXPECT_EQ(HardwareChange(h200, h100),
+            "gpus [\"NVIDIA H200\"] -> [\"NVIDIA H100 80GB HBM3\"]");
+  h100["logical_cores"] = 32;
+  h100.erase("gpus");
+  EXPECT_EQ(HardwareChange(h200, h100), "logical_cores 16 -> 32; gpus [\"NVIDIA H200\"] -> (none)");
+  EXPECT_EQ(HardwareChange(nlohmann::json::object(), nlohmann::json::object()), "");
+}
+
 // The driver's folder as it looks on a two-GPU host, and on a host without the driver.
 TEST(DescribeMachineTest, ListsTheDriversGpusByModel) {
   testing::TempDir dir;

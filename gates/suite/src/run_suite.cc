@@ -227,6 +227,7 @@ int64_t SuiteRun::Resume(int64_t run_id) {
   history::ResumeInfo info;
   info.git_commit = options_.git_commit;
   info.machine = history::DescribeMachine();
+  const std::vector<history::RunLeg> earlier = db_.Legs(run_id);
   leg_ = db_.ResumeRun(run_id, info, stored_.to_supersede);
   run_id_ = run_id;
   if (metrics_) metrics_->SetRunId(std::to_string(run_id_));
@@ -237,6 +238,16 @@ int64_t SuiteRun::Resume(int64_t run_id) {
       std::to_string(stored_.to_supersede.size()) +
       " load runs of unfinished pairs superseded; history " + options_.db_path.string() +
       ", output " + options_.out_dir.string());
+  // Quality items kept from a leg on other hardware are compared as they are, and a leg's load
+  // pairs are all its own; the report names each leg's machine. Say it here too.
+  if (!earlier.empty()) {
+    if (const std::string change = history::HardwareChange(earlier.back().machine, info.machine);
+        !change.empty()) {
+      Say("run " + std::to_string(run_id_) + ": leg " + std::to_string(leg_) +
+          " runs on other hardware than leg " + std::to_string(earlier.back().leg) + " (" +
+          change + "); the report names each leg's machine");
+    }
+  }
   return run_id_;
 }
 

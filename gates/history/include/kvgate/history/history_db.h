@@ -289,6 +289,12 @@ LoadRunMeta LoadRunMetaOf(const loadgen::LoadResult& result, std::string label,
 // cannot read are left out.
 nlohmann::json DescribeMachine();
 
+// How the hardware of machine fingerprint `now` differs from `before` (DescribeMachine's): its
+// CPU model, logical cores and GPUs, as "gpus [\"A\"] -> [\"B\"]; ..." in that order, or "" when
+// they are the same (host name, OS and memory are not compared: a rented machine of the same
+// kind differs in those). A resumed run says it when a leg runs on other hardware.
+std::string HardwareChange(const nlohmann::json& before, const nlohmann::json& now);
+
 // The model names of the GPUs the NVIDIA driver lists under `driver_dir` (a folder per GPU, each
 // with an "information" file holding a "Model:" line), sorted; empty without that driver.
 std::vector<std::string> ListNvidiaGpus(
