@@ -155,13 +155,6 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
   CopyTable(tile, tile.increments, source, source.key_increments, increment_bytes,
             "step-1 increments (its Key table)");
 
-  const PagedPlanes planes{source.set.At<const uint8_t>(0, source.key_planes),
-                           source.set.At<const uint8_t>(0, source.value_planes),
-                           source.set.At<const int32_t>(0, source.common.page_table),
-                           s.heads_kv,
-                           s.head_dim,
-                           w,
-                           s.max_pages};
   Check(cudaMemset(tile.set.At<uint8_t>(0, tile.key_tiles), 0, tile_bytes),
         "tile set: zero the key pool");
   Check(cudaMemset(tile.set.At<uint8_t>(0, tile.value_tiles), 0, tile_bytes),
@@ -180,6 +173,13 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
     });
     Check(cudaDeviceSynchronize(), "tile set: TileAppend of byte keys (synchronise)");
   } else {
+    const PagedPlanes planes{source.set.At<const uint8_t>(0, source.key_planes),
+                             source.set.At<const uint8_t>(0, source.value_planes),
+                             source.set.At<const int32_t>(0, source.common.page_table),
+                             s.heads_kv,
+                             s.head_dim,
+                             w,
+                             s.max_pages};
     Check(PagesToTiles(planes, source.set.At<const int32_t>(0, source.common.seq_lens), s.batch,
                        tile.set.At<uint8_t>(0, tile.key_tiles),
                        tile.set.At<uint8_t>(0, tile.value_tiles), 0),

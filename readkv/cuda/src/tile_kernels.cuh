@@ -139,23 +139,24 @@ __global__ void __launch_bounds__(kMmaThreads)
           }
         }
       }
-    }
-    for (int g = 0; g < kGroups && !kByteKeys; ++g) {
-      const uint2 q = frags[g * kWarp + lane];
-      const uint8_t* group_bytes = staged + plane_at[g] * 32 + lane;
-      WithDepth(depth[g], [&](auto depth_tag) {
-        constexpr int T = decltype(depth_tag)::value;
+    } else {
+      for (int g = 0; g < kGroups; ++g) {
+        const uint2 q = frags[g * kWarp + lane];
+        const uint8_t* group_bytes = staged + plane_at[g] * 32 + lane;
+        WithDepth(depth[g], [&](auto depth_tag) {
+          constexpr int T = decltype(depth_tag)::value;
 #pragma unroll
-        for (int i = 0; i < kWarpTiles; ++i) {
-          if (i < n) {  // uniform over the warp
-            uint32_t bytes[T], frag[4];
+          for (int i = 0; i < kWarpTiles; ++i) {
+            if (i < n) {  // uniform over the warp
+              uint32_t bytes[T], frag[4];
 #pragma unroll
-            for (int p = 0; p < T; ++p) bytes[p] = group_bytes[(i * planes + p) * 32];
-            tile::DecodeFragment<T>(bytes, centroids, lookup, frag);
-            Mma(acc[i], frag, q.x, q.y);
+              for (int p = 0; p < T; ++p) bytes[p] = group_bytes[(i * planes + p) * 32];
+              tile::DecodeFragment<T>(bytes, centroids, lookup, frag);
+              Mma(acc[i], frag, q.x, q.y);
+            }
           }
-        }
-      });
+        });
+      }
     }
     __syncwarp();  // the slot is refilled by stage k + 2's issue
     if (a.in.key_outlier_pages != nullptr) {  // before the tiles' maxima and sums

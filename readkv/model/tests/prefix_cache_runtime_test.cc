@@ -190,6 +190,15 @@ TEST_F(CompressedRuntimeTest, PrefixCacheWithOutlierListsIsExactAndApartFromObje
 class TileRuntimeTest : public CompressedRuntimeTest {
  protected:
   int HeadDim() const override { return 16; }
+  // `model`'s prefix-cache objects have `layout`; the prompt served twice, the second time its
+  // prefix restored from them (both requests' prefixes found), gives the same logits bit for bit.
+  void ExpectPrefixCacheRestoresExactly(LlamaDecodeModel& model, const std::string& layout) {
+    EXPECT_EQ(model.cache_identity().layout, layout);
+    const auto miss = RunPrompt(model, 1, prompt_);
+    const auto hit = RunPrompt(model, 2, prompt_);
+    EXPECT_EQ(model.prefix_cache_counters().hits, 2);
+    EXPECT_EQ(hit, miss);
+  }
 };
 
 // The tile reader serves like the others: close to dense at full depth, worse at one bit, and
@@ -208,11 +217,7 @@ TEST_F(TileRuntimeTest, TheTileReaderDecodesAndItsPrefixCacheRestoresExactly) {
   o.kv.reader = codec::ReaderKind::kTile;
   o.prefix_cache.directory = cache.path();
   LlamaDecodeModel model(dir_.path(), o);
-  EXPECT_EQ(model.cache_identity().layout, "tiles16");
-  const auto miss = RunPrompt(model, 1, prompt_);
-  const auto hit = RunPrompt(model, 2, prompt_);
-  EXPECT_EQ(model.prefix_cache_counters().hits, 2);
-  EXPECT_EQ(hit, miss);
+  ExpectPrefixCacheRestoresExactly(model, "tiles16");
   engine::ReadPolicy constrained;
   constrained.reader = "constrained";
   EXPECT_THROW(model.StartSequence(3, constrained), std::invalid_argument);
@@ -226,11 +231,7 @@ TEST_F(TileRuntimeTest, ByteKeysDecodeAndTheirPrefixCacheRestoresExactly) {
   RuntimeOptions o = ByteKeyOptions();
   o.prefix_cache.directory = cache.path();
   LlamaDecodeModel model(dir_.path(), o);
-  EXPECT_EQ(model.cache_identity().layout, "tiles16-kbytes");
-  const auto miss = RunPrompt(model, 1, prompt_);
-  const auto hit = RunPrompt(model, 2, prompt_);
-  EXPECT_EQ(model.prefix_cache_counters().hits, 2);
-  EXPECT_EQ(hit, miss);
+  ExpectPrefixCacheRestoresExactly(model, "tiles16-kbytes");
   engine::ReadPolicy fewer;
   fewer.key_bits = 6.0;
   fewer.value_bits = 4.0;
