@@ -30,6 +30,7 @@
 
 #include <atomic>
 
+#include "fast_exp2.cuh"
 #include "split_decode.cuh"
 #include "split_work.h"
 
@@ -98,13 +99,6 @@ __device__ __forceinline__ void SplitHiLo(float x, uint16_t& hi, uint16_t& lo) {
     hi = __bfloat16_as_ushort(h);
     lo = __bfloat16_as_ushort(__float2bfloat16_rn(x - __bfloat162float(h)));
   }
-}
-
-// 2^x by the SFU (ex2.approx.ftz: relative error ~2^-22, 2^-inf = 0), one instruction.
-__device__ __forceinline__ float FastExp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
 }
 
 __device__ __forceinline__ uint32_t Pack(uint16_t low, uint16_t high) {

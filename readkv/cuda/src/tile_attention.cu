@@ -33,7 +33,8 @@ namespace readkv::cuda::tile_kernels {
 // order), the group depths, the B fragments of the folded query (f16 of scale q~ sigma, lane
 // order of m16n8k16: lane l holds head l / 4 at channels 16 g + 2 (l % 4) + {0, 1} and + 8),
 // and the residual window's exact logits (a warp per token: q~ scale . (k - mu)).
-template <int D, int G>
+// Byte keys (kByteKeys) are read whole: every group's depth is 8 and the allocator is skipped.
+template <int D, int G, bool kByteKeys>
 __global__ void __launch_bounds__(128) TilePrepare(TileArgs a) {
   constexpr int kGroups = D / 16;
   __shared__ float x[kMaxGroup][128];
@@ -80,35 +81,40 @@ __global__ void __launch_bounds__(128) TilePrepare(TileArgs a) {
     for (int q = 0; q < G; ++q) a.scaled_queries[(row * D + c) * G + q] = scaled[q][c];
   }
   __syncthreads();
-  if (c < kGroups) {  // codec::SumPerTile: members in order from 0
-    double sum = 0.0;
-    for (int m = 0; m < 16; ++m) sum = __dadd_rn(sum, weight[16 * c + m]);
-    group_weight[c] = sum;
-  }
-  __syncthreads();
-  // The group depths: counts by one thread, the cut by a thread per candidate gain (a sort by
-  // one thread took ~50 us), the depths by one thread (tile_threshold.h).
-  const int spo = a.policy.key_steps;
-  if (c < kMaxSteps) inc[c] = c < spo ? a.policy.key_increments[c] : 0.0;
-  __syncthreads();
-  if (c == 0) {
-    const long long budget = internal::FloorBudget(a.policy.key_bits, static_cast<double>(kGroups));
-    count = tile::CountSmallSteps(group_weight, kGroups, budget, inc, spo);
-    cut = 0.0;  // unused unless a cut is needed
-  }
-  __syncthreads();
-  const int candidates = kGroups * spo;
-  if (count.NeedsCut()) {
-    if (c < candidates) gains[c] = tile::SmallGain(group_weight, count, inc, spo, c);
+  if constexpr (kByteKeys) {
+    if (c < kGroups) depth[c] = static_cast<uint8_t>(a.store_bits);
     __syncthreads();
-    if (c < candidates && gains[c] >= 0.0 &&
-        tile::IsStepsThLargest(gains[c], gains, candidates, count.steps)) {
-      cut = gains[c];  // every thread that writes writes the same value
+  } else {
+    if (c < kGroups) {  // codec::SumPerTile: members in order from 0
+      double sum = 0.0;
+      for (int m = 0; m < 16; ++m) sum = __dadd_rn(sum, weight[16 * c + m]);
+      group_weight[c] = sum;
     }
     __syncthreads();
+    // The group depths: counts by one thread, the cut by a thread per candidate gain (a sort by
+    // one thread took ~50 us), the depths by one thread (tile_threshold.h).
+    const int spo = a.policy.key_steps;
+    if (c < kMaxSteps) inc[c] = c < spo ? a.policy.key_increments[c] : 0.0;
+    __syncthreads();
+    if (c == 0) {
+      const long long budget = internal::FloorBudget(a.policy.key_bits, static_cast<double>(kGroups));
+      count = tile::CountSmallSteps(group_weight, kGroups, budget, inc, spo);
+      cut = 0.0;  // unused unless a cut is needed
+    }
+    __syncthreads();
+    const int candidates = kGroups * spo;
+    if (count.NeedsCut()) {
+      if (c < candidates) gains[c] = tile::SmallGain(group_weight, count, inc, spo, c);
+      __syncthreads();
+      if (c < candidates && gains[c] >= 0.0 &&
+          tile::IsStepsThLargest(gains[c], gains, candidates, count.steps)) {
+        cut = gains[c];  // every thread that writes writes the same value
+      }
+      __syncthreads();
+    }
+    if (c == 0) tile::ApplySmallCut(group_weight, kGroups, inc, spo, count, cut, depth);
+    __syncthreads();
   }
-  if (c == 0) tile::ApplySmallCut(group_weight, kGroups, inc, spo, count, cut, depth);
-  __syncthreads();
   if (c == 0 && a.debug.totals != nullptr) {  // the Key planes' share of the call's ledgers
     long long steps = 0;
     for (int g = 0; g < kGroups; ++g) steps += depth[g];
@@ -285,10 +291,11 @@ cudaError_t LaunchAll(const TileArgs& a, const tile::TileCentroids& centroids, i
   const dim3 rows(static_cast<unsigned>(a.heads_kv), static_cast<unsigned>(batch));
   const dim3 chunks(static_cast<unsigned>(a.chunks), static_cast<unsigned>(a.heads_kv),
                     static_cast<unsigned>(batch));
-  TilePrepare<D, G><<<rows, D, 0, stream>>>(a);
   if (byte_keys) {
+    TilePrepare<D, G, true><<<rows, D, 0, stream>>>(a);
     TileLogits<D, G, true><<<chunks, kMmaThreads, 0, stream>>>(a, centroids);
   } else {
+    TilePrepare<D, G, false><<<rows, D, 0, stream>>>(a);
     TileLogits<D, G, false><<<chunks, kMmaThreads, 0, stream>>>(a, centroids);
   }
   if (windowed) {

@@ -67,6 +67,13 @@ __device__ __forceinline__ const uint8_t* TileAt(const TileArgs& a, const uint8_
   return pool + tile::TileOffset(a.in.page_table, a.max_pages, a.heads_kv, tile_bytes, b, h, tile);
 }
 
+// Lane `from`'s 64-bit word, to every lane (two 32-bit shuffles).
+__device__ __forceinline__ uint64_t ShuffleWord64(uint64_t word, int from) {
+  const auto low = static_cast<uint32_t>(word), high = static_cast<uint32_t>(word >> 32);
+  return (uint64_t{__shfl_sync(0xffffffffu, high, from)} << 32) |
+         __shfl_sync(0xffffffffu, low, from);
+}
+
 // 16 bytes global -> shared without registers (cp.async.cg: L2 only, the planes are read once).
 __device__ __forceinline__ void CpAsync16(void* shared, const void* global) {
   const auto to = static_cast<unsigned>(__cvta_generic_to_shared(shared));

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "fast_exp2.cuh"
 #include "tile_fragment.h"
 #include "tile_kernel_args.cuh"
 #include "tile_list_reads.cuh"
@@ -53,11 +54,61 @@ __device__ __forceinline__ void ByteKeyBias(const uint2* frags, int groups, int 
   bias[1] = tile::kKeyByteHalfCell * __shfl_sync(0xffffffffu, sum, 8 * (lane % 4) + 4);
 }
 
+// With a Value window, one token tile's e values against the warp's reference maxima ref (one
+// per head of the lane, uniform over the head's lanes), from its masked logits x (C order: heads
+// 2 (lane % 4) + {0, 1} at token lane / 4, then at token lane / 4 + 8). ref rises only when a
+// logit passes ref + kRefSlack (one vote a tile; the tile's maximum by shuffles only then), so e
+// stays below e^8 and fits f16. The e values go to the tile's probs ([G][16], f16) and ref to its
+// statistics as M; the sums of e stay in the lane (lane_sum, rescaled when ref rises) until the
+// warp's end, and TileWindowValues forms the tile's sum e^2 from the f16 e values. Per tile:
+// ~40 instructions a lane, where the row's per-tile maxima and sums took ~180 (ncu, served point).
+inline constexpr float kRefSlack = 8.0f;
+inline constexpr float kLog2e = 1.4426950408889634f;
+template <int G>
+__device__ __forceinline__ void WindowTileEpilogue(const float (&x)[4], int lane, float (&ref)[2],
+                                                   float (&lane_sum)[2], __half* tile_probs,
+                                                   float* tile_stats) {
+  const bool over =
+      fmaxf(x[0], x[2]) > ref[0] + kRefSlack || fmaxf(x[1], x[3]) > ref[1] + kRefSlack;
+  if (__any_sync(0xffffffffu, over)) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float m = fmaxf(x[hh], x[hh + 2]);
+#pragma unroll
+      for (int o = 4; o < kWarp; o *= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+      if (m > ref[hh]) {  // the sum so far, rescaled to the new reference (0 from -inf)
+        lane_sum[hh] *= internal::FastExp2((ref[hh] - m) * kLog2e);
+        ref[hh] = m;
+      }
+    }
+  }
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const float shift = ref[hh] * kLog2e;  // finite: the tile has a token, so ref was set
+    const float e0 = internal::FastExp2(fmaf(x[hh], kLog2e, -shift));  // 0 for a masked token
+    const float e1 = internal::FastExp2(fmaf(x[hh + 2], kLog2e, -shift));
+    lane_sum[hh] += e0 + e1;
+    const int n_head = 2 * (lane % 4) + hh;
+    if (n_head < G) {
+      __half* pr = tile_probs + n_head * 16 + lane / 4;
+      pr[0] = __float2half_rn(e0);
+      pr[8] = __float2half_rn(e1);
+      if (lane < 4) tile_stats[n_head] = ref[hh];
+    }
+  }
+}
+
 template <int D, int G, bool kByteKeys>
 __global__ void __launch_bounds__(kMmaThreads)
     TileLogits(TileArgs a, const __grid_constant__ tile::TileCentroids centroids) {
   constexpr int kGroups = D / 16;
   constexpr int kMaxPieces = 2 * kGroups * tile::kMaxTileDepth;  // 16-byte pieces of a tile
+  // Byte keys: every group at depth 8, so a staged tile is the token tile itself (kBytePieces
+  // 16-byte pieces) and a stage holds kByteStageTiles of them.
+  constexpr int kBytePieces = kMaxPieces;
+  constexpr int kByteStageTiles =
+      kStageBytes / (16 * kBytePieces) < kWarpTiles ? kStageBytes / (16 * kBytePieces) : kWarpTiles;
+  static_assert(kByteStageTiles >= 1, "a stage holds a byte-key tile");
   __shared__ uint16_t table[tile::kTileTableEntries];
   __shared__ uint8_t depth[kGroups];
   __shared__ uint8_t plane_at[kGroups];   // first plane of group g in a staged tile
@@ -88,8 +139,14 @@ __global__ void __launch_bounds__(kMmaThreads)
     uint8_t* to = ring[warp][k % kStages];
     for (int i = 0; i < n; ++i) {
       const uint8_t* from = TileAt(a, a.in.key_tiles, tile_bytes, b, h, lo + i);
-      for (int o = lane; o < pieces; o += kWarp)
-        CpAsync16(to + (i * pieces + o) * 16, from + piece[o] * 16);
+      if constexpr (kByteKeys) {  // the whole token tile, in its order: no piece map
+#pragma unroll
+        for (int o = lane; o < kBytePieces; o += kWarp)
+          CpAsync16(to + (i * kBytePieces + o) * 16, from + o * 16);
+      } else {
+        for (int o = lane; o < pieces; o += kWarp)
+          CpAsync16(to + (i * pieces + o) * 16, from + piece[o] * 16);
+      }
     }
     CpAsyncCommit();
   };
@@ -99,12 +156,17 @@ __global__ void __launch_bounds__(kMmaThreads)
   __half* probs = a.probs + row * a.max_tiles * G * 16;
   float* debug_logits = a.debug.logits;
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
-  // With a Value window, this lane's heads' running maximum and sum of e over the warp's tiles
-  // (the heads 2 (lane % 4) + {0, 1}; every lane of a lane % 4 class holds the same values).
-  const bool per_chunk = a.chunk_stats != nullptr;  // uniform: a launch argument
-  float run_max[2] = {-INFINITY, -INFINITY}, run_sum[2] = {0.0f, 0.0f};
+  const bool per_chunk = a.chunk_stats != nullptr;  // a Value window (uniform: an argument)
   float bias[2] = {0.0f, 0.0f};  // every logit's start: the half cell's share with byte keys
-  if constexpr (kByteKeys) ByteKeyBias<G>(frags, kGroups, lane, bias);
+  uint2 byte_q[kByteKeys ? kGroups : 1];  // byte keys: the folded queries, held for every stage
+  if constexpr (kByteKeys) {
+    ByteKeyBias<G>(frags, kGroups, lane, bias);
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) byte_q[g] = frags[g * kWarp + lane];
+  }
+  // With a Value window, the lane's reference maxima for its heads (ref: uniform over a head's
+  // lanes) and its own sums of e = exp(l - ref) over its tokens (WindowTileEpilogue).
+  float ref[2] = {-INFINITY, -INFINITY}, lane_sum[2] = {0.0f, 0.0f};
   if (stages > 0) issue(0);
   for (int k = 0; k < stages; ++k) {
     if (k + 1 < stages) {
@@ -124,18 +186,18 @@ __global__ void __launch_bounds__(kMmaThreads)
       acc[i][2] = bias[0];
       acc[i][3] = bias[1];
     }
-    if constexpr (kByteKeys) {
+    if constexpr (kByteKeys) {  // group g's 8 planes start at plane 8 g of the token tile
+      const uint8_t* lane_bytes = staged + lane * 8;
 #pragma unroll
       for (int g = 0; g < kGroups; ++g) {
-        const uint2 q = frags[g * kWarp + lane];
-        const uint8_t* group_bytes = staged + plane_at[g] * 32 + lane * 8;
 #pragma unroll
-        for (int i = 0; i < kWarpTiles; ++i) {
+        for (int i = 0; i < kByteStageTiles; ++i) {
           if (i < n) {  // uniform over the warp
-            const uint2 codes = *reinterpret_cast<const uint2*>(group_bytes + i * planes * 32);
+            const uint2 codes =
+                *reinterpret_cast<const uint2*>(lane_bytes + (i * kBytePieces / 2 + 8 * g) * 32);
             uint32_t frag[4];
             tile::DecodeByteKeys(codes.x, codes.y, frag);
-            Mma(acc[i], frag, q.x, q.y);
+            Mma(acc[i], frag, byte_q[g].x, byte_q[g].y);
           }
         }
       }
@@ -171,6 +233,32 @@ __global__ void __launch_bounds__(kMmaThreads)
       }
     }
     // C: rows = tokens (lane / 4, + 8), columns = heads (2 (lane % 4), + 1).
+    if (per_chunk) {
+#pragma unroll
+      for (int i = 0; i < kWarpTiles; ++i) {
+        if (i >= n) continue;
+        const int tile = base + i;
+        const int t0 = tile * 16 + lane / 4, t1 = t0 + 8;
+        const float x[4] = {t0 < encoded ? acc[i][0] : -INFINITY,
+                            t0 < encoded ? acc[i][1] : -INFINITY,
+                            t1 < encoded ? acc[i][2] : -INFINITY,
+                            t1 < encoded ? acc[i][3] : -INFINITY};
+        if (debug_logits != nullptr) {
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int n_head = 2 * (lane % 4) + hh;
+            if (n_head >= G) continue;
+            float* out = debug_logits + (first_q + n_head) * a.logit_stride;
+            if (t0 < encoded) out[t0] = x[hh];
+            if (t1 < encoded) out[t1] = x[hh + 2];
+          }
+        }
+        WindowTileEpilogue<G>(x, lane, ref, lane_sum,
+                              probs + static_cast<size_t>(tile) * G * 16,
+                              tile_stats + static_cast<size_t>(tile) * 3 * G);
+      }
+      continue;
+    }
 #pragma unroll
     for (int i = 0; i < kWarpTiles; ++i) {
       if (i >= n) continue;
@@ -208,13 +296,6 @@ __global__ void __launch_bounds__(kMmaThreads)
           st[G + n_head] = sum;
           st[2 * G + n_head] = sq;
         }
-        if (per_chunk && m != -INFINITY) {  // a tile with tokens (m uniform over the class)
-          // One exponential: the smaller maximum's term is rescaled to the larger.
-          const float top = fmaxf(run_max[hh], m);
-          const float e = __expf(fminf(run_max[hh], m) - top);
-          run_sum[hh] = m > run_max[hh] ? run_sum[hh] * e + sum : run_sum[hh] + sum * e;
-          run_max[hh] = top;
-        }
       }
     }
   }
@@ -223,13 +304,20 @@ __global__ void __launch_bounds__(kMmaThreads)
   // without tokens.
   if (!per_chunk) return;
   __shared__ float warp_stats[kMmaWarps][kMaxGroup][2];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {  // the warp's sum of e per head, against its ref
+#pragma unroll
+    for (int o = 4; o < kWarp; o *= 2) {
+      lane_sum[hh] += __shfl_xor_sync(0xffffffffu, lane_sum[hh], o);
+    }
+  }
   if (lane < 4) {
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int n_head = 2 * lane + hh;
       if (n_head < G) {
-        warp_stats[warp][n_head][0] = run_max[hh];
-        warp_stats[warp][n_head][1] = run_sum[hh];
+        warp_stats[warp][n_head][0] = ref[hh];
+        warp_stats[warp][n_head][1] = lane_sum[hh];
       }
     }
   }

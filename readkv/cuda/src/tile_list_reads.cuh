@@ -67,11 +67,8 @@ __device__ __forceinline__ TileEntries LaneEntries(const TileArgs& a, const uint
 __device__ __forceinline__ TileEntries EntriesFromLane(const TileEntries& mine, int i) {
   const int lo = __shfl_sync(0xffffffffu, mine.lo, i);
   const int hi = __shfl_sync(0xffffffffu, mine.hi, i);
-  const auto at = reinterpret_cast<uintptr_t>(mine.entries);
-  const auto low = static_cast<uint32_t>(at), high = static_cast<uint32_t>(uint64_t{at} >> 32);
-  const uint64_t got = (uint64_t{__shfl_sync(0xffffffffu, high, i)} << 32) |
-                       __shfl_sync(0xffffffffu, low, i);
-  return {reinterpret_cast<const uint32_t*>(static_cast<uintptr_t>(got)), lo, hi};
+  const uint64_t at = ShuffleWord64(reinterpret_cast<uintptr_t>(mine.entries), i);
+  return {reinterpret_cast<const uint32_t*>(static_cast<uintptr_t>(at)), lo, hi};
 }
 
 // A Key tile's list entries: logit_{h,r} += scaled_{h,c} * (sigma_c * correction(z, t_g)) for
@@ -112,7 +109,7 @@ __device__ __forceinline__ void AddValueOutliers(const TileEntries& list, int la
   const int h0 = 2 * (lane % 4), h1 = h0 + 1;
   const auto p = [&](int h, int r) {  // the B operand's f16 e exp(M - max) of head h, token r
     return __half2float(
-        __hmul(e_values[h * 16 + r], __float2half_rn(__expf(tile_max[h] - head_max[h]))));
+        __float2half_rn(__half2float(e_values[h * 16 + r]) * __expf(tile_max[h] - head_max[h])));
   };
   const float outer = centroids.outermost[t];
   for (int k = list.lo; k < list.hi; ++k) {

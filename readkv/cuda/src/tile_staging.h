@@ -73,6 +73,17 @@ KVGATE_TILE_HD int ValuePieceSource(int o, int depth, int store_bits) {
 // The value tiles of the stage that starts at the warp's tile s (of `count`): consecutive tiles
 // while their bytes fit kTileStageBytes (the first always), at most kTileStageTiles.
 // depth_of(i) gives the depth of the warp's tile i (a shuffle on the GPU).
+// The same without a division per piece: recip = PieceRunReciprocal(depth), and o / (2 depth)
+// is (o recip) >> 16, exact for o < 2^10 and 2 depth <= 16 (the error o / 2^16 stays below the
+// 1 / (2 depth) a quotient step needs).
+KVGATE_TILE_HD uint32_t PieceRunReciprocal(int depth) {
+  return depth > 0 ? 65536u / static_cast<uint32_t>(2 * depth) + 1u : 0u;
+}
+KVGATE_TILE_HD int ValuePieceSourceBy(int o, int depth, uint32_t recip, int store_bits) {
+  const int run = static_cast<int>((static_cast<uint32_t>(o) * recip) >> 16);
+  return run * store_bits * 32 + (o - run * 2 * depth) * 16;
+}
+
 template <typename DepthOf>
 KVGATE_TILE_HD int ValueStageTiles(const DepthOf& depth_of, int s, int count, int groups,
                                    int head_bytes) {

@@ -28,6 +28,35 @@ __device__ __forceinline__ double ValueBlockWeight(const float* st, const float*
   return w;
 }
 
+// The same weight with a Value window, where TileLogits writes per tile only M [G] (its
+// reference maxima) and the e values [G][16] (f16, against M): sum e^2 from those, in f32.
+template <int G>
+__device__ __forceinline__ double ValueBlockWeightOfProbs(const float* tile_max,
+                                                          const __half* tile_probs,
+                                                          const float* head_max,
+                                                          const double* head_inv) {
+  double w = 0.0;
+#pragma unroll
+  for (int q = 0; q < G; ++q) {
+    const auto* e = reinterpret_cast<const uint4*>(tile_probs + q * 16);
+    float sq = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const uint4 v = e[k];
+      const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[j]));
+        sq = fmaf(f.x, f.x, sq);
+        sq = fmaf(f.y, f.y, sq);
+      }
+    }
+    const double scale = expf(2.0f * (tile_max[q] - head_max[q])) * head_inv[q] * head_inv[q];
+    w += static_cast<double>(sq) * scale;
+  }
+  return w;
+}
+
 // What the threshold allocator does with objects weights[0, n) (the blocks of a row or of a
 // window, each with `spo` steps of increments inc): the steps the budget floor(R_V n) buys above
 // t_min (clamped), and when fewer than `positive` (the objects' leading positive steps, summed

@@ -55,17 +55,26 @@ __device__ __forceinline__ void ValueSumsOfChunk(const TileArgs& a,
     return tile::ValueStageTiles(depth_of, s, count, kGroups, kLogitBytes);
   };
   const int64_t tile_bytes = tile::TokenTileBytes(D, a.store_bits);
+  // Lane i also holds where the warp's tile i starts in the pool (so a stage's issue reads the
+  // page table through shuffles, not a load a tile) and the reciprocal of its 2 t (below).
+  const uint8_t* my_from =
+      lane < count ? TileAt(a, a.in.value_tiles, tile_bytes, b, h, mine.lo + lane) : nullptr;
+  const uint32_t my_recip = tile::PieceRunReciprocal(my_depth);
   const auto issue = [&](int slot, int s, int n) {
     uint8_t* to = ring[warp][slot];
     for (int i = 0; i < n; ++i) {
       const int t = depth_of(s + i), r = mine.lo + s + i;
       const size_t tile = row * a.max_tiles + r;
-      for (int o = lane; o < 2 * G; o += kWarp)  // e values: 32 bytes a head
-        CpAsync16(to + o * 16, a.probs + tile * G * 16 + o * 8);
+      static_assert(2 * kMaxGroup <= kWarp, "a lane per 16 bytes of a tile's e values");
+      if (lane < 2 * G) CpAsync16(to + lane * 16, a.probs + tile * G * 16 + lane * 8);
       if (lane < G) CpAsync4(to + G * 32 + lane * 4, a.tile_stats + tile * 3 * G + lane);
-      const uint8_t* from = TileAt(a, a.in.value_tiles, tile_bytes, b, h, r);
-      for (int o = lane; o < 2 * kGroups * t; o += kWarp)  // planes: group o / 2t
-        CpAsync16(to + kLogitBytes + o * 16, from + tile::ValuePieceSource(o, t, a.store_bits));
+      const auto* from = reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(
+          ShuffleWord64(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(my_from)), s + i)));
+      const uint32_t recip = __shfl_sync(0xffffffffu, my_recip, s + i);
+      for (int o = lane; o < 2 * kGroups * t; o += kWarp) {  // planes: group o / 2t
+        CpAsync16(to + kLogitBytes + o * 16,
+                  from + tile::ValuePieceSourceBy(o, t, recip, a.store_bits));
+      }
       to += bytes_of(t);
     }
     CpAsyncCommit();
@@ -93,8 +102,10 @@ __device__ __forceinline__ void ValueSumsOfChunk(const TileArgs& a,
       if (n_head < G) {
         const auto* e = reinterpret_cast<const __half2*>(staged) + n_head * 8 + lane % 4;
         const float tile_max = reinterpret_cast<const float*>(staged + G * 32)[n_head];
-        const __half2 scale = __float2half2_rn(__expf(tile_max - m));
-        const __half2 b0 = __hmul2(e[0], scale), b1 = __hmul2(e[4], scale);
+        const float scale = __expf(tile_max - m);  // in f32: e may reach e^8 (a window's)
+        const float2 f0 = __half22float2(e[0]), f1 = __half22float2(e[4]);
+        const __half2 b0 = __floats2half2_rn(f0.x * scale, f0.y * scale);
+        const __half2 b1 = __floats2half2_rn(f1.x * scale, f1.y * scale);
         p0 = *reinterpret_cast<const uint32_t*>(&b0);
         p1 = *reinterpret_cast<const uint32_t*>(&b1);
       }

@@ -142,8 +142,10 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int spo = a.policy.value_steps;
   int positive_steps = 0;
   if (tid < n) {
-    const double w = ValueBlockWeight<G>(tile_stats + static_cast<size_t>(first + tid) * 3 * G,
-                                         head_max, head_inv);
+    const size_t tile = static_cast<size_t>(first + tid);
+    const double w = ValueBlockWeightOfProbs<G>(
+        tile_stats + tile * 3 * G, a.probs + (row * a.max_tiles + tile) * G * 16, head_max,
+        head_inv);
     weights[tid] = w;
     if (a.debug.block_weights != nullptr) a.debug.block_weights[row * a.max_tiles + first + tid] = w;
     positive_steps = internal::CountAbove(w, 0.0, inc, spo, 0);

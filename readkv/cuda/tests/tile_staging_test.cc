@@ -134,7 +134,9 @@ TEST(TileStagingTest, ValueStagesHoldEachTilesPlanesAtItsOwnDepth) {
           ASSERT_EQ(at % 16, 0);
           for (int o = 0; o < 2 * groups * t; ++o) {
             std::memcpy(&stage[static_cast<size_t>(at + head + o * 16)],
-                        &row.bytes[r * row.TileBytes() + ValuePieceSource(o, t, w)], 16);
+                        &row.bytes[r * row.TileBytes() +
+                                   ValuePieceSourceBy(o, t, PieceRunReciprocal(t), w)],
+                        16);
           }
           at += ValueTileBytes(t, groups, head);
         }
@@ -158,6 +160,20 @@ TEST(TileStagingTest, ValueStagesHoldEachTilesPlanesAtItsOwnDepth) {
     });
     if (testing::Test::HasFatalFailure()) return;
   }
+}
+
+TEST(TileStagingTest, ThePieceSourceByReciprocalIsTheDivisionsEverywhereItIsUsed) {
+  // Every piece of a tile at every depth, d up to 128 (o < 128), and beyond: o < 2^10.
+  for (int w = 1; w <= 8; ++w) {
+    for (int t = 1; t <= w; ++t) {
+      const uint32_t recip = PieceRunReciprocal(t);
+      for (int o = 0; o < 1024; ++o) {
+        ASSERT_EQ(ValuePieceSourceBy(o, t, recip, w), ValuePieceSource(o, t, w))
+            << "piece " << o << " depth " << t << " W " << w;
+      }
+    }
+  }
+  EXPECT_EQ(PieceRunReciprocal(0), 0u) << "depth 0 reads nothing";
 }
 
 TEST(TileStagingTest, SharesSplitAChunkEvenlyAndEmptyChunksGetNothing) {
