@@ -103,9 +103,9 @@ for label in "${CANDIDATE_LABELS[@]}"; do
   "${TREE_DIR[$label]}/readkv/cuda/readkv_cuda_test" > "$OUT/tests_$label.txt" 2>&1
   echo "tests ($label): $(grep -E "^\[  (PASSED|FAILED) " "$OUT/tests_$label.txt" | tr "\n" " ")"
 done
-# TILE_BENCH="T,B ...": the tile reader beside FP8 and the constrained reader at those points
-# (32/8/128) through the bench's own harness inside the test binary (AttentionBenchGpuTest with
-# KVGATE_TILE_BENCH), so a KERNELS_ONLY=1 round times it without building kvgate.
+# TILE_BENCH="T,B ...": the tile reader beside dense and FP8 at those points (32/8/128) through
+# the bench's own harness inside the test binary (AttentionBenchGpuTest with KVGATE_TILE_BENCH),
+# so a KERNELS_ONLY=1 round times it without building kvgate.
 n=0
 for point in ${TILE_BENCH:-}; do
   KVGATE_TILE_BENCH=$point "$T" --gtest_filter='AttentionBenchGpuTest.TileRowsRunBeside*' \
@@ -123,7 +123,7 @@ if [[ -x "$SAN" && "${SANITIZE:-1}" == 1 ]]; then
   filter='*hq16_hkv2_d64_T1000_255_3000*:*hq32_hkv8_d128_T300_1_1024_777*:'
   filter+='*hq16_hkv8_d64_T700_1_2000_64_333*:*hq16_hkv8_d64_T900_5_1500*:DecodeAttentionTest.*:'
   filter+='*SplitKernelTest*T640_640_640*:*TileKernelTest*:TileAttentionTest.*:'
-  filter+='TileRelayoutTest.*:*TileAppendTest*'
+  filter+='*TileAppendTest*'
   # This tree's tests, and with SANITIZE_CANDIDATES=1 each candidate's too (sanitizer_TOOL_LABEL.txt;
   # ~50 s per tool and tree on the H200), so that a branch that wins can land from this round.
   sanitized=("")
@@ -152,14 +152,15 @@ bench_into() {  # bench_into STEM KVGATE ARGS...
   echo "bench ($stem): $(( $(date +%s) - start )) s"
 }
 # POINTS=standard: the kernel rounds' usual sets (BENCHMARKS.md, "Decode-attention kernels"):
-# 32/8/128 at 8K and 32K x 1 and 16 for FP8 and three ReadKV reads, then the go/no-go model's
-# geometry twice. "standard;ARGS;..." adds sets after them.
+# 32/8/128 at 8K and 32K x 1 and 16 for FP8 and four tile-reader reads (byte keys among them),
+# then the go/no-go model's geometry twice, with the served read (tile:8:5:8:2) and its byte-key
+# form. "standard;ARGS;..." adds sets after them.
 if [[ "${POINTS:-}" == standard || "${POINTS:-}" == "standard;"* ]]; then
   more=${POINTS#standard}
   POINTS="--tokens 8192,32768 --batch 1,16 --heads-q 32 --heads-kv 8 --head-dim 128 \
---kv fp8,readkv:8:4,readkv:8:2,readkv:8:4.5:7:2 --no-anchor --iters 30"
+--kv fp8,tile:8:4,tile:8:2,tile:8:4.5:7:2,tile-kbytes:8:4.5:8:1 --no-anchor --iters 30"
   model="--tokens 16384 --batch 16 --heads-q 8 --heads-kv 2 --head-dim 64 \
---kv fp8,readkv:8:4.5:7:2,readkv:8:2 --no-anchor --iters 30"
+--kv fp8,tile:8:5:8:2,tile-kbytes:8:5:8:2,tile:8:2 --no-anchor --iters 30"
   POINTS="$POINTS;$model;$model$more"
 fi
 if [[ "${KERNELS_ONLY:-0}" != 1 && -n "${POINTS:-}" ]]; then
@@ -195,7 +196,7 @@ if [[ "${KERNELS_ONLY:-0}" != 1 && -n "${POINTS:-}" ]]; then
   fi
 elif [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
   read -r -a args <<< "${BENCH_ARGS:---tokens 8192,32768,131072 --batch 1,16 --heads-q 32 \
-    --heads-kv 8 --head-dim 128 --kv dense,fp8,readkv:8:4,readkv:8:2}"
+    --heads-kv 8 --head-dim 128 --kv dense,fp8,tile:8:4,tile:8:2}"
   bench_into bench "$B/apps/kvgate" "${args[@]}"
   # Other readers (and the baseline) on VARIANT_ARGS (default: BENCH_ARGS), each against the
   # default in the same round: LOGITS_VARIANTS="plain wide4" (KVGATE_READKV_LOGITS: plain, wide1,
@@ -220,23 +221,24 @@ fi
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 if [[ "${PROFILE:-0}" == 1 ]]; then
   # Per-kernel GPU time, DRAM bytes, the bytes the kernel's stores write into L2 (spilled
-  # registers included), its warp instructions and SM clock (its issue floor) of one ReadKV call
-  # at a few points (ncu replays each kernel with its caches flushed: slow, so few): the seventh
-  # call's four launches (the FP8 kernels' names are here for PROFILE_KV=fp8, whose call is two
-  # launches: then it shows two calls), set against the traffic model, per kernel too, by
+  # registers included), its warp instructions and SM clock (its issue floor) of one tile-reader
+  # call at a few points (ncu replays each kernel with its caches flushed: slow, so few): the
+  # sixth call's five launches (PROFILE_KV=fp8 or dense: four launches of the split kernels
+  # after 24, two calls of two launches each), set against the traffic model, per kernel too, by
   # readkv/cuda/bench/ncu_kernel_ledger.py.
   # PROFILE_POINTS="ARGS1;ARGS2;..." gives the points as `kvgate bench attention` arguments, each
   # with one --kv (default: 32K x 16 and 32K x 1 of the 32/8/128 geometry at PROFILE_KV).
-  kv=${PROFILE_KV:-readkv:8:4}
+  kv=${PROFILE_KV:-tile:8:4}
   default_points="--tokens 32768 --batch 16 --kv $kv;--tokens 32768 --batch 1 --kv $kv"
   IFS=';' read -r -a profile_points <<< "${PROFILE_POINTS:-$default_points}"
   n=0
   for point in "${profile_points[@]}"; do
     read -r -a args <<< "$point"
     rm -f "$LOGS/ncu-bench.json"
-    # ReadKV: the seventh call's four launches (skip 24); the tile reader (whose calls are five
-    # launches, the only ones the regex names): the sixth call's five; with --value-window three.
-    kernels='regex:Prepare|Logits|Select|Values|SplitDecode|CombineSplits' skip=24 count=4
+    # The split kernels (dense, FP8): four launches after 24; the tile reader (whose calls are
+    # five launches, the only ones the regex names): the sixth call's five; with --value-window
+    # three.
+    kernels='regex:SplitDecode|CombineSplits' skip=24 count=4
     tile=0
     [[ $point == *tile:* || $point == *tile-kbytes:* ]] && tile=1
     [[ $tile == 1 ]] &&

@@ -1,5 +1,5 @@
 // `kvgate bench attention`: issue 8's kernel benchmark. Times the dense, FP8 and ReadKV decode
-// kernels of readkv/cuda (the constrained and the tile reader) over a (tokens x batch) grid with
+// kernels of readkv/cuda (ReadKV: the tile reader) over a (tokens x batch) grid with
 // a cold L2, next to the device's streaming-read bandwidth and torch's
 // scaled_dot_product_attention on the same dense inputs (readkv/cuda/bench/README.md explains
 // every column). Prints a table, and JSON with --json.
@@ -37,7 +37,7 @@ struct BenchArgs {
   int heads_q = 32;
   int heads_kv = 8;
   int head_dim = 128;
-  std::string kv = "dense,fp8,readkv:8:4,readkv:8:2";
+  std::string kv = "dense,fp8,tile:8:4,tile:8:2";
   int iters = 50;
   double min_total_ms = 200.0;
   int chunk_tokens = 0;
@@ -164,7 +164,7 @@ void AddBenchCommand(CLI::App& app, CommandContext& context) {
   bench->require_subcommand(1);
   auto* cmd = bench->add_subcommand(
       "attention",
-      "Decode-attention kernels (dense, FP8, ReadKV: constrained and tile readers) with a cold "
+      "Decode-attention kernels (dense, FP8, ReadKV: the tile reader) with a cold "
       "L2, their ledgers, streaming bandwidth and torch SDPA as the anchor");
   auto args = std::make_shared<BenchArgs>();
   cmd->add_option("--device", args->device, "Device kind (cuda)")->capture_default_str();
@@ -176,16 +176,16 @@ void AddBenchCommand(CLI::App& app, CommandContext& context) {
       ->capture_default_str();
   cmd->add_option("--head-dim", args->head_dim, "Head dim (64 or 128)")->capture_default_str();
   cmd->add_option("--kv", args->kv,
-                  "Backends: dense, fp8, readkv:W:R[:RK:RV], tile:W:R[:RK:RV] (the tile reader), "
-                  "tile-kbytes:8:R:8:RV (the tile reader on byte keys), comma-separated")
+                  "Backends: dense, fp8, tile:W:R[:RK:RV] (the tile reader), tile-kbytes:8:R:8:RV "
+                  "(the tile reader on byte keys), comma-separated")
       ->capture_default_str();
   cmd->add_option("--iters", args->iters, "Timed launches per row (>= 20)")->capture_default_str();
   cmd->add_option("--min-total-ms", args->min_total_ms,
                   "Keep launching until the row's kernel time reaches this")
       ->capture_default_str();
   cmd->add_option("--chunk-tokens", args->chunk_tokens,
-                  "ReadKV tokens per thread block (multiple of 256, tile rows 512-2048 by 512; "
-                  "0: the automatic choice kvgate serve uses)")
+                  "Tile rows: tokens per thread block (512-2048 by 512; 0: the automatic choice "
+                  "kvgate serve uses)")
       ->capture_default_str();
   cmd->add_flag("--ragged", args->ragged, "Sequence lengths uniform in [T/2, T]");
   cmd->add_option("--outlier-cap", args->outlier_cap,

@@ -10,7 +10,7 @@ from script_test_case import ScriptTestCase
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "compare_bench.py")
 CONFIG = {"batch": [1, 16], "chunk_tokens": 0, "head_dim": 128, "heads_kv": 8, "heads_q": 32,
-          "iters": 30, "kv": ["fp8", "readkv:8:4"], "min_total_ms": 200.0, "ragged": False,
+          "iters": 30, "kv": ["fp8", "tile:8:4"], "min_total_ms": 200.0, "ragged": False,
           "seed": 1, "tokens": [8192]}
 
 
@@ -27,18 +27,18 @@ class CompareBenchTest(ScriptTestCase):
 
     def test_changes_are_each_run_against_the_reference(self):
         ref = self.write("a.json", bench_doc("aaa", {(8192, 1, "fp8"): 28.0,
-                                                     (8192, 16, "readkv:8:4"): 200.0}))
+                                                     (8192, 16, "tile:8:4"): 200.0}))
         other = self.write("b.json", bench_doc("bbb", {(8192, 1, "fp8"): 28.0,
-                                                       (8192, 16, "readkv:8:4"): 190.0}))
+                                                       (8192, 16, "tile:8:4"): 190.0}))
         third = self.write("c.json", bench_doc("ccc", {(8192, 1, "fp8"): 29.4,
-                                                       (8192, 16, "readkv:8:4"): 210.0}))
+                                                       (8192, 16, "tile:8:4"): 210.0}))
         result = self.run_script(ref, other, third)
         self.assertEqual(result.returncode, 0, result.stderr)
         lines = result.stdout.splitlines()
         self.assertEqual(lines[0].split(), ["point", "aaa", "bbb", "ccc"])
         self.assertEqual(lines[1].split(), ["8192", "x", "1", "fp8", "28.0", "28.0", "(+0.0%)",
                                             "29.4", "(+5.0%)"])
-        self.assertEqual(lines[2].split(), ["8192", "x", "16", "readkv:8:4", "200.0", "190.0",
+        self.assertEqual(lines[2].split(), ["8192", "x", "16", "tile:8:4", "200.0", "190.0",
                                             "(-5.0%)", "210.0", "(+5.0%)"])
 
     def test_markdown_and_labels(self):
@@ -67,15 +67,15 @@ class CompareBenchTest(ScriptTestCase):
 
     def test_a_point_missing_from_a_run_is_shown_not_dropped(self):
         ref = self.write("a.json", bench_doc("aaa", {(8192, 1, "fp8"): 28.0,
-                                                     (8192, 1, "readkv:8:4"): 60.0}))
+                                                     (8192, 1, "tile:8:4"): 60.0}))
         other = self.write("b.json", bench_doc("bbb", {(8192, 1, "fp8"): 28.0,
-                                                       (8192, 1, "readkv:8:2"): 50.0}))
+                                                       (8192, 1, "tile:8:2"): 50.0}))
         result = self.run_script(ref, other)
         self.assertEqual(result.returncode, 0, result.stderr)
         lines = result.stdout.splitlines()
         self.assertEqual(len(lines), 4)
-        self.assertEqual(lines[2].split(), ["8192", "x", "1", "readkv:8:4", "60.0", "missing"])
-        self.assertEqual(lines[3].split(), ["8192", "x", "1", "readkv:8:2", "missing", "50.0",
+        self.assertEqual(lines[2].split(), ["8192", "x", "1", "tile:8:4", "60.0", "missing"])
+        self.assertEqual(lines[3].split(), ["8192", "x", "1", "tile:8:2", "missing", "50.0",
                                             "(no", "reference)"])
 
     def test_runs_of_different_configs_are_refused_with_the_fields(self):

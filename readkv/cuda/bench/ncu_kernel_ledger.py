@@ -10,12 +10,12 @@ stores wrote into L2 (spilled registers included), and with the last two its war
 and its issue floor as a share of its time (the floor: the time its instructions take when each
 of the SMs' 4 schedulers issues one every cycle at the measured SM clock; --sms, default 132, an
 H100's or H200's). The launches form calls: a call starts at each launch of the first launch's
-kernel (Prepare for ReadKV, the split kernel for dense and FP8). With --bench, the JSON that
-`kvgate bench attention --json` wrote in the same run (one row: the profiled point), it then sets
-one call's measured bytes against the row's modelled physical traffic (`traffic_bytes.total`,
-readkv/cuda/src/traffic.cc), the call's time against its two floors (issue, and the model's bytes
-at the run's streaming-read rate), and each kernel's reads and writes against the model's share of
-that kernel (`traffic_kernels`, where the JSON has them).
+kernel (TilePrepare for the tile reader, the split kernel for dense and FP8). With --bench, the
+JSON that `kvgate bench attention --json` wrote in the same run (one row: the profiled point), it
+then sets one call's measured bytes against the row's modelled physical traffic
+(`traffic_bytes.total`, readkv/cuda/src/traffic.cc), the call's time against its two floors
+(issue, and the model's bytes at the run's streaming-read rate), and each kernel's reads and
+writes against the model's share of that kernel (`traffic_kernels`, where the JSON has them).
 
 ncu replays each kernel with its caches flushed (its default cache control), so reads are cold,
 as the bench's rotated buffers make them; writes still in L2 when a kernel ends are not counted
@@ -60,7 +60,7 @@ def fail(message):
 
 def short_name(name):
     """A kernel's name without its parameter list, return type and namespaces
-    ("void ns::Select<4, 256, 8>(ns::Args)" -> "Select<4, 256, 8>")."""
+    ("void ns::TileValues<64, 4>(ns::TileArgs)" -> "TileValues<64, 4>")."""
     name = name.strip()
     if name.endswith(")"):  # the parameter list: from the "(" that matches the last ")"
         depth = 0

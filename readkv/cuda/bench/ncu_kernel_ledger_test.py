@@ -14,11 +14,12 @@ SCRIPT = os.path.join(HERE, "ncu_kernel_ledger.py")
 HEADER = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream",
           "Block Size", "Grid Size", "Device", "CC", "Section Name", "Metric Name", "Metric Unit",
           "Metric Value"]
-SELECT = "void readkv::cuda::readkv_kernels::Select<4, 256, 8>(readkv::cuda::readkv_kernels::Args)"
-PREPARE = "readkv::cuda::readkv_kernels::Prepare(readkv::cuda::readkv_kernels::Args)"
+VALUES = ("void readkv::cuda::tile_kernels::TileValues<64, 4>(readkv::cuda::tile_kernels::TileArgs, "
+          "readkv::cuda::tile::TileCentroids)")
+PREPARE = "readkv::cuda::tile_kernels::TilePrepare(readkv::cuda::tile_kernels::TileArgs)"
 
 
-def ncu_csv(launches, program_output="  8192 x 1 readkv:8:4  63.9 us\n"):
+def ncu_csv(launches, program_output="  8192 x 1 tile:8:4  63.9 us\n"):
     """launches: [(id, kernel, time (unit, value), read (unit, value), write (unit, value)
     [, L2 sectors written (unit, value) or {other metric: (unit, value)}]...)]."""
     out = io.StringIO()
@@ -40,7 +41,7 @@ def ncu_csv(launches, program_output="  8192 x 1 readkv:8:4  63.9 us\n"):
 
 
 def bench_doc(total, rows=1, kernels=None, stream_gbps=None):
-    row = {"kv": "readkv:8:4", "tokens": 8192, "batch": 1, "anchor": False,
+    row = {"kv": "tile:8:4", "tokens": 8192, "batch": 1, "anchor": False,
            "traffic_bytes": {"total": total, "payload": total // 2}}
     if kernels is not None:
         row["traffic_kernels"] = kernels
@@ -63,9 +64,9 @@ class NcuKernelLedgerTest(ScriptTestCase):
         # thousands separators): the rates and the mean call are worked out by hand.
         launches = [
             (0, PREPARE, ("nsecond", "10,000"), ("Kbyte", "500"), ("byte", "0")),
-            (1, SELECT, ("usecond", "20"), ("Mbyte", "3.5"), ("Mbyte", "1")),
+            (1, VALUES, ("usecond", "20"), ("Mbyte", "3.5"), ("Mbyte", "1")),
             (2, PREPARE, ("usecond", "12"), ("Kbyte", "700"), ("byte", "0")),
-            (3, SELECT, ("usecond", "18"), ("Mbyte", "3.3"), ("Mbyte", "1")),
+            (3, VALUES, ("usecond", "18"), ("Mbyte", "3.3"), ("Mbyte", "1")),
         ]
         csv_path = self.write("ncu.csv", ncu_csv(launches))
         bench_path = self.write("bench.json", bench_doc(5_000_000))
@@ -74,47 +75,48 @@ class NcuKernelLedgerTest(ScriptTestCase):
         lines = result.stdout.splitlines()
         self.assertIn("kernel", lines[0])
         prepare = lines[1].split()
-        self.assertEqual(prepare[0], "Prepare")
+        self.assertEqual(prepare[0], "TilePrepare")
         self.assertEqual(prepare[1:], ["10.0", "0.50", "0.00", "50"])  # 0.5 MB in 10 us
-        select = lines[2].split()
-        self.assertEqual(select[0:3], ["Select<4,", "256,", "8>"])
-        self.assertEqual(select[3:], ["20.0", "3.50", "1.00", "225"])  # 4.5 MB in 20 us
+        values = lines[2].split()
+        self.assertEqual(values[0:2], ["TileValues<64,", "4>"])
+        self.assertEqual(values[2:], ["20.0", "3.50", "1.00", "225"])  # 4.5 MB in 20 us
         # One call: (10 + 20 + 12 + 18) / 2 us, (0.5 + 3.5 + 0.7 + 3.3) / 2 MB read, 1 MB written.
         self.assertTrue(lines[5].startswith("one call (mean of 2)"), lines[5])
         self.assertEqual(lines[5].split()[-3:], ["30.0", "4.00", "1.00"])
-        self.assertEqual(lines[6], "model (readkv:8:4 8192 x 1): 5.00 MB physical traffic per "
+        self.assertEqual(lines[6], "model (tile:8:4 8192 x 1): 5.00 MB physical traffic per "
                                    "call; measured DRAM read + write 5.00 MB = 1.000x the model")
 
     def test_each_kernel_against_its_share_of_the_model(self):
-        # Two calls; the model names Prepare, Select and Values, the run also has a Logits launch.
+        # Two calls; the model names TilePrepare, TileValues and TileCombine, the run also has a
+        # TileLogits launch.
         launches = [
             (0, PREPARE, ("usecond", "10"), ("Kbyte", "500"), ("byte", "0")),
-            (1, "void readkv_kernels::LogitsMma<4>(Args)", ("usecond", "5"), ("byte", "0"),
-             ("byte", "0")),
-            (2, SELECT, ("usecond", "20"), ("Mbyte", "3.5"), ("Mbyte", "1")),
+            (1, "void tile_kernels::TileLogits<64, 4, false>(TileArgs, TileCentroids)",
+             ("usecond", "5"), ("byte", "0"), ("byte", "0")),
+            (2, VALUES, ("usecond", "20"), ("Mbyte", "3.5"), ("Mbyte", "1")),
             (3, PREPARE, ("usecond", "12"), ("Kbyte", "700"), ("byte", "0")),
-            (4, SELECT, ("usecond", "18"), ("Mbyte", "3.3"), ("Mbyte", "1")),
+            (4, VALUES, ("usecond", "18"), ("Mbyte", "3.3"), ("Mbyte", "1")),
         ]
-        model = [{"kernel": "Prepare", "read": 500_000, "write": 0},
-                 {"kernel": "Select", "read": 4_000_000, "write": 500_000},
-                 {"kernel": "Values", "read": 1_000_000, "write": 2_000}]
+        model = [{"kernel": "TilePrepare", "read": 500_000, "write": 0},
+                 {"kernel": "TileValues", "read": 4_000_000, "write": 500_000},
+                 {"kernel": "TileCombine", "read": 1_000_000, "write": 2_000}]
         result = self.run_script(self.write("ncu.csv", ncu_csv(launches)), "--bench",
                                  self.write("bench.json", bench_doc(6_000_000, kernels=model)))
         self.assertEqual(result.returncode, 0, result.stderr)
         lines = result.stdout.splitlines()
         at = next(i for i, line in enumerate(lines) if line.startswith("by kernel"))
-        # Per call: Prepare read (0.5 + 0.7) / 2 MB; Select read (3.5 + 3.3) / 2, wrote 1.
+        # Per call: TilePrepare read (0.5 + 0.7) / 2 MB; TileValues read (3.5 + 3.3) / 2, wrote 1.
         self.assertEqual(lines[at + 1].split(),
-                         ["Prepare", "0.50", "0.60", "1.200x", "0.00", "0.00", "--"])
+                         ["TilePrepare", "0.50", "0.60", "1.200x", "0.00", "0.00", "--"])
         self.assertEqual(lines[at + 2].split(),
-                         ["Select", "4.00", "3.40", "0.850x", "0.50", "1.00", "2.000x"])
+                         ["TileValues", "4.00", "3.40", "0.850x", "0.50", "1.00", "2.000x"])
         self.assertEqual(lines[at + 3].split(),
-                         ["Values", "1.00", "0.00", "0.000x", "0.00", "0.00", "0.000x"])
-        self.assertEqual(lines[at + 4], "LogitsMma<4>: profiled, but no kernel of the model's "
-                                        "is a prefix of its name")
+                         ["TileCombine", "1.00", "0.00", "0.000x", "0.00", "0.00", "0.000x"])
+        self.assertEqual(lines[at + 4], "TileLogits<64, 4, false>: profiled, but no kernel of the "
+                                        "model's is a prefix of its name")
         self.assertEqual(len(lines), at + 5)
         # An entry that is not {kernel, read, write} is refused, named.
-        bad = bench_doc(1000, kernels=[{"kernel": "Prepare", "read": "many", "write": 0}])
+        bad = bench_doc(1000, kernels=[{"kernel": "TilePrepare", "read": "many", "write": 0}])
         result = self.run_script(self.write("ncu.csv", ncu_csv(launches)), "--bench",
                                  self.write("bad.json", bad))
         self.assertEqual(result.returncode, 2)
@@ -122,14 +124,14 @@ class NcuKernelLedgerTest(ScriptTestCase):
 
     def test_l2_writes_when_the_csv_has_them(self):
         # The fourth metric (sectors of 32 bytes) adds a column, and the by-kernel writes are
-        # then what the kernels wrote into L2 (3,000 sectors = 0.096 MB for Select, whose DRAM
+        # then what the kernels wrote into L2 (3,000 sectors = 0.096 MB for TileValues, whose DRAM
         # writes were 1 MB: lines still dirty from before, say).
         launches = [
             (0, PREPARE, ("usecond", "10"), ("Kbyte", "500"), ("byte", "0"), ("sector", "1,000")),
-            (1, SELECT, ("usecond", "20"), ("Mbyte", "3.5"), ("Mbyte", "1"), ("Ksector", "3")),
+            (1, VALUES, ("usecond", "20"), ("Mbyte", "3.5"), ("Mbyte", "1"), ("Ksector", "3")),
         ]
-        model = [{"kernel": "Prepare", "read": 500_000, "write": 32_000},
-                 {"kernel": "Select", "read": 3_500_000, "write": 48_000}]
+        model = [{"kernel": "TilePrepare", "read": 500_000, "write": 32_000},
+                 {"kernel": "TileValues", "read": 3_500_000, "write": 48_000}]
         result = self.run_script(self.write("ncu.csv", ncu_csv(launches)), "--bench",
                                  self.write("bench.json", bench_doc(4_000_000, kernels=model)))
         self.assertEqual(result.returncode, 0, result.stderr)
@@ -140,25 +142,25 @@ class NcuKernelLedgerTest(ScriptTestCase):
         at = next(i for i, line in enumerate(lines) if line.startswith("by kernel"))
         self.assertIn("L2 written", lines[at])
         self.assertEqual(lines[at + 1].split(),
-                         ["Prepare", "0.50", "0.50", "1.000x", "0.03", "0.03", "1.000x"])
+                         ["TilePrepare", "0.50", "0.50", "1.000x", "0.03", "0.03", "1.000x"])
         self.assertEqual(lines[at + 2].split(),
-                         ["Select", "3.50", "3.50", "1.000x", "0.05", "0.10", "2.000x"])
+                         ["TileValues", "3.50", "3.50", "1.000x", "0.05", "0.10", "2.000x"])
         # Some launches with the L2 metric and some without: refused, not a silently dropped
         # column.
         partial = [launches[0], launches[1][:5]]
         result = self.run_script(self.write("partial.csv", ncu_csv(partial)))
         self.assertEqual(result.returncode, 2)
-        self.assertIn("launch 1 (Select<4, 256, 8>) lacks lts__t_sectors_srcunit_tex_op_write.sum",
+        self.assertIn("launch 1 (TileValues<64, 4>) lacks lts__t_sectors_srcunit_tex_op_write.sum",
                       result.stderr)
 
     def test_issue_floor_of_each_launch_and_of_a_call_beside_the_bytes_floor(self):
-        # 132 SMs x 4 schedulers = 528 warp instructions a cycle. Prepare: 1.056M instructions at
-        # 1 GHz = 2 us of its 10; Select: 5.28M at 1 GHz = 10 us of its 20. Units as ncu may
+        # 132 SMs x 4 schedulers = 528 warp instructions a cycle. TilePrepare: 1.056M instructions
+        # at 1 GHz = 2 us of its 10; TileValues: 5.28M at 1 GHz = 10 us of its 20. Units as ncu may
         # print them (scaled, or base with thousands separators).
         launches = [
             (0, PREPARE, ("usecond", "10"), ("Kbyte", "500"), ("byte", "0"),
              issue(("Minst", "1.056"), ("hz", "1,000,000,000"))),
-            (1, SELECT, ("usecond", "20"), ("Mbyte", "3.5"), ("Mbyte", "1"),
+            (1, VALUES, ("usecond", "20"), ("Mbyte", "3.5"), ("Mbyte", "1"),
              issue(("inst", "5,280,000"), ("Ghz", "1.00"))),
         ]
         csv_path = self.write("ncu.csv", ncu_csv(launches))
@@ -187,12 +189,12 @@ class NcuKernelLedgerTest(ScriptTestCase):
         inst = {"smsp__inst_executed.sum": ("inst", "100")}
         one_lacks = [(0, PREPARE, ("usecond", "1"), ("byte", "1"), ("byte", "1"),
                       issue(("inst", "100"), ("Ghz", "1.9"))),
-                     (1, SELECT, ("usecond", "1"), ("byte", "1"), ("byte", "1"), inst)]
+                     (1, VALUES, ("usecond", "1"), ("byte", "1"), ("byte", "1"), inst)]
         cases = [
             ("clock alone", clock_only, "have sm__cycles_elapsed.avg.per_second but not "
                                         "smsp__inst_executed.sum: the issue floor needs both"),
             ("a launch lacks the clock", one_lacks,
-             "launch 1 (Select<4, 256, 8>) lacks sm__cycles_elapsed.avg.per_second"),
+             "launch 1 (TileValues<64, 4>) lacks sm__cycles_elapsed.avg.per_second"),
             ("unknown unit", [(0, PREPARE, ("usecond", "1"), ("byte", "1"), ("byte", "1"),
                                issue(("warps", "100"), ("Ghz", "1.9")))],
              "unit 'warps' of smsp__inst_executed.sum"),
@@ -222,7 +224,7 @@ class NcuKernelLedgerTest(ScriptTestCase):
         result = self.run_script(self.write("ncu.csv", ncu_csv(launches)))
         self.assertEqual(result.returncode, 0, result.stderr)
         lines = result.stdout.splitlines()
-        self.assertEqual(lines[1].split(), ["Prepare", "2.0", "4.00", "0.00", "2000"])
+        self.assertEqual(lines[1].split(), ["TilePrepare", "2.0", "4.00", "0.00", "2000"])
         self.assertEqual(lines[2].split(), ["SplitDecodeKernel<Fp8Rows<3>,", "64,", "4,", "4>",
                                             "1.0", "1.00", "0.00", "1001"])
         self.assertEqual(lines[3].split()[0], "CombineSplits")

@@ -1,6 +1,6 @@
-// `kvgate bench attention`'s GPU run (attention_bench.h): per point, the paged caches and ReadKV
-// codec tables built on the device, cold-L2 timing of every kernel and the torch anchor, the
-// streaming-read bandwidth and the ledgers. The input sets are in attention_bench_sets.cc, the
+// `kvgate bench attention`'s GPU run (attention_bench.h): per point, the paged caches and the tile
+// reader's codec tables built on the device, cold-L2 timing of every kernel and the torch anchor,
+// the streaming-read bandwidth and the ledgers. The input sets are in attention_bench_sets.cc, the
 // configuration and the report in attention_bench_config.cc and attention_bench_report.cc.
 #include "readkv/cuda/attention_bench.h"
 
@@ -56,7 +56,6 @@ using bench::Download;
 using bench::Fp8Set;
 using bench::kMiB;
 using bench::PointGeometry;
-using bench::ReadKvSet;
 using bench::TileSet;
 
 constexpr int64_t kAssumedL2Bytes = 60 * kMiB;  // issue 8: rotate past a 60 MiB L2
@@ -158,8 +157,7 @@ struct Point {
   DeviceBuffer queries, out, workspace;
   DenseSet dense;
   Fp8Set fp8;
-  std::vector<std::unique_ptr<ReadKvSet> > readkv;  // one set per W (readkv: and tile: specs)
-  std::vector<std::unique_ptr<TileSet> > tiles;     // one set per W of the tile: specs
+  std::vector<std::unique_ptr<TileSet> > tiles;  // one set per (W, byte keys) of the tile specs
   AnchorSet anchor;
   bool run_anchor = false;
   std::vector<float> reference;  // the dense kernel's output
@@ -170,15 +168,6 @@ struct Point {
   void Poison() const {
     Check(cudaMemset(out.as<void>(), 0xFF, out_elems * sizeof(float)), "poison output");
   }
-  // The set of a spec's W, which BuildPoint made.
-  template <typename Set>
-  static const Set& OfWidth(const std::vector<std::unique_ptr<Set> >& sets, int store_bits) {
-    for (const auto& candidate : sets) {
-      if (candidate->store_bits == store_bits) return *candidate;
-    }
-    throw std::logic_error("no input set of W = " + std::to_string(store_bits));
-  }
-  const ReadKvSet& ReadKv(int store_bits) const { return OfWidth(readkv, store_bits); }
   // The tile set of a spec's W and key format.
   const TileSet& Tile(const KvSpec& spec) const {
     for (const auto& candidate : tiles) {
@@ -199,13 +188,9 @@ void BuildPoint(Point& p, const BenchConfig& config, int64_t tokens, bool run_an
   p.out_elems = static_cast<size_t>(s.batch) * s.heads_q * s.head_dim;
   const bool want_fp8 = std::any_of(config.kv.begin(), config.kv.end(),
                                     [](const KvSpec& k) { return k.backend == KvBackend::kFp8; });
-  std::set<int> readkv_widths;  // a tile spec's W needs the ReadKV set as its source
   std::set<std::pair<int, bool> > tile_sets;  // (W, byte keys)
   for (const KvSpec& k : config.kv) {
-    if (k.backend == KvBackend::kReadKv) readkv_widths.insert(k.store_bits);
-    if (k.backend == KvBackend::kReadKv && k.reader == codec::ReaderKind::kTile) {
-      tile_sets.insert({k.store_bits, k.byte_keys});
-    }
+    if (k.backend == KvBackend::kReadKv) tile_sets.insert({k.store_bits, k.byte_keys});
   }
 
   // Point-wide scratch.
@@ -214,26 +199,23 @@ void BuildPoint(Point& p, const BenchConfig& config, int64_t tokens, bool run_an
                            kvgate::stats::DeriveSeed(config.seed, 103), 0),
         "fill queries");
   p.out = DeviceBuffer(p.out_elems * sizeof(float), "output");
-  size_t workspace_bytes =
-      std::max(SplitDecodeWorkspaceBytes(s),
-               readkv_widths.empty() ? size_t{0} : ReadKvDecodeWorkspaceBytes(s));
+  size_t workspace_bytes = SplitDecodeWorkspaceBytes(s);
 
   const float* queries = p.queries.as<const float>();
   bench::BuildDense(p.dense, p.g, config, queries, device.l2_bytes);
   if (want_fp8) bench::BuildFp8(p.fp8, p.g, p.dense, queries, device.l2_bytes);
-  for (int w : readkv_widths) {
-    p.readkv.push_back(std::make_unique<ReadKvSet>());
-    p.readkv.back()->store_bits = w;
-    bench::BuildReadKv(*p.readkv.back(), p.g, p.dense, device.l2_bytes, progress);
-  }
-  for (const auto& [w, byte_keys] : tile_sets) {
-    p.tiles.push_back(std::make_unique<TileSet>());
-    p.tiles.back()->byte_keys = byte_keys;
-    bench::BuildTile(*p.tiles.back(), p.g, p.ReadKv(w), p.dense, config.outlier_cap,
-                     config.value_window, device.sms, device.l2_bytes, progress);
-    workspace_bytes =
-        std::max(workspace_bytes, TileDecodeWorkspaceBytes(p.tiles.back()->shape,
-                                                           p.tiles.back()->plan));
+  if (!tile_sets.empty()) {
+    const codec::Calibration calibration = bench::CalibrateFromPages(p.g, p.dense);
+    for (const auto& [w, byte_keys] : tile_sets) {
+      p.tiles.push_back(std::make_unique<TileSet>());
+      p.tiles.back()->store_bits = w;
+      p.tiles.back()->byte_keys = byte_keys;
+      bench::BuildTile(*p.tiles.back(), p.g, p.dense, calibration, queries, config, device.sms,
+                       device.l2_bytes, progress);
+      workspace_bytes =
+          std::max(workspace_bytes, TileDecodeWorkspaceBytes(p.tiles.back()->shape,
+                                                             p.tiles.back()->plan));
+    }
   }
   p.workspace = DeviceBuffer(std::max<size_t>(workspace_bytes, 256), "workspace");
   p.run_anchor = run_anchor;
@@ -241,7 +223,6 @@ void BuildPoint(Point& p, const BenchConfig& config, int64_t tokens, bool run_an
 
   p.dense.set.Replicate("dense set");
   if (want_fp8) p.fp8.set.Replicate("fp8 set");
-  for (const auto& rk : p.readkv) rk->set.Replicate("readkv set");
   for (const auto& tile : p.tiles) tile->set.Replicate("tile set");
   if (run_anchor) p.anchor.set.Replicate("anchor set");
 
@@ -252,47 +233,6 @@ void BuildPoint(Point& p, const BenchConfig& config, int64_t tokens, bool run_an
         "DenseDecodeAttention");
   Check(cudaDeviceSynchronize(), "DenseDecodeAttention");
   p.reference = Download(p.out_ptr(), p.out_elems, "download dense output");
-}
-
-// The row of one ReadKV spec: its launch, its output, and its ledgers from the depths one
-// extra untimed launch chooses.
-std::function<void(int)> ReadKvRow(const Point& p, const KvSpec& spec, BenchRow& row,
-                                   std::vector<float>& output) {
-  const DecodeShape& s = p.g.shape;
-  const ReadKvSet* rk = &p.ReadKv(spec.store_bits);
-  float* out_ptr = p.out_ptr();
-  void* ws = p.ws();
-  const size_t key_n = static_cast<size_t>(s.batch) * s.heads_kv * s.head_dim;
-  const size_t value_n = static_cast<size_t>(s.batch) * s.heads_kv * s.max_tokens;
-  const DeviceBuffer key_depths(key_n, "key depths");
-  const DeviceBuffer value_depths(value_n, "value depths");
-  ReadKvDebug debug;
-  debug.key_depths = key_depths.as<uint8_t>();
-  debug.value_depths = value_depths.as<uint8_t>();
-  p.Poison();
-  Check(ReadKvDecodeAttention(s, rk->common.Inputs(rk->set, 0, out_ptr), rk->Cache(0),
-                              rk->Codec(0), rk->Policy(0, spec), ws, 0, debug),
-        "ReadKvDecodeAttention (depths)");
-  Check(cudaDeviceSynchronize(), "ReadKvDecodeAttention (depths)");
-  output = Download(out_ptr, p.out_elems, "download readkv output");
-  std::vector<uint8_t> kd(key_n), vd(value_n);
-  Check(cudaMemcpy(kd.data(), key_depths.as<void>(), key_n, cudaMemcpyDeviceToHost),
-        "download key depths");
-  Check(cudaMemcpy(vd.data(), value_depths.as<void>(), value_n, cudaMemcpyDeviceToHost),
-        "download value depths");
-  row.logical_bytes = ReadKvLogicalBytes(s, p.g.seq_lens.data(), kd.data(), vd.data());
-  row.traffic = ReadKvDecodeTraffic(s, p.g.seq_lens.data(), spec.store_bits, spec.key_bits,
-                                    kd.data(), vd.data());
-  row.copies = rk->set.copies();
-  row.copy_bytes = static_cast<int64_t>(rk->set.copy_bytes());
-  row.capacity_bytes = rk->capacity_bytes;
-  row.workspace_bytes = static_cast<int64_t>(ReadKvDecodeWorkspaceBytes(s));
-  row.chunk_tokens = ReadKvChunkTokens(s);
-  return [&s, rk, spec, out_ptr, ws](int k) {
-    Check(ReadKvDecodeAttention(s, rk->common.Inputs(rk->set, k, out_ptr), rk->Cache(k),
-                                rk->Codec(k), rk->Policy(k, spec), ws, 0),
-          "ReadKvDecodeAttention");
-  };
 }
 
 // One backend's row of a point: ledgers, the timed launches, finiteness and error vs dense.
@@ -308,7 +248,6 @@ BenchRow MeasureBackend(const Point& p, const KvSpec& spec, int64_t tokens, int6
   row.batch = batch;
   row.kv = spec.Name();
   row.backend = spec.backend;
-  row.reader = spec.reader;
   row.context_tokens = g.context_tokens;
   std::function<void(int)> launch;
   std::vector<float> output;
@@ -343,10 +282,8 @@ BenchRow MeasureBackend(const Point& p, const KvSpec& spec, int64_t tokens, int6
     row.copy_bytes = static_cast<int64_t>(fp8.set.copy_bytes());
     row.capacity_bytes = static_cast<int64_t>(2 * p.page_elems + 2 * s.heads_kv * sizeof(float));
     row.workspace_bytes = static_cast<int64_t>(SplitDecodeWorkspaceBytes(s));
-  } else if (spec.reader == codec::ReaderKind::kTile) {
+  } else {  // ReadKV: the tile reader
     launch = bench::TileRow(p.Tile(spec), spec, out_ptr, p.out_elems, ws, row, output);
-  } else {
-    launch = ReadKvRow(p, spec, row, output);
   }
   if (progress != nullptr) *progress << "  timing " << row.kv << "\n";
   row.time = TimeLaunches(launch, row.copies, config, row.kv);

@@ -34,9 +34,8 @@ std::string KvSpec::Name() const {
     case KvBackend::kFp8:
       return std::string(codec::KvBackendName(backend));
     case KvBackend::kReadKv: {
-      // The constrained reader is the backend's own form; the tile reader is named by its reader.
-      text << (reader == ReaderKind::kTile ? codec::ReaderName(reader)
-                                           : codec::KvBackendName(backend));
+      // ReadKV on the GPU is the tile reader, named by its reader.
+      text << codec::ReaderName(ReaderKind::kTile);
       if (byte_keys) text << kByteKeysSuffix;
       text << ":" << store_bits << ":" << read_bits;
       if (key_bits != read_bits || value_bits != read_bits) {
@@ -80,35 +79,30 @@ std::vector<std::string> Split(const std::string& text, char separator) {
   return parts;
 }
 
-// A spec's head that names no backend may name the tile reader (a ReadKV reader with a layout of
-// its own); any other reader is no --kv form. Throws InvalidArgument("--kv", usage) otherwise.
-ReaderKind TileReaderOrThrow(const std::string& head, const std::string& usage) {
-  try {
-    if (codec::ParseReaderKind(head) == ReaderKind::kTile) return ReaderKind::kTile;
-  } catch (const InvalidArgument&) {
-  }
-  throw InvalidArgument("--kv", usage);
-}
+// The forms --kv takes (ParseKvSpec's usage).
+constexpr const char* kKvForms =
+    "dense, fp8, tile:W:R or tile:W:R:RK:RV (the tile reader, e.g. tile:8:4 or tile:8:4:6:2), "
+    "tile-kbytes:8:R:8:RV (the tile reader on byte keys)";
 
 }  // namespace
 
 KvSpec ParseKvSpec(const std::string& text) {
-  const std::string usage = "expected dense, fp8, readkv:W:R or readkv:W:R:RK:RV (e.g. "
-                            "readkv:8:4 or readkv:8:4:6:2), tile:W:R or tile:W:R:RK:RV (the tile "
-                            "reader), tile-kbytes:8:R:8:RV (the tile reader on byte keys), got '" +
-                            text + "'";
+  const std::string usage = std::string("expected ") + kKvForms + ", got '" + text + "'";
   std::vector<std::string> parts = Split(text, ':');
   KvSpec spec;
-  const std::string byte_keys_head = std::string("tile") + kByteKeysSuffix;
-  if (parts.front() == byte_keys_head) {
-    parts.front() = "tile";
+  const std::string tile_head(codec::ReaderName(ReaderKind::kTile));
+  if (parts.front() == tile_head + kByteKeysSuffix) {
+    parts.front() = tile_head;
     spec.byte_keys = true;
   }
-  try {
-    spec.backend = codec::ParseKvBackend(parts.front());  // the backend's one name
-  } catch (const InvalidArgument&) {
-    spec.reader = TileReaderOrThrow(parts.front(), usage);  // the reader's one name
-    spec.backend = KvBackend::kReadKv;
+  if (parts.front() == tile_head) {
+    spec.backend = KvBackend::kReadKv;  // the tile reader: ReadKV's one GPU reader
+  } else {
+    try {
+      spec.backend = codec::ParseKvBackend(parts.front());  // the backend's one name
+    } catch (const InvalidArgument&) {
+      throw InvalidArgument("--kv", usage);
+    }
   }
   switch (spec.backend) {
     case KvBackend::kDense:
@@ -116,6 +110,12 @@ KvSpec ParseKvSpec(const std::string& text) {
       if (parts.size() != 1) throw InvalidArgument("--kv", usage);
       return spec;
     case KvBackend::kReadKv:
+      if (parts.front() != tile_head) {
+        // "readkv:W:R": the constrained reader's GPU kernels were deleted (issue 37).
+        throw InvalidArgument("--kv", "'" + text + "': the constrained GPU reader (readkv:W:R) "
+                                      "was removed, the tile reader being faster; expected " +
+                                          kKvForms);
+      }
       break;
   }
   parts.erase(parts.begin());
@@ -129,10 +129,8 @@ KvSpec ParseKvSpec(const std::string& text) {
   }
   spec.store_bits = static_cast<int>(store_bits);
   if (!(spec.read_bits >= 1.0 && spec.read_bits <= spec.store_bits)) {
-    throw InvalidArgument("--kv",
-                          "R must be in [1, W] (the constrained and tile readers read at "
-                          "least one plane) in '" +
-                              text + "'");
+    throw InvalidArgument("--kv", "R must be in [1, W] (the tile reader reads at least one plane) "
+                                  "in '" + text + "'");
   }
   spec.key_bits = spec.read_bits;
   spec.value_bits = spec.read_bits;
@@ -215,37 +213,28 @@ void BenchConfig::Validate() const {
     throw InvalidArgument("--head-dim", "must be 64 or 128, got " + std::to_string(head_dim));
   }
   if (kv.empty()) throw InvalidArgument("--kv", "needs at least one backend");
-  const bool any_readkv = std::any_of(
+  const bool any_tile = std::any_of(
       kv.begin(), kv.end(), [](const KvSpec& s) { return s.backend == KvBackend::kReadKv; });
-  if (any_readkv) {
+  if (any_tile) {
     // The calibration needs two tokens of the shortest sequence (ragged: T/2).
     for (int64_t t : tokens) {
-      if (t < 4) throw InvalidArgument("--tokens", "must be >= 4 with a readkv backend");
+      if (t < 4) throw InvalidArgument("--tokens", "must be >= 4 with a tile: backend");
     }
   }
   if (iters < 20 || iters > 100000) {
     throw InvalidArgument("--iters", "must be in [20, 100000], got " + std::to_string(iters));
   }
-  if (chunk_tokens < 0 || chunk_tokens % kPageTokens != 0 || chunk_tokens > (1 << 20)) {
+  if (chunk_tokens != 0 && (chunk_tokens < 0 || chunk_tokens % kTileChunkStep != 0 ||
+                            chunk_tokens > kTileMaxChunk)) {
     throw InvalidArgument("--chunk-tokens",
-                          "must be a multiple of 256 (0: the kernels' choice), "
-                          "got " +
+                          "the tile reader's rows take 512, 1024, 1536 or 2048 (0: "
+                          "PlanTileDecode's choice), got " +
                               std::to_string(chunk_tokens));
   }
   if (outlier_cap < 0 || outlier_cap > codec::kMaxOutlierCap) {
     throw InvalidArgument("--outlier-cap", "must be in [0, " +
                                                std::to_string(codec::kMaxOutlierCap) + "], got " +
                                                std::to_string(outlier_cap));
-  }
-  const bool any_tile = std::any_of(kv.begin(), kv.end(), [](const KvSpec& s) {
-    return s.backend == KvBackend::kReadKv && s.reader == codec::ReaderKind::kTile;
-  });
-  if (any_tile && chunk_tokens != 0 &&
-      (chunk_tokens % kTileChunkStep != 0 || chunk_tokens > kTileMaxChunk)) {
-    throw InvalidArgument("--chunk-tokens",
-                          "the tile reader's rows take 512, 1024, 1536 or 2048 (0: "
-                          "PlanTileDecode's choice), got " +
-                              std::to_string(chunk_tokens));
   }
   if (value_window != 0) {
     if (value_window < kTileChunkStep || value_window > kTileMaxChunk ||

@@ -77,7 +77,8 @@ std::string BenchReportJson(const BenchConfig& config, const BenchReport& report
                     {"batch", r.batch},
                     {"kv", r.kv},
                     {"reader", !r.anchor && r.backend == codec::KvBackend::kReadKv
-                                   ? nlohmann::json(std::string(codec::ReaderName(r.reader)))
+                                   ? nlohmann::json(std::string(
+                                         codec::ReaderName(codec::ReaderKind::kTile)))
                                    : nlohmann::json(nullptr)},
                     {"anchor", r.anchor},
                     {"context_tokens", r.context_tokens},

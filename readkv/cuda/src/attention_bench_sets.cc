@@ -10,13 +10,11 @@
 #include "bench_kernels.h"
 #include "readkv/codec/calibration.h"
 #include "readkv/codec/fp8.h"
-#include "readkv/codec/transform.h"
-#include "readkv/cuda/codec_tables.h"
 
 namespace readkv::cuda::bench {
 namespace {
 
-constexpr int kAppendTokens = 16384;  // tokens per ReadKvAppend call
+constexpr int kAppendTokens = 16384;  // tokens per TileAppend call
 constexpr int kCalibrationTokens = 4096;
 
 // The seeded distribution of keys and values per (KV head, channel), like codec/synthetic.h:
@@ -57,42 +55,6 @@ float Bf16BitsToFloat(uint16_t bits) {
   return x;
 }
 
-// The calibration of the ReadKV codec, measured on the host (codec::Calibrator, transformed
-// domain) from up to kCalibrationTokens tokens downloaded from the dense pages.
-codec::Calibration Calibrate(const PointGeometry& g, const DenseSet& dense) {
-  const int hkv = g.shape.heads_kv;
-  const int d = g.shape.head_dim;
-  codec::Calibrator calibrator(1, hkv, d);
-  const size_t page_elems = static_cast<size_t>(hkv) * kPageTokens * d;
-  std::vector<uint16_t> k_page(page_elems), v_page(page_elems);
-  std::vector<float> key(static_cast<size_t>(d)), value(static_cast<size_t>(d));
-  int64_t seen = 0;
-  for (int b = 0; b < g.shape.batch && seen < kCalibrationTokens; ++b) {
-    const int64_t len = g.seq_lens[static_cast<size_t>(b)];
-    for (int64_t j = 0; j * kPageTokens < len && seen < kCalibrationTokens; ++j) {
-      const int64_t page = g.page_table[static_cast<size_t>(b * g.shape.max_pages + j)];
-      Check(cudaMemcpy(k_page.data(), dense.set.At<uint16_t>(0, dense.k) + page * page_elems,
-                       page_elems * sizeof(uint16_t), cudaMemcpyDeviceToHost),
-            "download calibration keys");
-      Check(cudaMemcpy(v_page.data(), dense.set.At<uint16_t>(0, dense.v) + page * page_elems,
-                       page_elems * sizeof(uint16_t), cudaMemcpyDeviceToHost),
-            "download calibration values");
-      const int64_t slots = std::min<int64_t>(kPageTokens, len - j * kPageTokens);
-      for (int64_t s = 0; s < slots && seen < kCalibrationTokens; ++s, ++seen) {
-        for (int h = 0; h < hkv; ++h) {
-          const size_t row = (static_cast<size_t>(h) * kPageTokens + static_cast<size_t>(s)) * d;
-          for (int c = 0; c < d; ++c) {
-            key[static_cast<size_t>(c)] = Bf16BitsToFloat(k_page[row + static_cast<size_t>(c)]);
-            value[static_cast<size_t>(c)] = Bf16BitsToFloat(v_page[row + static_cast<size_t>(c)]);
-          }
-          calibrator.Observe(0, h, key, value);
-        }
-      }
-    }
-  }
-  return calibrator.Finish();
-}
-
 }  // namespace
 
 void Check(cudaError_t status, const std::string& what) {
@@ -116,7 +78,6 @@ PointGeometry MakeGeometry(const BenchConfig& config, int64_t tokens, int64_t ba
   g.shape.heads_kv = config.heads_kv;
   g.shape.head_dim = config.head_dim;
   g.shape.max_pages = static_cast<int>((tokens + kPageTokens - 1) / kPageTokens);
-  g.shape.chunk_tokens = config.chunk_tokens;
   kvgate::stats::SplitMixRng rng(kvgate::stats::DeriveSeed(
       config.seed, 101, static_cast<uint64_t>(tokens), static_cast<uint64_t>(batch)));
   g.seq_lens.resize(static_cast<size_t>(batch));
@@ -299,56 +260,39 @@ void ForEachTokenChunk(const PointGeometry& g, const DenseSet& dense,
   }
 }
 
-void BuildReadKv(ReadKvSet& rk, const PointGeometry& g, const DenseSet& dense, int64_t l2_bytes,
-                 std::ostream* progress) {
-  const DecodeShape& s = g.shape;
-  const int w = rk.store_bits;
-  const size_t hd = static_cast<size_t>(s.heads_kv) * s.head_dim;
-  const ReadKvHostTables tables =
-      MakeReadKvHostTables(codec::TransformSeeds{}, 1, s.heads_kv, s.head_dim, w);
-  rk.key_steps = tables.key_steps;
-  rk.value_steps = tables.value_steps;
-
-  rk.common.Reserve(rk.set, g);
-  rk.key_planes = rk.set.Add(static_cast<size_t>(g.num_pages) * hd * w * 32);
-  rk.value_planes =
-      rk.set.Add(static_cast<size_t>(g.num_pages) * s.heads_kv * kPageTokens * w * s.head_dim / 8);
-  rk.tables.Reserve(rk.set, hd);
-  rk.centroids = rk.set.Add(((size_t{2} << w) - 1) * sizeof(float));
-  rk.boundaries = rk.set.Add(((size_t{1} << w) - 1) * sizeof(float));
-  rk.key_increments = rk.set.Add(tables.key_increments.size() * sizeof(double));
-  rk.value_increments = rk.set.Add(tables.value_increments.size() * sizeof(double));
-  rk.capacity_bytes = static_cast<int64_t>(rk.set.copy_bytes() - rk.key_planes);
-  rk.set.Allocate(l2_bytes, "readkv:" + std::to_string(w) + " set");
-  Check(cudaMemset(rk.set.At<char>(0, 0), 0, rk.set.copy_bytes()), "zero readkv planes");
-
-  // Codec tables.
-  const codec::Calibration cal = Calibrate(g, dense);
-  UploadTo(rk.set.At<float>(0, rk.tables.key_mean), cal.key_mean, "key_mean");
-  UploadTo(rk.set.At<float>(0, rk.tables.key_std), cal.key_std, "key_std");
-  UploadTo(rk.set.At<float>(0, rk.tables.value_mean), cal.value_mean, "value_mean");
-  UploadTo(rk.set.At<float>(0, rk.tables.value_std), cal.value_std, "value_std");
-  UploadTo(rk.set.At<float>(0, rk.tables.key_signs), tables.key_signs, "key_signs");
-  UploadTo(rk.set.At<float>(0, rk.tables.value_signs), tables.value_signs, "value_signs");
-  UploadTo(rk.set.At<float>(0, rk.centroids), tables.centroids, "centroids");
-  UploadTo(rk.set.At<float>(0, rk.boundaries), tables.boundaries, "boundaries");
-  UploadTo(rk.set.At<double>(0, rk.key_increments), tables.key_increments, "increments");
-  UploadTo(rk.set.At<double>(0, rk.value_increments), tables.value_increments, "increments");
-  rk.common.Fill(rk.set, g, dense.set.At<float>(0, dense.common.queries));
-
-  // Encode every token through the kernel's own append, in chunks of float rows gathered from
-  // the dense pages, so all backends see the same (bfloat16) data.
-  const int32_t* table = rk.set.At<const int32_t>(0, rk.common.page_table);
-  ForEachTokenChunk(g, dense, [&](const TokenChunk& c) {
-    Check(ReadKvAppend(s, c.n, c.keys, c.values, c.seq_ids, c.positions, table, rk.Codec(0),
-                       rk.Cache(0), 0),
-          "ReadKvAppend");
-  });
-  Check(cudaDeviceSynchronize(), "ReadKvAppend (synchronise)");
-  if (progress != nullptr) {
-    *progress << "  readkv W=" << w << ": encoded " << g.context_tokens << " tokens, calibrated on "
-              << cal.samples_per_head << "\n";
+// Up to kCalibrationTokens tokens downloaded from the dense pages.
+codec::Calibration CalibrateFromPages(const PointGeometry& g, const DenseSet& dense) {
+  const int hkv = g.shape.heads_kv;
+  const int d = g.shape.head_dim;
+  codec::Calibrator calibrator(1, hkv, d);
+  const size_t page_elems = static_cast<size_t>(hkv) * kPageTokens * d;
+  std::vector<uint16_t> k_page(page_elems), v_page(page_elems);
+  std::vector<float> key(static_cast<size_t>(d)), value(static_cast<size_t>(d));
+  int64_t seen = 0;
+  for (int b = 0; b < g.shape.batch && seen < kCalibrationTokens; ++b) {
+    const int64_t len = g.seq_lens[static_cast<size_t>(b)];
+    for (int64_t j = 0; j * kPageTokens < len && seen < kCalibrationTokens; ++j) {
+      const int64_t page = g.page_table[static_cast<size_t>(b * g.shape.max_pages + j)];
+      Check(cudaMemcpy(k_page.data(), dense.set.At<uint16_t>(0, dense.k) + page * page_elems,
+                       page_elems * sizeof(uint16_t), cudaMemcpyDeviceToHost),
+            "download calibration keys");
+      Check(cudaMemcpy(v_page.data(), dense.set.At<uint16_t>(0, dense.v) + page * page_elems,
+                       page_elems * sizeof(uint16_t), cudaMemcpyDeviceToHost),
+            "download calibration values");
+      const int64_t slots = std::min<int64_t>(kPageTokens, len - j * kPageTokens);
+      for (int64_t s = 0; s < slots && seen < kCalibrationTokens; ++s, ++seen) {
+        for (int h = 0; h < hkv; ++h) {
+          const size_t row = (static_cast<size_t>(h) * kPageTokens + static_cast<size_t>(s)) * d;
+          for (int c = 0; c < d; ++c) {
+            key[static_cast<size_t>(c)] = Bf16BitsToFloat(k_page[row + static_cast<size_t>(c)]);
+            value[static_cast<size_t>(c)] = Bf16BitsToFloat(v_page[row + static_cast<size_t>(c)]);
+          }
+          calibrator.Observe(0, h, key, value);
+        }
+      }
+    }
   }
+  return calibrator.Finish();
 }
 
 void BuildAnchor(AnchorSet& anchor, const PointGeometry& g, const DenseSet& dense,

@@ -1,8 +1,8 @@
 // `kvgate bench attention`'s input sets (internal to readkv/cuda, CUDA builds only): device
 // buffers, the cold-L2 rotation's replicated input sets, one point's geometry (lengths, a random
-// page permutation), and the dense, FP8, ReadKV and anchor sets built on the device from the same
-// seeded bfloat16 pages, so that every backend reads the same data; the tile reader's set is
-// relaid from the ReadKV set of its W (attention_bench_tile.cc).
+// page permutation), and the dense, FP8, tile-reader and anchor sets built on the device from the
+// same seeded bfloat16 pages, so that every backend reads the same data (the tile reader's set:
+// attention_bench_tile.cc).
 #pragma once
 
 #if defined(KVGATE_HAVE_CUDA)
@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "readkv/codec/calibration.h"
 #include "readkv/cuda/attention_bench.h"
 #include "readkv/cuda/decode_attention.h"
 #include "readkv/cuda/tile_attention.h"
@@ -163,11 +164,9 @@ struct Fp8Set {
 };
 
 // The codec's per-(KV head, channel) tables in an input set: the calibration and the transform
-// signs, [H_kv][d] floats each, reserved back to back in this order (`bytes` from key_mean on),
-// so that one copy moves all six from one set to another.
+// signs, [H_kv][d] floats each, reserved back to back in this order.
 struct CodecRegions {
   size_t key_mean = 0, key_std = 0, value_mean = 0, value_std = 0, key_signs = 0, value_signs = 0;
-  size_t bytes = 0;
   void Reserve(InputSet& set, size_t floats_each) {
     key_mean = set.Add(floats_each * sizeof(float));
     key_std = set.Add(floats_each * sizeof(float));
@@ -175,7 +174,6 @@ struct CodecRegions {
     value_std = set.Add(floats_each * sizeof(float));
     key_signs = set.Add(floats_each * sizeof(float));
     value_signs = set.Add(floats_each * sizeof(float));
-    bytes = set.copy_bytes() - key_mean;
   }
   // The codec of W = store_bits over these tables (no centroids or boundaries).
   ReadKvCodec Codec(const InputSet& set, int copy, int store_bits) const {
@@ -191,42 +189,13 @@ struct CodecRegions {
   }
 };
 
-struct ReadKvSet {
-  int store_bits = 8;
-  InputSet set;
-  CommonRegions common;
-  size_t key_planes = 0, value_planes = 0;
-  CodecRegions tables;
-  size_t centroids = 0, boundaries = 0, key_increments = 0, value_increments = 0;
-  int key_steps = 0, value_steps = 0;
-  int64_t capacity_bytes = 0;  // planes + codec tables (ledger 1)
-  ReadKvCache Cache(int copy) const {
-    return ReadKvCache{set.At<uint8_t>(copy, key_planes), set.At<uint8_t>(copy, value_planes)};
-  }
-  ReadKvCodec Codec(int copy) const {
-    ReadKvCodec c = tables.Codec(set, copy, store_bits);
-    c.centroids = set.At<const float>(copy, centroids);
-    c.boundaries = set.At<const float>(copy, boundaries);
-    return c;
-  }
-  ReadKvReadPolicy Policy(int copy, const KvSpec& spec) const {
-    ReadKvReadPolicy p;
-    p.key_bits = spec.key_bits;
-    p.value_bits = spec.value_bits;
-    p.key_increments = set.At<const double>(copy, key_increments);
-    p.key_steps = key_steps;
-    p.value_increments = set.At<const double>(copy, value_increments);
-    p.value_steps = value_steps;
-    return p;
-  }
-};
-
-// The tile reader's inputs (tile_attention.h) for one W: the planes of the ReadKvSet of that W
-// relaid into the tile pools on the device under its page table (a copy of it), every token encoded
-// (no residual window: the other rows have none either), the same queries and codec tables, the
-// step-1 increment table for both allocators. The call's plan and centroid tables live here too
-// (host values). With --outlier-cap, the outlier page blocks of the same tokens under the same
-// page table (host copy for the ledgers, and in the set).
+// The tile reader's inputs (tile_attention.h) for one W and key format: every token of the point
+// appended by TileAppend into the tile pools on the device under the point's page table (a copy
+// of it), every token encoded (no residual window: the other rows have none either), the same
+// queries, the codec tables of a calibration measured from the dense pages, the step-1 increment
+// table for both allocators. The call's plan and centroid tables live here too (host values).
+// With --outlier-cap, the outlier page blocks of the same tokens under the same page table (host
+// copy for the ledgers, and in the set).
 struct TileSet {
   int store_bits = 8;
   bool byte_keys = false;  // set before BuildTile: the key pool holds byte keys
@@ -294,25 +263,25 @@ struct TokenChunk {
   const float* keys = nullptr;         // [n][H_kv][d]
   const float* values = nullptr;       // [n][H_kv][d]
 };
-// Calls body once per chunk of the point's tokens, in order (what the ReadKV append encodes).
+// Calls body once per chunk of the point's tokens, in order (what TileAppend encodes).
 void ForEachTokenChunk(const PointGeometry& g, const DenseSet& dense,
                        const std::function<void(const TokenChunk&)>& body);
 
-// ReadKV planes of width rk.store_bits through the kernels' own append, with a calibration
-// measured on the host from the dense pages.
-void BuildReadKv(ReadKvSet& rk, const PointGeometry& g, const DenseSet& dense, int64_t l2_bytes,
-                 std::ostream* progress);
+// The ReadKV codec's calibration (codec::Calibrator, transformed domain, layer 0) measured on
+// the host from the point's first tokens, downloaded from the dense pages.
+codec::Calibration CalibrateFromPages(const PointGeometry& g, const DenseSet& dense);
 
-// The tile set of source.store_bits from the ReadKV set `source` (copy 0: its planes, page table,
-// lengths, queries and codec tables), planned for `sm_count` SMs. outlier_cap > 0: with the
-// outlier page blocks of that cap, built on the host from the dense pages' tokens (each K and V
-// transformed and standardised as the codec's encoder does, with the source's calibration).
-// value_window > 0: the plan's Value window (and chunk). tile.byte_keys (W = 8): the key pool
-// written as byte keys by TileAppend from the dense pages' tokens with the source's codec (its
-// value codes are the planes', bit for bit), instead of the relayout of the source's planes.
-void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
-               const DenseSet& dense, int outlier_cap, int value_window, int sm_count,
-               int64_t l2_bytes, std::ostream* progress);
+// The tile set of tile.store_bits (set before the call, with tile.byte_keys) from the point's
+// tokens: TileAppend encodes them (the codec's codes, bit for bit; byte keys when tile.byte_keys,
+// W = 8) with `calibration` and the codec's transform seeds, under the point's page table.
+// `queries` (device) as every row's; planned for `sm_count` SMs (config.value_window > 0: the
+// plan's Value window and chunk; else config.chunk_tokens > 0 overrides the plan's chunk).
+// config.outlier_cap > 0: with the outlier page blocks of that cap, built on the host from the
+// same tokens (each K and V transformed and standardised as the codec's encoder does).
+void BuildTile(TileSet& tile, const PointGeometry& g, const DenseSet& dense,
+               const codec::Calibration& calibration, const float* queries,
+               const BenchConfig& config, int sm_count, int64_t l2_bytes,
+               std::ostream* progress);
 
 // A tile spec's row: one untimed launch with TileDecodeDebug's depths into `out` (poisoned first)
 // for `output` and the row's ledgers, then the timed launch over the rotation's copies. Errors

@@ -1,7 +1,7 @@
-// `kvgate bench attention`'s tile reader (issue 37): its input set, relaid on the device from the
-// ReadKV set of the same W (attention_bench_sets.h; byte keys: appended by TileAppend instead), with --outlier-cap its outlier page blocks
-// built on the host, and its row: the ledgers from one untimed launch's depths (tile_ledgers.h), then
-// the timed launch. Nothing here without nvcc.
+// `kvgate bench attention`'s tile reader (issue 37): its input set, the point's tokens appended on
+// the device by TileAppend (attention_bench_sets.h), with --outlier-cap its outlier page blocks
+// built on the host, and its row: the ledgers from one untimed launch's depths (tile_ledgers.h),
+// then the timed launch. Nothing here without nvcc.
 #include "attention_bench_sets.h"
 
 #if defined(KVGATE_HAVE_CUDA)
@@ -13,39 +13,30 @@
 #include "readkv/codec/codebook.h"
 #include "readkv/codec/outliers.h"
 #include "readkv/codec/transform.h"
+#include "readkv/cuda/codec_tables.h"
 #include "readkv/cuda/tile_ledgers.h"
 #include "tile_pages.h"
 
 namespace readkv::cuda::bench {
 namespace {
 
-void CopyTable(const TileSet& tile, size_t to, const ReadKvSet& source, size_t from, size_t bytes,
-               const std::string& what) {
-  Check(cudaMemcpy(tile.set.At<char>(0, to), source.set.At<const char>(0, from), bytes,
-                   cudaMemcpyDeviceToDevice),
-        "tile set: copy " + what + " from the readkv set");
-}
-
-// The outlier lists of the point's tokens: every token's K and V as the ReadKV append reads
-// them (ForEachTokenChunk), transformed and standardised on the host exactly as the codec's
-// encoder (ReadKvLayerCache::EncodeToken: (x - mu) / sigma in float) with the source's
-// calibration and transform seeds, into one OutlierStore per (sequence, KV head), relaid into
-// page blocks under the point's page table. Host work: two FWHTs of d per token and KV head.
+// The outlier lists of the point's tokens: every token's K and V as TileAppend reads them
+// (ForEachTokenChunk), transformed and standardised on the host exactly as the codec's encoder
+// (ReadKvLayerCache::EncodeToken: (x - mu) / sigma in float) with the tile set's calibration and
+// transform seeds, into one OutlierStore per (sequence, KV head), relaid into page blocks under
+// the point's page table. Host work: two FWHTs of d per token and KV head.
 TileOutlierPages ListsFromPages(const PointGeometry& g, const DenseSet& dense,
-                                const ReadKvSet& source, int cap) {
+                                const codec::Calibration& cal, int store_bits, int cap) {
   const DecodeShape& s = g.shape;
   const int d = s.head_dim, hkv = s.heads_kv;
   const size_t hd = static_cast<size_t>(hkv) * d;
-  const codec::LloydTree tree(source.store_bits);
+  const codec::LloydTree tree(store_bits);
   const codec::OutlierOptions options = codec::ResolveOutlierOptions({cap, 0.0f}, tree, d);
-  const auto table = [&](size_t at, const char* what) {
-    return Download(source.set.At<const float>(0, at), hd, std::string("download ") + what);
-  };
-  const std::vector<float> k_mean = table(source.tables.key_mean, "key_mean");
-  const std::vector<float> k_std = table(source.tables.key_std, "key_std");
-  const std::vector<float> v_mean = table(source.tables.value_mean, "value_mean");
-  const std::vector<float> v_std = table(source.tables.value_std, "value_std");
-  const codec::TransformSeeds seeds;  // MakeReadKvHostTables' (BuildReadKv): layer 0
+  const std::vector<float>& k_mean = cal.key_mean;  // layer 0's [H_kv][d]: the only layer
+  const std::vector<float>& k_std = cal.key_std;
+  const std::vector<float>& v_mean = cal.value_mean;
+  const std::vector<float>& v_std = cal.value_std;
+  const codec::TransformSeeds seeds;  // MakeReadKvHostTables' (BuildTile): layer 0
   std::vector<codec::HadamardTransform> kt, vt;
   for (int h = 0; h < hkv; ++h) {
     kt.emplace_back(d, seeds.KeySeed(0, h));
@@ -91,19 +82,21 @@ TileOutlierPages ListsFromPages(const PointGeometry& g, const DenseSet& dense,
 
 }  // namespace
 
-void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
-               const DenseSet& dense, int outlier_cap, int value_window, int sm_count,
-               int64_t l2_bytes, std::ostream* progress) {
+void BuildTile(TileSet& tile, const PointGeometry& g, const DenseSet& dense,
+               const codec::Calibration& calibration, const float* queries,
+               const BenchConfig& config, int sm_count, int64_t l2_bytes,
+               std::ostream* progress) {
   const DecodeShape& s = g.shape;
-  const int w = source.store_bits;
-  tile.store_bits = w;
+  const int w = tile.store_bits;
+  const int outlier_cap = config.outlier_cap;
   tile.shape = TileDecodeShape{s.batch, s.heads_q, s.heads_kv, s.head_dim,
                                w,       s.max_tokens, 0,      s.max_pages};
   tile.shape.byte_keys = tile.byte_keys;  // PlanTileDecode refuses them unless W = 8
-  tile.plan = PlanTileDecode(tile.shape, sm_count, value_window);
-  if (s.chunk_tokens > 0 && value_window == 0) {  // --chunk-tokens (BenchConfig::Validate checked it for tile rows)
-    tile.plan.chunk_tokens = s.chunk_tokens;
-    tile.plan.chunks = static_cast<int>((s.max_tokens + s.chunk_tokens - 1) / s.chunk_tokens);
+  tile.plan = PlanTileDecode(tile.shape, sm_count, config.value_window);
+  if (config.chunk_tokens > 0 && config.value_window == 0) {  // --chunk-tokens, checked
+    tile.plan.chunk_tokens = config.chunk_tokens;
+    tile.plan.chunks =
+        static_cast<int>((s.max_tokens + config.chunk_tokens - 1) / config.chunk_tokens);
   }
   const codec::LloydTree tree(w);
   tile.centroids = tile::MakeTileCentroids(tree);
@@ -111,27 +104,29 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
   tile.residual_lens.assign(g.seq_lens.size(), 0);
   tile.has_lists = outlier_cap > 0;
   if (tile.has_lists) {
-    tile.lists = ListsFromPages(g, dense, source, outlier_cap);
+    tile.lists = ListsFromPages(g, dense, calibration, w, outlier_cap);
   }
+  // The codec's signs, boundaries and step-1 increments (t_min 1, step 1: W - 1 steps), layer 0.
+  const ReadKvHostTables tables =
+      MakeReadKvHostTables(codec::TransformSeeds{}, 1, s.heads_kv, s.head_dim, w);
 
   const size_t hd = static_cast<size_t>(s.heads_kv) * s.head_dim;
-  // The pools hold the readkv set's pages (g.num_pages), each page 16 tiles per KV head.
+  // The pools hold the point's pages (g.num_pages), each page 16 tiles per KV head.
   const size_t tile_bytes = static_cast<size_t>(g.num_pages) * s.heads_kv *
                             static_cast<size_t>(tile::PageHeadBytes(s.head_dim, w));
-  const size_t table_bytes = g.page_table.size() * sizeof(int32_t);
   const size_t query_bytes = static_cast<size_t>(s.batch) * s.heads_q * s.head_dim * sizeof(float);
   tile.queries = tile.set.Add(query_bytes);
   tile.encoded = tile.set.Add(tile.encoded_lens.size() * sizeof(int32_t));
   tile.residual = tile.set.Add(tile.residual_lens.size() * sizeof(int32_t));
   tile.key_tiles = tile.set.Add(tile_bytes);
   tile.value_tiles = tile.set.Add(tile_bytes);
-  tile.page_table = tile.set.Add(table_bytes);
+  tile.page_table = tile.set.Add(g.page_table.size() * sizeof(int32_t));
   tile.tables.Reserve(tile.set, hd);
-  // Both of the tile reader's allocators take the step-1 table (tile_attention.h): the
-  // constrained reader's Key table (MakeReadKvHostTables: t_min 1, step 1, never empty).
-  const size_t increment_bytes =
-      static_cast<size_t>(std::max(source.key_steps, 1)) * sizeof(double);
-  tile.increments = tile.set.Add(increment_bytes);
+  // Both of the tile reader's allocators take the step-1 table (tile_attention.h).
+  const std::vector<double> increments(
+      tables.key_increments.begin(),
+      tables.key_increments.begin() + std::max(tables.key_steps, 1));
+  tile.increments = tile.set.Add(increments.size() * sizeof(double));
   if (tile.has_lists) {
     tile.key_outlier_pages = tile.set.Add(tile.lists.key_blocks.size() * sizeof(uint32_t));
     tile.value_outlier_pages = tile.set.Add(tile.lists.value_blocks.size() * sizeof(uint32_t));
@@ -146,52 +141,44 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const ReadKvSet& source,
              "value outlier pages");
   }
 
-  CopyTable(tile, tile.queries, source, source.common.queries, query_bytes, "queries");
-  CopyTable(tile, tile.page_table, source, source.common.page_table, table_bytes, "page table");
+  Check(cudaMemcpy(tile.set.At<float>(0, tile.queries), queries, query_bytes,
+                   cudaMemcpyDeviceToDevice),
+        "tile set: copy queries");
+  UploadTo(tile.set.At<int32_t>(0, tile.page_table), g.page_table, "tile page table");
   UploadTo(tile.set.At<int32_t>(0, tile.encoded), tile.encoded_lens, "tile encoded_lens");
   UploadTo(tile.set.At<int32_t>(0, tile.residual), tile.residual_lens, "tile residual_lens");
-  CopyTable(tile, tile.tables.key_mean, source, source.tables.key_mean, tile.tables.bytes,
-            "calibration and signs");
-  CopyTable(tile, tile.increments, source, source.key_increments, increment_bytes,
-            "step-1 increments (its Key table)");
+  UploadTo(tile.set.At<float>(0, tile.tables.key_mean), calibration.key_mean, "key_mean");
+  UploadTo(tile.set.At<float>(0, tile.tables.key_std), calibration.key_std, "key_std");
+  UploadTo(tile.set.At<float>(0, tile.tables.value_mean), calibration.value_mean, "value_mean");
+  UploadTo(tile.set.At<float>(0, tile.tables.value_std), calibration.value_std, "value_std");
+  UploadTo(tile.set.At<float>(0, tile.tables.key_signs), tables.key_signs, "key_signs");
+  UploadTo(tile.set.At<float>(0, tile.tables.value_signs), tables.value_signs, "value_signs");
+  UploadTo(tile.set.At<double>(0, tile.increments), increments, "step-1 increments");
 
+  // Every token through the tile pools' own writer, TileAppend (the codec's codes bit for bit:
+  // tests/tile_append_test.cc), into zeroed pools; its boundaries only for the encode.
   Check(cudaMemset(tile.set.At<uint8_t>(0, tile.key_tiles), 0, tile_bytes),
         "tile set: zero the key pool");
   Check(cudaMemset(tile.set.At<uint8_t>(0, tile.value_tiles), 0, tile_bytes),
         "tile set: zero the value pool");
-  if (tile.byte_keys) {
-    // The tokens again through the tile pools' own writer: byte keys, and value codes equal to
-    // the source's planes (the same encode; tests/tile_append_test.cc).
-    TileCache cache{tile.set.At<uint8_t>(0, tile.key_tiles),
-                    tile.set.At<uint8_t>(0, tile.value_tiles)};
-    cache.byte_keys = true;
-    const int32_t* table = source.set.At<const int32_t>(0, source.common.page_table);
-    ForEachTokenChunk(g, dense, [&](const TokenChunk& c) {
-      Check(TileAppend(s, c.n, c.keys, c.values, c.seq_ids, c.positions, table, source.Codec(0),
-                       cache, 0),
-            "tile set: TileAppend of byte keys");
-    });
-    Check(cudaDeviceSynchronize(), "tile set: TileAppend of byte keys (synchronise)");
-  } else {
-    const PagedPlanes planes{source.set.At<const uint8_t>(0, source.key_planes),
-                             source.set.At<const uint8_t>(0, source.value_planes),
-                             source.set.At<const int32_t>(0, source.common.page_table),
-                             s.heads_kv,
-                             s.head_dim,
-                             w,
-                             s.max_pages};
-    Check(PagesToTiles(planes, source.set.At<const int32_t>(0, source.common.seq_lens), s.batch,
-                       tile.set.At<uint8_t>(0, tile.key_tiles),
-                       tile.set.At<uint8_t>(0, tile.value_tiles), 0),
-          "tile set: relayout of the readkv:" + std::to_string(w) + " planes (PagesToTiles)");
-    Check(cudaDeviceSynchronize(), "tile set: relayout (PagesToTiles, synchronise)");
-  }
+  const DeviceBuffer boundaries = Upload(tables.boundaries, "tile set: boundaries");
+  ReadKvCodec codec = tile.Codec(0);
+  codec.boundaries = boundaries.as<const float>();
+  TileCache cache{tile.set.At<uint8_t>(0, tile.key_tiles),
+                  tile.set.At<uint8_t>(0, tile.value_tiles)};
+  cache.byte_keys = tile.byte_keys;
+  const int32_t* table = tile.set.At<const int32_t>(0, tile.page_table);
+  ForEachTokenChunk(g, dense, [&](const TokenChunk& c) {
+    Check(TileAppend(s, c.n, c.keys, c.values, c.seq_ids, c.positions, table, codec, cache, 0),
+          "tile set: TileAppend");
+  });
+  Check(cudaDeviceSynchronize(), "tile set: TileAppend (synchronise)");
   if (progress != nullptr) {
     *progress << "  tile W=" << w << (tile.byte_keys ? " byte keys" : "") << ": "
-              << tile_bytes / kMiB << " MiB of key tiles "
-              << (tile.byte_keys ? "appended (TileAppend)" : "relaid from the readkv planes")
-              << "; chunks of " << tile.plan.chunk_tokens << " tokens ("
-              << tile.plan.chunks << " a row"
+              << g.context_tokens << " tokens appended (TileAppend), " << tile_bytes / kMiB
+              << " MiB of key tiles; calibrated on " << calibration.samples_per_head
+              << "; chunks of " << tile.plan.chunk_tokens << " tokens (" << tile.plan.chunks
+              << " a row"
               << (tile.plan.value_window_tokens > 0 ? ", each its own Value window" : "") << ")\n";
     if (tile.has_lists) {
       int64_t keys = 0, values = 0;

@@ -138,32 +138,6 @@ __global__ void FloatToBf16Kernel(const float* in, uint16_t* out, int64_t n) {
   }
 }
 
-// Thread e writes one byte of both pools, e = ((((b H_kv + h) max_tiles + r) G + g) W + p) 32
-// + lane (G = d / 16, max_tiles = 16 max_pages), at PoolByte; tiles r past the sequence's pages
-// write nothing.
-__global__ void PagesToTilesKernel(PagedPlanes src, const int32_t* seq_lens, int max_tiles,
-                                   int64_t n, uint8_t* key_tiles, uint8_t* value_tiles) {
-  const int groups = src.head_dim / 16;
-  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int lane = static_cast<int>(e % 32);
-    int64_t rest = e / 32;
-    const int plane = static_cast<int>(rest % src.store_bits);
-    rest /= src.store_bits;
-    const int group = static_cast<int>(rest % groups);
-    rest /= groups;
-    const int tile = static_cast<int>(rest % max_tiles);
-    rest /= max_tiles;
-    const int h = static_cast<int>(rest % src.heads_kv);
-    const int b = static_cast<int>(rest / src.heads_kv);
-    const int tokens = seq_lens[b];
-    if (tile >= PagedTiles(tokens)) continue;
-    const int64_t at = PoolByte(src, b, h, tile, group, plane, lane);
-    key_tiles[at] = TileByteFromPages(src, true, b, h, tokens, tile, group, plane, lane);
-    value_tiles[at] = TileByteFromPages(src, false, b, h, tokens, tile, group, plane, lane);
-  }
-}
-
 // Four independent 16-byte loads in flight per thread and iteration keep enough bytes in flight
 // to saturate HBM; the xor fold is written only if it hits an impossible-looking value, which the
 // compiler cannot know, so no load is dead.
@@ -251,21 +225,6 @@ cudaError_t GatherContiguousBf16(const uint16_t* pages, const int32_t* page_tabl
 cudaError_t ConvertFloatToBf16(const float* in, uint16_t* out, int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   FloatToBf16Kernel<<<BlocksFor(n), kThreads, 0, stream>>>(in, out, n);
-  return cudaGetLastError();
-}
-
-cudaError_t PagesToTiles(const PagedPlanes& src, const int32_t* seq_lens, int batch,
-                         uint8_t* key_tiles, uint8_t* value_tiles, cudaStream_t stream) {
-  if (src.head_dim % 16 != 0 || src.head_dim < 16 || src.store_bits < 1 || src.heads_kv < 1 ||
-      src.max_pages < 0 || batch < 0) {
-    return cudaErrorInvalidValue;
-  }
-  const int max_tiles = src.max_pages * tile::kPageTiles;
-  const int64_t n = static_cast<int64_t>(batch) * src.heads_kv * max_tiles * (src.head_dim / 16) *
-                    src.store_bits * 32;
-  if (n == 0) return cudaSuccess;
-  PagesToTilesKernel<<<BlocksFor(n), kThreads, 0, stream>>>(src, seq_lens, max_tiles, n,
-                                                            key_tiles, value_tiles);
   return cudaGetLastError();
 }
 

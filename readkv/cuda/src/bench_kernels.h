@@ -1,16 +1,13 @@
 // Kernels of the attention bench (attention_bench.cc): seeded data generation straight into the
-// paged caches, the FP8 conversion, gathers for the ReadKV append and the torch anchor, the
-// relayout of the ReadKV planes for the tile reader, the streaming-read kernel and the
-// pre-launch spin. Internal to readkv/cuda; every launcher enqueues
-// on `stream`, never synchronises, and returns the launch status. Shapes as decode_attention.h:
-// pages [P][H_kv][256][d], page_table [B][max_pages], seq_lens [B].
+// paged caches, the FP8 conversion, gathers for the tile reader's append (TileAppend) and the
+// torch anchor, the streaming-read kernel and the pre-launch spin. Internal to readkv/cuda; every
+// launcher enqueues on `stream`, never synchronises, and returns the launch status. Shapes as
+// decode_attention.h: pages [P][H_kv][256][d], page_table [B][max_pages], seq_lens [B].
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
-
-#include "tile_relayout.h"
 
 namespace readkv::cuda::bench {
 
@@ -52,14 +49,6 @@ cudaError_t GatherContiguousBf16(const uint16_t* pages, const int32_t* page_tabl
 
 // out[i] = bf16 round-to-nearest-even of in[i].
 cudaError_t ConvertFloatToBf16(const float* in, uint16_t* out, int64_t n, cudaStream_t stream);
-
-// The tile pools [num_pages][H_kv][16][d / 16][W][32] of keys and values (tile_attention.h)
-// from the paged planes `src` under the same page table (src.page_table and seq_lens [B] on the
-// device): every byte of every page a sequence owns (its first ceil(seq_lens[b] / 256) entries)
-// by TileByteFromPages at PoolByte, so its tiles past its end and bits of its absent tokens
-// are 0. Pages no sequence owns are not written.
-cudaError_t PagesToTiles(const PagedPlanes& src, const int32_t* seq_lens, int batch,
-                         uint8_t* key_tiles, uint8_t* value_tiles, cudaStream_t stream);
 
 // Reads `bytes` (a multiple of 16) with 16-byte loads and folds them into *sink (so the loads
 // cannot be elided); `blocks` thread blocks of 512 threads.

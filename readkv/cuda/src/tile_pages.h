@@ -1,8 +1,8 @@
 // Where the tile reader's planes live in its paged pools (tile_attention.h, "The tile pools"):
 // the address of a token tile through the page table, and the byte and bit of one code bit
 // (token slot, channel, plane) inside a page. Host and device: the kernels (tile_kernels.cuh,
-// tile_append.cu) and the bench's relayout (bench_kernels.cu) address the pools with these, and
-// tests/tile_relayout_test.cc replays them on the CPU against tile_relayout.h's gather.
+// tile_append.cu) address the pools with these, and tests/tile_pages_test.cc replays them on the
+// CPU against the codec's TilePlaneStore.
 // Internal to readkv/cuda (C++17: nvcc compiles it).
 #pragma once
 
@@ -45,8 +45,7 @@ struct TileBit {
 // channel / 16, plane, then the fragment cell (row, col) = (token, channel) % 16 for a key tile,
 // (channel, token) % 16 for a value tile, which m16n8k16's A fragment gives to byte
 // lane = 4 (row % 8) + (col % 8) / 2 of the plane, bit col % 2 + 2 (row / 8) + 4 (col / 8)
-// (codec::TileBitIndex, the inverse of codec::TileElement: tile_relayout.h spells the forward
-// map).
+// (codec::TileBitIndex, the inverse of codec::TileElement).
 KVGATE_TILE_HD TileBit TileBitInPage(bool keys, int slot, int channel, int plane, int head_dim,
                                      int store_bits) {
   const int row = keys ? slot % 16 : channel % 16;

@@ -36,63 +36,49 @@ std::string ThrownField(Body&& body) {
   return "";
 }
 
-TEST(KvSpecTest, ParsesTheThreeFormsAndNamesThemCanonically) {
+TEST(KvSpecTest, ParsesDenseAndFp8) {
   EXPECT_EQ(ParseKvSpec("dense").backend, KvBackend::kDense);
+  EXPECT_EQ(ParseKvSpec("dense").Name(), "dense");
   EXPECT_EQ(ParseKvSpec("fp8").backend, KvBackend::kFp8);
-  const KvSpec r = ParseKvSpec("readkv:8:4");
-  EXPECT_EQ(r.backend, KvBackend::kReadKv);
-  EXPECT_EQ(r.store_bits, 8);
-  EXPECT_DOUBLE_EQ(r.read_bits, 4.0);
-  EXPECT_EQ(r.Name(), "readkv:8:4");
-  EXPECT_EQ(ParseKvSpec("readkv:8:2.5").Name(), "readkv:8:2.5");
-  EXPECT_EQ(ParseKvSpec("readkv:4:4").Name(), "readkv:4:4");
-  EXPECT_DOUBLE_EQ(r.key_bits, 4.0);
-  EXPECT_DOUBLE_EQ(r.value_bits, 4.0);
-  const KvSpec split = ParseKvSpec("readkv:8:4:6:2");
-  EXPECT_DOUBLE_EQ(split.key_bits, 6.0);
-  EXPECT_DOUBLE_EQ(split.value_bits, 2.0);
-  EXPECT_EQ(split.Name(), "readkv:8:4:6:2");
-  EXPECT_EQ(ParseKvSpec("readkv:8:4:4:4").Name(), "readkv:8:4");  // an equal split is no split
+  EXPECT_EQ(ParseKvSpec("fp8").Name(), "fp8");
 }
 
-TEST(KvSpecTest, ParsesTheTileReaderAsAReadKvReaderAndNamesItByTheReader) {
+TEST(KvSpecTest, ParsesTheTileReaderAsTheReadKvBackendAndNamesItByTheReader) {
   const KvSpec t = ParseKvSpec("tile:8:4");
-  EXPECT_EQ(t.backend, KvBackend::kReadKv);  // the same backend, another reader
-  EXPECT_EQ(t.reader, codec::ReaderKind::kTile);
+  EXPECT_EQ(t.backend, KvBackend::kReadKv);  // ReadKV's one GPU reader
   EXPECT_EQ(t.store_bits, 8);
+  EXPECT_DOUBLE_EQ(t.read_bits, 4.0);
   EXPECT_DOUBLE_EQ(t.key_bits, 4.0);
   EXPECT_DOUBLE_EQ(t.value_bits, 4.0);
+  EXPECT_FALSE(t.byte_keys);
   EXPECT_EQ(t.Name(), "tile:8:4");
-  EXPECT_EQ(ParseKvSpec("readkv:8:4").reader, codec::ReaderKind::kConstrained);
   EXPECT_EQ(ParseKvSpec("tile:8:2").Name(), "tile:8:2");
+  EXPECT_EQ(ParseKvSpec("tile:8:2.5").Name(), "tile:8:2.5");
   EXPECT_EQ(ParseKvSpec("tile:4:2.5").Name(), "tile:4:2.5");
   const KvSpec split = ParseKvSpec("tile:8:4:6:2");
-  EXPECT_EQ(split.reader, codec::ReaderKind::kTile);
   EXPECT_DOUBLE_EQ(split.key_bits, 6.0);
   EXPECT_DOUBLE_EQ(split.value_bits, 2.0);
   EXPECT_EQ(split.Name(), "tile:8:4:6:2");
-  EXPECT_EQ(ParseKvSpec("tile:8:4:4:4").Name(), "tile:8:4");
+  EXPECT_EQ(ParseKvSpec("tile:8:4:4:4").Name(), "tile:8:4");  // an equal split is no split
   // Every name parses back to the same spec.
-  for (const char* text : {"tile:8:4", "tile:8:2", "tile:2:1.5", "tile:8:4.5:7:2", "readkv:8:4",
+  for (const char* text : {"tile:8:4", "tile:8:2", "tile:2:1.5", "tile:8:4.5:7:2",
                            "tile-kbytes:8:5:8:2", "tile-kbytes:8:8"}) {
     const KvSpec once = ParseKvSpec(text);
     const KvSpec twice = ParseKvSpec(once.Name());
     EXPECT_EQ(twice.Name(), once.Name()) << text;
-    EXPECT_EQ(twice.reader, once.reader) << text;
+    EXPECT_EQ(twice.backend, once.backend) << text;
     EXPECT_EQ(twice.byte_keys, once.byte_keys) << text;
     EXPECT_DOUBLE_EQ(twice.key_bits, once.key_bits) << text;
     EXPECT_DOUBLE_EQ(twice.value_bits, once.value_bits) << text;
   }
-  // The issue's must-show list: the constrained and the tile reader of one W side by side.
-  const std::vector<KvSpec> specs = ParseKvSpecs("fp8,readkv:8:4,tile:8:4,tile:8:2");
-  ASSERT_EQ(specs.size(), 4u);
-  EXPECT_EQ(specs[1].Name(), "readkv:8:4");
-  EXPECT_EQ(specs[2].Name(), "tile:8:4");
+  const std::vector<KvSpec> specs = ParseKvSpecs("fp8,tile:8:4,tile:8:2");
+  ASSERT_EQ(specs.size(), 3u);
+  EXPECT_EQ(specs[1].Name(), "tile:8:4");
   EXPECT_EQ(ThrownField([] { ParseKvSpecs("tile:8:4,tile:8:4.0"); }), "--kv");
   // Byte keys: the tile reader on the served split, beside the tree's keys of the same budget.
   const KvSpec bytes = ParseKvSpec("tile-kbytes:8:5:8:2");
   EXPECT_TRUE(bytes.byte_keys);
-  EXPECT_EQ(bytes.reader, codec::ReaderKind::kTile);
+  EXPECT_EQ(bytes.backend, KvBackend::kReadKv);
   EXPECT_EQ(bytes.Name(), "tile-kbytes:8:5:8:2");
   EXPECT_FALSE(ParseKvSpec("tile:8:5:8:2").byte_keys);
   EXPECT_EQ(ParseKvSpecs("tile:8:5:8:2,tile-kbytes:8:5:8:2").size(), 2u);
@@ -103,6 +89,8 @@ TEST(KvSpecTest, RejectsBadTileSpecsAndOtherReadersNamingTheFlag) {
                           "tile:1:1", "tile:8:0.5", "tile:8:9", "tile:8:4:6", "tile:8:4:6:3",
                           "tile:8:4:x:2", "tile:8:4:6:2:1", "Tile:8:4", "tiles:8:4",
                           "constrained:8:4", "flexible:8:4", "full:8:8", "tile:8:4:7.5:0.5",
+                          "tile:8:4:1", "tile:4294967304:4", "fp16", "", "Dense", " dense",
+                          "dense:8", "fp8:8:4",
                           // byte keys: W and R_K 8 only, the tile reader only
                           "tile-kbytes:8:4", "tile-kbytes:8:4:6:2", "tile-kbytes:4:4:4:4",
                           "readkv-kbytes:8:8", "tile-kbytes", "tile-kbytes:8"}) {
@@ -116,20 +104,33 @@ TEST(KvSpecTest, RejectsBadTileSpecsAndOtherReadersNamingTheFlag) {
   }
 }
 
-TEST(KvSpecTest, RejectsIncompleteOrOutOfRangeSpecsNamingTheFlag) {
-  for (const char* bad : {"readkv:8", "readkv", "readkv:8:", "readkv::4", "readkv:x:4",
-                          "readkv:8:4:1", "readkv:9:4", "readkv:1:1", "readkv:8:0.5", "readkv:8:9",
-                          "readkv:4294967304:4", "fp16", "", "Dense", " dense", "readkv:8:4:6",
-                          "readkv:8:4:6:3", "readkv:8:4:7.5:0.5", "readkv:8:4:6:2:1",
-                          "readkv:8:4:x:2"}) {
-    EXPECT_EQ(ThrownField([&] { ParseKvSpec(bad); }), "--kv") << bad;
+// The constrained GPU reader's rows ("readkv:W:R") are gone: refused by name, with the kinds that
+// remain in the message.
+TEST(KvSpecTest, RefusesTheRemovedConstrainedReaderNamingTheAcceptedKinds) {
+  for (const char* removed : {"readkv:8:4", "readkv:8:2", "readkv:8:4.5:7:2", "readkv",
+                              "readkv:8", "readkv:x:4"}) {
+    try {
+      ParseKvSpec(removed);
+      ADD_FAILURE() << removed << " parsed";
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.field(), "--kv") << removed;
+      const std::string what = e.what();
+      EXPECT_NE(what.find("'" + std::string(removed) + "'"), std::string::npos) << what;
+      EXPECT_NE(what.find("constrained GPU reader"), std::string::npos) << what;
+      EXPECT_NE(what.find("was removed"), std::string::npos) << what;
+      for (const char* kind :
+           {"dense", "fp8", "tile:W:R", "tile:W:R:RK:RV", "tile-kbytes:8:R:8:RV"}) {
+        EXPECT_NE(what.find(kind), std::string::npos) << kind << " in: " << what;
+      }
+    }
   }
+  EXPECT_EQ(ThrownField([] { ParseKvSpecs("dense,fp8,readkv:8:4"); }), "--kv");
 }
 
 TEST(KvSpecTest, ListsRejectDuplicatesAndEmptyItems) {
-  EXPECT_EQ(ParseKvSpecs("dense,fp8,readkv:8:4,readkv:8:2").size(), 4u);
+  EXPECT_EQ(ParseKvSpecs("dense,fp8,tile:8:4,tile:8:2").size(), 4u);
   EXPECT_EQ(ThrownField([] { ParseKvSpecs("dense,dense"); }), "--kv");
-  EXPECT_EQ(ThrownField([] { ParseKvSpecs("readkv:8:4,readkv:8:4.0"); }), "--kv");
+  EXPECT_EQ(ThrownField([] { ParseKvSpecs("tile:8:4,tile:8:4.0"); }), "--kv");
   EXPECT_EQ(ThrownField([] { ParseKvSpecs("dense,,fp8"); }), "--kv");
 }
 
@@ -147,7 +148,7 @@ TEST(BenchConfigTest, DefaultsAreValid) { EXPECT_NO_THROW(BenchConfig{}.Validate
 TEST(BenchConfigTest, RejectsShapesTheKernelsCannotRunNamingTheFlag) {
   const auto field = [](auto mutate) {
     BenchConfig c;
-    c.kv = ParseKvSpecs("dense,fp8,readkv:8:4");
+    c.kv = ParseKvSpecs("dense,fp8,tile:8:4");
     mutate(c);
     return ThrownField([&] { c.Validate(); });
   };
@@ -157,15 +158,15 @@ TEST(BenchConfigTest, RejectsShapesTheKernelsCannotRunNamingTheFlag) {
   EXPECT_EQ(field([](BenchConfig& c) { c.head_dim = 96; }), "--head-dim");
   EXPECT_EQ(field([](BenchConfig& c) { c.tokens = {}; }), "--tokens");
   EXPECT_EQ(field([](BenchConfig& c) { c.tokens = {0}; }), "--tokens");
-  EXPECT_EQ(field([](BenchConfig& c) { c.tokens = {2}; }), "--tokens");  // readkv calibration
+  EXPECT_EQ(field([](BenchConfig& c) { c.tokens = {2}; }), "--tokens");  // the calibration
   EXPECT_EQ(field([](BenchConfig& c) { c.batches = {0}; }), "--batch");
   EXPECT_EQ(field([](BenchConfig& c) { c.iters = 19; }), "--iters");
   EXPECT_EQ(field([](BenchConfig& c) { c.chunk_tokens = 300; }), "--chunk-tokens");
   EXPECT_EQ(field([](BenchConfig& c) { c.kv = {}; }), "--kv");
-  EXPECT_EQ(field([](BenchConfig& c) { c.chunk_tokens = 0; }), "");  // the kernels' choice
+  EXPECT_EQ(field([](BenchConfig& c) { c.chunk_tokens = 0; }), "");  // PlanTileDecode's choice
   EXPECT_EQ(field([](BenchConfig& c) { c.split = SplitPlan{3}; }), "--split-cluster");
   EXPECT_EQ(field([](BenchConfig& c) { c.split = SplitPlan{0}; }), "");  // persistent blocks
-  // Tile rows' chunks: 512 to 2048 by 512 (the constrained reader's 256 steps are refused).
+  // Tile rows' chunks: 512 to 2048 by 512.
   const auto tile_chunk = [](int chunk) {
     return [chunk](BenchConfig& c) {
       c.kv = ParseKvSpecs("fp8,tile:8:2");
@@ -176,7 +177,8 @@ TEST(BenchConfigTest, RejectsShapesTheKernelsCannotRunNamingTheFlag) {
   EXPECT_EQ(field(tile_chunk(2048)), "");
   EXPECT_EQ(field(tile_chunk(768)), "--chunk-tokens");
   EXPECT_EQ(field(tile_chunk(2560)), "--chunk-tokens");
-  EXPECT_EQ(field([](BenchConfig& c) { c.chunk_tokens = 768; }), "");  // no tile row
+  EXPECT_EQ(field(tile_chunk(256)), "--chunk-tokens");
+  EXPECT_EQ(field(tile_chunk(-512)), "--chunk-tokens");
   // Value windows: the tile rows' chunk, 512 to 2048 by 512.
   const auto window = [](int w, int chunk) {
     return [w, chunk](BenchConfig& c) {
@@ -190,12 +192,21 @@ TEST(BenchConfigTest, RejectsShapesTheKernelsCannotRunNamingTheFlag) {
   EXPECT_EQ(field(window(1024, 512)), "--value-window");
   EXPECT_EQ(field(window(768, 0)), "--value-window");
   EXPECT_EQ(field(window(4096, 0)), "--value-window");
-  EXPECT_EQ(field([](BenchConfig& c) { c.value_window = 512; }), "--value-window");  // no tile
+  const auto no_tile = [](BenchConfig& c) { c.kv = ParseKvSpecs("dense,fp8"); };
+  EXPECT_EQ(field([&](BenchConfig& c) {
+              no_tile(c);
+              c.value_window = 512;
+            }),
+            "--value-window");
   // Outlier lists: the tile rows' only, a cap in [0, 16].
-  EXPECT_EQ(field([](BenchConfig& c) { c.outlier_cap = 2; }), "--outlier-cap");  // no tile: spec
+  EXPECT_EQ(field([&](BenchConfig& c) {
+              no_tile(c);
+              c.outlier_cap = 2;
+            }),
+            "--outlier-cap");
   const auto tiled = [](int cap) {
     return [cap](BenchConfig& c) {
-      c.kv = ParseKvSpecs("fp8,readkv:8:2,tile:8:2");
+      c.kv = ParseKvSpecs("fp8,tile:8:4,tile:8:2");
       c.outlier_cap = cap;
     };
   };
@@ -247,7 +258,6 @@ BenchReport SampleReport() {
   BenchRow tile = fp8;
   tile.kv = "tile:8:4";
   tile.backend = KvBackend::kReadKv;
-  tile.reader = codec::ReaderKind::kTile;
   tile.traffic.kernels[4] = {"TileCombine", 32, 8};
   report.rows = {fp8, anchor, tile};
   return report;
@@ -255,9 +265,9 @@ BenchReport SampleReport() {
 
 TEST(BenchReportJsonTest, HoldsTheRunInfoDeviceStreamAndEveryRowWithItsLedgers) {
   BenchConfig config;
-  config.kv = ParseKvSpecs("dense,fp8,readkv:8:4");
+  config.kv = ParseKvSpecs("dense,fp8,tile:8:4");
   const BenchRunInfo info{"0.1.0", "abcdef012345", "2026-11-29T18:00:00Z",
-                          "kvgate bench attention --kv dense,fp8,readkv:8:4",
+                          "kvgate bench attention --kv dense,fp8,tile:8:4",
                           {{"KVGATE_READKV_SELECT", "list"}}};
   const nlohmann::json j = nlohmann::json::parse(BenchReportJson(config, SampleReport(), info));
   EXPECT_EQ(j.at("bench"), "attention");
@@ -269,7 +279,7 @@ TEST(BenchReportJsonTest, HoldsTheRunInfoDeviceStreamAndEveryRowWithItsLedgers) 
   EXPECT_EQ(j.at("device").at("driver_version"), 13000);
   EXPECT_EQ(j.at("device").at("runtime_version"), 13000);
   EXPECT_DOUBLE_EQ(j.at("stream").at("gbps").get<double>(), 4000.0);
-  EXPECT_EQ(j.at("config").at("kv"), nlohmann::json({"dense", "fp8", "readkv:8:4"}));
+  EXPECT_EQ(j.at("config").at("kv"), nlohmann::json({"dense", "fp8", "tile:8:4"}));
   EXPECT_EQ(j.at("config").at("tokens"), nlohmann::json({8192}));
   EXPECT_EQ(j.at("cold_l2_method"), "rotation");
   const nlohmann::json rows = j.at("rows");  // copies: g++ 13 -Wdangling-reference

@@ -1,9 +1,10 @@
-// TileAppend (tile_attention.h) against ReadKvAppend (decode_attention.h) on the same tokens: the
-// tile pools it writes must be byte-equal to the bench's relayout (bench::PagesToTiles) of the
-// planes ReadKvAppend writes, whose codes tests/readkv_kernel_test.cc proves equal to the codec's.
-// Ragged sequences under a shuffled page table (not the identity), a prefill of several hundred
-// tokens in one launch in a shuffled order (tokens of one tile appended by different blocks of
-// one launch), then single-token appends, as a decode step makes them. Skips without a GPU.
+// TileAppend (tile_attention.h) against the CPU reference on the same tokens: the tile pools it
+// writes must be byte-equal to the codec's TilePlaneStores (codec::ReadKvLayerCache in the tile
+// layout, every token encoded) placed at their tiles' slots under the page table, for keys on the
+// Lloyd tree and for byte keys. Ragged sequences under a shuffled page table (not the identity), a
+// prefill of several hundred tokens in one launch in a shuffled order (tokens of one tile
+// appended by different blocks of one launch), then single-token appends, as a decode step makes
+// them. Skips without a GPU.
 // With outlier pools (issue 36): a prefill grouped by sequence in position order then decode
 // steps, planted outliers (one page past the block budget); the page blocks downloaded must be
 // word-equal to BuildTileOutlierPages of the codec's own OutlierStores for the same tokens, and
@@ -20,7 +21,6 @@
 #include <utility>
 #include <vector>
 
-#include "bench_kernels.h"
 #include "decode_test_support.h"
 #include "kvgate/stats/random.h"
 #include "readkv/codec/codebook.h"
@@ -122,6 +122,45 @@ void ExpectPoolsEqual(const std::vector<uint8_t>& got_k, const std::vector<uint8
   EXPECT_GT(set, static_cast<int64_t>(got_k.size() / 4)) << "random codes: the pools are not empty";
 }
 
+// The pools the codec's tile stores of a workload's tokens fill (`layout`: kTiles or
+// kTilesByteKeys; every token encoded, no residual window): each (sequence, KV head)'s token tiles
+// at slot r % 16 of page page_table[b * max_pages + r / 16], zeros elsewhere. {keys, values}.
+std::pair<std::vector<uint8_t>, std::vector<uint8_t>> CodecPools(const Workload& w, int W,
+                                                                 codec::PlaneLayout layout) {
+  const int hkv = w.shape.heads_kv, d = w.shape.head_dim;
+  const auto tree = std::make_shared<const codec::LloydTree>(W);
+  codec::ReadKvCacheOptions options;
+  options.store_bits = W;
+  options.policy = {codec::ReaderKind::kTile, static_cast<double>(W), 0.0, 0.0};  // reads all
+  options.residual_window = false;
+  options.layout = layout;
+  const size_t tile_bytes = static_cast<size_t>(tile::TokenTileBytes(d, W));
+  const size_t pool = static_cast<size_t>(w.num_pages) * hkv * tile::PageHeadBytes(d, W);
+  std::vector<uint8_t> keys(pool, 0), values(pool, 0);
+  const size_t row = static_cast<size_t>(hkv) * d;
+  size_t first = 0;
+  for (size_t b = 0; b < w.seq_lens.size(); ++b) {
+    codec::ReadKvLayerCache cache(w.geometry, w.calibration, 0, tree, options);
+    const size_t n = static_cast<size_t>(w.seq_lens[b]);
+    cache.AppendTokens(std::span<const float>(w.keys).subspan(first * row, n * row),
+                       std::span<const float>(w.values).subspan(first * row, n * row));
+    first += n;
+    const codec::TileLayerView view = cache.tile_view();
+    for (int h = 0; h < hkv; ++h) {
+      const codec::TilePlaneStore& store = view.stores[static_cast<size_t>(h)];
+      EXPECT_EQ(store.byte_keys(), layout == codec::PlaneLayout::kTilesByteKeys);
+      for (int64_t r = 0; r < store.token_tiles(); ++r) {
+        const auto page = static_cast<size_t>(
+            w.page_table[b * static_cast<size_t>(w.shape.max_pages) + static_cast<size_t>(r / 16)]);
+        const size_t at = ((page * hkv + h) * 16 + static_cast<size_t>(r % 16)) * tile_bytes;
+        std::memcpy(keys.data() + at, store.KeyTile(r, 0), tile_bytes);
+        std::memcpy(values.data() + at, store.ValueTile(r, 0), tile_bytes);
+      }
+    }
+  }
+  return {std::move(keys), std::move(values)};
+}
+
 struct AppendCase {
   int heads_kv, head_dim, store_bits;
   std::vector<int> lens;
@@ -129,22 +168,17 @@ struct AppendCase {
 
 class TileAppendTest : public ::testing::TestWithParam<AppendCase> {};
 
-TEST_P(TileAppendTest, PoolsEqualTheRelayoutOfReadKvAppendsPlanes) {
+TEST_P(TileAppendTest, PoolsEqualTheCodecsTileStores) {
   if (!kernel_test::HaveGpu()) GTEST_SKIP() << "no CUDA device: " << QueryDevices().reason;
   const AppendCase& p = GetParam();
   const int hkv = p.heads_kv, d = p.head_dim, W = p.store_bits;
   const Workload w = MakeWorkload(Case{2 * hkv, hkv, d, p.lens, W, 4.0, 0}, 0x71e + d + W);
+  const auto [want_k, want_v] = CodecPools(w, W, codec::PlaneLayout::kTiles);
   const DeviceCodec tables(w, W);
-  const ReadKvCodec& codec = tables.codec;
-
-  const size_t key_page = static_cast<size_t>(hkv) * d * W * 32;
-  const size_t value_page = static_cast<size_t>(hkv) * kPageTokens * W * (d / 8);
-  const size_t pool = static_cast<size_t>(w.num_pages) * hkv * tile::PageHeadBytes(d, W);
-  DeviceBuffer<uint8_t> kplanes(std::vector<uint8_t>(key_page * w.num_pages, 0));
-  DeviceBuffer<uint8_t> vplanes(std::vector<uint8_t>(value_page * w.num_pages, 0));
+  const size_t pool = want_k.size();
   DeviceBuffer<uint8_t> key_pool(std::vector<uint8_t>(pool, 0));
   DeviceBuffer<uint8_t> value_pool(std::vector<uint8_t>(pool, 0));
-  DeviceBuffer<int32_t> table(w.page_table), lens(w.seq_lens);
+  DeviceBuffer<int32_t> table(w.page_table);
 
   const std::vector<Launch> launches = Launches(w, 3, 0x5eed + d);
   ASSERT_GE(launches.front().size(), 300u) << "the prefill is one launch of hundreds of tokens";
@@ -153,24 +187,13 @@ TEST_P(TileAppendTest, PoolsEqualTheRelayoutOfReadKvAppendsPlanes) {
     DeviceBuffer<float> keys(Pick(w.keys, launch, row)), values(Pick(w.values, launch, row));
     DeviceBuffer<int32_t> seq_ids(Pick(w.seq_ids, launch, 1));
     DeviceBuffer<int32_t> positions(Pick(w.positions, launch, 1));
-    const int n = static_cast<int>(launch.size());
-    CUDA_OK(ReadKvAppend(w.shape, n, keys.get(), values.get(), seq_ids.get(), positions.get(),
-                         table.get(), codec, ReadKvCache{kplanes.get(), vplanes.get()}, nullptr));
-    CUDA_OK(TileAppend(w.shape, n, keys.get(), values.get(), seq_ids.get(), positions.get(),
-                       table.get(), codec, TileCache{key_pool.get(), value_pool.get()}, nullptr));
+    CUDA_OK(TileAppend(w.shape, static_cast<int>(launch.size()), keys.get(), values.get(),
+                       seq_ids.get(), positions.get(), table.get(), tables.codec,
+                       TileCache{key_pool.get(), value_pool.get()}, nullptr));
     CUDA_OK(cudaDeviceSynchronize());
   }
-  // The relayout of ReadKvAppend's planes into zeroed pools under the same page table.
-  DeviceBuffer<uint8_t> key_want(std::vector<uint8_t>(pool, 0));
-  DeviceBuffer<uint8_t> value_want(std::vector<uint8_t>(pool, 0));
-  const bench::PagedPlanes planes{kplanes.get(), vplanes.get(), table.get(), hkv, d, W,
-                                  w.shape.max_pages};
-  CUDA_OK(bench::PagesToTiles(planes, lens.get(), static_cast<int>(p.lens.size()), key_want.get(),
-                              value_want.get(), nullptr));
-  CUDA_OK(cudaDeviceSynchronize());
-  const std::vector<uint8_t> got_k = key_pool.Download(pool), got_v = value_pool.Download(pool);
-  ExpectPoolsEqual(got_k, key_want.Download(pool), got_v, value_want.Download(pool),
-                   "the relayout of ReadKvAppend's");
+  ExpectPoolsEqual(key_pool.Download(pool), want_k, value_pool.Download(pool), want_v,
+                   "the codec's tile stores");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -328,36 +351,9 @@ TEST(TileAppendTest, ByteKeyPoolsEqualTheCodecsByteKeyStores) {
     const int hkv = p.heads_kv, d = p.head_dim, W = 8;
     SCOPED_TRACE("d " + std::to_string(d));
     const Workload w = MakeWorkload(Case{2 * hkv, hkv, d, p.lens, W, 4.0, 0}, 0xb17e + d);
-    const auto tree = std::make_shared<const codec::LloydTree>(W);
-    codec::ReadKvCacheOptions options;
-    options.store_bits = W;
-    options.policy = {codec::ReaderKind::kTile, 5.0, 8.0, 2.0};
-    options.residual_window = false;
-    options.layout = codec::PlaneLayout::kTilesByteKeys;
-    const size_t tile_bytes = static_cast<size_t>(tile::TokenTileBytes(d, W));
-    const size_t pool = static_cast<size_t>(w.num_pages) * hkv * tile::PageHeadBytes(d, W);
-    std::vector<uint8_t> want_k(pool, 0), want_v(pool, 0);
+    const auto [want_k, want_v] = CodecPools(w, W, codec::PlaneLayout::kTilesByteKeys);
+    const size_t pool = want_k.size();
     const size_t row = static_cast<size_t>(hkv) * d;
-    size_t first = 0;
-    for (size_t b = 0; b < p.lens.size(); ++b) {
-      codec::ReadKvLayerCache cache(w.geometry, w.calibration, 0, tree, options);
-      const size_t n = static_cast<size_t>(w.seq_lens[b]);
-      cache.AppendTokens(std::span<const float>(w.keys).subspan(first * row, n * row),
-                         std::span<const float>(w.values).subspan(first * row, n * row));
-      first += n;
-      const codec::TileLayerView view = cache.tile_view();
-      for (int h = 0; h < hkv; ++h) {
-        const codec::TilePlaneStore& store = view.stores[static_cast<size_t>(h)];
-        ASSERT_TRUE(store.byte_keys());
-        for (int64_t r = 0; r < store.token_tiles(); ++r) {
-          const auto page = static_cast<size_t>(
-              w.page_table[b * static_cast<size_t>(w.shape.max_pages) + static_cast<size_t>(r / 16)]);
-          const size_t at = ((page * hkv + h) * 16 + static_cast<size_t>(r % 16)) * tile_bytes;
-          std::memcpy(want_k.data() + at, store.KeyTile(r, 0), tile_bytes);
-          std::memcpy(want_v.data() + at, store.ValueTile(r, 0), tile_bytes);
-        }
-      }
-    }
     const DeviceCodec tables(w, W);
     DeviceBuffer<uint8_t> key_pool(std::vector<uint8_t>(pool, 0));
     DeviceBuffer<uint8_t> value_pool(std::vector<uint8_t>(pool, 0));

@@ -28,28 +28,27 @@
 
 namespace readkv::cuda {
 
-// One value of --kv: "dense", "fp8" (per-tensor scales), "readkv:W:R" (constrained reader,
-// R_K = R_V = R), "readkv:W:R:RK:RV" (the same reader with a K/V split, mean R), or "tile:W:R" /
-// "tile:W:R:RK:RV" (the tile reader, TileDecodeAttention, on the same W-bit codes relaid into the
-// tile layout; the same ranges; its chunk is PlanTileDecode's unless --chunk-tokens is given), or
-// "tile-kbytes:8:R:8:RV" (the tile reader on byte keys).
+// One value of --kv: "dense", "fp8" (per-tensor scales), or "tile:W:R" / "tile:W:R:RK:RV" (the
+// tile reader, TileDecodeAttention, on W-bit codes that TileAppend writes into the tile layout,
+// R_K = R_V = R or a K/V split with mean R; its chunk is PlanTileDecode's unless --chunk-tokens
+// is given), or "tile-kbytes:8:R:8:RV" (the tile reader on byte keys). The constrained GPU reader
+// ("readkv:W:R") is gone (issue 37: the tile reader is faster); ParseKvSpec refuses it by name.
 struct KvSpec {
   codec::KvBackend backend = codec::KvBackend::kDense;  // the server's one backend type
-  // ReadKV only: kConstrained ("readkv:") or kTile ("tile:"), the server's one reader type.
-  codec::ReaderKind reader = codec::ReaderKind::kConstrained;
-  int store_bits = 0;        // W, ReadKV only, in [2, 8]
+  int store_bits = 0;        // W, ReadKV (tile) only, in [2, 8]
   double read_bits = 0;      // R, ReadKV only, in [1, W]
   double key_bits = 0;       // R_K, ReadKV only, in [1, W]; R when no split is given
   double value_bits = 0;     // R_V, likewise
   // The tile reader on byte keys ("tile-kbytes:8:R:8:RV"; tile_attention.h, "Byte keys"): W = 8
   // and R_K = 8 only.
   bool byte_keys = false;
-  // Canonical text: "dense", "fp8", "readkv:8:4", "readkv:8:2.5", "readkv:8:4:6:2" (the split
-  // only when unequal), "tile:8:2", "tile:8:4:6:2", "tile-kbytes:8:5:8:2".
+  // Canonical text: "dense", "fp8", "tile:8:2", "tile:8:2.5", "tile:8:4:6:2" (the split only
+  // when unequal), "tile-kbytes:8:5:8:2".
   std::string Name() const;
 };
 
-// Throws InvalidArgument("--kv") for anything but the forms above (e.g. "readkv:8", "full:8:8").
+// Throws InvalidArgument("--kv") for anything but the forms above (e.g. "tile:8", "full:8:8"),
+// and for "readkv:..." with a message naming the forms that remain.
 KvSpec ParseKvSpec(const std::string& text);
 // A comma-separated list of specs; throws InvalidArgument("--kv") on an empty list or duplicate.
 std::vector<KvSpec> ParseKvSpecs(const std::string& text);
@@ -65,19 +64,18 @@ struct BenchConfig {
   std::vector<KvSpec> kv = {KvSpec{}};
   int iters = 50;               // timed launches per row, at least 20 ...
   double min_total_ms = 200.0;  // ... and until their kernel times add up to this
-  int chunk_tokens = 0;  // ReadKV rows' chunk, a multiple of 256 (tile rows: of 512, <= 2048);
-                         // 0: the automatic choice that kvgate serve uses (ReadKvChunkTokens,
-                         // PlanTileDecode for tile rows).
+  int chunk_tokens = 0;  // tile rows' chunk: 512, 1024, 1536 or 2048 (kTileChunkStep steps up
+                         // to kTileMaxChunk); 0: PlanTileDecode's, the choice kvgate serve uses.
   bool ragged = false;          // seq_lens uniform in [T/2, T] instead of all T
   uint64_t seed = 1;
   int outlier_cap = 0;  // tile rows: outlier lists of this cap (codec/outliers.h) from the same
-                        // tokens; 0: none. The constrained reader's rows never have lists.
+                        // tokens; 0: none.
   int value_window = 0;  // tile rows: Value budgets per window of this many tokens, the chunk
                          // (TilePlan::value_window_tokens: 512-2048 by 512); 0: the row's.
   SplitPlan split;  // dense, FP8 and anchor-ledger rows: their schedule (decode_attention.h)
   // Throws InvalidArgument naming the flag: "--tokens", "--batch", "--heads-q", "--heads-kv"
   // (must divide --heads-q with a group of 1, 2, 4 or 8), "--head-dim" (64 or 128), "--kv",
-  // "--iters", "--chunk-tokens" (tile rows: not a multiple of 512 up to 2048), "--outlier-cap"
+  // "--iters", "--chunk-tokens" (not 0 or a multiple of 512 up to 2048), "--outlier-cap"
   // (outside [0, 16], or above 0 without a tile: spec), "--value-window" (not 0 or 512-2048 by
   // 512, without a tile: spec, or beside a different --chunk-tokens), "--split-cluster" (a plan
   // that is not valid()).
@@ -113,13 +111,11 @@ struct BenchRow {
   std::string kv;      // KvSpec::Name() or the anchor's name
   bool anchor = false;
   codec::KvBackend backend = codec::KvBackend::kDense;  // the spec's; not for the anchor
-  codec::ReaderKind reader = codec::ReaderKind::kConstrained;  // the spec's (ReadKV rows)
   TimingStats time;
   int64_t context_tokens = 0;   // sum of seq_lens over the batch
   int64_t capacity_bytes = 0;   // ledger 1: cache pages (whole pages) + scales / codec tables
   int64_t workspace_bytes = 0;  // ledger 4: the launcher's workspace; -1: unknown (anchor)
-  int chunk_tokens = 0;         // ReadKV rows: the chunk the call used (tile rows: the
-                                // TilePlan's); 0 for the others
+  int chunk_tokens = 0;         // tile rows: the chunk of the call's TilePlan; 0 for the others
   int value_window_tokens = 0;  // tile rows: the TilePlan's Value window; 0 for the others
   int64_t logical_bytes = 0;    // ledger 2: payload the reader chose
   TrafficBytes traffic;         // ledger 3 (the anchor: the dense kernel's model of the same reads)
@@ -163,7 +159,7 @@ std::map<std::string, std::string> KernelSwitchesSet();
 // The report as JSON text (2-space indent): {"bench": "attention", "version", "git_commit",
 // "date_utc", "command_line", "kernel_switches": {...}, "device": {...}, "config": {...},
 // "stream": {...}, "cold_l2_method", "anchor_note", "rows": [{...}, ...]}; a row's "reader" is
-// the ReadKV reader's name ("constrained", "tile"), null for the other rows.
+// the ReadKV reader's name ("tile", the only one on the GPU), null for the other rows.
 std::string BenchReportJson(const BenchConfig& config, const BenchReport& report,
                             const BenchRunInfo& info);
 // The human table, one line per row.
