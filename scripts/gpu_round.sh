@@ -59,7 +59,7 @@ PY
 done << 'LIST'
 --kv dense
 --kv fp8
---kv readkv --store-bits 8 --read-bits 4 --reader constrained
+--kv readkv --store-bits 8 --read-bits 4 --reader tile
 LIST
 echo "$results" > "$OUT/round.json"
 echo "total: $(( $(date +%s) - start )) s"

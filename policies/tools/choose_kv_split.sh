@@ -9,7 +9,7 @@
 # Env: DEV_SEED (default 777001), PASSKEYS (default 60), QA (default 48), R (default 4),
 # PASSKEY_LENGTHS (default 1024,2048,4096,8192), QA_LENGTHS (default 1024,4096,8192),
 # SERVE_ARGS (more `kvgate serve` flags, e.g. "--model models/long-16k --device cuda"; on a CUDA
-# device only the constrained reader runs), CONFIGS (space-separated: "reader" reads R with the
+# device only the tile reader runs), CONFIGS (space-separated: "reader" reads R with the
 # equal split, "reader:RK:RV" reads R = (RK + RV) / 2 with that split, "reader:RK:RV:CAP" adds
 # `--outlier-cap CAP`, "fp8" and "dense" serve those caches as reference rows), KEEP_DIR (keep each configuration's check JSON there as
 # CONFIG.passkey.json / CONFIG.qa.json, ':' written as '_', to compare items across rows).

@@ -56,7 +56,8 @@ RuntimeFlags::RuntimeFlags(CLI::App& cmd) {
       ->capture_default_str();
   AddEnumOption(cmd, "--reader", options_.kv.reader, codec::kReaderKinds, codec::ReaderName,
                 codec::ParseReaderKind,
-                "ReadKV reader (full: every plane, CPU only, --read-bits = --store-bits)");
+                "ReadKV reader (on a CUDA device: tile only; full: every plane, CPU only, "
+                "--read-bits = --store-bits)");
   cmd.add_option("--kv-split", kv_split_,
                  "ReadKV K/V split RK:RV (mean R; flexible, constrained or tile reader)");
   cmd.add_option("--outlier-cap", options_.kv.outlier_cap,

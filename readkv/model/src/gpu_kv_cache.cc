@@ -15,9 +15,8 @@
 namespace readkv::model::internal {
 namespace {
 
-// A call's geometry; ReadKV chunks are the kernels' automatic split. min_tokens (the shortest
-// sequence, 0 if unknown) lets the dense and FP8 kernels take their cluster schedule when the
-// batch's lengths are even.
+// A call's geometry. min_tokens (the shortest sequence, 0 if unknown) lets the dense and FP8
+// kernels take their cluster schedule when the batch's lengths are even.
 rc::DecodeShape Shape(const GpuKvConfig& c, int batch, int max_pages, int max_tokens,
                       int min_tokens = 0) {
   rc::DecodeShape shape;
@@ -28,7 +27,6 @@ rc::DecodeShape Shape(const GpuKvConfig& c, int batch, int max_pages, int max_to
   shape.max_pages = max_pages;
   shape.max_tokens = max_tokens;
   shape.min_tokens = min_tokens;
-  shape.chunk_tokens = 0;
   return shape;
 }
 
@@ -52,26 +50,16 @@ GpuKvCache::GpuKvCache(const GpuKvConfig& config)
                                 std::to_string(config.heads_q) + " / " +
                                 std::to_string(config.heads_kv));
   }
-  const bool gpu_reader = config.reader == codec::ReaderKind::kConstrained ||
-                          config.reader == codec::ReaderKind::kTile;
-  if (config.kind == codec::KvBackend::kReadKv && !gpu_reader) {
-    throw std::invalid_argument("reader: the CUDA ReadKV backend runs the constrained and tile "
-                                "readers, got \"" + std::string(codec::ReaderName(config.reader)) +
-                                "\"");
-  }
-  if (config.outliers.enabled() &&
-      (config.kind != codec::KvBackend::kReadKv || config.reader != codec::ReaderKind::kTile)) {
+  if (config.outliers.enabled() && config.kind != codec::KvBackend::kReadKv) {
     throw std::invalid_argument(
-        "outlier_cap: on a CUDA device only the tile reader applies outlier lists (the "
-        "constrained reader's kernels have no correction)");
+        "outlier_cap: on a CUDA device only ReadKV's tile reader applies outlier lists");
   }
   if (config.outliers.enabled() && config.outliers.block_cap != rc::kPageOutlierEntries) {
     throw std::invalid_argument("outlier_block_cap: the GPU page blocks hold " +
                                 std::to_string(rc::kPageOutlierEntries) + " entries, got " +
                                 std::to_string(config.outliers.block_cap));
   }
-  if (config.byte_keys && (config.kind != codec::KvBackend::kReadKv ||
-                           config.reader != codec::ReaderKind::kTile || config.store_bits != 8)) {
+  if (config.byte_keys && (config.kind != codec::KvBackend::kReadKv || config.store_bits != 8)) {
     throw std::invalid_argument("byte_keys: byte keys are the tile reader's, with W = 8");
   }
   if (!config.calibration) throw std::invalid_argument("calibration: required");
@@ -96,23 +84,18 @@ GpuKvCache::GpuKvCache(const GpuKvConfig& config)
     const rc::ReadKvHostTables t =
         rc::MakeReadKvHostTables(cal.seeds, config.layers, hkv, d, config.store_bits);
     p.key_steps = t.key_steps;
-    p.value_steps = t.value_steps;
     p.key_mean = Upload(cal.key_mean, config.device);
     p.key_std = Upload(cal.key_std, config.device);
     p.value_mean = Upload(cal.value_mean, config.device);
     p.value_std = Upload(cal.value_std, config.device);
     p.key_signs = Upload(t.key_signs, config.device);
     p.value_signs = Upload(t.value_signs, config.device);
-    p.centroids = Upload(t.centroids, config.device);
     p.boundaries = Upload(t.boundaries, config.device);
     p.key_increments = Upload(t.key_increments, config.device);
-    p.value_increments = Upload(t.value_increments, config.device);
     device_totals_ = torch::zeros({2}, torch::TensorOptions().dtype(torch::kLong).device(config.device));
-    if (Tile()) {
-      p.tile_centroids = rc::tile::MakeTileCentroids(codec::LloydTree(config.store_bits));
-      sm_count_ = rc::MultiprocessorCount(config.device.has_index() ? config.device.index() : 0);
-      if (sm_count_ < 1) throw std::runtime_error("cuda: could not read the device's SM count");
-    }
+    p.tile_centroids = rc::tile::MakeTileCentroids(codec::LloydTree(config.store_bits));
+    sm_count_ = rc::MultiprocessorCount(config.device.has_index() ? config.device.index() : 0);
+    if (sm_count_ < 1) throw std::runtime_error("cuda: could not read the device's SM count");
     if (Lists()) {
       outlier_counters_ =
           torch::zeros({4}, torch::TensorOptions().dtype(torch::kLong).device(config.device));
@@ -130,8 +113,8 @@ int64_t GpuKvCache::PageBytes() const {
   const int64_t hkv = config_.heads_kv, d = config_.head_dim;
   if (config_.kind == codec::KvBackend::kFp8) return 2 * hkv * rc::kPageTokens * d;
   const int64_t lists = Lists() ? 2 * hkv * rc::kPageOutlierBlockBytes : 0;  // K and V blocks
-  return hkv * d * config_.store_bits * 32 + hkv * rc::kPageTokens * config_.store_bits * (d / 8) +
-         lists;
+  // The key and value tile pools: 16 token tiles of d / 16 groups x W planes x 32 bytes each.
+  return 2 * hkv * (rc::kPageTokens / 16) * (d / 16) * config_.store_bits * 32 + lists;
 }
 
 void GpuKvCache::Grow(int64_t pages) {
@@ -140,11 +123,8 @@ void GpuKvCache::Grow(int64_t pages) {
   std::vector<int64_t> k_shape, v_shape;
   if (config_.kind == codec::KvBackend::kFp8) {
     k_shape = v_shape = {count, hkv, rc::kPageTokens, d};
-  } else if (Tile()) {
+  } else {  // the tile pools
     k_shape = v_shape = {count, hkv, rc::kPageTokens / 16, d / 16, w, 32};
-  } else {
-    k_shape = {count, hkv, d, w, 32};
-    v_shape = {count, hkv, rc::kPageTokens, w, d / 8};
   }
   const auto opts = torch::TensorOptions().dtype(torch::kByte).device(config_.device);
   Pools& p = *pools_;
@@ -291,7 +271,7 @@ void GpuKvCache::Append(const Step& step, int layer, const torch::Tensor& k,
     Check(rc::Fp8Append(shape, step.tokens, Ptr<const float>(kf), Ptr<const float>(vf), rows,
                         positions, table, cache, nullptr),
           "Fp8Append");
-  } else if (Tile()) {
+  } else {
     rc::TileCache cache{Ptr<uint8_t>(pools_->k[l]), Ptr<uint8_t>(pools_->v[l])};
     cache.byte_keys = config_.byte_keys;
     if (Lists()) {  // Begin's tokens: by sequence, positions ascending (TileAppend's contract)
@@ -315,14 +295,6 @@ void GpuKvCache::Append(const Step& step, int layer, const torch::Tensor& k,
                                        config_.store_bits),
                          cache, nullptr),
           "TileAppend");
-  } else {
-    const rc::ReadKvCache cache{Ptr<uint8_t>(pools_->k[l]), Ptr<uint8_t>(pools_->v[l])};
-    Check(rc::ReadKvAppend(shape, step.tokens, Ptr<const float>(kf), Ptr<const float>(vf), rows,
-                           positions, table,
-                           pools_->Codec(layer, config_.heads_kv, config_.head_dim,
-                                         config_.store_bits),
-                           cache, nullptr),
-          "ReadKvAppend");
   }
   encode_timer_->End();
 }
@@ -386,38 +358,14 @@ torch::Tensor GpuKvCache::AttendGroup(const Step& step, int layer, const torch::
   in.seq_lens = Ptr<const int32_t>(lens);
   in.out = Ptr<float>(out);
   const auto l = static_cast<size_t>(layer);
-  if (config_.kind == codec::KvBackend::kFp8) {
-    const int64_t off = int64_t{layer} * config_.heads_kv;
-    const rc::Fp8Cache cache{Ptr<const uint8_t>(pools_->k[l]), Ptr<const uint8_t>(pools_->v[l]),
-                             Ptr<const float>(pools_->k_scales, off),
-                             Ptr<const float>(pools_->v_scales, off)};
-    torch::Tensor ws = Workspace(rc::SplitDecodeWorkspaceBytes(shape));
-    Check(rc::Fp8DecodeAttention(shape, in, cache, ws.data_ptr(), nullptr), "Fp8DecodeAttention");
-    host_ledgers_.logical_read_bytes += rc::Fp8LogicalBytes(shape, lengths.data());
-    host_ledgers_.physical_traffic_bytes += rc::Fp8DecodeTraffic(shape, lengths.data()).Total();
-    return out;
-  }
-  const Pools& p = *pools_;
-  rc::ReadKvReadPolicy policy;
-  policy.key_bits = bits.key;
-  policy.value_bits = bits.value;
-  policy.key_increments = Ptr<const double>(p.key_increments);
-  policy.key_steps = p.key_steps;
-  policy.value_increments = Ptr<const double>(p.value_increments);
-  policy.value_steps = p.value_steps;
-  rc::ReadKvDebug ledgers;  // the call's logical and payload terms, summed where depths are chosen
-  ledgers.totals = Ptr<unsigned long long>(device_totals_);
-  torch::Tensor ws = Workspace(rc::ReadKvDecodeWorkspaceBytes(shape));
-  const rc::ReadKvCache cache{Ptr<uint8_t>(p.k[l]), Ptr<uint8_t>(p.v[l])};
-  Check(rc::ReadKvDecodeAttention(
-            shape, in, cache,
-            p.Codec(layer, config_.heads_kv, config_.head_dim, config_.store_bits), policy,
-            ws.data_ptr(), nullptr, ledgers),
-        "ReadKvDecodeAttention");
-  host_ledgers_.physical_traffic_bytes +=
-      rc::ReadKvDecodeTraffic(shape, lengths.data(), config_.store_bits, bits.key, nullptr,
-                              nullptr)
-          .Total();
+  const int64_t off = int64_t{layer} * config_.heads_kv;  // fp8: the layer's scales
+  const rc::Fp8Cache cache{Ptr<const uint8_t>(pools_->k[l]), Ptr<const uint8_t>(pools_->v[l]),
+                           Ptr<const float>(pools_->k_scales, off),
+                           Ptr<const float>(pools_->v_scales, off)};
+  torch::Tensor ws = Workspace(rc::SplitDecodeWorkspaceBytes(shape));
+  Check(rc::Fp8DecodeAttention(shape, in, cache, ws.data_ptr(), nullptr), "Fp8DecodeAttention");
+  host_ledgers_.logical_read_bytes += rc::Fp8LogicalBytes(shape, lengths.data());
+  host_ledgers_.physical_traffic_bytes += rc::Fp8DecodeTraffic(shape, lengths.data()).Total();
   return out;
 }
 

@@ -1,40 +1,37 @@
 // Internal to readkv/model (includes torch): the fp8 and readkv KV backends on a CUDA device
 // (runtime.h, `kvgate serve --device cuda`). Every layer's K/V lives in one paged pool on the GPU
-// in readkv::cuda's layouts (decode_attention.h), written by its append kernels and read by its
-// batched decode-attention kernels: one append and one attention launch sequence per layer for
-// all sequences of a step, nothing copied back to the host on the way.
+// in readkv::cuda's layouts (decode_attention.h, tile_attention.h), written by its append kernels
+// and read by its batched decode-attention kernels: one append and one attention launch sequence
+// per layer for all sequences of a step, nothing copied back to the host on the way.
 //
 // - "fp8": e4m3 codes with the calibrated amax/448 scales of codec::Fp8LayerCache (per tensor or
 //   per KV head), bit-identical codes.
-// - "readkv" with the constrained reader: W-bit planes written by ReadKvAppend (the codec's codes
-//   bit for bit) and read by ReadKvDecodeAttention; each sequence has its own R_K, R_V.
-// - "readkv" with the tile reader (GpuKvConfig::reader, issue 37): the same codes written by
-//   TileAppend into tile pools (tile_attention.h: [P][H_kv][16][d / 16][W][32] per K and V, the
-//   same page ids and 256-token pages) and read by TileDecodeAttention, planned once per call by
-//   PlanTileDecode for the device's SM count (queried once, at construction), the sequence's
+// - "readkv": the tile reader (issue 37; ReadKV's one GPU reader): the codec's codes bit for bit,
+//   written by TileAppend into tile pools (tile_attention.h: [P][H_kv][16][d / 16][W][32] per K
+//   and V, 256-token pages) and read by TileDecodeAttention, planned once per call by
+//   PlanTileDecode for the device's SM count (queried once, at construction), each sequence's
 //   R_K, R_V as its ReadKvReadPolicy with the step-1 increment table for both K and V, the
-//   TileCentroids of the store's LloydTree. With outlier lists (GpuKvConfig::outliers, issue 36)
-//   each layer also has two page outlier pools ([P][H_kv][kPageOutlierBlockWords] u32, K and V,
-//   the same page ids), written by TileAppend (the codec's OutlierStore bytes, within the block
-//   budget) and read by TileDecodeAttention; the constrained reader has no correction and
-//   refuses them.
-// The cache holds one reader's layout: a sequence is read by the reader the pools were written
-// for (the runtime refuses a request asking for another). Neither ReadKV reader keeps a residual
-// window here: every token is encoded when appended (the tile reader is called with
-// max_residual_tokens 0), unlike the CPU caches, whose newest incomplete 256-token block stays
-// BF16 until it fills.
+//   TileCentroids of the store's LloydTree; keys as byte keys with GpuKvConfig::byte_keys. With
+//   outlier lists (GpuKvConfig::outliers, issue 36) each layer also has two page outlier pools
+//   ([P][H_kv][kPageOutlierBlockWords] u32, K and V, the same page ids), written by TileAppend
+//   (the codec's OutlierStore bytes, within the block budget) and read by TileDecodeAttention.
+// The pools hold the tile reader's layout, so every sequence is read by it (the runtime refuses a
+// request asking for another reader, and a server configured with another one on CUDA). No
+// residual window is kept here: every token is encoded when appended (the tile reader is called
+// with max_residual_tokens 0), unlike the CPU caches, whose newest incomplete 256-token block
+// stays BF16 until it fills.
 //
 // Pages hold 256 tokens of every layer: a sequence owns one list of page ids, shared by all
 // layers' pools. The pools grow (doubling, old pages copied) when a step needs more pages than
 // they have; freed pages are reused (ReadKV pages are zeroed when handed out again, as the append
 // kernels require). Ledgers are counted per call as the CPU backends count theirs: logical bytes
-// and the physical-traffic model of readkv/cuda (traffic.cc); ReadKV's depth-dependent terms are
-// summed on the device by the attention kernels themselves (ReadKvDebug::totals,
-// TileDecodeDebug::totals) and read back only when asked for; the tile reader's logical bytes in
-// the codec's TileAttend terms (a partial token tile counts its tokens, as on the CPU; tile_ledgers.h's
-// TileLogicalBytes would count it whole), physical traffic tile_ledgers.h's (the planes' whole
-// 32-byte sectors, plus TileDecodeTraffic's other terms without depths, which stage the folded
-// queries as if every Key group were at depth 1).
+// and the physical-traffic model of readkv/cuda (traffic.cc, tile_ledgers.h); ReadKV's
+// depth-dependent terms are summed on the device by the attention kernels themselves
+// (TileDecodeDebug::totals) and read back only when asked for; the tile reader's logical bytes in
+// the codec's TileAttend terms (a partial token tile counts its tokens, as on the CPU;
+// tile_ledgers.h's TileLogicalBytes would count it whole), physical traffic tile_ledgers.h's (the
+// planes' whole 32-byte sectors, plus TileDecodeTraffic's other terms without depths, which stage
+// the folded queries as if every Key group were at depth 1).
 //
 // All work goes to the current device's legacy default stream, the one torch uses unless told
 // otherwise, so it is ordered with the model's own torch ops. Not thread-safe (the runtime is
@@ -72,9 +69,8 @@ struct GpuKvConfig {
   std::shared_ptr<const codec::Calibration> calibration;
   codec::Fp8ScaleGranularity fp8_scale = codec::Fp8ScaleGranularity::kTensor;
   int store_bits = 8;  // W (readkv)
-  codec::ReaderKind reader = codec::ReaderKind::kConstrained;  // readkv: kConstrained | kTile
-  // Resolved (codec::ResolveOutlierOptions); cap > 0 only with the tile reader, whose page
-  // blocks hold the codec's default block budget (block_cap must be kPageOutlierEntries).
+  // Resolved (codec::ResolveOutlierOptions); cap > 0 only with readkv, whose page blocks hold the
+  // codec's default block budget (block_cap must be kPageOutlierEntries).
   codec::OutlierOptions outliers;
   // The tile reader's Value window (codec::ReaderPlan::value_window_tokens; 0: the row's
   // budget): its kernels' chunk, so 512, 1024, 1536 or 2048 (PlanTileDecode refuses others).
@@ -98,7 +94,7 @@ struct GpuKvLedgers {
   double encode_seconds = 0.0;
 };
 
-// A sequence's ReadKV budgets: R_K and R_V of its reader (equal unless the policy splits R).
+// A sequence's ReadKV budgets: R_K and R_V of the tile reader (equal unless the policy splits R).
 // Sequences with equal budgets share one launch sequence.
 struct GpuReadBits {
   double key = 4.0;
@@ -108,9 +104,9 @@ struct GpuReadBits {
 
 class GpuKvCache {
  public:
-  // Throws std::invalid_argument naming the field ("head_dim", "heads", "kv", "reader",
-  // "outlier_cap", "outlier_block_cap") for a geometry, kind, reader or outlier lists the kernels
-  // do not run.
+  // Throws std::invalid_argument naming the field ("head_dim", "heads", "kv", "outlier_cap",
+  // "outlier_block_cap", "byte_keys") for a geometry, kind, outlier lists or key format the
+  // kernels do not run.
   explicit GpuKvCache(const GpuKvConfig& config);
   ~GpuKvCache();
   GpuKvCache(const GpuKvCache&) = delete;
@@ -169,9 +165,7 @@ class GpuKvCache {
   torch::Tensor AttendTile(int layer, const torch::Tensor& q, const torch::Tensor& table,
                            const torch::Tensor& lens, std::span<const int32_t> lengths,
                            int max_pages, GpuReadBits bits);
-  bool Tile() const {
-    return config_.kind == codec::KvBackend::kReadKv && config_.reader == codec::ReaderKind::kTile;
-  }
+  bool Tile() const { return config_.kind == codec::KvBackend::kReadKv; }
   bool Lists() const { return Tile() && config_.outliers.enabled(); }
   // The tile_start halves one call reads, on the host (the entries are summed by the kernels).
   void CountListHeaderReads(std::span<const int32_t> lengths);

@@ -41,19 +41,18 @@ inline torch::Tensor Upload(const std::vector<T>& host, torch::Device device) {
 // The page pools of every layer and the frozen codec tables, all in device memory.
 struct GpuKvCache::Pools {
   // fp8: e4m3 codes [P][H_kv][256][d] of keys (k) and values (v).
-  // readkv, constrained: key planes [P][H_kv][d][W][32] (k) and value planes
-  // [P][H_kv][256][W][d / 8] (v); tile: tile pools [P][H_kv][16][d / 16][W][32] (k and v).
+  // readkv: the tile pools [P][H_kv][16][d / 16][W][32] (k and v).
   std::vector<torch::Tensor> k, v;
-  // tile with outlier lists: page outlier blocks [P][H_kv][kPageOutlierBlockWords] (int32 holding
-  // the u32 words) of keys and values.
+  // readkv with outlier lists: page outlier blocks [P][H_kv][kPageOutlierBlockWords] (int32
+  // holding the u32 words) of keys and values.
   std::vector<torch::Tensor> k_lists, v_lists;
   torch::Tensor k_scales, v_scales;  // fp8: [layers][H_kv]
   // readkv: [layers][H_kv][d] each (the calibration's own index order).
   torch::Tensor key_mean, key_std, value_mean, value_std, key_signs, value_signs;
-  torch::Tensor centroids, boundaries;  // float, LloydTree tables (decode_attention.h)
-  // double; key_increments is the step-1 table (t_min 1, step 1), both of the tile reader's.
-  torch::Tensor key_increments, value_increments;
-  int key_steps = 0, value_steps = 0;
+  torch::Tensor boundaries;  // float, the LloydTree's sorted leaf boundaries (TileAppend's encode)
+  // double: the step-1 table (t_min 1, step 1), both of the tile reader's allocators'.
+  torch::Tensor key_increments;
+  int key_steps = 0;
   readkv::cuda::tile::TileCentroids tile_centroids;  // the tile reader's f16 tables
 
   rc::ReadKvCodec Codec(int layer, int heads_kv, int head_dim, int store_bits) const {
@@ -66,7 +65,6 @@ struct GpuKvCache::Pools {
     c.value_std = Ptr<const float>(value_std, off);
     c.key_signs = Ptr<const float>(key_signs, off);
     c.value_signs = Ptr<const float>(value_signs, off);
-    c.centroids = Ptr<const float>(centroids);
     c.boundaries = Ptr<const float>(boundaries);
     return c;
   }

@@ -100,7 +100,6 @@ LlamaDecodeModel::LlamaDecodeModel(const std::string& model_dir, const RuntimeOp
     g.calibration = m.calibration;
     g.fp8_scale = options.kv.fp8_scale;
     g.store_bits = options.kv.store_bits;
-    g.reader = options.kv.reader;
     g.value_window_tokens = options.kv.value_window_tokens;
     g.byte_keys = options.kv.byte_keys;
     if (options.kv.kind == codec::KvBackend::kReadKv) {

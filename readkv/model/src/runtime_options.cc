@@ -104,12 +104,16 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
     // naming the field.
     const codec::ReadPolicy policy = ResolvePolicy(kv, engine::ReadPolicy{});
     const codec::ReaderPlan plan = codec::MakeReaderPlan(policy, kv.store_bits);
-    if (UsesGpuKv(options) && policy.reader != codec::ReaderKind::kConstrained &&
-        policy.reader != codec::ReaderKind::kTile) {
+    if (UsesGpuKv(options) && policy.reader != codec::ReaderKind::kTile) {
+      // The constrained reader's GPU kernels were deleted once the tile reader was faster (issue
+      // 37); it stays on the CPU, as the flexible and full readers do.
       throw std::invalid_argument(
-          "reader: on a CUDA device ReadKV runs the constrained and tile readers only (the " +
-          std::string(codec::ReaderName(policy.reader)) +
-          " reader has no kernel); use --reader constrained, --reader tile or --device cpu");
+          "reader: on a CUDA device ReadKV runs the tile reader only: use --reader tile (and "
+          "--byte-keys for byte keys), or --device cpu for the " +
+          std::string(codec::ReaderName(policy.reader)) + " reader, " +
+          (policy.reader == codec::ReaderKind::kConstrained
+               ? "whose GPU kernels were removed once the tile reader was faster"
+               : "which has no GPU kernel"));
     }
     // Checks the cap's range and the threshold against the tree, naming the field.
     const codec::LloydTree tree(kv.store_bits);
@@ -124,12 +128,6 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
                                     "(--reader tile --store-bits 8)");
       }
       codec::RequireWholeKeys(plan);  // "kv_split"
-    }
-    if (UsesGpuKv(options) && kv.outlier_cap > 0 && policy.reader != codec::ReaderKind::kTile) {
-      throw std::invalid_argument(
-          "outlier_cap: on a CUDA device only the tile reader applies outlier lists (the "
-          "constrained GPU reader's kernels have no outlier correction), so a cache with them "
-          "would be read without them; use --reader tile, --outlier-cap 0 or --device cpu");
     }
   }
   if (!options.prefix_cache.directory.empty()) {

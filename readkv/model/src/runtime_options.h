@@ -20,9 +20,9 @@ bool UsesGpuKv(const RuntimeOptions& options);
 // for the default R and need not average to another one).
 codec::ReadPolicy ResolvePolicy(const KvCacheOptions& kv, const engine::ReadPolicy& request);
 
-// On a CUDA device the ReadKV pools hold the layout of the server's reader (kv.reader:
-// constrained or tile) for every sequence: a request resolved to another reader is refused with
-// std::invalid_argument("reader: ...") naming both.
+// On a CUDA device the ReadKV pools hold the layout of the server's reader (kv.reader, the tile
+// reader: ValidateRuntimeOptions refuses any other there) for every sequence: a request resolved
+// to another reader is refused with std::invalid_argument("reader: ...") naming both.
 void CheckCudaRequestReader(const KvCacheOptions& kv, const codec::ReadPolicy& resolved);
 
 }  // namespace readkv::model::internal

@@ -1,8 +1,8 @@
 // The CUDA KV backends of the runtime (src/gpu_kv_cache.h) against the CPU codec caches on the
 // same K/V and queries: paging across ragged sequences, prefill and batched decode appends, mixed
 // per-sequence budgets, page reuse after a sequence ends, and the ledgers, for FP8 and for ReadKV
-// with the constrained and the tile reader; then the runtime on a CUDA device against the runtime
-// on the CPU with the built-in model. Needs a CUDA device; skips without one (CI compiles it).
+// (the tile reader, its one GPU reader); then the runtime on a CUDA device against the runtime on
+// the CPU with the built-in model. Needs a CUDA device; skips without one (CI compiles it).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -93,21 +93,20 @@ struct BackendCase {
   codec::Fp8ScaleGranularity scale = codec::Fp8ScaleGranularity::kTensor;
   int head_dim = 64;
   std::vector<internal::GpuReadBits> read_bits;  // R_K, R_V per sequence (readkv)
-  codec::ReaderKind reader = codec::ReaderKind::kConstrained;  // readkv
-  int outlier_cap = 0;  // tile: outlier lists written by TileAppend, applied by the reader
-  int value_window = 0;  // tile: Value budgets per window of this many tokens (the GPU's chunk)
-  bool byte_keys = false;  // tile: keys as uniform bytes (every sequence's R_K 8)
+  int outlier_cap = 0;  // readkv: outlier lists written by TileAppend, applied by the reader
+  int value_window = 0;  // readkv: Value budgets per window of this many tokens (the GPU's chunk)
+  bool byte_keys = false;  // readkv: keys as uniform bytes (every sequence's R_K 8)
 };
 
 class GpuKvCacheTest : public ::testing::TestWithParam<BackendCase> {};
 
 // Three ragged sequences prefilled, two batched decode steps, then one sequence ends and a new one
 // reuses its pages; every attention output is checked against the CPU caches of the same tokens.
-// The constrained reader chooses the CPU's depths exactly (outputs within float rounding, logical
-// bytes equal); the tile reader computes on tensor cores in f16 and its Value depths come from
-// the GPU's own block weights (tests/tile_attention_test.cc in readkv/cuda): outputs within 0.1
-// of codec::TileAttend (below: why not that test's 2e-2), and its ledgers within 2% of the CPU's
-// (the Key depths agree exactly, nearly every Value block does). With outlier lists (issue 36: every ~20th token 3x
+// FP8 gives the CPU's outputs within float rounding and its logical bytes exactly; the tile reader
+// computes on tensor cores in f16 and its Value depths come from the GPU's own block weights
+// (tests/tile_attention_test.cc in readkv/cuda): outputs within 0.1 of codec::TileAttend (below:
+// why not that test's 2e-2), and its ledgers within 2% of the CPU's (the Key depths agree
+// exactly, nearly every Value block does). With outlier lists (issue 36: every ~20th token 3x
 // louder, so values past the tree's clip are common) the CPU caches keep the same lists; the
 // GPU's list reads are exactly 8 bytes per token tile and KV head (K and V) plus 4 per entry of
 // the CPU's stores, and its dropped counters are the CPU stores' (none out of order).
@@ -126,13 +125,12 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
   config.calibration = calibration;
   config.fp8_scale = bc.scale;
   config.store_bits = 8;
-  config.reader = bc.reader;
   config.value_window_tokens = bc.value_window;
   config.byte_keys = bc.byte_keys;
   const codec::LloydTree tree(8);
   config.outliers = codec::ResolveOutlierOptions({bc.outlier_cap, 0.0f}, tree, g.head_dim);
   internal::GpuKvCache gpu(config);
-  const bool tile = bc.kind == codec::KvBackend::kReadKv && bc.reader == codec::ReaderKind::kTile;
+  const bool tile = bc.kind == codec::KvBackend::kReadKv;  // ReadKV on the GPU: the tile reader
 
   std::map<uint64_t, std::vector<std::unique_ptr<codec::LayerKvCache>>> cpu;
   std::map<uint64_t, int64_t> length;
@@ -144,7 +142,8 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
     c.calibration = calibration;
     c.fp8_scale = bc.scale;
     c.store_bits = 8;
-    c.policy = codec::ReadPolicy{bc.reader, 0.5 * (bits.key + bits.value), bits.key, bits.value};
+    c.policy = codec::ReadPolicy{codec::ReaderKind::kTile, 0.5 * (bits.key + bits.value), bits.key,
+                                 bits.value};
     c.policy.value_window_tokens = bc.value_window;
     c.residual_window = false;  // the GPU backend encodes every token at once
     c.outliers = {bc.outlier_cap, 0.0f};
@@ -288,33 +287,26 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BackendCase{codec::KvBackend::kFp8, codec::Fp8ScaleGranularity::kTensor, 64, {}},
         BackendCase{codec::KvBackend::kFp8, codec::Fp8ScaleGranularity::kHead, 128, {}},
-        BackendCase{codec::KvBackend::kReadKv, {}, 64, {{4, 4}, {4, 4}, {4, 4}, {4, 4}}},
-        BackendCase{codec::KvBackend::kReadKv, {}, 128, {{4, 4}, {2, 2}, {6, 6}, {2, 2}}},
-        // K/V splits: two R = 4 sequences with different splits are two groups.
-        BackendCase{codec::KvBackend::kReadKv, {}, 64, {{4, 4}, {6, 2}, {8, 2}, {6, 2}}},
         // The tile reader (issue 37): one budget, then mixed budgets and splits (the policy's
         // 7:2 among them), d 128.
-        BackendCase{codec::KvBackend::kReadKv, {}, 64, {{4, 4}, {4, 4}, {4, 4}, {4, 4}},
-                    codec::ReaderKind::kTile},
-        BackendCase{codec::KvBackend::kReadKv, {}, 128, {{7, 2}, {4, 4}, {7, 2}, {2, 2}},
-                    codec::ReaderKind::kTile},
-        // The tile reader with outlier lists (issue 36), both head dims.
-        BackendCase{codec::KvBackend::kReadKv, {}, 64, {{4, 4}, {7, 2}, {4, 4}, {2, 2}},
-                    codec::ReaderKind::kTile, 2},
-        BackendCase{codec::KvBackend::kReadKv, {}, 128, {{7, 2}, {4, 4}, {7, 2}, {2, 2}},
-                    codec::ReaderKind::kTile, 2},
+        BackendCase{codec::KvBackend::kReadKv, {}, 64, {{4, 4}, {4, 4}, {4, 4}, {4, 4}}},
+        BackendCase{codec::KvBackend::kReadKv, {}, 128, {{7, 2}, {4, 4}, {7, 2}, {2, 2}}},
+        // K/V splits: two R = 4 sequences with different splits are two groups.
+        BackendCase{codec::KvBackend::kReadKv, {}, 64, {{4, 4}, {6, 2}, {8, 2}, {6, 2}}},
+        // With outlier lists (issue 36), both head dims.
+        BackendCase{codec::KvBackend::kReadKv, {}, 64, {{4, 4}, {7, 2}, {4, 4}, {2, 2}}, 2},
+        BackendCase{codec::KvBackend::kReadKv, {}, 128, {{7, 2}, {4, 4}, {7, 2}, {2, 2}}, 2},
         // Value windows of 512 tokens (TileWindowValues), the served split 8:2, with lists.
-        BackendCase{codec::KvBackend::kReadKv, {}, 64, {{8, 2}, {4, 4}, {8, 2}, {2, 2}},
-                    codec::ReaderKind::kTile, 2, 512},
+        BackendCase{codec::KvBackend::kReadKv, {}, 64, {{8, 2}, {4, 4}, {8, 2}, {2, 2}}, 2, 512},
         // Byte keys (every sequence's keys whole): the served split with lists in windows of
         // 512, and d 128 in rows.
-        BackendCase{codec::KvBackend::kReadKv, {}, 64, {{8, 2}, {8, 4}, {8, 2}, {8, 6}},
-                    codec::ReaderKind::kTile, 2, 512, true},
-        BackendCase{codec::KvBackend::kReadKv, {}, 128, {{8, 2}, {8, 8}, {8, 2}, {8, 4}},
-                    codec::ReaderKind::kTile, 0, 0, true}),
+        BackendCase{codec::KvBackend::kReadKv, {}, 64, {{8, 2}, {8, 4}, {8, 2}, {8, 6}}, 2, 512,
+                    true},
+        BackendCase{codec::KvBackend::kReadKv, {}, 128, {{8, 2}, {8, 8}, {8, 2}, {8, 4}}, 0, 0,
+                    true}),
     [](const auto& p) {
       return std::string(codec::KvBackendName(p.param.kind)) +
-             (p.param.reader == codec::ReaderKind::kTile ? "_tile" : "") + "_d" +
+             (p.param.kind == codec::KvBackend::kReadKv ? "_tile" : "") + "_d" +
              std::to_string(p.param.head_dim) +
              (p.param.scale == codec::Fp8ScaleGranularity::kHead ? "_head" : "") +
              (p.param.outlier_cap > 0 ? "_lists" : "") +
@@ -339,9 +331,8 @@ TEST(GpuKvCacheTest, RejectsGeometriesTheKernelsDoNotRun) {
   config.heads_q = 8;
   config.kind = codec::KvBackend::kDense;
   EXPECT_THROW(internal::GpuKvCache{config}, std::invalid_argument);
-  // ReadKV runs the constrained and tile readers only; refused before any device is touched.
-  config.kind = codec::KvBackend::kReadKv;
-  // Outlier lists: the tile reader's only, and only with the page blocks' budget.
+  // Outlier lists: ReadKV's (the tile reader's) only, and only with the page blocks' budget;
+  // refused before any device is touched.
   config.outliers = codec::ResolveOutlierOptions({2, 0.0f}, codec::LloydTree(8), 64);
   const auto field = [&config] {
     try {
@@ -352,26 +343,17 @@ TEST(GpuKvCacheTest, RejectsGeometriesTheKernelsDoNotRun) {
     }
     return std::string("accepted");
   };
-  config.reader = codec::ReaderKind::kConstrained;
+  config.kind = codec::KvBackend::kFp8;
   EXPECT_EQ(field(), "outlier_cap");
-  config.reader = codec::ReaderKind::kTile;
+  config.kind = codec::KvBackend::kReadKv;
   config.outliers.block_cap = 100;
   EXPECT_EQ(field(), "outlier_block_cap");
   config.outliers = {};
-  for (const codec::ReaderKind reader : {codec::ReaderKind::kFlexible, codec::ReaderKind::kFull}) {
-    config.reader = reader;
-    try {
-      internal::GpuKvCache cache(config);
-      ADD_FAILURE() << codec::ReaderName(reader) << ": accepted";
-    } catch (const std::invalid_argument& e) {
-      EXPECT_EQ(std::string(e.what()).rfind("reader:", 0), 0u) << e.what();
-    }
-  }
   // Byte keys: the tile reader's, with W = 8.
   config.byte_keys = true;
-  config.reader = codec::ReaderKind::kConstrained;
+  config.kind = codec::KvBackend::kFp8;
   EXPECT_EQ(field(), "byte_keys");
-  config.reader = codec::ReaderKind::kTile;
+  config.kind = codec::KvBackend::kReadKv;
   config.store_bits = 6;
   EXPECT_EQ(field(), "byte_keys");
 }
@@ -382,7 +364,9 @@ TEST(GpuRuntimeTest, RejectsWhatTheCudaBackendsDoNotRun) {
   o.kv.kind = codec::KvBackend::kReadKv;
   o.kv.reader = codec::ReaderKind::kFlexible;
   EXPECT_THROW(ValidateRuntimeOptions(o), std::invalid_argument);
-  o.kv.reader = codec::ReaderKind::kConstrained;
+  o.kv.reader = codec::ReaderKind::kConstrained;  // its GPU kernels were removed (issue 37)
+  EXPECT_THROW(ValidateRuntimeOptions(o), std::invalid_argument);
+  o.kv.reader = codec::ReaderKind::kTile;
   ValidateRuntimeOptions(o);
   o.prefix_cache.directory = "/tmp/unused";
   EXPECT_THROW(ValidateRuntimeOptions(o), std::invalid_argument);
@@ -424,35 +408,30 @@ bool HaveBuiltinModel() {
   return std::filesystem::exists(DefaultModelDirectory() + "/calibration.json");
 }
 
-// The built-in model on CUDA with a KV backend (ReadKV: `reader`, by default the constrained one,
-// at R = 6).
-RuntimeOptions CudaOptions(codec::KvBackend kind,
-                           codec::ReaderKind reader = codec::ReaderKind::kConstrained) {
+// The built-in model on CUDA with a KV backend (ReadKV: the tile reader at R = 6).
+RuntimeOptions CudaOptions(codec::KvBackend kind) {
   RuntimeOptions options;
   options.device = "cuda";
   options.kv.kind = kind;
-  options.kv.reader = reader;
+  options.kv.reader = codec::ReaderKind::kTile;
   options.kv.read_bits = 6;
   return options;
 }
 
-// What `kvgate serve --device cuda` runs: FP8, and ReadKV with each GPU reader.
+// What `kvgate serve --device cuda` runs: FP8, and ReadKV with its GPU reader (the tile reader).
 struct CudaBackend {
   codec::KvBackend kind;
-  codec::ReaderKind reader;
   std::string Name() const {
     return std::string(codec::KvBackendName(kind)) +
-           (kind == codec::KvBackend::kReadKv ? " " + std::string(codec::ReaderName(reader)) : "");
+           (kind == codec::KvBackend::kReadKv ? " tile" : "");
   }
 };
-const CudaBackend kCudaBackends[] = {
-    {codec::KvBackend::kFp8, codec::ReaderKind::kConstrained},
-    {codec::KvBackend::kReadKv, codec::ReaderKind::kConstrained},
-    {codec::KvBackend::kReadKv, codec::ReaderKind::kTile}};
+const CudaBackend kCudaBackends[] = {{codec::KvBackend::kFp8}, {codec::KvBackend::kReadKv}};
 
-// The built-in model served on the GPU with each CUDA KV backend (ReadKV with either reader)
-// completes the same prompts as on the CPU with the codec's caches of the same kind (fp32 compute
-// on both), and a ReadKV server refuses a request for the reader its pools were not written for.
+// The built-in model served on the GPU with each CUDA KV backend completes the same prompts as on
+// the CPU with the codec's caches of the same kind (fp32 compute on both), and a ReadKV server
+// refuses a request for a reader its pools were not written for (the constrained reader, which
+// runs on the CPU only).
 TEST(GpuRuntimeTest, BuiltinModelOnCudaAnswersAsOnTheCpu) {
   if (!HaveCuda()) GTEST_SKIP() << "no CUDA device";
   if (!HaveBuiltinModel()) GTEST_SKIP() << "no built-in model";
@@ -463,9 +442,8 @@ TEST(GpuRuntimeTest, BuiltinModelOnCudaAnswersAsOnTheCpu) {
       PasskeyPrompt(keys[2], 500, 0.0), PasskeyPrompt(keys[3], 3000, 0.5)};
   for (const CudaBackend& backend : kCudaBackends) {
     const codec::KvBackend kind = backend.kind;
-    const codec::ReaderKind reader = backend.reader;
     const std::string name = backend.Name();
-    const RuntimeOptions gpu_options = CudaOptions(kind, reader);
+    const RuntimeOptions gpu_options = CudaOptions(kind);
     RuntimeOptions cpu_options = gpu_options;
     cpu_options.device = "cpu";
     ValidateRuntimeOptions(gpu_options);
@@ -480,9 +458,9 @@ TEST(GpuRuntimeTest, BuiltinModelOnCudaAnswersAsOnTheCpu) {
     // Every sequence ended, pages returned.
     EXPECT_EQ(gpu.kv_bytes_in_use(), 0) << name;
     if (kind == codec::KvBackend::kReadKv) {
-      // A request for the other ReadKV reader cannot be read from these pools: refused by name.
+      // A request for another ReadKV reader cannot be read from these pools: refused by name.
       engine::ReadPolicy other;
-      other.reader = reader == codec::ReaderKind::kTile ? "constrained" : "tile";
+      other.reader = "constrained";
       try {
         gpu.StartSequence(99, other);
         ADD_FAILURE() << name << ": a request for the " << *other.reader << " reader was served";
@@ -503,7 +481,7 @@ TEST(GpuRuntimeTest, BuiltinModelOnCudaAnswersAsOnTheCpu) {
 }
 
 // Decode steps through CUDA graphs (RuntimeOptions::cuda_graphs) against the same steps op by op,
-// for FP8 and both ReadKV readers (the KV backend's launches run between the graph segments):
+// for FP8 and ReadKV (the KV backend's launches run between the graph segments):
 // three sequences of different lengths decoded together, then two after one ends (a second batch
 // size, captured at its first step), every step's logits compared. The graphs replay the same
 // kernels on the same inputs, so the logits agree to the last bits unless cuBLAS picks other
@@ -520,7 +498,7 @@ TEST(GpuRuntimeTest, DecodeStepsThroughCudaGraphsGiveTheLogitsOfOpByOpSteps) {
   for (const CudaBackend& backend : kCudaBackends) {
     const std::string name = backend.Name();
     SCOPED_TRACE(name);
-    RuntimeOptions options = CudaOptions(backend.kind, backend.reader);
+    RuntimeOptions options = CudaOptions(backend.kind);
     options.cuda_graphs = "off";
     LlamaDecodeModel eager(DefaultModelDirectory(), options);
     options.cuda_graphs = "on";

@@ -428,7 +428,7 @@ std::string RefusedField(const RuntimeOptions& o) {
   return "accepted";
 }
 
-TEST(RuntimeOptionsTest, OutlierListsAreRefusedByTheConstrainedGpuReaderAndOutOfRange) {
+TEST(RuntimeOptionsTest, OutlierListsAreKeptByTheCpuReadersAndTheGpuTileReaderAndRangeChecked) {
   RuntimeOptions o;
   o.kv.kind = codec::KvBackend::kReadKv;
   o.kv.reader = codec::ReaderKind::kConstrained;
@@ -436,12 +436,10 @@ TEST(RuntimeOptionsTest, OutlierListsAreRefusedByTheConstrainedGpuReaderAndOutOf
   ValidateRuntimeOptions(o);  // the CPU keeps them
   const auto prefix_of = [&o] { return RefusedField(o); };
   o.device = "cuda";
-  EXPECT_EQ(prefix_of(), "outlier_cap");  // no constrained GPU correction: refused
+  EXPECT_EQ(prefix_of(), "reader");  // no constrained reader on the GPU at all
   o.kv.reader = codec::ReaderKind::kTile;
   EXPECT_EQ(prefix_of(), "accepted");  // the GPU tile reader writes and applies them
   o.kv.reader = codec::ReaderKind::kConstrained;
-  o.kv.outlier_cap = 0;
-  EXPECT_EQ(prefix_of(), "accepted");
   o.device = "cpu";
   o.kv.outlier_cap = 17;
   EXPECT_EQ(prefix_of(), "outlier_cap");
@@ -524,10 +522,12 @@ TEST(RuntimeOptionsTest, ByteKeysAreTheTileReadersWithWholeKeys) {
   EXPECT_EQ(prefix_of(), "byte_keys");
 }
 
-// `--device cuda` runs ReadKV with the constrained and the tile reader (issue 37), no other; an
-// outlier cap is taken by the tile reader (issue 36) and refused by the constrained one, with a
-// message that says why. Checked without a GPU: ValidateRuntimeOptions reads the options only.
-TEST(RuntimeOptionsTest, ACudaDeviceServesTheConstrainedAndTileReadersOnly) {
+// `--device cuda` runs ReadKV with the tile reader only (issue 37: the constrained reader's GPU
+// kernels were removed once the tile reader was faster); every other reader is refused with a
+// message naming --reader tile and --device cpu, and runs on the CPU. An outlier cap and byte
+// keys are taken (issue 36). Checked without a GPU: ValidateRuntimeOptions reads the options
+// only.
+TEST(RuntimeOptionsTest, ACudaDeviceServesTheTileReaderOnly) {
   RuntimeOptions o;
   o.device = "cuda";
   o.kv.kind = codec::KvBackend::kReadKv;
@@ -542,24 +542,31 @@ TEST(RuntimeOptionsTest, ACudaDeviceServesTheConstrainedAndTileReadersOnly) {
     }
     return "accepted";
   };
-  for (const codec::ReaderKind reader :
-       {codec::ReaderKind::kConstrained, codec::ReaderKind::kTile}) {
-    o.kv.reader = reader;
-    EXPECT_EQ(error_of(), "accepted") << codec::ReaderName(reader);
-    o.device = "cuda:1";
-    EXPECT_EQ(error_of(), "accepted") << codec::ReaderName(reader);
-    o.device = "cuda";
-    o.kv.outlier_cap = 2;
-    const std::string with_lists = error_of();
-    if (reader == codec::ReaderKind::kTile) {
-      EXPECT_EQ(with_lists, "accepted");
-    } else {
-      EXPECT_EQ(with_lists.rfind("outlier_cap:", 0), 0u) << with_lists;
-      EXPECT_NE(with_lists.find("no outlier correction"), std::string::npos) << with_lists;
-      EXPECT_NE(with_lists.find("--reader tile"), std::string::npos) << with_lists;
-    }
-    o.kv.outlier_cap = 0;
+  o.kv.reader = codec::ReaderKind::kTile;
+  EXPECT_EQ(error_of(), "accepted");
+  o.device = "cuda:1";
+  EXPECT_EQ(error_of(), "accepted");
+  o.device = "cuda";
+  o.kv.outlier_cap = 2;
+  EXPECT_EQ(error_of(), "accepted");
+  o.kv.outlier_cap = 0;
+  // The constrained reader: refused on the GPU, the message naming the tile reader's options.
+  o.kv.reader = codec::ReaderKind::kConstrained;
+  for (const char* device : {"cuda", "cuda:1"}) {
+    o.device = device;
+    const std::string refused = error_of();
+    EXPECT_EQ(refused,
+              "reader: on a CUDA device ReadKV runs the tile reader only: use --reader tile (and "
+              "--byte-keys for byte keys), or --device cpu for the constrained reader, whose GPU "
+              "kernels were removed once the tile reader was faster")
+        << device;
   }
+  o.kv.outlier_cap = 2;  // refused for the reader, not for the lists
+  EXPECT_EQ(error_of().rfind("reader:", 0), 0u);
+  o.kv.outlier_cap = 0;
+  o.device = "cpu";  // the CPU reference keeps the constrained reader
+  EXPECT_EQ(error_of(), "accepted");
+  o.device = "cuda";
   for (const codec::ReaderKind reader : {codec::ReaderKind::kFlexible, codec::ReaderKind::kFull}) {
     o.kv.reader = reader;
     if (reader == codec::ReaderKind::kFull) {  // every plane: R = W, no split
@@ -569,7 +576,9 @@ TEST(RuntimeOptionsTest, ACudaDeviceServesTheConstrainedAndTileReadersOnly) {
     }
     const std::string refused = error_of();
     EXPECT_EQ(refused.rfind("reader:", 0), 0u) << refused;
-    EXPECT_NE(refused.find(std::string(codec::ReaderName(reader)) + " reader has no kernel"),
+    EXPECT_NE(refused.find("--reader tile"), std::string::npos) << refused;
+    EXPECT_NE(refused.find(std::string(codec::ReaderName(reader)) +
+                           " reader, which has no GPU kernel"),
               std::string::npos)
         << refused;
     o.device = "cpu";  // every reader runs on the CPU
@@ -581,9 +590,9 @@ TEST(RuntimeOptionsTest, ACudaDeviceServesTheConstrainedAndTileReadersOnly) {
   EXPECT_EQ(error_of(), "accepted");
 }
 
-// A request's reader on a CUDA device must be the one the server's pools were written for:
-// the tile server refuses a request for the constrained reader and the other way round, naming
-// both; the server's own reader, given or defaulted, passes.
+// A request's reader on a CUDA device must be the one the server's pools were written for (the
+// tile reader's): a request for the constrained or the flexible reader is refused, naming both;
+// the server's own reader, given or defaulted, passes.
 TEST(RuntimeOptionsTest, ARequestOnACudaDeviceMustAskForTheServersReader) {
   KvCacheOptions kv;
   kv.kind = codec::KvBackend::kReadKv;
@@ -603,14 +612,10 @@ TEST(RuntimeOptionsTest, ARequestOnACudaDeviceMustAskForTheServersReader) {
   kv.reader = codec::ReaderKind::kTile;
   EXPECT_EQ(error_of(std::nullopt), "accepted");
   EXPECT_EQ(error_of("tile"), "accepted");
-  std::string refused = error_of("constrained");
+  const std::string refused = error_of("constrained");
   EXPECT_EQ(refused.rfind("reader:", 0), 0u) << refused;
   EXPECT_NE(refused.find("written for the tile reader"), std::string::npos) << refused;
   EXPECT_NE(refused.find("cannot serve the constrained reader"), std::string::npos) << refused;
-  kv.reader = codec::ReaderKind::kConstrained;
-  EXPECT_EQ(error_of("constrained"), "accepted");
-  refused = error_of("tile");
-  EXPECT_NE(refused.find("written for the constrained reader"), std::string::npos) << refused;
   EXPECT_NE(error_of("flexible").find("cannot serve the flexible reader"), std::string::npos);
 }
 

@@ -1,8 +1,8 @@
 #!/bin/bash
 # The quality table of one model on a CUDA host, in one bounded call: optional calibration
 # (`calibrate`, CPU, as models/README.md documents), then `eval` through every KV backend at once
-# (dense on CUDA; fp8 and ReadKV(8,4)/(8,2) with both readers, whose attention runs in the CPU
-# codec, one process each), each under a time limit. A backend that runs out of time is reported
+# (dense on CUDA; fp8 and ReadKV(8,4)/(8,2) with the flexible and the tile reader, one process
+# each), each under a time limit. A backend that runs out of time is reported
 # with the items it finished and its seconds per item (from the --verbose lines).
 # Results go to $OUT: calibration.json (when calibrated), table.json (the summary) and
 # table.tar.gz (every eval JSON and log). Run from the repository root, with .devdeps carried:
@@ -37,9 +37,9 @@ declare -A kv=(
   [dense]="--kv dense"
   [fp8]="--kv fp8"
   [readkv_8_4_flexible]="--kv readkv --store-bits 8 --read-bits 4 --reader flexible"
-  [readkv_8_4_constrained]="--kv readkv --store-bits 8 --read-bits 4 --reader constrained"
+  [readkv_8_4_tile]="--kv readkv --store-bits 8 --read-bits 4 --reader tile"
   [readkv_8_2_flexible]="--kv readkv --store-bits 8 --read-bits 2 --reader flexible"
-  [readkv_8_2_constrained]="--kv readkv --store-bits 8 --read-bits 2 --reader constrained"
+  [readkv_8_2_tile]="--kv readkv --store-bits 8 --read-bits 2 --reader tile"
 )
 for name in "${!kv[@]}"; do
   # shellcheck disable=SC2086  # flag lists

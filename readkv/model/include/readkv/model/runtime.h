@@ -11,9 +11,9 @@
 // On a CUDA device ("cuda", "cuda:N") fp8 and readkv run on readkv::cuda's kernels instead: every
 // layer's cache is a paged pool on the GPU, appended and attended for all sequences of a step in
 // one batched call per layer (src/gpu_kv_cache.h), with the CPU backends' codes bit for bit. ReadKV
-// there reads with the constrained reader only (the flexible reader has no kernel: "reader" is
-// refused), encodes every token at once (no residual window of unencoded newest tokens, which the
-// CPU cache keeps) and has no prefix cache ("cache_dir" is refused). Dense stays on torch tensors.
+// there reads with the tile reader only (--reader tile; any other reader is refused, "reader"),
+// encodes every token at once (no residual window of unencoded newest tokens, which the CPU cache
+// keeps) and has no prefix cache ("cache_dir" is refused). Dense stays on torch tensors.
 // Prefill (PrefillAttention::kDense, the default): the prompt's tokens except the last attend
 // exactly within the prompt (as vLLM and KIVI do: the prompt's K/V are computed at full precision,
 // then written into the cache); the last prompt token and every later token attend through the
@@ -77,16 +77,16 @@ struct KvCacheOptions {
   // ReadKV defaults of the server; a request's engine::ReadPolicy may override the read side.
   int store_bits = 8;               // W
   double read_bits = 4.0;           // R, average over K and V
-  // The served readers are flexible, constrained and tile; kFull (every plane) runs on the CPU
-  // only with read_bits == store_bits, as codec::MakeReaderPlan checks.
+  // The served readers are flexible, constrained and tile (on a CUDA device the tile reader
+  // only); kFull (every plane) runs on the CPU only with read_bits == store_bits, as
+  // codec::MakeReaderPlan checks.
   codec::ReaderKind reader = codec::ReaderKind::kFlexible;
   std::optional<double> key_bits;   // R_K of the K/V split; unset = R
   std::optional<double> value_bits; // R_V; unset = 2R - R_K
   // ReadKV's capped outlier lists (codec/outliers.h), part of the cache identity: entries per
   // (token, KV head) for K and for V (0 = off) and |z| past which a value is one (0 = the tree's
-  // outermost threshold). On a CUDA device only with the tile reader (TileAppend writes the
-  // page blocks, TileDecodeAttention applies them); the constrained reader refuses a cap above 0
-  // ("outlier_cap").
+  // outermost threshold). On a CUDA device the tile reader's TileAppend writes the page blocks
+  // and TileDecodeAttention applies them.
   int outlier_cap = 0;
   float outlier_threshold = 0.0f;
   // The tile reader's Value budget per window of this many tokens instead of the row (codec
@@ -132,9 +132,8 @@ struct RuntimeOptions {
   PrefixCacheOptions prefix_cache;
 };
 
-// Throws std::invalid_argument naming the field ("store_bits", "read_bits", "reader"
-// (flexible on a CUDA device too), "kv_split", "outlier_cap" (outside [0, 16], or above 0 on a
-// CUDA device with the constrained reader: its kernels have no outlier correction),
+// Throws std::invalid_argument naming the field ("store_bits", "read_bits", "reader" (any reader
+// but the tile reader on a CUDA device too), "kv_split", "outlier_cap" (outside [0, 16]),
 // "outlier_threshold", "device", "dtype",
 // "cache_dir" (set for dense/fp8,
 // with kThroughCache prefill or on a CUDA device), "cache_max_bytes", "cuda_graphs" (not
