@@ -3,8 +3,7 @@
 # machine): build the kernels' consistency tests (and `kvgate` for the bench unless
 # KERNELS_ONLY=1), run the GPU-vs-CPU tests, compute-sanitizer memcheck and racecheck on a subset,
 # then `kvgate bench attention` on the issue's grid. Everything lands in $OUT: tests.json,
-# sanitizer logs, bench.json and bench.txt, bench_VARIANT.* for LOGITS_VARIANTS and
-# values_VARIANT.* for VALUES_VARIANTS, bench_baseline.* for BASELINE (and, with PROFILE=1,
+# sanitizer logs, bench.json and bench.txt, bench_baseline.* for BASELINE (and, with PROFILE=1,
 # per-kernel times, DRAM bytes and issue floors from ncu at PROFILE_POINTS against the traffic
 # model, profile.txt). Run from the repository root with .devdeps carried:
 #   OUT=/tmp/kernels bash scripts/gpu_kernels.sh
@@ -18,11 +17,8 @@
 # POINTS="standard;ARGS;..." those and more) benches several point sets (each a `kvgate bench
 # attention` argument list, e.g. one geometry each) instead of BENCH_ARGS, this tree and the
 # others one after the other per set, into bench_pN.*, bench_baseline_pN.* and bench_LABEL_pN.*.
-# SWITCHES="NAME=VALUE[,NAME=VALUE...] ..." (with POINTS) benches this tree once more per entry,
-# with those kernel switches set (decode_attention.h's kKernelSwitches, e.g.
-# KVGATE_READKV_SELECT=list), into bench_swK_pN.* (K counts the entries from 0).
-# Every bench's medians also go to summary.txt, and with a baseline, candidates or switches each
-# set's runs side by side (readkv/cuda/bench/compare_bench.py, this tree the reference).
+# Every bench's medians also go to summary.txt, and with a baseline or candidates each set's runs
+# side by side (readkv/cuda/bench/compare_bench.py, this tree the reference).
 # SOURCE_PROFILE="REGEX|ARGS" samples where the warps of the kernels matching REGEX wait (ncu
 # SourceCounters + WarpStateStats) in one call of `kvgate bench attention ARGS` (SOURCE_COUNT
 # kernels from the SOURCE_SKIP-th matching launch on, default 1 and 20): the SASS table as
@@ -65,11 +61,6 @@ wait_tree() {  # wait_tree LABEL: its build's end (the round stops if it failed)
   wait "${TREE_PID[$1]}" || { grep -B2 -A12 "error" "$LOGS/build-$1.log" | head -80; exit 1; }
   echo "$1 build done: $(( $(date +%s) - start )) s"
 }
-for entry in ${SWITCHES:-}; do  # checked before anything is built
-  [[ $entry =~ ^KVGATE_[A-Z_]+=[A-Za-z0-9_-]+(,KVGATE_[A-Z_]+=[A-Za-z0-9_-]+)*$ ]] ||
-    { echo "SWITCHES: bad entry '$entry' (NAME=VALUE[,NAME=VALUE...])"; exit 1; }
-  [[ -n "${POINTS:-}" ]] || { echo "SWITCHES needs POINTS"; exit 1; }
-done
 if [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
   # A label names build directories ($B-LABEL, beside $B-logs) and output files: letters, digits,
   # - and _, once each, and not "baseline" (BASELINE's) or "logs". Every entry is checked before
@@ -116,14 +107,13 @@ for point in ${TILE_BENCH:-}; do
 done
 SAN=${COMPUTE_SANITIZER:-/usr/local/cuda/bin/compute-sanitizer}
 if [[ -x "$SAN" && "${SANITIZE:-1}" == 1 ]]; then
-  # Select's launch shapes (SelectGridFor): 8 x 512 (6 rows), 8 x 256 (32), 4 x 256 (40), 2 x 256
-  # (72); the dense and FP8 kernels' schedules (every SplitKernelTest case runs each), the 16
-  # equal sequences being the one whose automatic choice is a cluster schedule. TileAppendTest's
-  # prefill appends tokens of one tile from many blocks of one launch (atomics into shared words).
-  filter='*hq16_hkv2_d64_T1000_255_3000*:*hq32_hkv8_d128_T300_1_1024_777*:'
-  filter+='*hq16_hkv8_d64_T700_1_2000_64_333*:*hq16_hkv8_d64_T900_5_1500*:DecodeAttentionTest.*:'
-  filter+='*SplitKernelTest*T640_640_640*:*TileKernelTest*:TileAttentionTest.*:'
-  filter+='*TileAppendTest*'
+  # The dense and FP8 kernels' schedules (every SplitKernelTest case runs each), the 16 equal
+  # sequences being the one whose automatic choice is a cluster schedule; the tile reader's
+  # kernels. TileAppendTest's prefill appends tokens of one tile from many blocks of one launch
+  # (atomics into shared words).
+  filter='*SplitKernelTest*T1000_255_3000*:*SplitKernelTest*T300_1_1024_777*:'
+  filter+='DecodeAttentionTest.*:*SplitKernelTest*T640_640_640*:*TileKernelTest*:'
+  filter+='TileAttentionTest.*:*TileAppendTest*'
   # This tree's tests, and with SANITIZE_CANDIDATES=1 each candidate's too (sanitizer_TOOL_LABEL.txt;
   # ~50 s per tool and tree on the H200), so that a branch that wins can land from this round.
   sanitized=("")
@@ -141,7 +131,7 @@ if [[ -x "$SAN" && "${SANITIZE:-1}" == 1 ]]; then
   echo "sanitizers: $(( $(date +%s) - start )) s"
 fi
 # One `kvgate bench attention` run into $OUT/STEM.json and STEM.txt, its medians appended to
-# summary.txt and shown (environment switches such as KVGATE_READKV_LOGITS go before the call).
+# summary.txt and shown.
 bench_into() {  # bench_into STEM KVGATE ARGS...
   local stem=$1 kvgate=$2
   shift 2
@@ -174,22 +164,13 @@ if [[ "${KERNELS_ONLY:-0}" != 1 && -n "${POINTS:-}" ]]; then
     for label in "${CANDIDATE_LABELS[@]}"; do
       bench_into "bench_${label}_p$i" "${TREE_DIR[$label]}/apps/kvgate" "${args[@]}"
     done
-    k=0
-    for entry in ${SWITCHES:-}; do
-      (IFS=',' read -r -a assignments <<< "$entry"
-       for assignment in "${assignments[@]}"; do export "${assignment?}"; done
-       bench_into "bench_sw${k}_p$i" "$B/apps/kvgate" "${args[@]}")
-      k=$((k + 1))
-    done
   done
   # Each set's runs side by side, this tree's first (also into summary.txt).
-  if [[ -n "${BASELINE:-}${SWITCHES:-}" || ${#CANDIDATE_LABELS[@]} -gt 0 ]]; then
+  if [[ -n "${BASELINE:-}" || ${#CANDIDATE_LABELS[@]} -gt 0 ]]; then
     for i in "${!point_sets[@]}"; do
       runs=("$OUT/bench_p$i.json")
       [[ -n "${BASELINE:-}" ]] && runs+=("$OUT/bench_baseline_p$i.json")
       for label in "${CANDIDATE_LABELS[@]}"; do runs+=("$OUT/bench_${label}_p$i.json"); done
-      k=0
-      for entry in ${SWITCHES:-}; do runs+=("$OUT/bench_sw${k}_p$i.json"); k=$((k + 1)); done
       { echo "== compared, set $i (readkv/cuda/bench/compare_bench.py)"
         python3 readkv/cuda/bench/compare_bench.py "${runs[@]}" 2>&1; } | tee -a "$OUT/summary.txt"
     done
@@ -198,18 +179,11 @@ elif [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
   read -r -a args <<< "${BENCH_ARGS:---tokens 8192,32768,131072 --batch 1,16 --heads-q 32 \
     --heads-kv 8 --head-dim 128 --kv dense,fp8,tile:8:4,tile:8:2}"
   bench_into bench "$B/apps/kvgate" "${args[@]}"
-  # Other readers (and the baseline) on VARIANT_ARGS (default: BENCH_ARGS), each against the
-  # default in the same round: LOGITS_VARIANTS="plain wide4" (KVGATE_READKV_LOGITS: plain, wide1,
-  # wide2, wide4, mma), VALUES_VARIANTS="lanes" (KVGATE_READKV_VALUES: lanes, mma).
-  if [[ -n "${LOGITS_VARIANTS:-}${VALUES_VARIANTS:-}${BASELINE:-}${CANDIDATES:-}" ]]; then
+  # The baseline and candidates on VARIANT_ARGS (default: BENCH_ARGS), each against this tree in
+  # the same round.
+  if [[ -n "${BASELINE:-}${CANDIDATES:-}" ]]; then
     read -r -a args <<< "${VARIANT_ARGS:-${BENCH_ARGS:?VARIANT_ARGS or BENCH_ARGS}}"
   fi
-  for variant in ${LOGITS_VARIANTS:-}; do
-    KVGATE_READKV_LOGITS=$variant bench_into "bench_$variant" "$B/apps/kvgate" "${args[@]}"
-  done
-  for variant in ${VALUES_VARIANTS:-}; do
-    KVGATE_READKV_VALUES=$variant bench_into "values_$variant" "$B/apps/kvgate" "${args[@]}"
-  done
   if [[ -n "${BASELINE:-}" ]]; then
     wait_tree baseline
     bench_into bench_baseline "${TREE_DIR[baseline]}/apps/kvgate" "${args[@]}"

@@ -137,8 +137,7 @@ void RunBenchAttention(const BenchArgs& args, CommandContext& context) {
   const bool json_to_stdout = args.json == "-";
   PrintBenchTable(report, json_to_stdout ? std::cerr : std::cout);
   if (!args.json.empty()) {
-    const readkv::cuda::BenchRunInfo info{kVersion, kGitCommit, UtcNow(), CommandLine(),
-                                          readkv::cuda::KernelSwitchesSet()};
+    const readkv::cuda::BenchRunInfo info{kVersion, kGitCommit, UtcNow(), CommandLine()};
     const std::string text = readkv::cuda::BenchReportJson(config, report, info);
     if (json_to_stdout) {
       std::cout << text << "\n";

@@ -5,9 +5,7 @@ Input: JSON files written by `kvgate bench attention --json` (e.g. one per tree 
 scripts/gpu_kernels.sh's bench_pN.json, bench_baseline_pN.json, bench_LABEL_pN.json). The first
 is the reference. Output, per point (tokens x batch, kv): each run's median time in us and, for
 the others, its change against the reference in percent; with --markdown a table to paste into
-BENCHMARKS.md. Each column is named by its file's git_commit, followed by the kernel switches the
-run had set (its "kernel_switches", e.g. "abc123 KVGATE_READKV_SELECT=list"), unless --labels
-names them.
+BENCHMARKS.md. Each column is named by its file's git_commit, unless --labels names them.
 
     python3 compare_bench.py REFERENCE.json OTHER.json [OTHER.json ...] [--labels A,B,...]
                              [--markdown]
@@ -45,13 +43,9 @@ def load_bench(path):
     return doc
 
 
-def run_label(path, doc):
-    """A run's default column name: its git_commit and the kernel switches it had set."""
-    switches = doc.get("kernel_switches") or {}
-    if not isinstance(switches, dict):
-        raise BadInput(f"{path}: kernel_switches is not an object: {switches!r}")
-    return " ".join([str(doc.get("git_commit", "?"))] +
-                    [f"{name}={value}" for name, value in sorted(switches.items())])
+def run_label(doc):
+    """A run's default column name: its git_commit."""
+    return str(doc.get("git_commit", "?"))
 
 
 def load_run(path):
@@ -69,7 +63,7 @@ def load_run(path):
         rows[key] = median
     if not rows:
         raise BadInput(f"{path}: no rows")
-    return run_label(path, doc), doc.get("config", {}), rows
+    return run_label(doc), doc.get("config", {}), rows
 
 
 def check_configs(paths, configs):

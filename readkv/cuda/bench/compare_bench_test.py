@@ -49,22 +49,6 @@ class CompareBenchTest(ScriptTestCase):
         self.assertEqual(result.stdout.splitlines(), ["| point | main | tree |", "|---|---|---|",
                                                       "| 8192 x 1 fp8 | 40.0 | 30.0 (-25.0%) |"])
 
-    def test_a_run_is_named_by_its_commit_and_kernel_switches(self):
-        ref = self.write("a.json", bench_doc("aaa", {(8192, 1, "fp8"): 40.0}))
-        switched = dict(bench_doc("aaa", {(8192, 1, "fp8"): 36.0}),
-                        kernel_switches={"KVGATE_READKV_SELECT": "list",
-                                         "KVGATE_READKV_PDL": "1"})
-        other = self.write("b.json", switched)
-        result = self.run_script(ref, other, "--markdown")
-        self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertEqual(result.stdout.splitlines()[0],
-                         "| point | aaa | aaa KVGATE_READKV_PDL=1 KVGATE_READKV_SELECT=list |")
-        bad = self.write("c.json", dict(bench_doc("ccc", {(8192, 1, "fp8"): 1.0}),
-                                        kernel_switches=["KVGATE_READKV_SELECT=list"]))
-        result = self.run_script(ref, bad)
-        self.assertEqual(result.returncode, 2)
-        self.assertIn("c.json: kernel_switches is not an object", result.stderr)
-
     def test_a_point_missing_from_a_run_is_shown_not_dropped(self):
         ref = self.write("a.json", bench_doc("aaa", {(8192, 1, "fp8"): 28.0,
                                                      (8192, 1, "tile:8:4"): 60.0}))

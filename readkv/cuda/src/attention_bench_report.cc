@@ -2,7 +2,6 @@
 // table (attention_bench.h). Host code, every build.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <iomanip>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -32,14 +31,6 @@ TimingStats SummariseTimes(std::vector<double> times_us) {
   for (double t : times_us) sum += t;
   stats.mean_us = sum / static_cast<double>(times_us.size());
   return stats;
-}
-
-std::map<std::string, std::string> KernelSwitchesSet() {
-  std::map<std::string, std::string> set;
-  for (const char* name : kKernelSwitches) {
-    if (const char* value = std::getenv(name)) set[name] = value;
-  }
-  return set;
 }
 
 // ---- Output ----------------------------------------------------------------------------------
@@ -112,7 +103,6 @@ std::string BenchReportJson(const BenchConfig& config, const BenchReport& report
                               {"git_commit", info.git_commit},
                               {"date_utc", info.date_utc},
                               {"command_line", info.command_line},
-                              {"kernel_switches", nlohmann::json(info.kernel_switches)},
                               {"device",
                                {{"name", report.device},
                                 {"driver_version", report.driver_version},

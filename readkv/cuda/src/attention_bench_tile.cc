@@ -123,9 +123,7 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const DenseSet& dense,
   tile.page_table = tile.set.Add(g.page_table.size() * sizeof(int32_t));
   tile.tables.Reserve(tile.set, hd);
   // Both of the tile reader's allocators take the step-1 table (tile_attention.h).
-  const std::vector<double> increments(
-      tables.key_increments.begin(),
-      tables.key_increments.begin() + std::max(tables.key_steps, 1));
+  const std::vector<double>& increments = tables.key_increments;
   tile.increments = tile.set.Add(increments.size() * sizeof(double));
   if (tile.has_lists) {
     tile.key_outlier_pages = tile.set.Add(tile.lists.key_blocks.size() * sizeof(uint32_t));

@@ -20,10 +20,6 @@ ReadKvHostTables MakeReadKvHostTables(const codec::TransformSeeds& seeds, int la
     }
   }
   const codec::LloydTree tree(store_bits);
-  for (int depth = 0; depth <= store_bits; ++depth) {
-    const auto c = tree.centroids(depth);
-    t.centroids.insert(t.centroids.end(), c.begin(), c.end());
-  }
   // The leaf boundaries: the thresholds of every depth merged.
   for (int depth = 1; depth <= store_bits; ++depth) {
     const auto th = tree.thresholds(depth);
@@ -31,13 +27,9 @@ ReadKvHostTables MakeReadKvHostTables(const codec::TransformSeeds& seeds, int la
   }
   std::sort(t.boundaries.begin(), t.boundaries.end());
   const codec::DepthAllocator key_alloc(tree.distortions(), 1, 1);
-  const codec::DepthAllocator value_alloc(tree.distortions(), 1, 2);
   t.key_steps = key_alloc.steps_per_object();
-  t.value_steps = value_alloc.steps_per_object();
   for (int k = 0; k < t.key_steps; ++k) t.key_increments.push_back(key_alloc.increment(k));
-  for (int k = 0; k < t.value_steps; ++k) t.value_increments.push_back(value_alloc.increment(k));
   t.key_increments.resize(std::max<size_t>(t.key_increments.size(), 1));
-  t.value_increments.resize(std::max<size_t>(t.value_increments.size(), 1));
   return t;
 }
 

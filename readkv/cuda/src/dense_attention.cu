@@ -34,8 +34,7 @@ struct DenseRows {
 }  // namespace
 
 size_t SplitDecodeWorkspaceBytes(const DecodeShape& shape) {
-  const DecodeShape s = internal::Resolved(shape);
-  return internal::PartialOutBytes(s) + internal::PartialMlBytes(s);
+  return internal::PartialOutBytes(shape) + internal::PartialMlBytes(shape);
 }
 
 cudaError_t DenseDecodeAttention(const DecodeShape& shape, const DecodeInputs& inputs,

@@ -33,23 +33,12 @@ void StreamTimer::End() {}
 double StreamTimer::Seconds() { return 0.0; }
 
 size_t SplitDecodeWorkspaceBytes(const DecodeShape&) { return 0; }
-size_t ReadKvDecodeWorkspaceBytes(const DecodeShape&) { return 0; }
 cudaError_t DenseDecodeAttention(const DecodeShape&, const DecodeInputs&, const DenseCache&, void*,
                                  cudaStream_t, const SplitPlan&) {
   return kNoDevice;
 }
 cudaError_t Fp8DecodeAttention(const DecodeShape&, const DecodeInputs&, const Fp8Cache&, void*,
                                cudaStream_t, const SplitPlan&) {
-  return kNoDevice;
-}
-cudaError_t ReadKvDecodeAttention(const DecodeShape&, const DecodeInputs&, const ReadKvCache&,
-                                  const ReadKvCodec&, const ReadKvReadPolicy&, void*, cudaStream_t,
-                                  const ReadKvDebug&) {
-  return kNoDevice;
-}
-cudaError_t ReadKvAppend(const DecodeShape&, int, const float*, const float*, const int32_t*,
-                         const int32_t*, const int32_t*, const ReadKvCodec&, const ReadKvCache&,
-                         cudaStream_t) {
   return kNoDevice;
 }
 

@@ -1,7 +1,8 @@
-// Device pieces shared by the ReadKV kernels: the exact Hadamard transform of the codec (same
-// butterfly order, no contraction, so codes and Key importances are bit-identical to
-// readkv::codec), block reductions, and the pieces of the threshold allocator: greedy's order as
-// a radix-selectable composite, bin search over histograms, block-wide selection. Internal.
+// Device pieces shared by the ReadKV kernels (the tile reader's and the append's encode): the
+// exact Hadamard transform of the codec (same butterfly order, no contraction, so codes and Key
+// importances are bit-identical to readkv::codec), block reductions, and the pieces of the
+// threshold allocator: greedy's order as a radix-selectable composite, bin search over
+// histograms, block-wide selection. Internal.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,20 +12,6 @@
 #include "split_decode.cuh"
 
 namespace readkv::cuda::internal {
-
-// Adds a thread's (bits, bytes) to a call's ledgers (ReadKvDebug::totals): summed over the warp
-// by shuffles, one fire-and-forget add per counter from lane 0. Every lane of the warp calls it.
-__device__ __forceinline__ void AddToTotals(unsigned long long* totals, unsigned long long bits,
-                                            unsigned long long bytes) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    bits += __shfl_down_sync(0xffffffffu, bits, offset);
-    bytes += __shfl_down_sync(0xffffffffu, bytes, offset);
-  }
-  if (threadIdx.x % 32 == 0 && (bits | bytes) != 0) {
-    atomicAdd(totals, bits);
-    atomicAdd(totals + 1, bytes);
-  }
-}
 
 // Every thread of every block that counts in `arrivals` calls it after its last global write
 // of the launch; true in the block that arrives last (the count reaches `blocks`), which then
@@ -112,63 +99,6 @@ __device__ __forceinline__ void BlockFwht(float* x, int d, float scale) {
   BlockFwhtRows(reinterpret_cast<float (*)[128]>(x), 1, d, scale);
 }
 
-// A float at a shared-memory address (a __cvta_generic_to_shared value): the address is a 32-bit
-// sum the caller forms once per table, where a pointer into a __shared__ array makes the
-// compiler re-add the array's offset for every lookup. Not volatile and no memory clobber: for
-// tables that no longer change, published by a barrier before any address of them is formed.
-__device__ __forceinline__ float LoadSharedF32(unsigned address) {
-  float v;
-  asm("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(address));
-  return v;
-}
-
-// A 32-bit word at a shared-memory address (as LoadSharedF32).
-__device__ __forceinline__ unsigned LoadSharedU32(unsigned address) {
-  unsigned v;
-  asm("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(address));
-  return v;
-}
-
-// a ^ b ^ c in one lop3.
-__device__ __forceinline__ unsigned Xor3(unsigned a, unsigned b, unsigned c) {
-  unsigned d;
-  asm("lop3.b32 %0, %1, %2, %3, 0x96;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-
-// 16 and 8 bytes at a shared-memory address, into x[0..3] and x[0..1]. Volatile: they read
-// what cp.async wrote, so they stay after the wait and the warp barrier that publish it.
-__device__ __forceinline__ void LoadSharedV4(unsigned address, uint32_t (&x)[4]) {
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
-               : "r"(address));
-}
-__device__ __forceinline__ void LoadSharedV2(unsigned address, uint32_t (&x)[2]) {
-  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(x[0]), "=r"(x[1]) : "r"(address));
-}
-
-// Byte K of x, zero-extended: one byte permute (selector nibbles K, then 4 = a zero byte).
-template <int K>
-__device__ __forceinline__ unsigned ByteOf(unsigned x) {
-  static_assert(K >= 0 && K < 4, "a 32-bit word has bytes 0..3");
-  return __byte_perm(x, 0u, 0x4440u | K);
-}
-
-// Tensor-core A operands from bits (the sign paths of the Logits and Values readers): byte J of
-// x (low half) and of y (high half), each 0xffff when the byte's top bit is set, else 0 (prmt with
-// the sign-replicating selector nibbles 8 + J and 12 + J; J = 0..3).
-template <int J>
-__device__ __forceinline__ uint32_t SignPair(uint32_t x, uint32_t y) {
-  constexpr unsigned kSelector = (8u + J) | ((8u + J) << 4) | ((12u + J) << 8) | ((12u + J) << 12);
-  uint32_t out;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(x), "r"(y), "n"(kSelector));
-  return out;
-}
-
-// f16x2 of 1 where a half of `mask` is 0xffff and 0 where it is 0 (one lop3; +-1 would take two:
-// the sign then needs a second constant).
-__device__ __forceinline__ uint32_t ZeroOne(uint32_t mask) { return mask & 0x3C003C00u; }
-
 // Block-wide sum of an int64 (every thread gets the result). `scratch` holds >= 32 entries.
 __device__ __forceinline__ long long BlockSumLL(long long v, long long* scratch) {
   for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -182,34 +112,6 @@ __device__ __forceinline__ long long BlockSumLL(long long v, long long* scratch)
   return total;
 }
 
-// Block-wide AND and OR of 64-bit values (every thread gets both). `scratch` holds >= 2 entries
-// per warp.
-__device__ __forceinline__ void BlockAndOr(unsigned long long& all, unsigned long long& any,
-                                           long long* scratch) {
-  const auto lo = [](unsigned long long v) { return static_cast<unsigned>(v); };
-  const auto hi = [](unsigned long long v) { return static_cast<unsigned>(v >> 32); };
-  const unsigned long long warp_all =
-      (static_cast<unsigned long long>(__reduce_and_sync(0xffffffffu, hi(all))) << 32) |
-      __reduce_and_sync(0xffffffffu, lo(all));
-  const unsigned long long warp_any =
-      (static_cast<unsigned long long>(__reduce_or_sync(0xffffffffu, hi(any))) << 32) |
-      __reduce_or_sync(0xffffffffu, lo(any));
-  const int warps = (blockDim.x + 31) / 32;
-  __syncthreads();
-  if (threadIdx.x % 32 == 0) {
-    scratch[2 * (threadIdx.x / 32)] = static_cast<long long>(warp_all);
-    scratch[2 * (threadIdx.x / 32) + 1] = static_cast<long long>(warp_any);
-  }
-  __syncthreads();
-  all = ~0ull;
-  any = 0;
-  for (int w = 0; w < warps; ++w) {
-    all &= static_cast<unsigned long long>(scratch[2 * w]);
-    any |= static_cast<unsigned long long>(scratch[2 * w + 1]);
-  }
-  __syncthreads();
-}
-
 // codec::DepthAllocator's count_above: steps of an object whose gain w * inc[k] exceeds x. Inc:
 // the increments, a pointer or anything with operator[] (ValueIncrements).
 template <typename Inc>
@@ -219,7 +121,7 @@ __device__ __forceinline__ int CountAbove(double w, double x, const Inc& inc, in
   return k;
 }
 
-// The budget of a constrained-reader scope, exactly ReaderPlan::KeyBudget / ValueBudget.
+// The budget of a scope (a row, or a Value window), exactly ReaderPlan::KeyBudget / ValueBudget.
 __device__ __forceinline__ long long FloorBudget(double bits, double count) {
   return static_cast<long long>(floor(__dadd_rn(__dmul_rn(bits, count), 1e-9)));
 }
@@ -323,8 +225,7 @@ __device__ BinPick WarpFindBin(const Load& load, int bins, long long rank) {
 inline constexpr int kSelectDigitBins = 256;  // 8-bit digits
 inline constexpr int kSelectFinal = 32;       // elements left when one warp ranks them pairwise
 
-// The state of a radix selection of greedy's cut, shared by BlockSelect and the Select launch's
-// cluster version (readkv_select.cuh): the composite bits fixed so far (prefix and mask of hi
+// The state of a radix selection of greedy's cut (BlockSelect's): the composite bits fixed so far (prefix and mask of hi
 // and of lo), how many remain free (pos, counted from the bottom of lo; hi sits above lo), the
 // rank of the sought element among the `count` that match, and the digit of the current pass
 // (up to 8 bits, the next below the fixed ones).

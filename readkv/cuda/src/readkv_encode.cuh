@@ -1,7 +1,6 @@
-// ReadKV's device encode and append kernel (docs/readkv.md, "Write path"), shared by the two
-// appends that write its codes: ReadKvAppend (bit planes, readkv_append.cu) and TileAppend (tile
-// pools, tile_append.cu), so both are bit-identical to the codec by the same code and differ only
-// in where a code's bits go (their writer). A thread block per (token, KV head), a thread per
+// ReadKV's device encode and append kernel (docs/readkv.md, "Write path"): TileAppend's
+// (tile_append.cu), bit-identical to the codec, with the tile pools' writer as a functor (where a
+// code's bits go is the writer's business). A thread block per (token, KV head), a thread per
 // channel: transform (signs, FWHT, scale: the codec's exact float operations), standardise with
 // the frozen calibration, encode on the Lloyd tree by the codec's branch-light search over the
 // sorted leaf boundaries, then the writer. Internal; device code and its launcher.
@@ -63,7 +62,7 @@ __device__ __forceinline__ ChannelCodes EncodeChannel(int heads_kv, int head_dim
   return codes;
 }
 
-// What the append kernel reads (decode_attention.h, ReadKvAppend): tokens [n][H_kv][d].
+// What the append kernel reads (tile_attention.h, TileAppend): tokens [n][H_kv][d].
 struct AppendInputs {
   int heads_kv, head_dim, max_pages;
   const float* keys;

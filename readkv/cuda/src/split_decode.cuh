@@ -1,4 +1,4 @@
-// Shared pieces of the split (flash-decoding) decode kernels: chunking, shape checks, warp
+// Shared pieces of the split (flash-decoding) decode kernels: shape checks, warp
 // reductions, and the kernel that combines the dense and FP8 kernels' partials. Internal to
 // readkv/cuda.
 //
@@ -23,20 +23,13 @@ namespace readkv::cuda::internal {
 
 inline constexpr int kWarp = 32;
 
-inline DecodeShape Resolved(const DecodeShape& shape) {
-  DecodeShape s = shape;
-  s.chunk_tokens = ReadKvChunkTokens(shape);
-  return s;
-}
-
 inline bool ValidShape(const DecodeShape& s) {
   const int g = s.heads_kv > 0 ? s.heads_q / s.heads_kv : 0;
   return s.batch >= 1 && s.heads_kv >= 1 && s.heads_q == g * s.heads_kv &&
          (g == 1 || g == 2 || g == 4 || g == 8) && (s.head_dim == 64 || s.head_dim == 128) &&
          s.max_pages >= 1 && s.max_tokens >= 1 && s.min_tokens >= 0 &&
          s.min_tokens <= s.max_tokens &&
-         s.max_tokens <= static_cast<int64_t>(s.max_pages) * kPageTokens &&
-         s.chunk_tokens >= kPageTokens && s.chunk_tokens % kPageTokens == 0;
+         s.max_tokens <= static_cast<int64_t>(s.max_pages) * kPageTokens;
 }
 
 inline size_t AlignUp(size_t bytes) { return (bytes + 255) / 256 * 256; }

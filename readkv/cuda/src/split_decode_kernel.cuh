@@ -609,10 +609,9 @@ cudaError_t LaunchSplitKernel(const DecodeShape& shape, const DecodeInputs& in, 
 
 // Validates and launches both kernels of one call.
 template <class Rows, int Stages>
-cudaError_t LaunchSplitDecode(const DecodeShape& requested, const DecodeInputs& in,
+cudaError_t LaunchSplitDecode(const DecodeShape& shape, const DecodeInputs& in,
                               const Rows& rows, const float* out_scales, void* workspace,
                               cudaStream_t stream, const SplitPlan& plan) {
-  const DecodeShape shape = Resolved(requested);
   if (!ValidShape(shape) || !plan.valid() || in.queries == nullptr || in.page_table == nullptr ||
       in.seq_lens == nullptr || in.out == nullptr || workspace == nullptr) {
     return cudaErrorInvalidValue;

@@ -23,8 +23,7 @@ namespace readkv::cuda::internal {
 inline constexpr int kSplitTileTokens = 64;
 inline constexpr int kSplitWarpsPerBlock = 4;
 inline constexpr int kMaxSplitBlocks = 1024;  // bounds the workspace for any device
-// The SMs of an H100/H200: what the ReadKV launch shapes (ReadKvChunkTokens, SelectGridFor) and
-// the traffic model's count of the split kernels' partials assume.
+// The SMs of an H100/H200: what the traffic model's count of the split kernels' partials assumes.
 inline constexpr int kAssumedSms = 132;
 
 struct SplitWork {

@@ -1,11 +1,11 @@
-// TileAppend (tile_attention.h): ReadKV's append kernel (readkv_encode.cuh, the same device code
-// as ReadKvAppend's: one thread block per (token, KV head), one thread per channel) with the tile
-// pools' writer: each code bit goes where tile_pages.h's TileBitInPage puts it. The 16 tokens of a
-// tile, appended by different blocks of one launch or of several, share every byte of it, so
-// the bits are ORed in by 32-bit atomics into zeroed pages: per plane the lanes of a warp whose
-// bits fall in the same word (the 16 channels of a key group share one; a value token's channels
-// c and c + 8 share a byte) are grouped by their word (cooperative groups' labeled partition),
-// their bits ORed together, and one lane per word issues the atomic.
+// TileAppend (tile_attention.h): ReadKV's append kernel (readkv_encode.cuh: one thread block per
+// (token, KV head), one thread per channel, the codec's codes) with the tile pools' writer: each
+// code bit goes where tile_pages.h's TileBitInPage puts it. The 16 tokens of a tile, appended by
+// different blocks of one launch or of several, share every byte of it, so the bits are ORed in
+// by 32-bit atomics into zeroed pages: per plane the lanes of a warp whose bits fall in the same
+// word (the 16 channels of a key group share one; a value token's channels c and c + 8 share a
+// byte) are grouped by their word (cooperative groups' labeled partition), their bits ORed
+// together, and one lane per word issues the atomic.
 // With outlier pools (tile_attention.h, TileCache) the writer also stages each (token, head,
 // kind)'s selected entries in the workspace (ranks in shared memory, tile_outliers.h), and a
 // second kernel appends them to the page blocks, one thread per (run of a page's tokens in the

@@ -4,14 +4,11 @@
 // Host-only; compiled with and without CUDA.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <initializer_list>
 
 #include "readkv/cuda/decode_attention.h"
 #include "readkv/cuda/tile_centroids.h"
 #include "readkv/cuda/tile_ledgers.h"
-#include "select_share.h"
 #include "split_work.h"
 #include "tile_outliers.h"
 #include "tile_pages.h"
@@ -47,10 +44,6 @@ class Ledger {
 constexpr auto kPayload = &TrafficBytes::payload, kMetadata = &TrafficBytes::metadata,
                kScores = &TrafficBytes::scores, kSchedule = &TrafficBytes::schedule,
                kPartials = &TrafficBytes::partials, kIo = &TrafficBytes::io;
-
-// A row's Key entry list (readkv_attention_state.cuh's KeyList, which asserts this size): written
-// by Prepare, copied by every Logits block of the row.
-constexpr int64_t kKeyListBytes = 2696;
 
 // The dense and FP8 kernels' schedule (split_work.h) with the grid they get on an H100/H200
 // (132 SMs; dense holds two blocks per SM, FP8 three). The persistent schedule: one partial per
@@ -119,23 +112,6 @@ int64_t Fp8LogicalBytes(const DecodeShape& shape, const int32_t* seq_lens_host) 
   return DenseLogicalBytes(shape, seq_lens_host) / 2;
 }
 
-int64_t ReadKvLogicalBytes(const DecodeShape& shape, const int32_t* seq_lens_host,
-                           const uint8_t* key_depths_host, const uint8_t* value_depths_host) {
-  int64_t bits = 0;
-  const int d = shape.head_dim;
-  for (int b = 0; b < shape.batch; ++b) {
-    const int64_t tokens = seq_lens_host[b];
-    for (int h = 0; h < shape.heads_kv; ++h) {
-      const size_t head = static_cast<size_t>(b) * shape.heads_kv + h;
-      for (int c = 0; c < d; ++c) bits += key_depths_host[head * d + c] * tokens;
-      for (int64_t i = 0; i < tokens; ++i) {
-        bits += static_cast<int64_t>(value_depths_host[head * shape.max_tokens + i]) * d;
-      }
-    }
-  }
-  return bits / 8;
-}
-
 TrafficBytes DenseDecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host,
                                 const SplitPlan& plan) {
   return SplitTraffic(shape, seq_lens_host, 2, false, 2, plan);
@@ -144,122 +120,6 @@ TrafficBytes DenseDecodeTraffic(const DecodeShape& shape, const int32_t* seq_len
 TrafficBytes Fp8DecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host,
                               const SplitPlan& plan) {
   return SplitTraffic(shape, seq_lens_host, 1, true, 3, plan);
-}
-
-// The tensor-core Logits reader pays when most Key channels are sign features (depth <= 2): on the
-// H200 (2026-11-30, 32K x 16; docs/performance-notes.md, "Logits readers") it took 0.84x the
-// transposed reader's whole-call time at R_K = 2 and 1.05x at R_K = 4, 1.18x at R_K = 7 (table
-// channels dominate). And when a chunk is one or two pages: the transposed reader
-// (LogitsTransposed<G, 4>) reads 4 pages per pass, so half or more of its page lanes idle. At
-// 8K x 1 the tensor-core reader took 0.81x its whole-call time at R_K = 4 and 0.76x at 7:2 with
-// chunks of 256, 0.92x and 0.86x with chunks of 512, while at chunks of 1024 or 2048 it lost at
-// every point measured (32K x 1, 8K x 16, 32K x 16, the 16K x 16 model shape: 1.04x-1.18x;
-// 2026-11-30).
-constexpr double kMmaLogitsMaxKeyBits = 2.0;
-constexpr int kMmaLogitsMaxChunk = 2 * kPageTokens;
-
-bool ReadKvUsesMmaLogits(double key_bits, int chunk_tokens) {
-  const char* v = std::getenv("KVGATE_READKV_LOGITS");
-  if (v == nullptr) return key_bits <= kMmaLogitsMaxKeyBits || chunk_tokens <= kMmaLogitsMaxChunk;
-  return std::strcmp(v, "mma") == 0;
-}
-
-int ReadKvChunkTokens(const DecodeShape& shape) {
-  if (shape.chunk_tokens > 0) return shape.chunk_tokens;
-  int chunk = 2048;
-  const int64_t heads = static_cast<int64_t>(shape.batch) * shape.heads_kv;
-  while (chunk > kPageTokens &&
-         heads * Chunks(shape.max_tokens, chunk) < 2 * internal::kAssumedSms) {
-    chunk /= 2;
-  }
-  // ...but no more than 32 chunks per row: measured when Select was three launches over the
-  // chunk grid, each block adding its histograms into the row's and reading the row's chunk
-  // statistics (32K x 1: 1024 took 126.1 us for ReadKV(8,4) against 160.3 at 512). Re-swept
-  // at the go/no-go model's 16K x 16 only, with the kernels of 07b6ca1: 2048 was 1.2%
-  // faster than this rule's 1024 for 7:2, 512 1.3x slower; left as it is.
-  while (chunk < 2048 && Chunks(shape.max_tokens, chunk) > 32) chunk *= 2;
-  return chunk;
-}
-
-TrafficBytes ReadKvDecodeTraffic(const DecodeShape& shape, const int32_t* seq_lens_host,
-                                 int store_bits, double key_bits,
-                                 const uint8_t* key_depths_host,
-                                 const uint8_t* value_depths_host) {
-  enum { kPrepare, kLogits, kSelect, kValues };  // Values: with the row's finish
-  Ledger t({"Prepare", "Logits", "Select", "Values"});
-  // What a Logits block reads to find its planes: the row's entry list, or (LogitsMma) its
-  // Key depths, from which it builds its k-slots itself.
-  const int chunk = ReadKvChunkTokens(shape);
-  const int64_t logits_schedule =
-      ReadKvUsesMmaLogits(key_bits, chunk) ? shape.head_dim : kKeyListBytes;
-  const int64_t d = shape.head_dim;
-  const int64_t g = shape.heads_q / shape.heads_kv;
-  const int64_t plane_bytes = d / 8;
-  const int64_t centroid_bytes = ((int64_t{2} << store_bits) - 1) * 4;
-  const internal::SelectGrid select = internal::SelectGridFor(
-      static_cast<int64_t>(shape.batch) * shape.heads_kv, shape.max_tokens);
-  const bool importance_in_shared = internal::SelectInShared(shape.max_tokens, select.cluster);
-  for (int b = 0; b < shape.batch; ++b) {
-    const int64_t tokens = seq_lens_host[b];
-    const int64_t chunks = Chunks(tokens, chunk);
-    const int64_t blocks = Chunks(tokens, kPageTokens);
-    for (int h = 0; h < shape.heads_kv; ++h) {
-      const size_t head = static_cast<size_t>(b) * shape.heads_kv + h;
-      if (key_depths_host != nullptr && value_depths_host != nullptr) {
-        // Key planes: t_c whole 32-byte planes per (block, channel).
-        for (int c = 0; c < d; ++c) {
-          t.Read(kPayload, kLogits, key_depths_host[head * d + c] * blocks * 32);
-        }
-        // Value planes: a token's first t planes are t * d / 8 contiguous bytes of its row,
-        // touched in 32-byte sectors.
-        int64_t value_sectors = 0;
-        for (int64_t i = 0; i < tokens; ++i) {
-          const int64_t bytes = value_depths_host[head * shape.max_tokens + i] * plane_bytes;
-          value_sectors += (bytes + 31) / 32 * 32;
-        }
-        t.Read(kPayload, kValues, value_sectors);
-      }
-      // Calibration (mu, sigma) and signs of K (Prepare) and of V (the finish); centroids per
-      // thread block (Prepare's one, each Logits and Values block's); a page entry per 256-token
-      // block (Logits, Values).
-      t.Read(kMetadata, kPrepare, 3 * d * 4 + centroid_bytes);
-      t.Read(kMetadata, kLogits, chunks * centroid_bytes + blocks * 4);
-      t.Read(kMetadata, kValues, 3 * d * 4 + chunks * centroid_bytes + blocks * 4);
-      // Logits: written once, read by Select (softmax + a_i) and by Values. a_i stays in the
-      // Select blocks' shared memory, unless a block's share is too long for it: then it is
-      // written once and read by the depth pass (and by each radix pass, 2-4 on real data, not
-      // counted: data-dependent).
-      t.Write(kScores, kLogits, g * tokens * 4);
-      t.Read(kScores, kSelect, g * tokens * 4);
-      t.Read(kScores, kValues, g * tokens * 4);
-      if (!importance_in_shared) {
-        t.Write(kScores, kSelect, tokens * 8);
-        t.Read(kScores, kSelect, tokens * 8);
-      }
-      // Depth schedules: Key depths and the Key entry list written (Prepare), and one of them
-      // read per chunk (Logits); Value depths written (Select) and read twice by Values (counted,
-      // then placed in depth order).
-      t.Write(kSchedule, kPrepare, d + kKeyListBytes);
-      t.Read(kSchedule, kLogits, logits_schedule * chunks);
-      t.Write(kSchedule, kSelect, tokens);
-      t.Read(kSchedule, kValues, 2 * tokens);
-      // Chunk (m, l) for the logits (written once, read by each of the row's Select blocks);
-      // the heads' softmax statistics (Select, read by Values); Values' partial outputs and
-      // masses (read by the finish).
-      t.Write(kPartials, kLogits, g * chunks * 2 * 4);
-      t.Read(kPartials, kSelect, g * chunks * 2 * 4 * select.cluster);
-      t.Write(kPartials, kSelect, g * 2 * 4);
-      t.Read(kPartials, kValues, g * 2 * 4);
-      t.Write(kPartials, kValues, g * chunks * (d + 1) * 4);
-      t.Read(kPartials, kValues, g * chunks * (d + 1) * 4);
-      // Queries (Prepare); a_qc and bias written by Prepare and read per chunk; outputs.
-      t.Read(kIo, kPrepare, g * d * 4);
-      t.Write(kIo, kPrepare, g * (d + 1) * 4);
-      t.Read(kIo, kLogits, chunks * g * (d + 1) * 4);
-      t.Write(kIo, kValues, g * d * 4);
-    }
-  }
-  return t.Take();
 }
 
 // The outlier lists' logical bytes of (b, h)'s `tiles` token tiles, both kinds: per tile its two

@@ -7,9 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -267,14 +265,13 @@ TEST(BenchReportJsonTest, HoldsTheRunInfoDeviceStreamAndEveryRowWithItsLedgers) 
   BenchConfig config;
   config.kv = ParseKvSpecs("dense,fp8,tile:8:4");
   const BenchRunInfo info{"0.1.0", "abcdef012345", "2026-11-29T18:00:00Z",
-                          "kvgate bench attention --kv dense,fp8,tile:8:4",
-                          {{"KVGATE_READKV_SELECT", "list"}}};
+                          "kvgate bench attention --kv dense,fp8,tile:8:4"};
   const nlohmann::json j = nlohmann::json::parse(BenchReportJson(config, SampleReport(), info));
   EXPECT_EQ(j.at("bench"), "attention");
   EXPECT_EQ(j.at("git_commit"), "abcdef012345");
   EXPECT_EQ(j.at("date_utc"), "2026-11-29T18:00:00Z");
   EXPECT_EQ(j.at("command_line"), info.command_line);
-  EXPECT_EQ(j.at("kernel_switches"), nlohmann::json({{"KVGATE_READKV_SELECT", "list"}}));
+  EXPECT_FALSE(j.contains("kernel_switches"));  // no launcher reads the environment
   EXPECT_EQ(j.at("device").at("name"), "NVIDIA H200 (sm_90)");
   EXPECT_EQ(j.at("device").at("driver_version"), 13000);
   EXPECT_EQ(j.at("device").at("runtime_version"), 13000);
@@ -310,23 +307,6 @@ TEST(BenchReportJsonTest, HoldsTheRunInfoDeviceStreamAndEveryRowWithItsLedgers) 
   const nlohmann::json launches = rows[2].at("traffic_kernels");
   ASSERT_EQ(launches.size(), 3u);
   EXPECT_EQ(launches[2].at("kernel"), "TileCombine");
-}
-
-TEST(KernelSwitchesTest, RecordsTheSwitchesTheEnvironmentSetsAndNoOthers) {
-  for (const char* name : kKernelSwitches) ASSERT_EQ(unsetenv(name), 0) << name;
-  EXPECT_TRUE(KernelSwitchesSet().empty());
-  ASSERT_EQ(setenv("KVGATE_READKV_SELECT", "list", 1), 0);
-  ASSERT_EQ(setenv("KVGATE_READKV_PDL", "off", 1), 0);
-  // No longer a switch: the dense and FP8 schedule is the bench's --split-cluster plan.
-  ASSERT_EQ(setenv("KVGATE_SPLIT_CLUSTER", "2", 1), 0);
-  ASSERT_EQ(setenv("KVGATE_NOT_A_SWITCH", "1", 1), 0);
-  const std::map<std::string, std::string> expected = {{"KVGATE_READKV_PDL", "off"},
-                                                       {"KVGATE_READKV_SELECT", "list"}};
-  EXPECT_EQ(KernelSwitchesSet(), expected);
-  for (const char* name : {"KVGATE_READKV_SELECT", "KVGATE_READKV_PDL", "KVGATE_SPLIT_CLUSTER",
-                           "KVGATE_NOT_A_SWITCH"}) {
-    ASSERT_EQ(unsetenv(name), 0);
-  }
 }
 
 TEST(BenchTableTest, PrintsOneLinePerRowAndMarksNonFiniteOutputs) {

@@ -1,7 +1,7 @@
 // GPU-vs-CPU consistency of the dense and FP8 decode-attention kernels (readkv/cuda) against the
 // codec's CPU backends (readkv/codec), over a grid of shapes with ragged paged sequences, fresh
-// random inputs and poisoned outputs; the launchers' refusals and the stream timer. The ReadKV
-// kernels' test is readkv_kernel_test.cc. Skips cleanly without a GPU.
+// random inputs and poisoned outputs; the launchers' refusals and the stream timer. The tile
+// reader's tests are tile_attention_test.cc and tile_append_test.cc. Skips cleanly without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -143,16 +143,16 @@ TEST_P(SplitKernelTest, DenseAndFp8MatchCpuBackends) {
 
 INSTANTIATE_TEST_SUITE_P(
     Grid, SplitKernelTest,
-    ::testing::Values(Case{32, 8, 128, {300, 1, 1024, 777}, 8, 4.0, 0},
-                      Case{32, 8, 128, {2048, 513}, 8, 4.0, 256},
-                      Case{8, 8, 128, {600, 256}, 8, 4.0, 0},
-                      Case{16, 2, 64, {1000, 255, 3000}, 8, 4.0, 512},
-                      Case{16, 16, 64, {257, 40}, 8, 4.0, 0},
-                      Case{64, 8, 128, {4096, 100}, 8, 4.0, 1024},
-                      Case{16, 8, 128, {700, 3, 64}, 8, 4.0, 0},
+    ::testing::Values(Case{32, 8, 128, {300, 1, 1024, 777}},
+                      Case{32, 8, 128, {2048, 513}},
+                      Case{8, 8, 128, {600, 256}},
+                      Case{16, 2, 64, {1000, 255, 3000}},
+                      Case{16, 16, 64, {257, 40}},
+                      Case{64, 8, 128, {4096, 100}},
+                      Case{16, 8, 128, {700, 3, 64}},
                       // 128 equal heads: on an H200 the dense kernel's automatic schedule is
                       // clusters of 2 (SplitClusterSize), as at the bench's 32K x 16.
-                      Case{32, 8, 128, std::vector<int>(16, 640), 8, 4.0, 0}),
+                      Case{32, 8, 128, std::vector<int>(16, 640)}),
     [](const ::testing::TestParamInfo<Case>& param) { return param.param.Name(); });
 
 TEST(DecodeAttentionTest, LaunchersRefuseUnsafeShapes) {
@@ -163,7 +163,7 @@ TEST(DecodeAttentionTest, LaunchersRefuseUnsafeShapes) {
   s = DecodeShape{1, 8, 8, 96, 1, 256, 0};  // d = 96 has no kernel
   EXPECT_EQ(Fp8DecodeAttention(s, in, {}, nullptr, nullptr), cudaErrorInvalidValue);
   s = DecodeShape{1, 8, 8, 128, 1, 300, 0};  // more tokens than the page table can hold
-  EXPECT_EQ(ReadKvDecodeAttention(s, in, {}, {}, {}, nullptr, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(DenseDecodeAttention(s, in, {}, nullptr, nullptr), cudaErrorInvalidValue);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
-// What the GPU-vs-CPU kernel tests share (readkv_kernel_test.cc: ReadKV; decode_attention_test.cc:
-// dense, FP8 and the launchers): device buffers (test_buffers.h), the grid's cases and their
-// seeded workloads of ragged paged sequences (synthetic K/V, shuffled page order), and the output
-// comparisons.
+// What the GPU-vs-CPU kernel tests share (decode_attention_test.cc: dense, FP8 and the launchers;
+// tile_append_test.cc: the tile reader's append): device buffers (test_buffers.h), the grid's
+// cases and their seeded workloads of ragged paged sequences (synthetic K/V, shuffled page
+// order), and the output comparisons.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,24 +43,11 @@ inline std::vector<float> LayerZero(const std::vector<float>& all, int hkv, int 
 struct Case {
   int heads_q, heads_kv, head_dim;
   std::vector<int> lens;
-  int store_bits;
-  double read_bits;
-  int chunk_tokens;  // 0 = the launcher's choice
-  bool zero_queries = false;  // every logit equal: every Value gain ties (the allocators' worst case)
-  double key_bits = 0.0;      // R_K:R_V of a K/V split; both 0 = R_K = R_V = R
-  double value_bits = 0.0;
-  double KeyBits() const { return key_bits != 0.0 ? key_bits : read_bits; }
-  double ValueBits() const { return value_bits != 0.0 ? value_bits : read_bits; }
   std::string Name() const {
-    std::string lens_text;
-    for (int t : lens) lens_text += std::to_string(t) + "_";
-    return "hq" + std::to_string(heads_q) + "_hkv" + std::to_string(heads_kv) + "_d" +
-           std::to_string(head_dim) + "_T" + lens_text + "W" + std::to_string(store_bits) + "_R" +
-           std::to_string(static_cast<int>(read_bits * 10)) + "_c" + std::to_string(chunk_tokens) +
-           (zero_queries ? "_q0" : "") +
-           (key_bits != 0.0 ? "_K" + std::to_string(static_cast<int>(key_bits * 10)) + "V" +
-                                  std::to_string(static_cast<int>(value_bits * 10))
-                            : "");
+    std::string name = "hq" + std::to_string(heads_q) + "_hkv" + std::to_string(heads_kv) + "_d" +
+                       std::to_string(head_dim) + "_T";
+    for (size_t i = 0; i < lens.size(); ++i) name += (i > 0 ? "_" : "") + std::to_string(lens[i]);
+    return name;
   }
 };
 
@@ -84,7 +71,7 @@ inline Workload MakeWorkload(const Case& c, uint64_t seed) {
   const int batch = static_cast<int>(c.lens.size());
   const int max_tokens = *std::max_element(c.lens.begin(), c.lens.end());
   w.shape = DecodeShape{batch, c.heads_q, c.heads_kv, c.head_dim,
-                        (max_tokens + kPageTokens - 1) / kPageTokens, max_tokens, c.chunk_tokens,
+                        (max_tokens + kPageTokens - 1) / kPageTokens, max_tokens,
                         *std::min_element(c.lens.begin(), c.lens.end())};
   codec::SyntheticConfig config;
   config.geometry = w.geometry;
@@ -94,8 +81,7 @@ inline Workload MakeWorkload(const Case& c, uint64_t seed) {
     config.tokens = c.lens[static_cast<size_t>(b)];
     config.seed = seed * 1000 + static_cast<uint64_t>(b) + 1;
     w.layers.push_back(codec::MakeSyntheticLayer(config));
-    auto& q = w.layers.back().queries;
-    if (c.zero_queries) std::fill(q.begin(), q.end(), 0.0f);
+    const auto& q = w.layers.back().queries;
     w.queries.insert(w.queries.end(), q.begin(), q.end());
     w.seq_lens.push_back(c.lens[static_cast<size_t>(b)]);
   }

@@ -172,7 +172,7 @@ TEST_P(TileAppendTest, PoolsEqualTheCodecsTileStores) {
   if (!kernel_test::HaveGpu()) GTEST_SKIP() << "no CUDA device: " << QueryDevices().reason;
   const AppendCase& p = GetParam();
   const int hkv = p.heads_kv, d = p.head_dim, W = p.store_bits;
-  const Workload w = MakeWorkload(Case{2 * hkv, hkv, d, p.lens, W, 4.0, 0}, 0x71e + d + W);
+  const Workload w = MakeWorkload(Case{2 * hkv, hkv, d, p.lens}, 0x71e + d + W);
   const auto [want_k, want_v] = CodecPools(w, W, codec::PlaneLayout::kTiles);
   const DeviceCodec tables(w, W);
   const size_t pool = want_k.size();
@@ -240,7 +240,7 @@ void PlantThree(Workload& w, size_t k) {
 TEST_P(TileAppendTest, OutlierPageBlocksEqualTheCodecsStores) {
   const AppendCase& p = GetParam();
   const int hkv = p.heads_kv, d = p.head_dim, W = p.store_bits, cap = 2;
-  Workload w = MakeWorkload(Case{2 * hkv, hkv, d, p.lens, W, 4.0, 0}, 0x71e + d + W);
+  Workload w = MakeWorkload(Case{2 * hkv, hkv, d, p.lens}, 0x71e + d + W);
   const size_t batch = p.lens.size(), n_tokens = w.seq_ids.size();
   // Planted: sequence 0's first 100 tokens (2 x 100 selected entries a kind in its first page,
   // past the budget of 160) and every sequence's last token (appended by a decode step).
@@ -350,7 +350,7 @@ TEST(TileAppendTest, ByteKeyPoolsEqualTheCodecsByteKeyStores) {
   for (const AppendCase& p : {AppendCase{2, 128, 8, {700, 13, 300}}, AppendCase{4, 64, 8, {260, 529}}}) {
     const int hkv = p.heads_kv, d = p.head_dim, W = 8;
     SCOPED_TRACE("d " + std::to_string(d));
-    const Workload w = MakeWorkload(Case{2 * hkv, hkv, d, p.lens, W, 4.0, 0}, 0xb17e + d);
+    const Workload w = MakeWorkload(Case{2 * hkv, hkv, d, p.lens}, 0xb17e + d);
     const auto [want_k, want_v] = CodecPools(w, W, codec::PlaneLayout::kTilesByteKeys);
     const size_t pool = want_k.size();
     const size_t row = static_cast<size_t>(hkv) * d;
@@ -373,7 +373,7 @@ TEST(TileAppendTest, ByteKeyPoolsEqualTheCodecsByteKeyStores) {
                      "the codec's byte-key stores");
   }
   // Byte keys at a store width other than 8 are refused; the same append without them runs.
-  const Workload w4 = MakeWorkload(Case{2, 1, 64, {16}, 4, 4.0, 0}, 1);
+  const Workload w4 = MakeWorkload(Case{2, 1, 64, {16}}, 1);
   const DeviceCodec four(w4, 4);
   const size_t pool4 = static_cast<size_t>(w4.num_pages) * tile::PageHeadBytes(64, 4);
   DeviceBuffer<uint8_t> k4(std::vector<uint8_t>(pool4, 0)), v4(std::vector<uint8_t>(pool4, 0));
@@ -393,7 +393,7 @@ TEST(TileAppendTest, ByteKeyPoolsEqualTheCodecsByteKeyStores) {
 
 TEST(TileAppendTest, RefusesBadArguments) {
   if (!kernel_test::HaveGpu()) GTEST_SKIP() << "no CUDA device: " << QueryDevices().reason;
-  const DecodeShape shape{1, 8, 2, 64, 1, 256, 0, 0};
+  const DecodeShape shape{1, 8, 2, 64, 1, 256, 0};
   EXPECT_EQ(TileAppend(shape, 1, nullptr, nullptr, nullptr, nullptr, nullptr, ReadKvCodec{},
                        TileCache{}, nullptr),
             cudaErrorInvalidValue);

@@ -236,8 +236,7 @@ void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, const TileCase& 
   DeviceBuffer<float> ksigns(key_signs), vsigns(value_signs);
   DeviceBuffer<double> inc(increments);
   const ReadKvCodec codec_tables{W,          kmean.get(),  kstd.get(),   vmean.get(),
-                                 vstd.get(), ksigns.get(), vsigns.get(), nullptr,
-                                 nullptr};
+                                 vstd.get(), ksigns.get(), vsigns.get(), nullptr};
   const codec::ReaderPlan& plan = cpu.Cache(0).plan();
   const ReadKvReadPolicy policy{plan.key_bits, plan.value_bits, inc.get(), W - 1, inc.get(), W - 1};
   const std::vector<float>& queries = cpu.queries;

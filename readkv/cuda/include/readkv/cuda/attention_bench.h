@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -151,15 +150,11 @@ BenchReport RunAttentionBench(const BenchConfig& config, const Anchor* anchor,
 // What the JSON records beside the report.
 struct BenchRunInfo {
   std::string version, git_commit, date_utc, command_line;
-  // The kernel switches (kKernelSwitches) set in the run's environment, name -> value.
-  std::map<std::string, std::string> kernel_switches;
 };
-// The kernel switches of kKernelSwitches that the environment sets now, name -> value.
-std::map<std::string, std::string> KernelSwitchesSet();
 // The report as JSON text (2-space indent): {"bench": "attention", "version", "git_commit",
-// "date_utc", "command_line", "kernel_switches": {...}, "device": {...}, "config": {...},
-// "stream": {...}, "cold_l2_method", "anchor_note", "rows": [{...}, ...]}; a row's "reader" is
-// the ReadKV reader's name ("tile", the only one on the GPU), null for the other rows.
+// "date_utc", "command_line", "device": {...}, "config": {...}, "stream": {...},
+// "cold_l2_method", "anchor_note", "rows": [{...}, ...]}; a row's "reader" is the ReadKV reader's
+// name ("tile", the only one on the GPU), null for the other rows.
 std::string BenchReportJson(const BenchConfig& config, const BenchReport& report,
                             const BenchRunInfo& info);
 // The human table, one line per row.

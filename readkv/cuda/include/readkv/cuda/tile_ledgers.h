@@ -19,8 +19,7 @@
 //      head (M for the maxima, M and sum e for the sums, M and sum e^2 for the weights) and the
 //      residual logits twice; writes the g heads' statistics (4 floats), the block weights (a
 //      double per tile, read back once by the depth pass; the radix passes' re-reads when a cut
-//      is needed are data-dependent, not counted, as for the constrained reader) and the Value
-//      depths.
+//      is needed are data-dependent, not counted) and the Value depths.
 //   4. TileValues (the row's `chunks` blocks that hold tokens; the others exit at once): each
 //      reads the g heads' maxima; together they read per tile its depth, its page-table entry
 //      (4 bytes, metadata), its e values and maxima (g x (32 + 4) bytes) and the Value planes
