@@ -109,6 +109,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   constexpr int kByteStageTiles =
       kStageBytes / (16 * kBytePieces) < kWarpTiles ? kStageBytes / (16 * kBytePieces) : kWarpTiles;
   static_assert(kByteStageTiles >= 1, "a stage holds a byte-key tile");
+  constexpr int kStageTiles = kByteKeys ? kByteStageTiles : kWarpTiles;  // of a stage, at most
   __shared__ uint16_t table[tile::kTileTableEntries];
   __shared__ uint8_t depth[kGroups];
   __shared__ uint8_t plane_at[kGroups];   // first plane of group g in a staged tile
@@ -134,11 +135,17 @@ __global__ void __launch_bounds__(kMmaThreads)
   const TileEntries my_list =
       LaneEntries(a, a.in.key_outlier_pages, b, h, mine.lo, mine.count(), lane);
   const int64_t tile_bytes = tile::TokenTileBytes(D, a.store_bits);
+  // Lane i holds where the warp's tile i starts in the pool: a stage's issue takes it by
+  // shuffles instead of a page-table load a tile.
+  const uint64_t my_from = lane < mine.count()
+      ? reinterpret_cast<uintptr_t>(TileAt(a, a.in.key_tiles, tile_bytes, b, h, mine.lo + lane))
+      : 0;
   const auto issue = [&](int k) {  // stage k of this warp into its ring slot
     const int lo = mine.lo + k * per_stage, n = min(per_stage, mine.hi - lo);
     uint8_t* to = ring[warp][k % kStages];
     for (int i = 0; i < n; ++i) {
-      const uint8_t* from = TileAt(a, a.in.key_tiles, tile_bytes, b, h, lo + i);
+      const auto* from = reinterpret_cast<const uint8_t*>(
+          static_cast<uintptr_t>(ShuffleWord64(my_from, lo - mine.lo + i)));
       if constexpr (kByteKeys) {  // the whole token tile, in its order: no piece map
 #pragma unroll
         for (int o = lane; o < kBytePieces; o += kWarp)
@@ -178,9 +185,9 @@ __global__ void __launch_bounds__(kMmaThreads)
     __syncwarp();
     const int base = mine.lo + k * per_stage, n = min(per_stage, mine.hi - base);
     const uint8_t* staged = ring[warp][k % kStages];
-    float acc[kWarpTiles][4];
+    float acc[kStageTiles][4];
 #pragma unroll
-    for (int i = 0; i < kWarpTiles; ++i) {
+    for (int i = 0; i < kStageTiles; ++i) {
       acc[i][0] = bias[0];
       acc[i][1] = bias[1];
       acc[i][2] = bias[0];
@@ -188,18 +195,26 @@ __global__ void __launch_bounds__(kMmaThreads)
     }
     if constexpr (kByteKeys) {  // group g's 8 planes start at plane 8 g of the token tile
       const uint8_t* lane_bytes = staged + lane * 8;
+      // A full stage (all but a warp's last) without a test per tile.
+      const auto body = [&](auto full) {
 #pragma unroll
-      for (int g = 0; g < kGroups; ++g) {
+        for (int g = 0; g < kGroups; ++g) {
 #pragma unroll
-        for (int i = 0; i < kByteStageTiles; ++i) {
-          if (i < n) {  // uniform over the warp
-            const uint2 codes =
-                *reinterpret_cast<const uint2*>(lane_bytes + (i * kBytePieces / 2 + 8 * g) * 32);
-            uint32_t frag[4];
-            tile::DecodeByteKeys(codes.x, codes.y, frag);
-            Mma(acc[i], frag, byte_q[g].x, byte_q[g].y);
+          for (int i = 0; i < kByteStageTiles; ++i) {
+            if (decltype(full)::value || i < n) {  // uniform over the warp
+              const uint2 codes = *reinterpret_cast<const uint2*>(
+                  lane_bytes + (i * kBytePieces / 2 + 8 * g) * 32);
+              uint32_t frag[4];
+              tile::DecodeByteKeys(codes.x, codes.y, frag);
+              Mma(acc[i], frag, byte_q[g].x, byte_q[g].y);
+            }
           }
         }
+      };
+      if (n == kByteStageTiles) {
+        body(std::true_type{});
+      } else {
+        body(std::false_type{});
       }
     } else {
       for (int g = 0; g < kGroups; ++g) {
@@ -225,7 +240,7 @@ __global__ void __launch_bounds__(kMmaThreads)
       const float* scaled = a.scaled_queries + row * D * G;
       const float* key_std = a.codec.key_std + static_cast<size_t>(h) * D;
 #pragma unroll
-      for (int i = 0; i < kWarpTiles; ++i) {
+      for (int i = 0; i < kStageTiles; ++i) {
         if (i < n) {
           AddKeyOutliers<G, kByteKeys>(EntriesFromLane(my_list, base - mine.lo + i), lane, depth,
                                        scaled, key_std, centroids, acc[i]);
@@ -235,7 +250,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     // C: rows = tokens (lane / 4, + 8), columns = heads (2 (lane % 4), + 1).
     if (per_chunk) {
 #pragma unroll
-      for (int i = 0; i < kWarpTiles; ++i) {
+      for (int i = 0; i < kStageTiles; ++i) {
         if (i >= n) continue;
         const int tile = base + i;
         const int t0 = tile * 16 + lane / 4, t1 = t0 + 8;
@@ -260,7 +275,7 @@ __global__ void __launch_bounds__(kMmaThreads)
       continue;
     }
 #pragma unroll
-    for (int i = 0; i < kWarpTiles; ++i) {
+    for (int i = 0; i < kStageTiles; ++i) {
       if (i >= n) continue;
       const int tile = base + i;
 #pragma unroll
