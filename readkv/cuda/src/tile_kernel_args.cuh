@@ -50,6 +50,7 @@ struct TileArgs {
   uint8_t* value_depths;
   float* partials;
   float* tile_stats;  // [B][H_kv][max_tiles][3][G]: per tile and head M, sum e, sum e^2
+                      // (with a Value window only M, the warp's reference maximum)
   __half* probs;      // [B][H_kv][max_tiles][G][16]: e = exp(l - M) per tile, head and token
   float* scaled_queries;  // [B][H_kv][D][G]: scale q~ (f32), written only with Key lists
   float* chunk_stats;     // [B][H_kv][chunks][2][G]: per chunk and head M, sum e, written by

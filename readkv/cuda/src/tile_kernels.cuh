@@ -28,7 +28,10 @@ namespace readkv::cuda::tile_kernels {
 // heads, precomputed in lane order by TilePrepare). Per finished tile and head it writes
 // e = exp(l - M) in f16 for its 16 tokens (M the tile's max; TileValues scales them by
 // exp(M - max) into its B operand) and the tile's softmax statistics (M, sum e, sum e^2), from
-// which TileSelect forms the heads' statistics and the Value block weights. The f32 logits are
+// which TileSelect forms the heads' statistics and the Value block weights. With a Value
+// window M is instead the warp's reference maximum and only M is written (WindowTileEpilogue):
+// TileWindowValues forms sum e^2 from the e values and the row's statistics from the chunks'
+// (chunk_stats, written at the block's end). The f32 logits are
 // written only for TileDecodeDebug::logits: the round trip through memory is 2 bytes a token
 // and head instead of 4.
 // Byte keys (kByteKeys; every group at depth 8, so a staged tile is its 256 code bytes a group):
