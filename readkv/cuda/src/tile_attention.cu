@@ -28,8 +28,8 @@ namespace readkv::cuda::tile_kernels {
 
 // ---- 1. TilePrepare ----------------------------------------------------------------------------
 
-// Grid (H_kv, B) x D: thread c owns channel c. The transform and the channel importance exactly
-// as the constrained reader's Prepare (readkv_attention.cu), then the group weights (SumPerTile's
+// Grid (H_kv, B) x D: thread c owns channel c. The transform (codec::Fwht's butterflies) and the
+// channel importance (codec::KeyChannelImportance) bit for bit, then the group weights (SumPerTile's
 // order), the group depths, the B fragments of the folded query (f16 of scale q~ sigma, lane
 // order of m16n8k16: lane l holds head l / 4 at channels 16 g + 2 (l % 4) + {0, 1} and + 8),
 // and the residual window's exact logits (a warp per token: q~ scale . (k - mu)).

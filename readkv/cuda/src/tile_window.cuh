@@ -29,8 +29,8 @@ namespace readkv::cuda::tile_kernels {
 
 // The row's output from the chunks' partials (`chunks` of them, read through L2: another block
 // of the same launch may have written them): per head mu mass + sigma acc / sum plus the residual
-// window's p v (exact BF16), then the inverse V transform (FWHT, scale, signs), as FinishRow of
-// the constrained reader. head_max, head_inv (1 / sum) and head_mass (the encoded tokens' share)
+// window's p v (exact BF16), then the inverse V transform (FWHT, scale, signs), as the CPU
+// reader's finish. head_max, head_inv (1 / sum) and head_mass (the encoded tokens' share)
 // are [G]; x is kMaxGroup rows of 128 floats of shared memory. Every thread of the block calls
 // it (blockDim.x >= D); thread c < D owns channel c.
 template <int D, int G>

@@ -17,8 +17,7 @@
 //     Capacity is whole pages (the allocator's unit, as ReadKV's).
 //   page_table: [B][max_pages] int32, TileDecodeShape::max_pages >= ceil(max_encoded_tokens /
 //     256) columns (may be null, with max_pages 0, when no sequence has encoded tokens).
-// TileAppend writes the pools (codes ORed into zeroed pages); bench::PagesToTiles relays a
-// ReadKV cache into them under the same page table.
+// TileAppend writes the pools (codes ORed into zeroed pages).
 // Inputs, per (sequence b, KV head h):
 //   residual_keys, residual_values: [B][H_kv][max_residual][d] BF16 bits, the exact window,
 //     residual_lens[b] tokens of it read (keys post-RoPE and transformed, as the CPU's
@@ -44,8 +43,8 @@
 // depth only: TileCentroids::outermost). An element is listed only if its code is clipped (all
 // ones or all zeros), as the codec guarantees.
 // The codec (ReadKvCodec: means, stds, signs of the layer; device memory) and the policy
-// (ReadKvReadPolicy: R_K, R_V and the Threshold allocator's increments) are the constrained
-// reader's types; for the tile reader both increment tables must be the step-1 table
+// (ReadKvReadPolicy: R_K, R_V and the Threshold allocator's increments) are
+// decode_attention.h's; both increment tables must be the step-1 table
 // (DepthAllocator::increment with t_min 1, step 1: W - 1 entries), since its Value step is 1.
 // Depths: per 16-channel Key group and per 16-token Value block, exactly
 // codec::ChooseKeyGroupDepths / ChooseValueBlockDepths for the weights the GPU computed (Key
@@ -174,7 +173,7 @@ struct TileDecodeDebug {
   // (TileAttend's ledgers; outlier lists and the residual window are not in these two). Summed
   // by TilePrepare and TileSelect with one atomic add per row, so a server keeps its ledgers
   // without reading depths back.
-  unsigned long long* totals = nullptr;  // as ReadKvDebug::totals
+  unsigned long long* totals = nullptr;  // [2], added to: logical bits, physical bytes
   // [1], added to: the outlier entries the call's lists hold, of each kind given, every entry of
   // each row's pages up to its encoded length (each page block's count, tile_start[16]), 4 bytes
   // each in the ledgers. Summed by TileSelect with one atomic add per row; untouched without lists.
@@ -214,12 +213,11 @@ struct TileCache {
 // staged entries, [tokens][H_kv][2][cap] u32, and their counts, [tokens][H_kv][2] u32).
 size_t TileAppendOutlierWorkspaceBytes(int tokens, int heads_kv, int cap);
 
-// Encodes and appends tokens into the tile pools, as ReadKvAppend (decode_attention.h) does into
-// bit planes: keys and values [tokens][H_kv][d] float (keys post-RoPE); token k goes to
+// Encodes and appends tokens into the tile pools: keys and values [tokens][H_kv][d] float (keys
+// post-RoPE); token k goes to
 // position positions[k] of sequence seq_ids[k], in page page_table[seq_ids[k] * max_pages +
 // positions[k] / 256] (shape: heads_kv, head_dim 64 or 128, max_pages; the rest unused). Codes
-// are bit-identical to ReadKvAppend's and readkv::codec's (the same append kernel and encode,
-// readkv_encode.cuh). A token's bits land in bytes that the other 15 tokens of its tile also
+// are bit-identical to readkv::codec's (the encode of readkv_encode.cuh). A token's bits land in bytes that the other 15 tokens of its tile also
 // write: they are ORed in by 32-bit atomics, so the pages must be zero before their tokens are
 // appended (zero pages when allocating), any number of a tile's tokens may be appended in one
 // launch, and a slot must not be appended twice.
