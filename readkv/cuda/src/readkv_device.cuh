@@ -225,10 +225,10 @@ __device__ BinPick WarpFindBin(const Load& load, int bins, long long rank) {
 inline constexpr int kSelectDigitBins = 256;  // 8-bit digits
 inline constexpr int kSelectFinal = 32;       // elements left when one warp ranks them pairwise
 
-// The state of a radix selection of greedy's cut (BlockSelect's): the composite bits fixed so far (prefix and mask of hi
-// and of lo), how many remain free (pos, counted from the bottom of lo; hi sits above lo), the
-// rank of the sought element among the `count` that match, and the digit of the current pass
-// (up to 8 bits, the next below the fixed ones).
+// The state of BlockSelect's radix selection of greedy's cut: the composite bits fixed so far
+// (prefix and mask of hi and of lo), how many remain free (pos, counted from the bottom of lo;
+// hi sits above lo), the rank of the sought element among the `count` that match, and the digit
+// of the current pass (up to 8 bits, the next below the fixed ones).
 struct RadixPrefix {
   unsigned long long prefix_hi, mask_hi;
   unsigned prefix_lo = 0, mask_lo = 0;

@@ -63,13 +63,15 @@ __global__ void __launch_bounds__(128) TilePrepare(TileArgs a) {
     v[q] = sign < 0.0f ? -y : y;
   }
   internal::FwhtChannelRows<kMaxGroup>(v, G, D, a.transform_scale, x);
-  double w = 0.0;  // codec::KeyChannelImportance, heads in order
+  if constexpr (!kByteKeys) {  // codec::KeyChannelImportance, heads in order
+    double w = 0.0;
 #pragma unroll
-  for (int q = 0; q < G; ++q) {
-    const double s = __dmul_rn(static_cast<double>(v[q]), static_cast<double>(sd));
-    w = __dadd_rn(w, __dmul_rn(s, s));
+    for (int q = 0; q < G; ++q) {
+      const double s = __dmul_rn(static_cast<double>(v[q]), static_cast<double>(sd));
+      w = __dadd_rn(w, __dmul_rn(s, s));
+    }
+    weight[c] = w;
   }
-  weight[c] = w;
 #pragma unroll
   for (int q = 0; q < kMaxGroup; ++q) {
     const float s = q < G ? v[q] * a.attention_scale : 0.0f;

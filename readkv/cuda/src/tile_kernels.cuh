@@ -57,6 +57,39 @@ __device__ __forceinline__ void ByteKeyBias(const uint2* frags, int groups, int 
   bias[1] = tile::kKeyByteHalfCell * __shfl_sync(0xffffffffu, sum, 8 * (lane % 4) + 4);
 }
 
+// Over the row, one token tile's e values against its own maximum M per head, from its masked
+// logits x (C order, as below; in0 / in1: the lane's two tokens are encoded), to the tile's probs
+// ([G][16], f16), and its statistics (M, sum e, sum e^2 per head) for TileSelect.
+template <int G>
+__device__ __forceinline__ void RowTileEpilogue(const float (&x)[4], bool in0, bool in1, int lane,
+                                                __half* tile_probs, float* tile_stats) {
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int n_head = 2 * (lane % 4) + hh;
+    float m = fmaxf(x[hh], x[hh + 2]);
+#pragma unroll
+    for (int o = 4; o < kWarp; o *= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const float e0 = in0 ? __expf(x[hh] - m) : 0.0f;
+    const float e1 = in1 ? __expf(x[hh + 2] - m) : 0.0f;
+    float sum = e0 + e1, sq = e0 * e0 + e1 * e1;
+#pragma unroll
+    for (int o = 4; o < kWarp; o *= 2) {
+      sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      sq += __shfl_xor_sync(0xffffffffu, sq, o);
+    }
+    if (n_head < G) {
+      __half* pr = tile_probs + n_head * 16 + lane / 4;
+      pr[0] = __float2half_rn(e0);
+      pr[8] = __float2half_rn(e1);
+      if (lane < 4) {
+        tile_stats[n_head] = m;
+        tile_stats[G + n_head] = sum;
+        tile_stats[2 * G + n_head] = sq;
+      }
+    }
+  }
+}
+
 // With a Value window, one token tile's e values against the warp's reference maxima ref (one
 // per head of the lane, uniform over the head's lanes), from its masked logits x (C order: heads
 // 2 (lane % 4) + {0, 1} at token lane / 4, then at token lane / 4 + 8). ref rises only when a
@@ -126,7 +159,10 @@ __global__ void __launch_bounds__(kMmaThreads)
   if constexpr (!kByteKeys) LoadTable(centroids, table);
   if (threadIdx.x < kGroups) depth[threadIdx.x] = a.key_depths[row * kGroups + threadIdx.x];
   __syncthreads();
-  if (threadIdx.x == 0) staged_planes = tile::PlanKeyStaging(depth, kGroups, a.store_bits, plane_at, piece);
+  if (threadIdx.x == 0) {  // byte keys stage whole token tiles: no piece map to plan
+    staged_planes = kByteKeys ? kBytePieces / 2
+                              : tile::PlanKeyStaging(depth, kGroups, a.store_bits, plane_at, piece);
+  }
   __syncthreads();
   const int encoded = a.in.encoded_lens[b];
   const int tiles = (encoded + 15) / 16;
@@ -252,69 +288,30 @@ __global__ void __launch_bounds__(kMmaThreads)
       }
     }
     // C: rows = tokens (lane / 4, + 8), columns = heads (2 (lane % 4), + 1).
-    if (per_chunk) {
-#pragma unroll
-      for (int i = 0; i < kStageTiles; ++i) {
-        if (i >= n) continue;
-        const int tile = base + i;
-        const int t0 = tile * 16 + lane / 4, t1 = t0 + 8;
-        const float x[4] = {t0 < encoded ? acc[i][0] : -INFINITY,
-                            t0 < encoded ? acc[i][1] : -INFINITY,
-                            t1 < encoded ? acc[i][2] : -INFINITY,
-                            t1 < encoded ? acc[i][3] : -INFINITY};
-        if (debug_logits != nullptr) {
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const int n_head = 2 * (lane % 4) + hh;
-            if (n_head >= G) continue;
-            float* out = debug_logits + (first_q + n_head) * a.logit_stride;
-            if (t0 < encoded) out[t0] = x[hh];
-            if (t1 < encoded) out[t1] = x[hh + 2];
-          }
-        }
-        WindowTileEpilogue<G>(x, lane, ref, lane_sum,
-                              probs + static_cast<size_t>(tile) * G * 16,
-                              tile_stats + static_cast<size_t>(tile) * 3 * G);
-      }
-      continue;
-    }
 #pragma unroll
     for (int i = 0; i < kStageTiles; ++i) {
       if (i >= n) continue;
       const int tile = base + i;
+      const int t0 = tile * 16 + lane / 4, t1 = t0 + 8;
+      const bool in0 = t0 < encoded, in1 = t1 < encoded;
+      const float x[4] = {in0 ? acc[i][0] : -INFINITY, in0 ? acc[i][1] : -INFINITY,
+                          in1 ? acc[i][2] : -INFINITY, in1 ? acc[i][3] : -INFINITY};
+      if (debug_logits != nullptr) {
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int n_head = 2 * (lane % 4) + hh;
-        const int t0 = tile * 16 + lane / 4, t1 = t0 + 8;
-        const float x0 = t0 < encoded ? acc[i][hh] : -INFINITY;
-        const float x1 = t1 < encoded ? acc[i][hh + 2] : -INFINITY;
-        if (debug_logits != nullptr && n_head < G) {
+        for (int hh = 0; hh < 2; ++hh) {
+          const int n_head = 2 * (lane % 4) + hh;
+          if (n_head >= G) continue;
           float* out = debug_logits + (first_q + n_head) * a.logit_stride;
-          if (t0 < encoded) out[t0] = x0;
-          if (t1 < encoded) out[t1] = x1;
+          if (in0) out[t0] = x[hh];
+          if (in1) out[t1] = x[hh + 2];
         }
-        float m = fmaxf(x0, x1);
-#pragma unroll
-        for (int o = 4; o < kWarp; o *= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        const float e0 = t0 < encoded ? __expf(x0 - m) : 0.0f;
-        const float e1 = t1 < encoded ? __expf(x1 - m) : 0.0f;
-        float sum = e0 + e1, sq = e0 * e0 + e1 * e1;
-#pragma unroll
-        for (int o = 4; o < kWarp; o *= 2) {
-          sum += __shfl_xor_sync(0xffffffffu, sum, o);
-          sq += __shfl_xor_sync(0xffffffffu, sq, o);
-        }
-        if (n_head < G) {
-          __half* pr = probs + (static_cast<size_t>(tile) * G + n_head) * 16 + lane / 4;
-          pr[0] = __float2half_rn(e0);
-          pr[8] = __float2half_rn(e1);
-        }
-        if (lane < 4 && n_head < G) {
-          float* st = tile_stats + static_cast<size_t>(tile) * 3 * G;
-          st[n_head] = m;
-          st[G + n_head] = sum;
-          st[2 * G + n_head] = sq;
-        }
+      }
+      __half* tile_probs = probs + static_cast<size_t>(tile) * G * 16;
+      float* stats = tile_stats + static_cast<size_t>(tile) * 3 * G;
+      if (per_chunk) {
+        WindowTileEpilogue<G>(x, lane, ref, lane_sum, tile_probs, stats);
+      } else {
+        RowTileEpilogue<G>(x, in0, in1, lane, tile_probs, stats);
       }
     }
   }

@@ -13,6 +13,13 @@ namespace readkv::cuda::tile_kernels {
 
 // ---- The Value cut, shared by TileSelect (over a row) and TileWindowValues (over a window) ----
 
+// One head's share of a tile's weight: (sum e^2) exp(2 (M - max)) / S^2, e against M.
+__device__ __forceinline__ double HeadBlockWeight(float sum_sq, float tile_max, float head_max,
+                                                  double head_inv) {
+  const double scale = expf(2.0f * (tile_max - head_max)) * head_inv * head_inv;
+  return static_cast<double>(sum_sq) * scale;
+}
+
 // A token tile's Value block weight, sum_h sum_i p_hi^2, from its statistics st (TileLogits': M
 // [G], sum e [G], sum e^2 [G]) and the row's per-head maximum and 1 / sum:
 // sum_h (sum e^2) exp(2 (M - max_h)) / S_h^2, in double.
@@ -21,10 +28,7 @@ __device__ __forceinline__ double ValueBlockWeight(const float* st, const float*
                                                    const double* head_inv) {
   double w = 0.0;
 #pragma unroll
-  for (int q = 0; q < G; ++q) {
-    const double scale = expf(2.0f * (st[q] - head_max[q])) * head_inv[q] * head_inv[q];
-    w += static_cast<double>(st[2 * G + q]) * scale;
-  }
+  for (int q = 0; q < G; ++q) w += HeadBlockWeight(st[2 * G + q], st[q], head_max[q], head_inv[q]);
   return w;
 }
 
@@ -51,8 +55,7 @@ __device__ __forceinline__ double ValueBlockWeightOfProbs(const float* tile_max,
         sq = fmaf(f.y, f.y, sq);
       }
     }
-    const double scale = expf(2.0f * (tile_max[q] - head_max[q])) * head_inv[q] * head_inv[q];
-    w += static_cast<double>(sq) * scale;
+    w += HeadBlockWeight(sq, tile_max[q], head_max[q], head_inv[q]);
   }
   return w;
 }
