@@ -104,6 +104,15 @@ def main():
     global KVGATE
     KVGATE = args.kvgate
     only = set(args.only.split(","))
+    # Both servers, the suite and its load generator on one CPU: on a 2-core machine the
+    # scheduler otherwise places one idle-or-serving server beside the load generator's spinning
+    # threads and the other not, for a whole run, and identical servers measured 0.86x to 1.27x in
+    # goodput with tight intervals (a false P99 FAIL in about half the full-suite runs of
+    # 2026-12-06, a false GO once); pinned, 1.001 [0.994, 1.009] and 1.009 [0.987, 1.031]. The
+    # controls test the gates' statistics on a known truth, not the host's placement (the
+    # placement itself is a finding for local servers: docs/gates.md, "Known limits").
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpus[-1]})
     work = args.keep or tempfile.mkdtemp(prefix="kvgate_known_truth_")
     os.makedirs(work, exist_ok=True)
     d = args.delay_ms
