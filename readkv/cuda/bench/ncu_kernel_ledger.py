@@ -10,7 +10,8 @@ stores wrote into L2 (spilled registers included), and with the last two its war
 and its issue floor as a share of its time (the floor: the time its instructions take when each
 of the SMs' 4 schedulers issues one every cycle at the measured SM clock; --sms, default 132, an
 H100's or H200's). The launches form calls: a call starts at each launch of the first launch's
-kernel (TilePrepare for the tile reader, the split kernel for dense and FP8). With --bench, the
+kernel (TilePrepare for the tile reader, TileLogits for its byte keys, the split kernel for
+dense and FP8). With --bench, the
 JSON that `kvgate bench attention --json` wrote in the same run (one row: the profiled point), it
 then sets one call's measured bytes against the row's modelled physical traffic
 (`traffic_bytes.total`, readkv/cuda/src/traffic.cc), the call's time against its two floors

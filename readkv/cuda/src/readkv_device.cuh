@@ -57,11 +57,11 @@ __device__ __forceinline__ void BlockFwhtRows(float (*x)[128], int rows, int d, 
   __syncthreads();
 }
 
-// BlockFwhtRows for a block whose thread c (c < d = blockDim.x, d a multiple of 64) holds channel
-// c of `rows` <= R rows in registers, v[q]: the same butterflies in the same order (half = 1, 2,
-// 4, ...; the lower channel gets a + b, the upper a - b), so the same bits. Stages within a warp
-// by shuffles, no barrier; the others through x (rows x d floats of shared memory); then the
-// scale. Every thread of the block calls it.
+// BlockFwhtRows for a block whose thread c (c < d <= blockDim.x <= 128, d a multiple of 64) holds
+// channel c of `rows` <= R rows in registers, v[q]: the same butterflies in the same order (half
+// = 1, 2, 4, ...; the lower channel gets a + b, the upper a - b), so the same bits. Stages within
+// a warp by shuffles, no barrier; the others through x (rows x 128 floats of shared memory); then
+// the scale. Every thread of the block calls it; threads c >= d compute nothing of use.
 template <int R>
 __device__ __forceinline__ void FwhtChannelRows(float (&v)[R], int rows, int d, float scale,
                                                 float (*x)[128]) {

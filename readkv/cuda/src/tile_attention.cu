@@ -19,6 +19,7 @@
 #include "readkv_device.cuh"
 #include "tile_kernels.cuh"
 #include "tile_plan.h"
+#include "tile_queries.cuh"
 #include "tile_read_sums.h"
 #include "tile_threshold.h"
 #include "tile_values.cuh"
@@ -28,19 +29,14 @@ namespace readkv::cuda::tile_kernels {
 
 // ---- 1. TilePrepare ----------------------------------------------------------------------------
 
-// Grid (H_kv, B) x D: thread c owns channel c. The transform (codec::Fwht's butterflies) and the
-// channel importance (codec::KeyChannelImportance) bit for bit, then the group weights (SumPerTile's
-// order), the group depths, the B fragments of the folded query (f16 of scale q~ sigma, lane
-// order of m16n8k16: lane l holds head l / 4 at channels 16 g + 2 (l % 4) + {0, 1} and + 8),
-// and the residual window's exact logits (a warp per token: q~ scale . (k - mu)).
-// Byte keys (kByteKeys) are read whole: every group's depth is 8 and the allocator is skipped.
-template <int D, int G, bool kByteKeys>
+// Grid (H_kv, B) x D, for tree keys (byte keys fold their queries in TileLogits): thread c
+// owns channel c. The folded queries (FoldRowQueries, tile_queries.cuh), the channel importance
+// (codec::KeyChannelImportance) bit for bit, then the group weights (SumPerTile's order), the
+// group depths, the B fragments and the residual window's exact logits (ResidualLogits).
+template <int D, int G>
 __global__ void __launch_bounds__(128) TilePrepare(TileArgs a) {
   constexpr int kGroups = D / 16;
-  __shared__ float x[kMaxGroup][128];
-  __shared__ float scaled[G][D];
-  __shared__ uint16_t folded[kMaxGroup][D];
-  __shared__ float mean[D];
+  __shared__ RowQueryShared<D, G> queries;
   __shared__ double weight[D];
   __shared__ double group_weight[kGroups];
   __shared__ uint8_t depth[kGroups];
@@ -49,82 +45,60 @@ __global__ void __launch_bounds__(128) TilePrepare(TileArgs a) {
   __shared__ tile::SmallCount count;
   __shared__ double cut;
   const int h = blockIdx.x, b = blockIdx.y, c = threadIdx.x;
-  const int lane = c % kWarp, warp = c / kWarp;
   const size_t row = RowOf(a, b, h);
   const size_t channel = static_cast<size_t>(h) * D + c;
-  const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
-  const float sign = a.codec.key_signs[channel];
-  const float sd = a.codec.key_std[channel];
-  mean[c] = a.codec.key_mean[channel];
   float v[kMaxGroup];
-#pragma unroll
-  for (int q = 0; q < kMaxGroup; ++q) {
-    const float y = q < G ? a.in.queries[(first_q + q) * D + c] : 0.0f;
-    v[q] = sign < 0.0f ? -y : y;
-  }
-  internal::FwhtChannelRows<kMaxGroup>(v, G, D, a.transform_scale, x);
-  if constexpr (!kByteKeys) {  // codec::KeyChannelImportance, heads in order
+  FoldRowQueries<D, G>(a, b, h, queries, v);
+  {  // codec::KeyChannelImportance, heads in order
+    const double sd = a.codec.key_std[channel];
     double w = 0.0;
 #pragma unroll
     for (int q = 0; q < G; ++q) {
-      const double s = __dmul_rn(static_cast<double>(v[q]), static_cast<double>(sd));
+      const double s = __dmul_rn(static_cast<double>(v[q]), sd);
       w = __dadd_rn(w, __dmul_rn(s, s));
     }
     weight[c] = w;
   }
-#pragma unroll
-  for (int q = 0; q < kMaxGroup; ++q) {
-    const float s = q < G ? v[q] * a.attention_scale : 0.0f;
-    if (q < G) scaled[q][c] = s;
-    folded[q][c] = __half_as_ushort(__float2half_rn(s * sd));
-  }
   if (a.in.key_outlier_pages != nullptr) {  // the Key lists' f32 queries, [D][G]
 #pragma unroll
-    for (int q = 0; q < G; ++q) a.scaled_queries[(row * D + c) * G + q] = scaled[q][c];
+    for (int q = 0; q < G; ++q) a.scaled_queries[(row * D + c) * G + q] = queries.scaled[c * G + q];
   }
   __syncthreads();
-  if constexpr (kByteKeys) {
-    if (c < kGroups) depth[c] = static_cast<uint8_t>(a.store_bits);
+  if (c < kGroups) {  // codec::SumPerTile: members in order from 0
+    double sum = 0.0;
+    for (int m = 0; m < 16; ++m) sum = __dadd_rn(sum, weight[16 * c + m]);
+    group_weight[c] = sum;
+  }
+  __syncthreads();
+  // The group depths: counts by one thread, the cut by a thread per candidate gain (a sort by
+  // one thread took ~50 us), the depths by one thread (tile_threshold.h).
+  const int spo = a.policy.key_steps;
+  if (c < kMaxSteps) inc[c] = c < spo ? a.policy.key_increments[c] : 0.0;
+  __syncthreads();
+  if (c == 0) {
+    const long long budget = internal::FloorBudget(a.policy.key_bits, static_cast<double>(kGroups));
+    count = tile::CountSmallSteps(group_weight, kGroups, budget, inc, spo);
+    cut = 0.0;  // unused unless a cut is needed
+  }
+  __syncthreads();
+  const int candidates = kGroups * spo;
+  if (count.NeedsCut()) {
+    if (c < candidates) gains[c] = tile::SmallGain(group_weight, count, inc, spo, c);
     __syncthreads();
-  } else {
-    if (c < kGroups) {  // codec::SumPerTile: members in order from 0
-      double sum = 0.0;
-      for (int m = 0; m < 16; ++m) sum = __dadd_rn(sum, weight[16 * c + m]);
-      group_weight[c] = sum;
+    if (c < candidates && gains[c] >= 0.0 &&
+        tile::IsStepsThLargest(gains[c], gains, candidates, count.steps)) {
+      cut = gains[c];  // every thread that writes writes the same value
     }
-    __syncthreads();
-    // The group depths: counts by one thread, the cut by a thread per candidate gain (a sort by
-    // one thread took ~50 us), the depths by one thread (tile_threshold.h).
-    const int spo = a.policy.key_steps;
-    if (c < kMaxSteps) inc[c] = c < spo ? a.policy.key_increments[c] : 0.0;
-    __syncthreads();
-    if (c == 0) {
-      const long long budget = internal::FloorBudget(a.policy.key_bits, static_cast<double>(kGroups));
-      count = tile::CountSmallSteps(group_weight, kGroups, budget, inc, spo);
-      cut = 0.0;  // unused unless a cut is needed
-    }
-    __syncthreads();
-    const int candidates = kGroups * spo;
-    if (count.NeedsCut()) {
-      if (c < candidates) gains[c] = tile::SmallGain(group_weight, count, inc, spo, c);
-      __syncthreads();
-      if (c < candidates && gains[c] >= 0.0 &&
-          tile::IsStepsThLargest(gains[c], gains, candidates, count.steps)) {
-        cut = gains[c];  // every thread that writes writes the same value
-      }
-      __syncthreads();
-    }
-    if (c == 0) tile::ApplySmallCut(group_weight, kGroups, inc, spo, count, cut, depth);
     __syncthreads();
   }
+  if (c == 0) tile::ApplySmallCut(group_weight, kGroups, inc, spo, count, cut, depth);
+  __syncthreads();
   if (c == 0 && a.debug.totals != nullptr) {  // the Key planes' share of the call's ledgers
     long long steps = 0;
     for (int g = 0; g < kGroups; ++g) steps += depth[g];
     const tile::ReadSums reads = tile::KeyRowReads(a.in.encoded_lens[b], steps);
-    atomicAdd(a.debug.totals,
-              static_cast<unsigned long long>(reads.bits));
-    atomicAdd(a.debug.totals + 1,
-              static_cast<unsigned long long>(reads.bytes));
+    atomicAdd(a.debug.totals, static_cast<unsigned long long>(reads.bits));
+    atomicAdd(a.debug.totals + 1, static_cast<unsigned long long>(reads.bytes));
   }
   if (c == 0) a.arrivals[row] = 0;  // TileWindowValues counts its blocks from here
   if (c < kGroups) {
@@ -132,28 +106,9 @@ __global__ void __launch_bounds__(128) TilePrepare(TileArgs a) {
     if (a.debug.key_depths != nullptr) a.debug.key_depths[row * kGroups + c] = depth[c];
   }
   for (int idx = c; idx < kGroups * kWarp; idx += D) {
-    const int g = idx / kWarp, l = idx % kWarp;
-    const int n = l / 4, k0 = 16 * g + 2 * (l % 4);
-    const uint32_t b0 = folded[n][k0] | (uint32_t{folded[n][k0 + 1]} << 16);
-    const uint32_t b1 = folded[n][k0 + 8] | (uint32_t{folded[n][k0 + 9]} << 16);
-    reinterpret_cast<uint2*>(a.fragments)[(row * kGroups + g) * kWarp + l] = make_uint2(b0, b1);
+    reinterpret_cast<uint2*>(a.fragments)[row * kGroups * kWarp + idx] = queries.frags[idx];
   }
-  const int residual = a.in.residual_lens[b];
-  const uint16_t* keys = a.in.residual_keys + row * a.max_residual * D;
-  for (int r = warp; r < residual; r += D / kWarp) {
-    float dot[G] = {};
-    for (int ch = lane; ch < D; ch += kWarp) {
-      const float k =
-          __uint_as_float(uint32_t{keys[static_cast<size_t>(r) * D + ch]} << 16) - mean[ch];
-#pragma unroll
-      for (int q = 0; q < G; ++q) dot[q] += scaled[q][ch] * k;
-    }
-#pragma unroll
-    for (int q = 0; q < G; ++q) {
-      const float total = internal::WarpSum(dot[q]);
-      if (lane == 0) a.logits[(first_q + q) * a.max_residual + r] = total;
-    }
-  }
+  ResidualLogits<D, G>(a, b, h, queries.scaled, queries.mean, 0, D / kWarp);
 }
 
 // ---- 3. TileSelect -----------------------------------------------------------------------------
@@ -293,11 +248,10 @@ cudaError_t LaunchAll(const TileArgs& a, const tile::TileCentroids& centroids, i
   const dim3 rows(static_cast<unsigned>(a.heads_kv), static_cast<unsigned>(batch));
   const dim3 chunks(static_cast<unsigned>(a.chunks), static_cast<unsigned>(a.heads_kv),
                     static_cast<unsigned>(batch));
-  if (byte_keys) {
-    TilePrepare<D, G, true><<<rows, D, 0, stream>>>(a);
+  if (byte_keys) {  // its blocks fold their own queries: no TilePrepare
     TileLogits<D, G, true><<<chunks, kMmaThreads, 0, stream>>>(a, centroids);
   } else {
-    TilePrepare<D, G, false><<<rows, D, 0, stream>>>(a);
+    TilePrepare<D, G><<<rows, D, 0, stream>>>(a);
     TileLogits<D, G, false><<<chunks, kMmaThreads, 0, stream>>>(a, centroids);
   }
   if (windowed) {

@@ -55,7 +55,8 @@ struct TileArgs {
   float* scaled_queries;  // [B][H_kv][D][G]: scale q~ (f32), written only with Key lists
   float* chunk_stats;     // [B][H_kv][chunks][2][G]: per chunk and head M, sum e, written by
                           // TileLogits with a Value window only (null without)
-  unsigned* arrivals;     // [B][H_kv]: TileWindowValues' blocks done (TilePrepare zeroes them)
+  unsigned* arrivals;     // [B][H_kv]: TileWindowValues' blocks done (TilePrepare zeroes them;
+                          // with byte keys the row's first TileLogits block)
 };
 
 __device__ __forceinline__ size_t RowOf(const TileArgs& a, int b, int h) {

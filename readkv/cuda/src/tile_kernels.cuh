@@ -13,6 +13,8 @@
 #include "tile_fragment.h"
 #include "tile_kernel_args.cuh"
 #include "tile_list_reads.cuh"
+#include "tile_queries.cuh"
+#include "tile_read_sums.h"
 #include "tile_staging.h"
 #include "tile_value_cut.cuh"
 
@@ -25,7 +27,7 @@ namespace readkv::cuda::tile_kernels {
 // the group runs of a tile back to back, <= kStageBytes). Per stage it walks the Key groups: one
 // depth dispatch per group, then per staged tile the t plane bytes from shared memory, the
 // decode of tile_fragment.h and one MMA against the group's folded queries (B: 16 channels x 8
-// heads, precomputed in lane order by TilePrepare). Per finished tile and head it writes
+// heads, in lane order, by TilePrepare). Per finished tile and head it writes
 // e = exp(l - M) in f16 for its 16 tokens (M the tile's max; TileValues scales them by
 // exp(M - max) into its B operand) and the tile's softmax statistics (M, sum e, sum e^2), from
 // which TileSelect forms the heads' statistics and the Value block weights. With a Value
@@ -37,7 +39,10 @@ namespace readkv::cuda::tile_kernels {
 // Byte keys (kByteKeys; every group at depth 8, so a staged tile is its 256 code bytes a group):
 // per group and tile one 8-byte shared load of the lane's codes, DecodeByteKeys (a permute and
 // an f16x2 fma a pair) and the MMA, every accumulator starting at the half cell's share of the
-// logit (ByteKeyBias).
+// logit (ByteKeyBias). There is no TilePrepare then: each block issues its first stage, folds its
+// row's queries into shared memory meanwhile (FoldRowQueries), and after its tiles computes its
+// share of the residual window's logits; the row's first block zeroes its arrivals and adds the
+// Key bytes to the ledgers.
 template <int G>
 __device__ __forceinline__ void ByteKeyBias(const uint2* frags, int groups, int lane,
                                             float (&bias)[2]) {
@@ -135,6 +140,8 @@ __device__ __forceinline__ void WindowTileEpilogue(const float (&x)[4], int lane
   }
 }
 
+struct NoRowQueries {};  // tree keys' TileLogits: TilePrepare folded the queries
+
 template <int D, int G, bool kByteKeys>
 __global__ void __launch_bounds__(kMmaThreads)
     TileLogits(TileArgs a, const __grid_constant__ tile::TileCentroids centroids) {
@@ -153,22 +160,26 @@ __global__ void __launch_bounds__(kMmaThreads)
   __shared__ uint16_t piece[kMaxPieces];  // staged piece o: its 16-byte index in the token tile
   __shared__ int staged_planes;           // planes of one staged tile (sum of the depths)
   __shared__ __align__(16) uint8_t ring[kMmaWarps][kStages][kStageBytes];
+  // Byte keys: the block's own folded queries (tile_queries.cuh; tree keys take TilePrepare's).
+  __shared__ std::conditional_t<kByteKeys, RowQueryShared<D, G>, NoRowQueries> queries;
   const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const size_t row = RowOf(a, b, h);
-  if constexpr (!kByteKeys) LoadTable(centroids, table);
-  if (threadIdx.x < kGroups) depth[threadIdx.x] = a.key_depths[row * kGroups + threadIdx.x];
-  __syncthreads();
-  if (threadIdx.x == 0) {  // byte keys stage whole token tiles: no piece map to plan
-    staged_planes = kByteKeys ? kBytePieces / 2
-                              : tile::PlanKeyStaging(depth, kGroups, a.store_bits, plane_at, piece);
+  if constexpr (!kByteKeys) {
+    LoadTable(centroids, table);
+    if (threadIdx.x < kGroups) depth[threadIdx.x] = a.key_depths[row * kGroups + threadIdx.x];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      staged_planes = tile::PlanKeyStaging(depth, kGroups, a.store_bits, plane_at, piece);
+    }
+    __syncthreads();
   }
-  __syncthreads();
   const int encoded = a.in.encoded_lens[b];
   const int tiles = (encoded + 15) / 16;
   const int first = chunk * (a.chunk_tokens / 16);
   const tile::WarpShare mine = tile::ShareOfWarp(first, min(tiles, first + a.chunk_tokens / 16), warp);
-  const int planes = staged_planes;
+  // Byte keys stage whole token tiles (every group at depth 8): no piece map.
+  const int planes = kByteKeys ? kBytePieces / 2 : staged_planes;
   const int pieces = 2 * planes;
   const int per_stage = tile::KeyTilesPerStage(planes);
   const int stages = (mine.count() + per_stage - 1) / per_stage;
@@ -197,8 +208,21 @@ __global__ void __launch_bounds__(kMmaThreads)
     }
     CpAsyncCommit();
   };
+  // The first stage's loads need no query: byte keys issue them before folding the queries, so
+  // the fold runs under their latency.
+  if (stages > 0) issue(0);
+  const uint2* frags = nullptr;  // the folded queries' B fragments, group g at g * 32
+  const float* scaled = nullptr;  // scale q~, [D][G], for the Key lists
+  if constexpr (kByteKeys) {
+    float v[kMaxGroup];
+    FoldRowQueries<D, G>(a, b, h, queries, v);
+    frags = queries.frags;
+    scaled = queries.scaled;
+  } else {
+    frags = reinterpret_cast<const uint2*>(a.fragments) + row * kGroups * kWarp;
+    scaled = a.scaled_queries + row * D * G;
+  }
   const SharedTable lookup{table};
-  const uint2* frags = reinterpret_cast<const uint2*>(a.fragments) + row * kGroups * kWarp;
   float* tile_stats = a.tile_stats + row * a.max_tiles * 3 * G;
   __half* probs = a.probs + row * a.max_tiles * G * 16;
   float* debug_logits = a.debug.logits;
@@ -214,7 +238,6 @@ __global__ void __launch_bounds__(kMmaThreads)
   // With a Value window, the lane's reference maxima for its heads (ref: uniform over a head's
   // lanes) and its own sums of e = exp(l - ref) over its tokens (WindowTileEpilogue).
   float ref[2] = {-INFINITY, -INFINITY}, lane_sum[2] = {0.0f, 0.0f};
-  if (stages > 0) issue(0);
   for (int k = 0; k < stages; ++k) {
     if (k + 1 < stages) {
       issue(k + 1);
@@ -277,7 +300,6 @@ __global__ void __launch_bounds__(kMmaThreads)
     }
     __syncwarp();  // the slot is refilled by stage k + 2's issue
     if (a.in.key_outlier_pages != nullptr) {  // before the tiles' maxima and sums
-      const float* scaled = a.scaled_queries + row * D * G;
       const float* key_std = a.codec.key_std + static_cast<size_t>(h) * D;
 #pragma unroll
       for (int i = 0; i < kStageTiles; ++i) {
@@ -312,6 +334,22 @@ __global__ void __launch_bounds__(kMmaThreads)
         WindowTileEpilogue<G>(x, lane, ref, lane_sum, tile_probs, stats);
       } else {
         RowTileEpilogue<G>(x, in0, in1, lane, tile_probs, stats);
+      }
+    }
+  }
+  if constexpr (kByteKeys) {  // TilePrepare's row work, for the launches after this one
+    ResidualLogits<D, G>(a, b, h, queries.scaled, queries.mean, chunk * kMmaWarps,
+                         a.chunks * kMmaWarps);  // the row's warps share its window's tokens
+    if (chunk == 0) {
+      if (threadIdx.x == 0) a.arrivals[row] = 0;  // TileWindowValues counts its blocks from here
+      if (threadIdx.x == 0 && a.debug.totals != nullptr) {  // the Key bytes' share of the ledgers
+        const tile::ReadSums reads =
+            tile::KeyRowReads(encoded, static_cast<long long>(kGroups) * a.store_bits);
+        atomicAdd(a.debug.totals, static_cast<unsigned long long>(reads.bits));
+        atomicAdd(a.debug.totals + 1, static_cast<unsigned long long>(reads.bytes));
+      }
+      if (threadIdx.x < kGroups && a.debug.key_depths != nullptr) {
+        a.debug.key_depths[row * kGroups + threadIdx.x] = static_cast<uint8_t>(a.store_bits);
       }
     }
   }

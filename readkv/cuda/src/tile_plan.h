@@ -38,7 +38,8 @@ struct TileWorkspaceLayout {
   size_t probs = 0;          // f16 [B][H_kv][max_token_tiles][group][16]: e = exp(l - M)
   size_t scaled_queries = 0;  // float [B][H_kv][d][group]: scale * q~, for the Key lists only
   size_t chunk_stats = 0;  // float [B][H_kv][chunks][2][group]: per chunk and head M, sum e
-  size_t arrivals = 0;     // uint32 [B][H_kv]: TileWindowValues' blocks done (zeroed by Prepare)
+  size_t arrivals = 0;     // uint32 [B][H_kv]: TileWindowValues' blocks done (zeroed by Prepare, or
+                           // by byte keys' TileLogits)
   size_t total = 0;
 };
 

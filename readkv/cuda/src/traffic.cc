@@ -204,13 +204,18 @@ TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& pla
                                const int32_t* residual_lens_host,
                                const uint8_t* key_depths_host, const uint8_t* value_depths_host,
                                const TileOutlierPages* lists) {
-  // With a Value window launch 6 does the work of 3-5: their terms go to its entry.
+  // With a Value window launch 6 does the work of 3-5: their terms go to its entry. Byte keys
+  // launch no TilePrepare: every TileLogits block folds its row's queries itself.
   const bool windowed = plan.value_window_tokens > 0;
-  const int kPrepare = 0, kLogits = 1, kSelect = 2, kValues = windowed ? 2 : 3,
-            kCombine = windowed ? 2 : 4;
-  Ledger t = windowed ? Ledger({"TilePrepare", "TileLogits", "TileWindowValues"})
-                      : Ledger({"TilePrepare", "TileLogits", "TileSelect", "TileValues",
-                                "TileCombine"});
+  const bool fold = shape.byte_keys;
+  const int first = fold ? -1 : 0;  // TilePrepare's index, or -1
+  const int kLogits = first + 1, kPrepare = fold ? kLogits : 0, kSelect = first + 2,
+            kValues = first + (windowed ? 2 : 3), kCombine = first + (windowed ? 2 : 4);
+  Ledger t = windowed ? (fold ? Ledger({"TileLogits", "TileWindowValues"})
+                              : Ledger({"TilePrepare", "TileLogits", "TileWindowValues"}))
+                      : (fold ? Ledger({"TileLogits", "TileSelect", "TileValues", "TileCombine"})
+                              : Ledger({"TilePrepare", "TileLogits", "TileSelect", "TileValues",
+                                        "TileCombine"}));
   const int64_t d = shape.head_dim, g = shape.group(), groups = shape.groups();
   const int64_t increments = (int64_t{shape.store_bits} - 1) * 8;
   const int64_t folded = groups * 32 * 8;  // the folded queries: a uint2 per (group, lane)
@@ -242,19 +247,25 @@ TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& pla
       const int64_t row = int64_t{b} * shape.heads_kv + h;
       int key_planes = 0;  // without the depths: every group at depth 1
       for (int k = 0; k < groups; ++k) key_planes += payload ? key_depths_host[row * groups + k] : 1;
-      // 1. Prepare.
-      t.Read(kIo, kPrepare, g * d * 4);
-      t.Read(kMetadata, kPrepare, 3 * d * 4 + increments);
+      // 1. Prepare (byte keys: every Logits block reads the queries and the codec's vectors and
+      // keeps what it folds on chip; the row's blocks share the residual window).
+      const int64_t folders = fold ? plan.chunks : 1;
+      t.Read(kIo, kPrepare, folders * g * d * 4);
+      t.Read(kMetadata, kPrepare, folders * 3 * d * 4 + (fold ? 0 : increments));
       t.Read(kPayload, kPrepare, residual * d * 2);
-      t.Write(kSchedule, kPrepare, groups);
-      t.Write(kIo, kPrepare, folded);
       t.Write(kScores, kPrepare, g * residual * 4);
+      if (!fold) {
+        t.Write(kSchedule, kPrepare, groups);
+        t.Write(kIo, kPrepare, folded);
+      }
       // 2. Logits: every block of the plan reads the group depths, every warp stage the folded
-      // queries, every tile its page-table entry; per tile and head 16 f16 e values and 3
-      // statistics.
-      t.Read(kSchedule, kLogits, groups * plan.chunks);
+      // queries (not with byte keys: on chip), every tile its page-table entry; per tile and head
+      // 16 f16 e values and 3 statistics.
       t.Read(kMetadata, kLogits, tiles * 4);
-      t.Read(kIo, kLogits, internal::TileLogitsStages(plan, encoded, key_planes) * folded);
+      if (!fold) {
+        t.Read(kSchedule, kLogits, groups * plan.chunks);
+        t.Read(kIo, kLogits, internal::TileLogitsStages(plan, encoded, key_planes) * folded);
+      }
       t.Write(kScores, kLogits, tiles * g * (16 * 2 + 3 * 4));
       if (windowed) {
         t.Write(kPartials, kLogits, plan.chunks * g * 2 * 4);  // every block's chunk statistics
@@ -291,14 +302,14 @@ TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& pla
       t.Read(kPayload, kCombine, residual * d * 2);
       t.Write(kIo, kCombine, g * d * 4);
       if (lists != nullptr) {  // the outlier lists (tile_ledgers.h)
-        t.Write(kIo, kPrepare, g * d * 4);  // the f32 scaled queries
+        if (!fold) t.Write(kIo, kPrepare, g * d * 4);  // the f32 scaled queries
         t.Read(kMetadata, kLogits, tiles * 4);  // each tile's page-table entry, again
         t.Read(kMetadata, kValues, tiles * 4);
         t.Read(kPayload, kLogits, TileListSectors(*lists, true, b, h, tiles, plan));
         t.Read(kPayload, kValues, TileListSectors(*lists, false, b, h, tiles, plan));
         const int64_t key_entries = lists->Entries(true, b, h, tiles);
         t.Read(kMetadata, kLogits, key_entries * 4);
-        t.Read(kIo, kLogits, key_entries * g * 4);
+        if (!fold) t.Read(kIo, kLogits, key_entries * g * 4);  // byte keys: on chip
       }
     }
   }

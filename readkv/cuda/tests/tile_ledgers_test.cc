@@ -160,6 +160,46 @@ TEST(TileLedgersTest, TrafficCountsTheWindowAndEveryPlannedLogitsBlock) {
   EXPECT_EQ(wide.kernels[3].read, base.kernels[3].read);
 }
 
+// Byte keys launch no TilePrepare: every Logits block reads the queries and the codec's Key
+// vectors and folds them on chip, so the folded queries and the group depths never cross memory;
+// the rest is the tree's call, launch by launch.
+TEST(TileLedgersTest, ByteKeysFoldTheirQueriesInEveryLogitsBlock) {
+  const std::vector<int32_t> encoded = {40}, none = {0}, window = {5};
+  TileDecodeShape bytes = TinyShape(0);
+  bytes.byte_keys = true;
+  const TilePlan plan{512, 3};
+  const TrafficBytes t = TileDecodeTraffic(bytes, plan, encoded.data(), none.data(),
+                                           kKeyDepths.data(), kValueDepths.data());
+  const TrafficBytes r = TileDecodeTraffic(TinyShape(0), plan, encoded.data(), none.data(),
+                                           kKeyDepths.data(), kValueDepths.data());
+  const std::vector<std::string> names = {"TileLogits", "TileSelect", "TileValues",
+                                          "TileCombine"};
+  for (size_t k = 0; k < names.size(); ++k) {
+    ASSERT_NE(t.kernels[k].kernel, nullptr) << k;
+    EXPECT_EQ(t.kernels[k].kernel, names[k]);
+  }
+  EXPECT_EQ(t.kernels[4].kernel, nullptr);
+  // Logits: the tree's without the group depths (3 blocks x 4) and the folded queries (3 stages
+  // x 1024), with each of the 3 blocks' queries (512) and K mean/std/signs (768).
+  EXPECT_EQ(t.kernels[0].read, r.kernels[1].read - 3 * 4 - 3 * 1024 + 3 * (512 + 768));
+  EXPECT_EQ(t.kernels[0].write, r.kernels[1].write);
+  for (int k = 1; k < 4; ++k) {
+    EXPECT_EQ(t.kernels[k].read, r.kernels[k + 1].read) << k;
+    EXPECT_EQ(t.kernels[k].write, r.kernels[k + 1].write) << k;
+  }
+  EXPECT_EQ(t.payload, r.payload);
+  EXPECT_EQ(SumOfLaunches(t), t.Total());
+  // The residual window's keys are read once and its logits written once, by the row's blocks.
+  TileDecodeShape bytes_window = TinyShape(5);
+  bytes_window.byte_keys = true;
+  const TrafficBytes w = TileDecodeTraffic(bytes_window, plan, encoded.data(), window.data(),
+                                           nullptr, nullptr);
+  const TrafficBytes bare =
+      TileDecodeTraffic(bytes, plan, encoded.data(), none.data(), nullptr, nullptr);
+  EXPECT_EQ(w.kernels[0].read - bare.kernels[0].read, 5 * 64 * 2);
+  EXPECT_EQ(w.kernels[0].write - bare.kernels[0].write, 2 * 5 * 4);
+}
+
 // Outlier page blocks on the same shape: one page, 3 tiles, Key entries 2 in tile 0 and 1 in
 // tile 2, one Value entry in tile 1; 3 warps of one tile each (the fourth's share is empty).
 TEST(TileLedgersTest, OutlierPageBlocksCountTheirBlocksEntriesAndSectors) {

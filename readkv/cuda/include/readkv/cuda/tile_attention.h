@@ -53,7 +53,9 @@
 // Launches (all on `stream`, in order; the plan fixes the grid):
 //   1. TilePrepare (H_kv, B) x d: transformed queries, Key group weights and depths, folded f16
 //      queries (scale * q~ * sigma), the residual window's exact logits; with Key lists also
-//      the f32 scale * q~ the corrections take.
+//      the f32 scale * q~ the corrections take. Not launched with byte keys: there every
+//      TileLogits block folds its row's queries itself, under its first loads' latency, and the
+//      row's blocks share the residual window's logits (the Key depths are all 8).
 //   2. TileLogits (chunks, H_kv, B) x 128: q.K over the chunk's token tiles on tensor cores, the
 //      planes staged through shared memory by cp.async; per tile and head f16 e = exp(l - M)
 //      and the statistics M, sum e, sum e^2 (f32 logits only for TileDecodeDebug::logits); a
@@ -171,7 +173,8 @@ struct TileDecodeDebug {
   // tile's, n_j its tokens), and its plane payload in bytes, 32 ceil(E / 16) sum_g t_g +
   // 2 d sum_j t_j (whole 32-byte plane sectors). The codec's tile reader counts the same
   // (TileAttend's ledgers; outlier lists and the residual window are not in these two). Summed
-  // by TilePrepare and TileSelect with one atomic add per row, so a server keeps its ledgers
+  // by TilePrepare (byte keys: TileLogits' first block of the row) and TileSelect with one
+  // atomic add per row, so a server keeps its ledgers
   // without reading depths back.
   unsigned long long* totals = nullptr;  // [2], added to: logical bits, physical bytes
   // [1], added to: the outlier entries the call's lists hold, of each kind given, every entry of
