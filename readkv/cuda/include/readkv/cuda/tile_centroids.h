@@ -16,12 +16,15 @@ namespace readkv::cuda::tile {
 inline constexpr int kMaxTileDepth = 8;
 // Entries of TileCentroids::table: depth t at [2^t - 1, 2^(t+1) - 1), t = 0..8.
 inline constexpr int kTileTableEntries = (2 << kMaxTileDepth) - 1;
+inline constexpr int kTileTableVectors = (kTileTableEntries * 2 + 15) / 16;  // 16-byte pieces
 
 struct TileCentroids {
   uint32_t depth1_negative = 0;  // f16x2 of C_1[0] (-c) in both halves
   uint32_t depth2_base = 0;      // f16x2 of C_2[0] (-c_b) in both halves
   uint32_t depth2_flip = 0;      // f16x2 of C_2[0] ^ C_2[1]: the bits where c_b and c_a differ
-  uint16_t table[kTileTableEntries] = {};  // f16 bits (round to nearest even) of C_t[code]
+  // f16 bits (round to nearest even) of C_t[code]; 16-byte aligned so that the kernels copy it
+  // to shared memory in kTileTableVectors 16-byte loads (the last one reads 2 padding bytes).
+  alignas(16) uint16_t table[kTileTableEntries] = {};
   // f32 C_t's largest centroid (0 at t = 0): what an outlier entry's correction subtracts
   // (tile_outliers.h; codec::OutlierCorrection reads the same float).
   float outermost[kMaxTileDepth + 1] = {};
