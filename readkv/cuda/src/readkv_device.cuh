@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include <cuda/atomic>
+
 #include "split_decode.cuh"
 
 namespace readkv::cuda::internal {
@@ -17,13 +19,19 @@ namespace readkv::cuda::internal {
 // of the launch; true in the block that arrives last (the count reaches `blocks`), which then
 // sees every other block's writes (read them with __ldcg: they are in L2, not in this SM's L1).
 // The count is not reset here: the launch before zeroes it.
+// Ordering: the barrier puts the block's writes before thread 0's add, an acquire-release at
+// device scope (cumulative: it releases what the barrier ordered before it, and acquires what
+// every earlier block's add released), and the second barrier puts the last block's reads after
+// it: CUTLASS's semaphore pattern. It replaced a __threadfence() (fence.sc.gpu) in every thread,
+// which held ~3.5% of TileWindowValues' stall samples (ncu, served point, 3345346).
 __device__ inline bool ArriveLast(unsigned* arrivals, int blocks) {
   __shared__ bool last;
-  __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(arrivals, 1u) + 1 == static_cast<unsigned>(blocks);
+  if (threadIdx.x == 0) {
+    ::cuda::atomic_ref<unsigned, ::cuda::thread_scope_device> count(*arrivals);
+    last = count.fetch_add(1u, ::cuda::memory_order_acq_rel) + 1 == static_cast<unsigned>(blocks);
+  }
   __syncthreads();
-  if (last) __threadfence();
   return last;
 }
 
