@@ -118,7 +118,8 @@ def main(build):
         check(cand.returncode == 0 and cand.stdout.split() == [
                   "--model", "models/long-16k", "--device", "cuda", "--kv", "readkv",
                   "--store-bits", "8", "--read-bits", "5", "--reader", "tile",
-                  "--kv-split", "8:2", "--outlier-cap", "2", "--batch", "16"],
+                  "--kv-split", "8:2", "--outlier-cap", "2", "--byte-keys", "--value-window",
+                  "1024", "--batch", "16"],
               f"the candidate's args, --max-batch 16 as --batch 16 ({cand.stdout.strip()})")
         base = bench_args(long_policy, "baseline", "4")
         check(base.returncode == 0 and base.stdout.split()[-2:] == ["--batch", "4"]

@@ -102,6 +102,13 @@ TEST(PolicyTest, H200LongKeepsTheDefaultGatesOnTheGpuAt16K) {
   ASSERT_NE(split.find(':'), std::string::npos);
   EXPECT_EQ(std::stod(split.substr(0, split.find(':'))), key_bits);
   EXPECT_EQ(std::stod(split.substr(split.find(':') + 1)), value_bits);
+  // Byte keys are read whole (docs/readkv.md "Byte keys"): only with R_K = 8, and in the Value
+  // windows the GPU reader's one-launch Value cut takes.
+  if (std::find(h.candidate.serve_args.begin(), h.candidate.serve_args.end(), "--byte-keys") !=
+      h.candidate.serve_args.end()) {
+    EXPECT_EQ(key_bits, 8.0);
+    EXPECT_GT(std::stoi(arg("--value-window")), 0);
+  }
   for (const ServerSpec* s : {&h.baseline, &h.candidate}) {
     EXPECT_EQ(flag_value(s->serve_args, "--device"), std::optional<std::string>("cuda"));
   }
