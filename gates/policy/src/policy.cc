@@ -18,6 +18,8 @@
 namespace kvgate::policy {
 namespace {
 
+constexpr int kMaxCpus = 8192;  // Linux's largest NR_CPUS
+
 // Walks one TOML table: every accessor marks its key as known, and Finish() rejects whatever
 // key was never asked for, so a misspelt threshold cannot be silently ignored.
 class TableReader {
@@ -384,6 +386,19 @@ Policy ParsePolicy(const std::string& text, const std::string& source) {
                         "asks for " + std::to_string(g.passkey_required) +
                             " correct passkeys but quality.passkey.items is " +
                             std::to_string(policy.passkey.items));
+    }
+  }
+  {
+    TableReader placement = top.Sub("placement");
+    PlacementSpec& pl = policy.placement;
+    std::string mode = "split";
+    placement.Get("mode", mode, {"split", "shared"});
+    pl.mode = mode == "split" ? PlacementSpec::Mode::kSplit : PlacementSpec::Mode::kShared;
+    placement.Get("suite_cpus", pl.suite_cpus, 0, kMaxCpus);
+    placement.Finish();
+    if (pl.mode == PlacementSpec::Mode::kShared && pl.suite_cpus > 0) {
+      throw PolicyError(source, placement.Line(), "placement.suite_cpus",
+                        "only for mode = \"split\" (\"shared\" pins nothing)");
     }
   }
   top.Finish();

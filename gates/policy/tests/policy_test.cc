@@ -47,6 +47,9 @@ TEST(PolicyTest, DefaultFileParsesAndMatchesTheProductGates) {
   EXPECT_DOUBLE_EQ(p.candidate.extra_body.at("readkv").at("read_bits").get<double>(), 4.0);
   EXPECT_TRUE(p.baseline.extra_body.empty());
   EXPECT_NE(p.text.find("[gates]"), std::string::npos);  // the exact text is kept
+  EXPECT_EQ(p.placement.mode, PlacementSpec::Mode::kSplit);
+  EXPECT_EQ(p.placement.suite_cpus, 0);
+  EXPECT_NE(p.text.find("[placement]"), std::string::npos);  // every key listed
 }
 
 TEST(PolicyTest, LongContextDiffersFromTheDefaultOnlyInTheQualityLengths) {
@@ -62,6 +65,8 @@ TEST(PolicyTest, LongContextDiffersFromTheDefaultOnlyInTheQualityLengths) {
   EXPECT_EQ(l.load.requests, d.load.requests);
   EXPECT_EQ(l.load.concurrency, d.load.concurrency);
   EXPECT_EQ(l.load.pairs, d.load.pairs);
+  EXPECT_EQ(l.placement.mode, d.placement.mode);
+  EXPECT_EQ(l.placement.suite_cpus, d.placement.suite_cpus);
 }
 
 TEST(PolicyTest, H200LongKeepsTheDefaultGatesOnTheGpuAt16K) {
@@ -131,6 +136,33 @@ TEST(PolicyTest, MinimalPolicyTakesEveryDefault) {
     EXPECT_TRUE(server->extra_body.is_object() && server->extra_body.empty());
   }
   RefuseRetiredKeys(p);  // nothing retired: no throw
+  // A policy without [placement] (every run stored before it existed) splits, sized by the CPUs.
+  EXPECT_EQ(p.placement.mode, PlacementSpec::Mode::kSplit);
+  EXPECT_EQ(p.placement.suite_cpus, 0);
+}
+
+TEST(PolicyTest, PlacementIsRead) {
+  const Policy shared =
+      ParsePolicy(std::string(kMinimal) + "[placement]\nmode = \"shared\"\n", "p.toml");
+  EXPECT_EQ(shared.placement.mode, PlacementSpec::Mode::kShared);
+  const Policy split = ParsePolicy(
+      std::string(kMinimal) + "[placement]\nmode = \"split\"\nsuite_cpus = 3\n", "p.toml");
+  EXPECT_EQ(split.placement.mode, PlacementSpec::Mode::kSplit);
+  EXPECT_EQ(split.placement.suite_cpus, 3);
+}
+
+TEST(PolicyTest, BadPlacementIsRejected) {
+  const std::string table = std::string(kMinimal) + "[placement]\n";
+  ExpectError(table + "mode = \"pinned\"\n", 7, "placement.mode",
+              "must be one of shared, split, got 'pinned'");
+  ExpectError(table + "suite_cpus = -1\n", 7, "placement.suite_cpus", "must be in [0, 8192]");
+  ExpectError(table + "suite_cpus = 1.5\n", 7, "placement.suite_cpus", "must be an integer");
+  ExpectError(table + "cpus = \"0-1\"\n", 7, "placement.cpus", "unknown key");
+  ExpectError(table + "mode = \"shared\"\nsuite_cpus = 2\n", 6, "placement.suite_cpus",
+              "only for mode = \"split\"");
+  ExpectError(std::string(kMinimal) + "placement = \"split\"\n", 6, "candidate.placement",
+              "unknown key");
+  ExpectError("placement = 2\n" + std::string(kMinimal), 1, "placement", "must be a table");
 }
 
 TEST(PolicyTest, EveryCommittedPolicyCanRun) {

@@ -110,6 +110,16 @@ struct GateSpec {
   double max_error_rate = 0.01;  // errored share of requests above which perf gates are INCONCLUSIVE
 };
 
+// [placement]: where `kvgate run` runs its local servers and itself, so that both servers serve
+// on the same CPUs, apart from the load generator (kvgate/suite/cpu_placement.h; docs/gates.md).
+struct PlacementSpec {
+  enum class Mode { kSplit, kShared };
+  // "split": the suite on its own CPUs, every local server on the same others; "shared": nothing
+  // pinned (the user places the processes, e.g. with their own taskset or cgroup).
+  Mode mode = Mode::kSplit;
+  int suite_cpus = 0;  // split: CPUs for the suite and its load generator; 0 = max(1, N/4) of N
+};
+
 struct Policy {
   std::string name = "default";
   uint64_t seed = 20261129;
@@ -125,6 +135,7 @@ struct Policy {
   QaWorkload qa;
   LoadWorkload load;
   GateSpec gates;
+  PlacementSpec placement;
 
   std::string source;  // the file name it came from ("<string>" when parsed from text)
   std::string text;    // the exact TOML text, stored with every run
