@@ -43,8 +43,8 @@ int HttpGetStatus(const std::string& host, int port, const std::string& path,
 
 ServerProcess::ServerProcess(std::vector<std::string> argv,
                              std::chrono::duration<double> startup_timeout, std::string log_path,
-                             bool append_address)
-    : argv_(std::move(argv)), log_path_(std::move(log_path)) {
+                             bool append_address, CpuList cpus)
+    : argv_(std::move(argv)), log_path_(std::move(log_path)), cpus_(std::move(cpus)) {
   if (argv_.empty()) throw ServerStartError("server command is empty");
   if (append_address) {
     for (const char* arg : {"--host", "127.0.0.1", "--port", "0"}) argv_.emplace_back(arg);
@@ -57,11 +57,13 @@ ServerProcess::ServerProcess(std::vector<std::string> argv,
   log_start_ = log_start < 0 ? 0 : log_start;
   // Its own process group, so a Ctrl-C at the terminal reaches the suite, which then stops the
   // servers in order instead of having them die mid-write; SIGTERM if the suite dies first.
-  int status = SpawnChild(argv_, log_fd, log_fd, &pid_);
+  int status = SpawnChild(argv_, log_fd, log_fd, &pid_, cpus_);
   close(log_fd);
   if (status != 0) {
     pid_ = -1;
-    throw ServerStartError("cannot start '" + CommandLine() + "': " + strerror(status));
+    throw ServerStartError("cannot start '" + CommandLine() + "'" +
+                           (cpus_.empty() ? "" : " on CPUs " + FormatCpuList(cpus_)) + ": " +
+                           strerror(status));
   }
 
   const std::regex listening("listening on ([0-9.]+):([0-9]+)");

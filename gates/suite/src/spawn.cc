@@ -11,6 +11,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <optional>
+
+#include "cpu_mask.h"
 
 extern char** environ;
 
@@ -53,8 +56,14 @@ int ResolveProgram(const std::string& name, std::string* path) {
 
 }  // namespace
 
-int SpawnChild(const std::vector<std::string>& argv, int stdout_fd, int stderr_fd, pid_t* pid) {
+int SpawnChild(const std::vector<std::string>& argv, int stdout_fd, int stderr_fd, pid_t* pid,
+               const CpuList& cpus) {
   if (argv.empty()) return EINVAL;
+  std::optional<CpuMask> mask;  // built here: the child may not allocate
+  if (!cpus.empty()) {
+    if (*std::min_element(cpus.begin(), cpus.end()) < 0) return EINVAL;
+    mask.emplace(cpus);
+  }
   std::string program;
   if (const int error = ResolveProgram(argv[0], &program); error != 0) return error;
   std::vector<std::string> args = argv;
@@ -81,6 +90,10 @@ int SpawnChild(const std::vector<std::string>& argv, int stdout_fd, int stderr_f
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) error = errno;
     // The parent died before the death signal was armed: nobody is left to stop this child.
     if (error == 0 && getppid() != parent) error = ESRCH;
+    // The raw system call: glibc's wrapper is not on the async-signal-safe list.
+    if (error == 0 && mask && syscall(SYS_sched_setaffinity, 0, mask->bytes(), mask->get()) != 0) {
+      error = errno;
+    }
     if (error == 0 && (dup2(stdout_fd, STDOUT_FILENO) < 0 || dup2(stderr_fd, STDERR_FILENO) < 0)) {
       error = errno;
     }

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,23 @@ TEST(ServerProcessTest, ExitDescriptionOfAStoppedServerNamesTheSignalItEndedBy) 
   server.Stop(std::chrono::seconds(10));  // SIGTERM: Python's default is to die of it
   EXPECT_FALSE(server.Alive());
   EXPECT_EQ(server.ExitDescription(), "killed by signal 15");
+  std::filesystem::remove(log);
+}
+
+// `kvgate run` starts each local server on the placement's server CPUs (cpu_placement.h).
+TEST(ServerProcessTest, AServerStartedOnCpusRunsThere) {
+  const CpuList allowed = AllowedCpus();
+  if (allowed.size() < 2)
+    GTEST_SKIP() << "needs 2 CPUs; this process may run on " << allowed.size();
+  const std::string log = LogPath("cpus");
+  ServerProcess server(HealthServer(), std::chrono::seconds(30), log, /*append_address=*/false,
+                       {allowed.back()});
+  EXPECT_EQ(server.cpus(), CpuList{allowed.back()});
+  std::ifstream status("/proc/" + std::to_string(server.pid()) + "/status");
+  std::string line;
+  while (std::getline(status, line) && line.rfind("Cpus_allowed_list:", 0) != 0) {
+  }
+  EXPECT_EQ(line, "Cpus_allowed_list:\t" + std::to_string(allowed.back()));
   std::filesystem::remove(log);
 }
 

@@ -99,6 +99,53 @@ TEST(SpawnChildTest, TheChildInheritsNoOtherDescriptor) {
                       " closed\n1 open\n");
 }
 
+// What a child started on `cpus` says of itself, from /proc, as the kernel keeps it.
+std::string ChildCpusAllowed(const CpuList& cpus, int* error) {
+  const std::string file =
+      (std::filesystem::temp_directory_path() / ("kvgate_spawn_cpus_" + std::to_string(getpid())))
+          .string();
+  pid_t pid = -1;
+  *error = SpawnChild({"sh", "-c", "grep Cpus_allowed_list /proc/self/status > " + file},
+                      STDOUT_FILENO, STDERR_FILENO, &pid, cpus);
+  if (*error != 0) return "";
+  Wait(pid);
+  std::ifstream in(file);
+  std::string line;
+  std::getline(in, line);
+  std::filesystem::remove(file);
+  return line;
+}
+
+TEST(SpawnChildTest, AChildStartedOnCpusRunsThereAndTheParentKeepsItsOwn) {
+  const CpuList parent = AllowedCpus();
+  if (parent.size() < 2) GTEST_SKIP() << "needs 2 CPUs; this process may run on " << parent.size();
+  int error = 0;
+  EXPECT_EQ(ChildCpusAllowed({parent.back()}, &error),
+            "Cpus_allowed_list:\t" + std::to_string(parent.back()));
+  EXPECT_EQ(error, 0);
+  EXPECT_EQ(AllowedCpus(), parent);
+  // The suite's case: its thread pinned to the first CPU, a server started on the others.
+  {
+    ScopedThreadAffinity suite({parent.front()});
+    const CpuList rest(parent.begin() + 1, parent.end());
+    EXPECT_EQ(ChildCpusAllowed(rest, &error), "Cpus_allowed_list:\t" + FormatCpuList(rest));
+    EXPECT_EQ(AllowedCpus(), CpuList{parent.front()});
+  }
+  // Without a list the child inherits the calling thread's CPUs, as before.
+  EXPECT_EQ(ChildCpusAllowed({}, &error), "Cpus_allowed_list:\t" + FormatCpuList(parent));
+}
+
+TEST(SpawnChildTest, CpusTheChildCannotUseAreReportedAndNothingIsLeftRunning) {
+  int error = 0;
+  ChildCpusAllowed({100000}, &error);  // no such CPU
+  EXPECT_EQ(error, EINVAL);
+  ChildCpusAllowed({-1}, &error);
+  EXPECT_EQ(error, EINVAL);
+  errno = 0;
+  EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1);
+  EXPECT_EQ(errno, ECHILD);
+}
+
 // A parent that starts a long child and is then SIGKILLed, as `kvgate run` may be: the child gets
 // SIGTERM. This process becomes a subreaper so the orphan is re-parented to it and can be reaped.
 TEST(SpawnChildTest, TheChildGetsSigtermWhenItsParentIsKilled) {

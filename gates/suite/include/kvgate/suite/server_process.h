@@ -5,6 +5,8 @@
 // grace period. The destructor stops it, so a failing run never leaves servers behind; and it is
 // started with a death signal (spawn.h), so neither does a suite killed with SIGKILL.
 //
+// Given a CPU list, the server runs on those CPUs (SpawnChild); otherwise on the starting thread's.
+//
 // Not thread-safe; one owner. Errors starting it throw ServerStartError with the command line and
 // the tail of what the server printed.
 #pragma once
@@ -16,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "kvgate/suite/cpu_placement.h"
+
 namespace kvgate::suite {
 
 class ServerStartError : public std::runtime_error {
@@ -26,8 +30,9 @@ class ServerStartError : public std::runtime_error {
 class ServerProcess {
  public:
   // argv[0] is the program; `--host 127.0.0.1 --port 0` are appended when `append_address`.
+  // `cpus` empty: the calling thread's CPUs.
   ServerProcess(std::vector<std::string> argv, std::chrono::duration<double> startup_timeout,
-                std::string log_path, bool append_address = true);
+                std::string log_path, bool append_address = true, CpuList cpus = {});
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
@@ -35,6 +40,7 @@ class ServerProcess {
   const std::string& url() const { return url_; }  // http://127.0.0.1:PORT
   int port() const { return port_; }
   pid_t pid() const { return pid_; }
+  const CpuList& cpus() const { return cpus_; }  // as given; empty: not placed
   std::string CommandLine() const;
   const std::string& log_path() const { return log_path_; }
   // What the server printed so far (stdout and stderr), at most the last 64 KiB.
@@ -52,6 +58,7 @@ class ServerProcess {
  private:
   std::vector<std::string> argv_;
   std::string log_path_;
+  CpuList cpus_;
   long long log_start_ = 0;  // log size before this server started
   pid_t pid_ = -1;
   std::string url_;
