@@ -24,8 +24,17 @@ nlohmann::json SampleReport() {
       {"verdict", "INCONCLUSIVE"},
       {"exit_code", 2},
       {"run", {{"id", 7}, {"policy_name", "test"}, {"status", "complete"}, {"git_commit", "abc"}}},
-      {"legs", {{{"leg", 1}, {"machine", {{"host", "gpu-a"}, {"gpus", {"NVIDIA H200"}}}}},
-                {{"leg", 2}, {"machine", {{"host", "gpu-b"}, {"gpus", {"NVIDIA H100 80GB HBM3"}}}}}}},
+      {"legs",
+       {{{"leg", 1},
+         {"machine", {{"host", "gpu-a"}, {"gpus", {"NVIDIA H200"}}}},
+         {"servers",
+          {{{"label", "baseline"}, {"kind", "local"}, {"cpus", "4-15"}, {"client_cpus", "0-3"}},
+           {{"label", "candidate"}, {"kind", "local"}, {"cpus", "4-15"}, {"client_cpus", "0-3"}}}}},
+        {{"leg", 2},
+         {"machine", {{"host", "gpu-b"}, {"gpus", {"NVIDIA H100 80GB HBM3"}}}},
+         {"servers",
+          {{{"label", "baseline"}, {"kind", "local"}, {"cpus", "1"}, {"client_cpus", "0"}},
+           {{"label", "candidate"}, {"kind", "url"}}}}}}},
       {"gates",
        {{{"gate", "passkey"}, {"status", "PASS"}, {"observed", 200}, {"threshold", 200},
          {"interval", nullptr}, {"reason", "found 200/200 passkeys </script><b>x</b>"}}}},
@@ -111,6 +120,13 @@ TEST(ReportTest, HeadlessChromiumDrawsEveryChart) {
   // A run whose legs ran on two machines names each leg's.
   EXPECT_NE(dom.find("leg 1 machine: gpu-a · NVIDIA H200"), std::string::npos);
   EXPECT_NE(dom.find("leg 2 machine: gpu-b · NVIDIA H100 80GB HBM3"), std::string::npos);
+  // ... and where each leg's local servers and the suite's clients ran (an external one: nowhere).
+  EXPECT_NE(dom.find("leg 1 placement: baseline on CPUs 4-15, candidate on CPUs 4-15; the suite "
+                     "and its load generator on CPUs 0-3"),
+            std::string::npos);
+  EXPECT_NE(dom.find("leg 2 placement: baseline on CPUs 1; the suite and its load generator on "
+                     "CPUs 0<"),
+            std::string::npos);
   // The reason text is shown as text, not markup.
   EXPECT_NE(dom.find("found 200/200 passkeys &lt;/script&gt;&lt;b&gt;x&lt;/b&gt;"), std::string::npos);
 }

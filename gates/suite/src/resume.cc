@@ -38,10 +38,15 @@ void CheckResumable(const history::RunRow& run, const std::string& policy_digest
 nlohmann::json ToJson(const std::vector<LegServer>& servers) {
   nlohmann::json out = nlohmann::json::array();
   for (const LegServer& s : servers) {
-    out.push_back({{"label", s.label},
-                   {"kind", s.local ? "local" : "url"},
-                   {"url", s.url},
-                   {"model", s.model}});
+    nlohmann::json server = {{"label", s.label},
+                             {"kind", s.local ? "local" : "url"},
+                             {"url", s.url},
+                             {"model", s.model}};
+    if (s.local) {
+      server["cpus"] = s.cpus;
+      server["client_cpus"] = s.client_cpus;
+    }
+    out.push_back(std::move(server));
   }
   return out;
 }

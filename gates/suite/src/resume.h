@@ -38,17 +38,23 @@ void CheckResumable(const history::RunRow& run, const std::string& policy_digest
                     const std::string& git_commit);
 
 // The systems a leg measures, as RunLeg::servers records them: label, how it is reached (a
-// local server the suite starts, or the policy's URL, redacted) and the model it serves.
+// local server the suite starts, or the policy's URL, redacted), the model it serves and, for a
+// local server, where it ran (cpu_placement.h). JSON: {"label", "kind": "local"|"url", "url",
+// "model"} and, for a local server, "cpus" and "client_cpus" (absent from runs stored before
+// placement was recorded).
 struct LegServer {
   std::string label;
   bool local = true;
   std::string url;  // "" for a local server (its port changes with every start)
   std::string model;
+  std::string cpus;         // local: the CPUs it served on, e.g. "1-3" (FormatCpuList)
+  std::string client_cpus;  // local: the CPUs of the suite and its load generator meanwhile
 };
 nlohmann::json ToJson(const std::vector<LegServer>& servers);
 
 // Refuses (ResumeRefused) systems that differ from those the first leg that recorded any
-// measured: another model, or an external server at another URL.
+// measured: another model, or an external server at another URL. Where a local server ran is
+// not the system: a later leg may run on other hardware, and its CPUs are its own.
 void CheckSameServers(const std::vector<history::RunLeg>& legs,
                       const std::vector<LegServer>& now);
 

@@ -27,6 +27,7 @@
 #include "kvgate/loadgen/run_load.h"
 #include "kvgate/secrets/redact.h"
 #include "kvgate/report/report.h"
+#include "kvgate/suite/cpu_placement.h"
 #include "kvgate/suite/server_process.h"
 #include "kvgate/suite/stop_signals.h"
 
@@ -113,8 +114,14 @@ loadgen::LoadSettings LoadSettingsFor(const policy::Policy& p, int pair_index) {
 // a run cut anywhere keeps its evidence (docs/architecture.md, "A verdict").
 class SuiteRun {
  public:
-  SuiteRun(const policy::Policy& policy, const SuiteOptions& options, history::HistoryDb& db)
-      : policy_(policy), options_(options), db_(db), metrics_(options.metrics) {}
+  // `placement`: where local servers run; null when the policy has none.
+  SuiteRun(const policy::Policy& policy, const SuiteOptions& options, history::HistoryDb& db,
+           const CpuPlacement* placement)
+      : policy_(policy),
+        options_(options),
+        db_(db),
+        metrics_(options.metrics),
+        placement_(placement) {}
 
   // Every line leaves through secrets::RedactText: a policy's URL may carry a password or a
   // token, which the connections need and nothing written may show.
@@ -157,6 +164,7 @@ class SuiteRun {
   const SuiteOptions& options_;
   history::HistoryDb& db_;
   RunMetrics* metrics_;
+  const CpuPlacement* placement_;
   int64_t run_id_ = 0;
   int leg_ = 1;
   StoredEvidence stored_;  // what the earlier legs of a resumed run hold
@@ -253,6 +261,7 @@ int64_t SuiteRun::Resume(int64_t run_id) {
 
 void SuiteRun::StartServers() {
   Phase("servers");
+  if (placement_) Say(placement_->Describe());
   for (System& system : systems_) {
     ThrowIfStopped();
     if (system.spec->kind == policy::ServerSpec::Kind::kLocal) {
@@ -264,7 +273,8 @@ void SuiteRun::StartServers() {
       const std::filesystem::path log = options_.out_dir / (system.label + leg + ".log");
       std::ofstream(log, std::ios::trunc).close();
       system.process = std::make_unique<ServerProcess>(
-          argv, std::chrono::duration<double>(system.spec->startup_timeout_s), log.string());
+          argv, std::chrono::duration<double>(system.spec->startup_timeout_s), log.string(),
+          /*append_address=*/true, placement_->pinned ? placement_->servers : CpuList{});
       system.url = system.process->url();
     } else {
       system.url = system.spec->url;
@@ -283,9 +293,10 @@ void SuiteRun::StartServers() {
   for (const System& system : systems_) {
     const bool local = system.spec->kind == policy::ServerSpec::Kind::kLocal;
     servers.push_back({system.label, local, local ? "" : secrets::RedactUrl(system.url),
-                       system.model});
+                       system.model, local ? FormatCpuList(placement_->servers) : "",
+                       local ? FormatCpuList(placement_->suite) : ""});
   }
-  // A resumed run measures the systems its first leg did, or nothing more.
+  // A resumed run measures the systems its first leg did, or nothing more (wherever it runs).
   if (leg_ > 1) CheckSameServers(db_.Legs(run_id_), servers);
   db_.SetLegServers(run_id_, ToJson(servers));
 }
@@ -464,11 +475,27 @@ SuiteOutcome RunSuite(const policy::Policy& policy, const SuiteOptions& options)
     outcome.error = secrets::RedactText(e.what());
     return outcome;
   }
+  // Where the local servers and this thread (and every thread it starts from here on: the load
+  // generator, the quality clients) run, until this returns. Planned before anything is written:
+  // a placement this machine cannot give is refused, as a bad resume is.
+  std::optional<CpuPlacement> placement;
+  std::optional<ScopedThreadAffinity> on_suite_cpus;
+  if (policy.baseline.kind == policy::ServerSpec::Kind::kLocal ||
+      policy.candidate.kind == policy::ServerSpec::Kind::kLocal) {
+    try {
+      placement = PlanPlacement(policy.placement, AllowedCpus());
+      if (placement->pinned) on_suite_cpus.emplace(placement->suite);
+    } catch (const std::exception& e) {
+      outcome.exit_code = 3;
+      outcome.error = e.what();
+      return outcome;
+    }
+  }
   StopSignals signals;
   history::HistoryDb::Options open;
   open.create_if_missing = !options.resume_run_id;  // a run to resume is in an existing file
   history::HistoryDb db = history::HistoryDb::Open(options.db_path, open);
-  SuiteRun run(policy, options, db);
+  SuiteRun run(policy, options, db, placement ? &*placement : nullptr);
   for (int64_t id : db.MarkInterruptedRuns()) {
     run.Say("history: run " + std::to_string(id) +
             " was left running by a dead process: marked interrupted");

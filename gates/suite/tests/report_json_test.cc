@@ -7,9 +7,11 @@
 #include <vector>
 
 #include "../../history/tests/temp_dir.h"
+#include "evidence.h"
 #include "kvgate/history/history_db.h"
 #include "kvgate/report/report.h"
 #include "kvgate/suite/run_suite.h"
+#include "resume.h"
 
 namespace kvgate::suite {
 namespace {
@@ -74,6 +76,35 @@ TEST(ReportJsonTest, ListsTheItemsTheTwoSystemsScoredDifferently) {
   const std::string html = report::RenderHtml(report);
   EXPECT_NE(html.find("id=\"disagreements\""), std::string::npos);
   EXPECT_NE(html.find("butmer"), std::string::npos);
+}
+
+// Each leg's servers reach report.json with where the local ones ran; a run stored before that
+// was recorded (its servers without "kind" or "cpus") still reports and re-gates.
+TEST(ReportJsonTest, LegsSayWhereTheirLocalServersRanAndOlderLegsStillReport) {
+  history::testing::TempDir dir;
+  history::HistoryDb db = history::HistoryDb::Open(dir.File("kvgate.db"));
+  history::RunInfo info;
+  info.kind = "run";
+  info.policy_text = "name = \"t\"\n[baseline]\n[candidate]\n";
+  const int64_t placed = db.BeginRun(info);
+  db.SetLegServers(placed, ToJson({{kBaseline, true, "", "m", "1", "0"},
+                                   {kCandidate, true, "", "m", "1", "0"}}));
+  db.FinishRun(placed, history::RunStatus::kComplete, "INCONCLUSIVE", 2);
+  const nlohmann::json report = BuildReportJson(db, placed);
+  ASSERT_EQ(report["legs"].size(), 1u);
+  for (const nlohmann::json& server : report["legs"][0]["servers"]) {
+    EXPECT_EQ(server["cpus"], "1");
+    EXPECT_EQ(server["client_cpus"], "0");
+  }
+
+  const int64_t older = db.BeginRun(info);
+  db.SetLegServers(older, {{{"label", kBaseline}, {"url", ""}, {"model", "m"}}});
+  db.FinishRun(older, history::RunStatus::kComplete, "INCONCLUSIVE", 2);
+  const nlohmann::json old_report = BuildReportJson(db, older);
+  EXPECT_FALSE(old_report["legs"][0]["servers"][0].contains("cpus"));
+  EXPECT_FALSE(old_report["run"].contains("policy_error"));  // a policy without [placement]
+  EXPECT_NO_THROW(report::RenderHtml(old_report));
+  EXPECT_NO_THROW(RegateRun(db, older));
 }
 
 }  // namespace

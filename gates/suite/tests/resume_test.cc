@@ -58,8 +58,8 @@ TEST(ResumeTest, OnlyTheSamePolicyAndCommitMayResumeARun) {
 }
 
 TEST(ResumeTest, ALegMustMeasureTheSystemsTheFirstLegMeasured) {
-  const std::vector<LegServer> first = {{"baseline", true, "", "model-a"},
-                                        {"candidate", false, "https://x:8000", "model-b"}};
+  const std::vector<LegServer> first = {{"baseline", true, "", "model-a", "1", "0"},
+                                        {"candidate", false, "https://x:8000", "model-b", "", ""}};
   std::vector<history::RunLeg> legs(2);
   legs[0].servers = nlohmann::json::array();  // a leg stored before servers were recorded
   legs[1].leg = 2;
@@ -79,6 +79,29 @@ TEST(ResumeTest, ALegMustMeasureTheSystemsTheFirstLegMeasured) {
   started[1].local = true;
   EXPECT_NE(RefusalOf([&] { CheckSameServers(legs, started); }).find("it is local, was url"),
             std::string::npos);
+  // Where a local server ran is the leg's, not the system's: a leg on a 16-CPU machine resumes a
+  // run begun on 2 CPUs, and a leg from before placement was recorded (no "cpus") is no different.
+  std::vector<LegServer> elsewhere = first;
+  elsewhere[0].cpus = "4-15";
+  elsewhere[0].client_cpus = "0-3";
+  EXPECT_EQ(RefusalOf([&] { CheckSameServers(legs, elsewhere); }), "");
+  legs[1].servers[0].erase("cpus");
+  legs[1].servers[0].erase("client_cpus");
+  EXPECT_EQ(RefusalOf([&] { CheckSameServers(legs, elsewhere); }), "");
+}
+
+TEST(ResumeTest, ALegRecordsWhereItsLocalServersRan) {
+  const nlohmann::json json = ToJson({{"baseline", true, "", "m", "1-3", "0"},
+                                      {"candidate", false, "https://x:8000", "m", "", ""}});
+  EXPECT_EQ(json[0], nlohmann::json({{"label", "baseline"},
+                                     {"kind", "local"},
+                                     {"url", ""},
+                                     {"model", "m"},
+                                     {"cpus", "1-3"},
+                                     {"client_cpus", "0"}}));
+  // An external server runs elsewhere: the suite places nothing there and records nothing.
+  EXPECT_FALSE(json[1].contains("cpus"));
+  EXPECT_FALSE(json[1].contains("client_cpus"));
 }
 
 TEST(ResumeTest, TheStoredItemsMustStillBeTodays) {

@@ -160,8 +160,10 @@ struct RunLeg {
   std::string end_reason;               // why it stopped, for a leg that was interrupted
   std::string git_commit;
   nlohmann::json machine = nlohmann::json::object();
-  // The systems it measured, as the suite found them: [{"label", "url", "model"}], URLs redacted;
-  // [] until SetLegServers (and for leg 1 of runs stored before schema version 4).
+  // The systems it measured, as the suite found them: [{"label", "kind", "url", "model"}], URLs
+  // redacted, and for a local server where it ran: "cpus" and "client_cpus" (the suite's), e.g.
+  // "1" and "0" (absent before placement was recorded); [] until SetLegServers (and for leg 1 of
+  // runs stored before schema version 4).
   nlohmann::json servers = nlohmann::json::array();
 
   bool operator==(const RunLeg&) const = default;

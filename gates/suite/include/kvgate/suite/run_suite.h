@@ -8,6 +8,11 @@
 // Ctrl-C ends the run as `interrupted` with its data kept and its servers stopped). Quality
 // items are stored as they are answered, so a run cut inside a check keeps what it measured, and
 // an interrupted run can be resumed (SuiteOptions::resume_run_id).
+//
+// With a local server and the policy's placement "split" (cpu_placement.h), the calling thread
+// runs on the suite's CPUs for the call (the threads it starts inherit them; threads started
+// before keep theirs) and gets its own CPUs back when the call returns; the local servers run on
+// the others. Each leg records where its local servers ran (RunLeg::servers).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -53,8 +58,9 @@ struct SuiteOutcome {
 
 // Never throws for problems of the run itself (servers failing, bad answers): those end as
 // exit_code 3 with `error` set and the run row marked interrupted. A resume that is refused
-// (another policy or commit, a run that is not interrupted) ends as exit_code 3 with run_id 0 and
-// nothing changed. Text that leaves the run
+// (another policy or commit, a run that is not interrupted), and a placement this machine cannot
+// give (placement.suite_cpus leaving no CPU for the servers), end as exit_code 3 with run_id 0
+// and nothing changed. Text that leaves the run
 // (progress lines, errors, the stored policy text and server commands) has its secrets redacted
 // (secrets/). Throws history::HistoryError
 // only when the history cannot be opened at all.
