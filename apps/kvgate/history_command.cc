@@ -189,6 +189,23 @@ std::string Interval(const history::GateResult& g) {
 
 std::string StatusText(const history::RunRow& run) { return std::string(ToString(run.status)); }
 
+// "baseline on CPUs 1, candidate on CPUs 1; the suite and its load generator on CPUs 0" from a
+// leg's recorded servers (RunLeg::servers), as report.html words it; "" when none has CPUs
+// (external servers, runs stored before placement was recorded).
+std::string PlacementText(const nlohmann::json& servers) {
+  std::string text, client;
+  for (const auto& server : servers) {
+    const std::string cpus = server.is_object() ? server.value("cpus", "") : "";
+    if (cpus.empty()) continue;
+    text += (text.empty() ? "" : ", ") + server.value("label", "?") + " on CPUs " + cpus;
+    if (client.empty()) client = server.value("client_cpus", "");
+  }
+  if (!text.empty() && !client.empty()) {
+    text += "; the suite and its load generator on CPUs " + client;
+  }
+  return text;
+}
+
 // --- list ---
 
 void List(const HistoryOptions& o) {
@@ -311,6 +328,17 @@ void Show(const HistoryOptions& o) {
   for (const auto& command : run.info.server_commands) {
     std::cout << "  server:    "
               << (command.is_string() ? command.get<std::string>() : command.dump()) << "\n";
+  }
+  // Where the local servers ran (`kvgate run`'s [placement], recorded with each leg; the
+  // report's words): one line, or one per leg when the legs differ.
+  std::vector<std::string> placed;
+  for (const auto& leg : legs) placed.push_back(PlacementText(leg.servers));
+  const bool same = std::all_of(placed.begin(), placed.end(),
+                                [&](const std::string& p) { return p == placed.front(); });
+  for (size_t i = 0; i < placed.size(); ++i) {
+    if (placed[i].empty() || (same && i > 0)) continue;
+    std::cout << "  placement: "
+              << (same ? "" : "leg " + std::to_string(legs[i].leg) + ": ") << placed[i] << "\n";
   }
   if (run.info.owner) {
     std::cout << "  owner:     pid " << run.info.owner->pid << " on " << run.info.owner->host

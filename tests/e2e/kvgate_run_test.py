@@ -139,6 +139,14 @@ def main():
         run_row = show.get("run", show)
         check(run_row["status"] == "complete", f"history run is complete ({run_row['status']})")
         check(run_row["verdict"] == verdict, "history verdict equals the run's")
+        # Where the servers ran: the placement recorded with the leg, in the text view too.
+        cpus = sorted(os.sched_getaffinity(0))
+        text = kvgate("history", "show", "latest", "--db", db).stdout
+        line = next((l for l in text.splitlines() if l.strip().startswith("placement:")), "")
+        want = (f"baseline on CPUs {cpus[-1]}" if len(cpus) == 2 else "baseline on CPUs ")
+        check(want in line and "candidate on CPUs " in line and
+              (len(cpus) == 1 or "the suite and its load generator on CPUs " in line),
+              f"history show names where the servers ran ({line.strip()!r}, CPUs {cpus})")
 
         export = json.loads(kvgate("history", "export", "latest", "--db", db).stdout)
         loads = export["load_runs"]
