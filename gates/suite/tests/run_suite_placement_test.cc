@@ -51,6 +51,11 @@ TEST(RunSuitePlacementTest, TheSuiteRunsOnItsOwnCpusForTheRunAndGetsItsOwnBack) 
   const CpuList allowed = AllowedCpus();
   if (allowed.size() < 2)
     GTEST_SKIP() << "needs 2 CPUs; this process may run on " << allowed.size();
+  // The planner's split of this machine's CPUs (its own tests pin the sizes: cpu_placement_test).
+  const CpuPlacement plan = PlanPlacement(policy::PlacementSpec{}, allowed);
+  ASSERT_TRUE(plan.pinned);
+  ASSERT_FALSE(plan.suite.empty());
+  ASSERT_FALSE(plan.servers.empty());
   history::testing::TempDir dir;
   SuiteOptions options = OptionsIn(dir);
   std::vector<std::string> lines;
@@ -62,17 +67,14 @@ TEST(RunSuitePlacementTest, TheSuiteRunsOnItsOwnCpusForTheRunAndGetsItsOwnBack) 
   const SuiteOutcome outcome = RunSuite(LocalPolicy("mode = \"split\"\n"), options);
   EXPECT_EQ(outcome.exit_code, 3);
   EXPECT_NE(outcome.error.find("cannot start"), std::string::npos) << outcome.error;
-  EXPECT_NE(
-      outcome.error.find("on CPUs " + FormatCpuList(CpuList(allowed.begin() + 1, allowed.end()))),
-      std::string::npos)
+  EXPECT_NE(outcome.error.find("on CPUs " + FormatCpuList(plan.servers)), std::string::npos)
       << outcome.error;
-  EXPECT_EQ(during, CpuList{allowed.front()});
+  EXPECT_EQ(during, plan.suite);
   EXPECT_EQ(AllowedCpus(), allowed);
   ASSERT_GE(lines.size(), 2u);
   EXPECT_EQ(lines[1], "placement: the suite and its load generator on CPUs " +
-                          std::to_string(allowed.front()) + ", local servers on CPUs " +
-                          FormatCpuList(CpuList(allowed.begin() + 1, allowed.end())) + " (of " +
-                          FormatCpuList(allowed) + ")");
+                          FormatCpuList(plan.suite) + ", local servers on CPUs " +
+                          FormatCpuList(plan.servers) + " (of " + FormatCpuList(allowed) + ")");
 }
 
 TEST(RunSuitePlacementTest, SharedPinsNothing) {
