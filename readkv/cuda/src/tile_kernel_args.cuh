@@ -119,18 +119,19 @@ struct SharedTable {
   KVGATE_TILE_HD uint32_t operator()(uint32_t entry) const { return table[entry]; }
 };
 
-// The centroid table from the kernel parameter into `table` (shared, kTileTableVectors 16-byte
-// pieces, 16-byte aligned: TableShared), a piece a thread. The parameter is read through the
-// constant cache, which serves one address a cycle: 16-byte pieces take 64 such reads a block
-// where 2-byte entries took 511 (ncu: the entry-wise copy held 6.8% of TileWindowValues' stall
-// samples at the served point, 3345346).
-struct alignas(16) TableShared {
-  uint16_t entries[tile::kTileTableVectors * 8];
-};
-__device__ __forceinline__ void LoadTable(const tile::TileCentroids& c, TableShared& table) {
+// A block's shared copy of the centroid table: kTableSlots entries (the last 16-byte piece's
+// padding included), declared __align__(16).
+inline constexpr int kTableSlots = tile::kTileTableVectors * 8;
+
+// The centroid table from the kernel parameter into `table` (shared, kTableSlots entries,
+// 16-byte aligned), a 16-byte piece a thread. The parameter is read through the constant cache,
+// which serves one address a cycle: 16-byte pieces take 64 such reads a block where 2-byte
+// entries took 511 (ncu: the entry-wise copy held 6.8% of TileWindowValues' stall samples at
+// the served point, 3345346).
+__device__ __forceinline__ void LoadTable(const tile::TileCentroids& c, uint16_t* table) {
   static_assert(offsetof(tile::TileCentroids, table) % 16 == 0, "the table is 16-byte aligned");
   const auto* from = reinterpret_cast<const uint4*>(c.table);
-  auto* to = reinterpret_cast<uint4*>(table.entries);
+  auto* to = reinterpret_cast<uint4*>(table);
   for (int j = threadIdx.x; j < tile::kTileTableVectors; j += blockDim.x) to[j] = from[j];
 }
 

@@ -154,8 +154,7 @@ __global__ void __launch_bounds__(kMmaThreads)
       kStageBytes / (16 * kBytePieces) < kWarpTiles ? kStageBytes / (16 * kBytePieces) : kWarpTiles;
   static_assert(kByteStageTiles >= 1, "a stage holds a byte-key tile");
   constexpr int kStageTiles = kByteKeys ? kByteStageTiles : kWarpTiles;  // of a stage, at most
-  __shared__ TableShared table_shared;
-  uint16_t* const table = table_shared.entries;
+  __shared__ __align__(16) uint16_t table[kTableSlots];
   __shared__ uint8_t depth[kGroups];
   __shared__ uint8_t plane_at[kGroups];   // first plane of group g in a staged tile
   __shared__ uint16_t piece[kMaxPieces];  // staged piece o: its 16-byte index in the token tile
@@ -167,7 +166,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const size_t row = RowOf(a, b, h);
   if constexpr (!kByteKeys) {
-    LoadTable(centroids, table_shared);
+    LoadTable(centroids, table);
     if (threadIdx.x < kGroups) depth[threadIdx.x] = a.key_depths[row * kGroups + threadIdx.x];
     __syncthreads();
     if (threadIdx.x == 0) {

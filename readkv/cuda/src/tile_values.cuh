@@ -157,8 +157,7 @@ __device__ __forceinline__ void ValueSumsOfChunk(const TileArgs& a,
 template <int D, int G>
 __global__ void __launch_bounds__(kMmaThreads)
     TileValues(TileArgs a, const __grid_constant__ tile::TileCentroids centroids) {
-  __shared__ TableShared table_shared;
-  uint16_t* const table = table_shared.entries;
+  __shared__ __align__(16) uint16_t table[kTableSlots];
   __shared__ float head_max[kMaxGroup];
   __shared__ __align__(16) uint8_t ring[kMmaWarps][kStages][kStageBytes];
   const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -167,7 +166,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int tiles = (a.in.encoded_lens[b] + 15) / 16;
   const int first = chunk * (a.chunk_tokens / 16);
   if (first >= tiles) return;  // the block-uniform exit of a chunk past the sequence
-  LoadTable(centroids, table_shared);
+  LoadTable(centroids, table);
   if (threadIdx.x < G) head_max[threadIdx.x] = a.stats[(first_q + threadIdx.x) * 4];
   __syncthreads();
   ValueSumsOfChunk<D, G>(a, centroids, table, head_max, a.value_depths + row * a.max_tiles + first,

@@ -82,8 +82,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     TileWindowValues(TileArgs a, const __grid_constant__ tile::TileCentroids centroids) {
   constexpr int kWindowTiles = kTileMaxChunk / 16;
   static_assert(kWindowTiles <= kMmaThreads, "a thread per block of the window");
-  __shared__ TableShared table_shared;
-  uint16_t* const table = table_shared.entries;
+  __shared__ __align__(16) uint16_t table[kTableSlots];
   __shared__ float head_max[kMaxGroup], head_invf[kMaxGroup], head_mass[kMaxGroup];
   __shared__ double head_inv[kMaxGroup];
   __shared__ double weights[kWindowTiles];
@@ -104,7 +103,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int first = chunk * (a.chunk_tokens / 16);
   const int n = max(0, min(tiles, first + a.chunk_tokens / 16) - first);  // the window's blocks
   if (tid < kMaxSteps) inc[tid] = tid < a.policy.value_steps ? a.policy.value_increments[tid] : 0.0;
-  if (n > 0) LoadTable(centroids, table_shared);
+  if (n > 0) LoadTable(centroids, table);
 
   // 1. The row's statistics (the same bits in every block of the row).
   const float* chunk_stats = a.chunk_stats + row * a.chunks * 2 * G;
