@@ -24,6 +24,7 @@
 #include "tile_threshold.h"
 #include "tile_values.cuh"
 #include "tile_window.cuh"
+#include "tile_window_pass.cuh"
 
 namespace readkv::cuda::tile_kernels {
 
@@ -244,7 +245,8 @@ __global__ void __launch_bounds__(128) TileCombine(TileArgs a) {
 
 template <int D, int G>
 cudaError_t LaunchAll(const TileArgs& a, const tile::TileCentroids& centroids, int batch,
-                      bool windowed, bool byte_keys, cudaStream_t stream) {
+                      bool windowed, bool byte_keys, bool one_pass, cudaStream_t stream) {
+  if (one_pass) return LaunchWindowPass<D, G>(a, centroids, batch, stream);
   const dim3 rows(static_cast<unsigned>(a.heads_kv), static_cast<unsigned>(batch));
   const dim3 chunks(static_cast<unsigned>(a.chunks), static_cast<unsigned>(a.heads_kv),
                     static_cast<unsigned>(batch));
@@ -266,16 +268,17 @@ cudaError_t LaunchAll(const TileArgs& a, const tile::TileCentroids& centroids, i
 
 template <int D>
 cudaError_t LaunchForGroup(const TileArgs& a, const tile::TileCentroids& centroids, int batch,
-                           int group, bool windowed, bool byte_keys, cudaStream_t stream) {
+                           int group, bool windowed, bool byte_keys, bool one_pass,
+                           cudaStream_t stream) {
   switch (group) {
     case 1:
-      return LaunchAll<D, 1>(a, centroids, batch, windowed, byte_keys, stream);
+      return LaunchAll<D, 1>(a, centroids, batch, windowed, byte_keys, one_pass, stream);
     case 2:
-      return LaunchAll<D, 2>(a, centroids, batch, windowed, byte_keys, stream);
+      return LaunchAll<D, 2>(a, centroids, batch, windowed, byte_keys, one_pass, stream);
     case 4:
-      return LaunchAll<D, 4>(a, centroids, batch, windowed, byte_keys, stream);
+      return LaunchAll<D, 4>(a, centroids, batch, windowed, byte_keys, one_pass, stream);
     case 8:
-      return LaunchAll<D, 8>(a, centroids, batch, windowed, byte_keys, stream);
+      return LaunchAll<D, 8>(a, centroids, batch, windowed, byte_keys, one_pass, stream);
     default:
       return cudaErrorInvalidValue;
   }
@@ -345,9 +348,9 @@ cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeIn
   const bool bytes = shape.byte_keys;
   return shape.head_dim == 64
              ? tile_kernels::LaunchForGroup<64>(a, centroids, shape.batch, shape.group(), windowed,
-                                                bytes, stream)
+                                                bytes, plan.one_pass, stream)
              : tile_kernels::LaunchForGroup<128>(a, centroids, shape.batch, shape.group(),
-                                                 windowed, bytes, stream);
+                                                 windowed, bytes, plan.one_pass, stream);
 }
 
 }  // namespace readkv::cuda

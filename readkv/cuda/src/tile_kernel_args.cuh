@@ -135,6 +135,13 @@ __device__ __forceinline__ void LoadTable(const tile::TileCentroids& c, uint16_t
   for (int j = threadIdx.x; j < tile::kTileTableVectors; j += blockDim.x) to[j] = from[j];
 }
 
+// What every Logits or Values block keeps in shared memory: the centroid table (LoadTable) and
+// the warps' staging rings (kMmaWarps x kStages x kStageBytes), both 16-byte aligned.
+struct MmaBlockShared {
+  alignas(16) uint16_t table[kTableSlots];
+  alignas(16) uint8_t ring[kMmaWarps][kStages][kStageBytes];
+};
+
 template <int T>
 using Depth = std::integral_constant<int, T>;
 

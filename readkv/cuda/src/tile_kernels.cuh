@@ -142,9 +142,27 @@ __device__ __forceinline__ void WindowTileEpilogue(const float (&x)[4], int lane
 
 struct NoRowQueries {};  // tree keys' TileLogits: TilePrepare folded the queries
 
+// Where a Logits block puts what its epilogue makes: tile `first + i`'s e values at
+// probs + i * probs_stride (halves) and its statistics at stats + i * stats_stride (floats), and,
+// with a Value window, the chunk's statistics (M [G], sum e [G]) at chunk_stats. TileLogits
+// points them into the workspace; TileWindowPass into its own shared memory.
+struct LogitsOut {
+  __half* probs;
+  int probs_stride;
+  float* stats;
+  int stats_stride;
+  float* chunk_stats;
+};
+
+// TileLogits' work for block (chunk, h, b) of the grid, with the block's centroid table (tree
+// keys load it here; byte keys need none) and its staging ring (kMmaWarps x kStages x
+// kStageBytes of 16-byte aligned shared memory, free again when it returns). Every thread of the
+// block calls it; it synchronises the block.
 template <int D, int G, bool kByteKeys>
-__global__ void __launch_bounds__(kMmaThreads)
-    TileLogits(TileArgs a, const __grid_constant__ tile::TileCentroids centroids) {
+__device__ __forceinline__ void LogitsOfChunk(const TileArgs& a,
+                                              const tile::TileCentroids& centroids,
+                                              uint16_t* table, uint8_t* ring_bytes, int chunk,
+                                              int h, int b, const LogitsOut& out) {
   constexpr int kGroups = D / 16;
   constexpr int kMaxPieces = 2 * kGroups * tile::kMaxTileDepth;  // 16-byte pieces of a tile
   // Byte keys: every group at depth 8, so a staged tile is the token tile itself (kBytePieces
@@ -154,15 +172,14 @@ __global__ void __launch_bounds__(kMmaThreads)
       kStageBytes / (16 * kBytePieces) < kWarpTiles ? kStageBytes / (16 * kBytePieces) : kWarpTiles;
   static_assert(kByteStageTiles >= 1, "a stage holds a byte-key tile");
   constexpr int kStageTiles = kByteKeys ? kByteStageTiles : kWarpTiles;  // of a stage, at most
-  __shared__ __align__(16) uint16_t table[kTableSlots];
   __shared__ uint8_t depth[kGroups];
   __shared__ uint8_t plane_at[kGroups];   // first plane of group g in a staged tile
   __shared__ uint16_t piece[kMaxPieces];  // staged piece o: its 16-byte index in the token tile
   __shared__ int staged_planes;           // planes of one staged tile (sum of the depths)
-  __shared__ __align__(16) uint8_t ring[kMmaWarps][kStages][kStageBytes];
+  using Ring = uint8_t[kMmaWarps][kStages][kStageBytes];
+  auto& ring = *reinterpret_cast<Ring*>(ring_bytes);
   // Byte keys: the block's own folded queries (tile_queries.cuh; tree keys take TilePrepare's).
   __shared__ std::conditional_t<kByteKeys, RowQueryShared<D, G>, NoRowQueries> queries;
-  const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const size_t row = RowOf(a, b, h);
   if constexpr (!kByteKeys) {
@@ -223,11 +240,9 @@ __global__ void __launch_bounds__(kMmaThreads)
     scaled = a.scaled_queries + row * D * G;
   }
   const SharedTable lookup{table};
-  float* tile_stats = a.tile_stats + row * a.max_tiles * 3 * G;
-  __half* probs = a.probs + row * a.max_tiles * G * 16;
   float* debug_logits = a.debug.logits;
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
-  const bool per_chunk = a.chunk_stats != nullptr;  // a Value window (uniform: an argument)
+  const bool per_chunk = out.chunk_stats != nullptr;  // a Value window (uniform: an argument)
   float bias[2] = {0.0f, 0.0f};  // every logit's start: the half cell's share with byte keys
   uint2 byte_q[kByteKeys ? kGroups : 1];  // byte keys: the folded queries, held for every stage
   if constexpr (kByteKeys) {
@@ -323,13 +338,13 @@ __global__ void __launch_bounds__(kMmaThreads)
         for (int hh = 0; hh < 2; ++hh) {
           const int n_head = 2 * (lane % 4) + hh;
           if (n_head >= G) continue;
-          float* out = debug_logits + (first_q + n_head) * a.logit_stride;
-          if (in0) out[t0] = x[hh];
-          if (in1) out[t1] = x[hh + 2];
+          float* to = debug_logits + (first_q + n_head) * a.logit_stride;
+          if (in0) to[t0] = x[hh];
+          if (in1) to[t1] = x[hh + 2];
         }
       }
-      __half* tile_probs = probs + static_cast<size_t>(tile) * G * 16;
-      float* stats = tile_stats + static_cast<size_t>(tile) * 3 * G;
+      __half* tile_probs = out.probs + (tile - first) * out.probs_stride;
+      float* stats = out.stats + (tile - first) * out.stats_stride;
       if (per_chunk) {
         WindowTileEpilogue<G>(x, lane, ref, lane_sum, tile_probs, stats);
       } else {
@@ -388,10 +403,25 @@ __global__ void __launch_bounds__(kMmaThreads)
         }
       }
     }
-    float* out = a.chunk_stats + (row * a.chunks + chunk) * 2 * G;
-    out[q] = top;
-    out[G + q] = total;
+    out.chunk_stats[q] = top;
+    out.chunk_stats[G + q] = total;
   }
+}
+
+template <int D, int G, bool kByteKeys>
+__global__ void __launch_bounds__(kMmaThreads)
+    TileLogits(TileArgs a, const __grid_constant__ tile::TileCentroids centroids) {
+  __shared__ MmaBlockShared shared;
+  const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const size_t row = RowOf(a, b, h);
+  const size_t first = static_cast<size_t>(chunk) * (a.chunk_tokens / 16);
+  const LogitsOut out{a.probs + (row * a.max_tiles + first) * G * 16, G * 16,
+                      a.tile_stats + (row * a.max_tiles + first) * 3 * G, 3 * G,
+                      a.chunk_stats == nullptr
+                          ? nullptr
+                          : a.chunk_stats + (row * a.chunks + chunk) * 2 * G};
+  LogitsOfChunk<D, G, kByteKeys>(a, centroids, shared.table, &shared.ring[0][0][0], chunk, h, b,
+                                 out);
 }
 
 }  // namespace readkv::cuda::tile_kernels

@@ -58,6 +58,12 @@ TileWorkspaceLayout MakeTileWorkspaceLayout(const TileDecodeShape& s, const Tile
   Require(plan.value_window_tokens == 0 || plan.value_window_tokens == plan.chunk_tokens, "plan",
           "value_window_tokens must be 0 or chunk_tokens (" + std::to_string(plan.chunk_tokens) +
               "), got " + std::to_string(plan.value_window_tokens));
+  Require(!plan.one_pass || (s.byte_keys && plan.value_window_tokens > 0 &&
+                             plan.chunks <= kTileMaxClusterChunks),
+          "plan",
+          "one_pass needs byte keys, a Value window and at most " +
+              std::to_string(kTileMaxClusterChunks) + " chunks, got " +
+              std::to_string(plan.chunks));
   const auto rows = static_cast<size_t>(s.batch) * static_cast<size_t>(s.heads_kv);
   const auto heads = static_cast<size_t>(s.batch) * static_cast<size_t>(s.heads_q);
   const auto groups = static_cast<size_t>(s.groups());
@@ -73,10 +79,14 @@ TileWorkspaceLayout MakeTileWorkspaceLayout(const TileDecodeShape& s, const Tile
   w.value_depths = Section(at, rows * tiles);
   w.partials = Section(at, rows * static_cast<size_t>(plan.chunks) * kTileMaxGroup *
                                static_cast<size_t>(s.head_dim) * sizeof(float));
-  w.tile_stats = Section(at, rows * tiles * 3 * static_cast<size_t>(s.group()) * sizeof(float));
-  w.probs = Section(at, rows * tiles * static_cast<size_t>(s.group()) * 16 * sizeof(uint16_t));
+  // One pass keeps the tiles' e values and statistics and the chunks' statistics on chip.
+  const size_t kept = plan.one_pass ? 0 : 1;
+  w.tile_stats =
+      Section(at, kept * rows * tiles * 3 * static_cast<size_t>(s.group()) * sizeof(float));
+  w.probs =
+      Section(at, kept * rows * tiles * static_cast<size_t>(s.group()) * 16 * sizeof(uint16_t));
   w.scaled_queries = Section(at, heads * static_cast<size_t>(s.head_dim) * sizeof(float));
-  w.chunk_stats = Section(at, rows * static_cast<size_t>(plan.chunks) * 2 *
+  w.chunk_stats = Section(at, kept * rows * static_cast<size_t>(plan.chunks) * 2 *
                                   static_cast<size_t>(s.group()) * sizeof(float));
   w.arrivals = Section(at, rows * sizeof(uint32_t));
   w.total = at;
@@ -125,6 +135,8 @@ TilePlan PlanTileDecode(const TileDecodeShape& shape, int sm_count, int value_wi
   plan.value_window_tokens = value_window_tokens;
   plan.chunks = static_cast<int>(std::max<int64_t>(
       1, (int64_t{shape.max_encoded_tokens} + plan.chunk_tokens - 1) / plan.chunk_tokens));
+  plan.one_pass = shape.byte_keys && value_window_tokens > 0 &&
+                  plan.chunks <= kTileMaxClusterChunks;
   return plan;
 }
 

@@ -46,8 +46,10 @@ struct TileWorkspaceLayout {
 // Throws readkv::codec::InvalidArgument naming the field the kernels refuse.
 void CheckTileShape(const TileDecodeShape& shape);
 // Throws as CheckTileShape, and InvalidArgument("plan") for chunks that are not a multiple of
-// kTileChunkStep in [kTileChunkStep, kTileMaxChunk] or do not cover max_encoded_tokens, or a
-// Value window other than 0 or chunk_tokens.
+// kTileChunkStep in [kTileChunkStep, kTileMaxChunk] or do not cover max_encoded_tokens, a
+// Value window other than 0 or chunk_tokens, or one_pass without byte keys, a window and at
+// most kTileMaxClusterChunks chunks. A one-pass plan's layout has empty tile_stats, probs and
+// chunk_stats sections.
 TileWorkspaceLayout MakeTileWorkspaceLayout(const TileDecodeShape& shape, const TilePlan& plan);
 
 }  // namespace readkv::cuda::internal

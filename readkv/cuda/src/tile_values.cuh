@@ -28,16 +28,22 @@ namespace readkv::cuda::tile_kernels {
 // 16 tiles), their depths depths[0, end - first), the heads' maxima head_max[G] and the f16
 // centroid table already in shared memory, the ring `ring_bytes` (kMmaWarps x kStages x
 // kStageBytes of shared memory, 16-byte aligned); the partial [G][d] to `out` (the workspace's
-// [kMaxGroup][d] slot). Every thread of the block calls it; it synchronises the block.
-template <int D, int G>
+// [kMaxGroup][d] slot). kOnChip: the tiles' heads (f16 e values [G][16], then maxima M [G],
+// ValueHeadBytes(G) a tile) are in shared memory at heads, tile first + i's at
+// heads + i * ValueHeadBytes(G); otherwise each is staged from the workspace before its planes.
+// Every thread of the block calls it; it synchronises the block.
+template <int D, int G, bool kOnChip = false>
 __device__ __forceinline__ void ValueSumsOfChunk(const TileArgs& a,
                                                  const tile::TileCentroids& centroids,
                                                  const uint16_t* table, const float* head_max,
                                                  const uint8_t* depths, int b, int h, int first,
-                                                 int end, uint8_t* ring_bytes, float* out) {
+                                                 int end, uint8_t* ring_bytes,
+                                                 const uint8_t* heads, float* out) {
   constexpr int kGroups = D / 16;
-  // A staged tile starts with its f16 e values [G][16] and its maxima M [G] (16-byte padded).
-  constexpr int kLogitBytes = tile::ValueHeadBytes(G);
+  // A tile's head: its f16 e values [G][16] and its maxima M [G] (16-byte padded), staged at
+  // the start of the tile unless kOnChip.
+  constexpr int kHeadBytes = tile::ValueHeadBytes(G);
+  constexpr int kLogitBytes = kOnChip ? 0 : kHeadBytes;
   using Ring = uint8_t[kMmaWarps][kStages][kStageBytes];
   static_assert(sizeof(float) * kMmaWarps * G * D <= sizeof(Ring), "the warps' sums reuse the ring");
   static_assert(kLogitBytes + kGroups * tile::kMaxTileDepth * 32 <= kStageBytes,
@@ -66,8 +72,10 @@ __device__ __forceinline__ void ValueSumsOfChunk(const TileArgs& a,
       const int t = depth_of(s + i), r = mine.lo + s + i;
       const size_t tile = row * a.max_tiles + r;
       static_assert(2 * kMaxGroup <= kWarp, "a lane per 16 bytes of a tile's e values");
-      if (lane < 2 * G) CpAsync16(to + lane * 16, a.probs + tile * G * 16 + lane * 8);
-      if (lane < G) CpAsync4(to + G * 32 + lane * 4, a.tile_stats + tile * 3 * G + lane);
+      if constexpr (!kOnChip) {
+        if (lane < 2 * G) CpAsync16(to + lane * 16, a.probs + tile * G * 16 + lane * 8);
+        if (lane < G) CpAsync4(to + G * 32 + lane * 4, a.tile_stats + tile * 3 * G + lane);
+      }
       const auto* from = reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(
           ShuffleWord64(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(my_from)), s + i)));
       const uint32_t recip = __shfl_sync(0xffffffffu, my_recip, s + i);
@@ -97,11 +105,12 @@ __device__ __forceinline__ void ValueSumsOfChunk(const TileArgs& a,
     const uint8_t* staged = ring[warp][slot];
     for (int i = 0; i < n; ++i) {
       const int t = depth_of(s + i);
+      const uint8_t* head = kOnChip ? heads + (mine.lo - first + s + i) * kHeadBytes : staged;
       // B: this lane's head n_head, tokens 2 (lane % 4) + {0, 1} and + 8: e exp(M - max).
       uint32_t p0 = 0, p1 = 0;
       if (n_head < G) {
-        const auto* e = reinterpret_cast<const __half2*>(staged) + n_head * 8 + lane % 4;
-        const float tile_max = reinterpret_cast<const float*>(staged + G * 32)[n_head];
+        const auto* e = reinterpret_cast<const __half2*>(head) + n_head * 8 + lane % 4;
+        const float tile_max = reinterpret_cast<const float*>(head + G * 32)[n_head];
         const float scale = __expf(tile_max - m);  // in f32: e may reach e^8 (a window's)
         const float2 f0 = __half22float2(e[0]), f1 = __half22float2(e[4]);
         const __half2 b0 = __floats2half2_rn(f0.x * scale, f0.y * scale);
@@ -122,7 +131,7 @@ __device__ __forceinline__ void ValueSumsOfChunk(const TileArgs& a,
         }
       });
       if (a.in.value_outlier_pages != nullptr) {
-        AddValueOutliers<D, G>(EntriesFromLane(my_list, s + i), lane, t, staged, head_max,
+        AddValueOutliers<D, G>(EntriesFromLane(my_list, s + i), lane, t, head, head_max,
                                centroids, acc);
       }
       staged += bytes_of(t);
@@ -157,20 +166,20 @@ __device__ __forceinline__ void ValueSumsOfChunk(const TileArgs& a,
 template <int D, int G>
 __global__ void __launch_bounds__(kMmaThreads)
     TileValues(TileArgs a, const __grid_constant__ tile::TileCentroids centroids) {
-  __shared__ __align__(16) uint16_t table[kTableSlots];
+  __shared__ MmaBlockShared shared;
   __shared__ float head_max[kMaxGroup];
-  __shared__ __align__(16) uint8_t ring[kMmaWarps][kStages][kStageBytes];
   const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const size_t row = RowOf(a, b, h);
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
   const int tiles = (a.in.encoded_lens[b] + 15) / 16;
   const int first = chunk * (a.chunk_tokens / 16);
   if (first >= tiles) return;  // the block-uniform exit of a chunk past the sequence
-  LoadTable(centroids, table);
+  LoadTable(centroids, shared.table);
   if (threadIdx.x < G) head_max[threadIdx.x] = a.stats[(first_q + threadIdx.x) * 4];
   __syncthreads();
-  ValueSumsOfChunk<D, G>(a, centroids, table, head_max, a.value_depths + row * a.max_tiles + first,
-                         b, h, first, min(tiles, first + a.chunk_tokens / 16), &ring[0][0][0],
+  ValueSumsOfChunk<D, G>(a, centroids, shared.table, head_max,
+                         a.value_depths + row * a.max_tiles + first, b, h, first,
+                         min(tiles, first + a.chunk_tokens / 16), &shared.ring[0][0][0], nullptr,
                          a.partials + (row * a.chunks + chunk) * kMaxGroup * D);
 }
 

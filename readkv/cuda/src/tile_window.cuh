@@ -69,7 +69,17 @@ __device__ __forceinline__ void FinishTileRow(const TileArgs& a, int b, int h, i
   }
 }
 
-// Grid (chunks, H_kv, B) x 128, chunk_tokens = the window. Per block:
+// What a window's Values block reads of the Logits' work: chunk k's statistics (M [G], then
+// sum e [G]) at chunk_stats(k), and its own tiles' e values and maxima M, either in the
+// workspace (heads null: TileLogits wrote them) or on chip (heads: tile first + i's at
+// heads + i * ValueHeadBytes(G), TileWindowPass's epilogue wrote them there).
+template <typename ChunkStats>
+struct WindowSources {
+  ChunkStats chunk_stats;  // k -> const float*
+  const uint8_t* heads;
+};
+
+// TileWindowValues' work for block (chunk, h, b), chunk_tokens = the window:
 //   1. the row's softmax statistics, a warp per head: the maximum of the chunks' maxima and the
 //      residual window's logits, the sum of the chunks' sums rescaled to it plus the window's;
 //   2. the window's Value block weights (thread j: block j) and depths: FloorBudget(R_V, its
@@ -77,12 +87,18 @@ __device__ __forceinline__ void FinishTileRow(const TileArgs& a, int b, int h, i
 //   3. ValueSumsOfChunk with those depths;
 //   4. the last block of the row to finish (arrivals) sums the partials: FinishTileRow.
 // Blocks past a sequence's end do 1 and 4 only (they must arrive: the last one may be one).
-template <int D, int G>
-__global__ void __launch_bounds__(kMmaThreads)
-    TileWindowValues(TileArgs a, const __grid_constant__ tile::TileCentroids centroids) {
+// after_stats() runs once step 1 has read every chunk's statistics (TileWindowPass: its blocks
+// may then leave). `table` and `ring_bytes` as LogitsOfChunk's; every thread calls it.
+template <int D, int G, bool kOnChip, typename ChunkStats, typename AfterStats>
+__device__ __forceinline__ void WindowValuesOfChunk(const TileArgs& a,
+                                                    const tile::TileCentroids& centroids,
+                                                    uint16_t* table, uint8_t* ring_bytes,
+                                                    int chunk, int h, int b,
+                                                    const WindowSources<ChunkStats>& from,
+                                                    const AfterStats& after_stats) {
   constexpr int kWindowTiles = kTileMaxChunk / 16;
+  constexpr int kHeadBytes = tile::ValueHeadBytes(G);
   static_assert(kWindowTiles <= kMmaThreads, "a thread per block of the window");
-  __shared__ __align__(16) uint16_t table[kTableSlots];
   __shared__ float head_max[kMaxGroup], head_invf[kMaxGroup], head_mass[kMaxGroup];
   __shared__ double head_inv[kMaxGroup];
   __shared__ double weights[kWindowTiles];
@@ -90,9 +106,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   __shared__ double inc[kMaxSteps];
   __shared__ long long lscratch[32];
   __shared__ internal::SelectShared selection;
-  __shared__ __align__(16) uint8_t ring[kMmaWarps][kStages][kStageBytes];
-  static_assert(sizeof(float) * kMaxGroup * 128 <= sizeof(ring), "FinishTileRow's rows reuse the ring");
-  const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  static_assert(sizeof(float) * kMaxGroup * 128 <= kMmaWarps * kStages * kStageBytes,
+                "FinishTileRow's rows reuse the ring");
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
   const size_t row = RowOf(a, b, h);
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
@@ -103,19 +118,18 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int first = chunk * (a.chunk_tokens / 16);
   const int n = max(0, min(tiles, first + a.chunk_tokens / 16) - first);  // the window's blocks
   if (tid < kMaxSteps) inc[tid] = tid < a.policy.value_steps ? a.policy.value_increments[tid] : 0.0;
-  if (n > 0) LoadTable(centroids, table);
+  if (n > 0 && !kOnChip) LoadTable(centroids, table);  // TileWindowPass loaded it
 
   // 1. The row's statistics (the same bits in every block of the row).
-  const float* chunk_stats = a.chunk_stats + row * a.chunks * 2 * G;
   for (int q = warp; q < G; q += kMmaWarps) {
     const float* window = a.logits + (first_q + q) * a.max_residual;
     float m = -INFINITY;
-    for (int k = lane; k < active; k += kWarp) m = fmaxf(m, chunk_stats[k * 2 * G + q]);
+    for (int k = lane; k < active; k += kWarp) m = fmaxf(m, from.chunk_stats(k)[q]);
     for (int i = lane; i < residual; i += kWarp) m = fmaxf(m, window[i]);
     for (int o = kWarp / 2; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
     double enc = 0.0, in_window = 0.0;
     for (int k = lane; k < active; k += kWarp) {
-      const float* st = chunk_stats + k * 2 * G;
+      const float* st = from.chunk_stats(k);
       enc += static_cast<double>(st[G + q]) * expf(st[q] - m);
     }
     for (int i = lane; i < residual; i += kWarp) in_window += expf(window[i] - m);
@@ -135,17 +149,22 @@ __global__ void __launch_bounds__(kMmaThreads)
       for (int i = lane; i < residual; i += kWarp) out[i] = window[i];
     }
   }
+  after_stats();
   __syncthreads();
 
   // 2. The window's weights and depths.
-  const float* tile_stats = a.tile_stats + row * a.max_tiles * 3 * G;
   const int spo = a.policy.value_steps;
   int positive_steps = 0;
   if (tid < n) {
     const size_t tile = static_cast<size_t>(first + tid);
-    const double w = ValueBlockWeightOfProbs<G>(
-        tile_stats + tile * 3 * G, a.probs + (row * a.max_tiles + tile) * G * 16, head_max,
-        head_inv);
+    const double w =
+        kOnChip ? ValueBlockWeightOfProbs<G>(
+                      reinterpret_cast<const float*>(from.heads + tid * kHeadBytes + G * 32),
+                      reinterpret_cast<const __half*>(from.heads + tid * kHeadBytes), head_max,
+                      head_inv)
+                : ValueBlockWeightOfProbs<G>(a.tile_stats + (row * a.max_tiles + tile) * 3 * G,
+                                             a.probs + (row * a.max_tiles + tile) * G * 16,
+                                             head_max, head_inv);
     weights[tid] = w;
     if (a.debug.block_weights != nullptr) a.debug.block_weights[row * a.max_tiles + first + tid] = w;
     positive_steps = internal::CountAbove(w, 0.0, inc, spo, 0);
@@ -173,15 +192,28 @@ __global__ void __launch_bounds__(kMmaThreads)
 
   // 3. The chunk's sums.
   if (n > 0) {
-    ValueSumsOfChunk<D, G>(a, centroids, table, head_max, depths, b, h, first, first + n,
-                           &ring[0][0][0], a.partials + (row * a.chunks + chunk) * kMaxGroup * D);
+    ValueSumsOfChunk<D, G, kOnChip>(a, centroids, table, head_max, depths, b, h, first, first + n,
+                                    ring_bytes, from.heads,
+                                    a.partials + (row * a.chunks + chunk) * kMaxGroup * D);
   }
 
   // 4. The row's finish, by its last block.
   if (internal::ArriveLast(a.arrivals + row, a.chunks)) {
     FinishTileRow<D, G>(a, b, h, active, head_max, head_invf, head_mass,
-                        reinterpret_cast<float(*)[128]>(&ring[0][0][0]));
+                        reinterpret_cast<float(*)[128]>(ring_bytes));
   }
+}
+
+// Launch 6: WindowValuesOfChunk over the workspace TileLogits wrote. Grid (chunks, H_kv, B) x 128.
+template <int D, int G>
+__global__ void __launch_bounds__(kMmaThreads)
+    TileWindowValues(TileArgs a, const __grid_constant__ tile::TileCentroids centroids) {
+  __shared__ MmaBlockShared shared;
+  const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const float* chunk_stats = a.chunk_stats + RowOf(a, b, h) * a.chunks * 2 * G;
+  const auto stats_of = [chunk_stats](int k) { return chunk_stats + k * 2 * G; };
+  WindowValuesOfChunk<D, G, false>(a, centroids, shared.table, &shared.ring[0][0][0], chunk, h, b,
+                                   WindowSources<decltype(stats_of)>{stats_of, nullptr}, [] {});
 }
 
 }  // namespace readkv::cuda::tile_kernels

@@ -205,23 +205,30 @@ TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& pla
                                const uint8_t* key_depths_host, const uint8_t* value_depths_host,
                                const TileOutlierPages* lists) {
   // With a Value window launch 6 does the work of 3-5: their terms go to its entry. Byte keys
-  // launch no TilePrepare: every TileLogits block folds its row's queries itself.
+  // launch no TilePrepare: every TileLogits block folds its row's queries itself. One pass
+  // (byte keys, a window) does it all in TileWindowPass, whose tiles' e values and statistics and
+  // chunks' statistics never leave the chip.
   const bool windowed = plan.value_window_tokens > 0;
   const bool fold = shape.byte_keys;
+  const bool one_pass = plan.one_pass;
   const int first = fold ? -1 : 0;  // TilePrepare's index, or -1
-  const int kLogits = first + 1, kPrepare = fold ? kLogits : 0, kSelect = first + 2,
-            kValues = first + (windowed ? 2 : 3), kCombine = first + (windowed ? 2 : 4);
-  Ledger t = windowed ? (fold ? Ledger({"TileLogits", "TileWindowValues"})
-                              : Ledger({"TilePrepare", "TileLogits", "TileWindowValues"}))
-                      : (fold ? Ledger({"TileLogits", "TileSelect", "TileValues", "TileCombine"})
-                              : Ledger({"TilePrepare", "TileLogits", "TileSelect", "TileValues",
-                                        "TileCombine"}));
+  const int kLogits = first + 1, kPrepare = fold ? kLogits : 0,
+            kSelect = one_pass ? kLogits : first + 2,
+            kValues = one_pass ? kLogits : first + (windowed ? 2 : 3),
+            kCombine = one_pass ? kLogits : first + (windowed ? 2 : 4);
+  Ledger t = one_pass ? Ledger({"TileWindowPass"})
+             : windowed
+                 ? (fold ? Ledger({"TileLogits", "TileWindowValues"})
+                         : Ledger({"TilePrepare", "TileLogits", "TileWindowValues"}))
+                 : (fold ? Ledger({"TileLogits", "TileSelect", "TileValues", "TileCombine"})
+                         : Ledger({"TilePrepare", "TileLogits", "TileSelect", "TileValues",
+                                   "TileCombine"}));
   const int64_t d = shape.head_dim, g = shape.group(), groups = shape.groups();
   const int64_t increments = (int64_t{shape.store_bits} - 1) * 8;
   const int64_t folded = groups * 32 * 8;  // the folded queries: a uint2 per (group, lane)
   const auto centroids = static_cast<int64_t>(sizeof(tile::TileCentroids));
   t.Read(kMetadata, kLogits, centroids);  // a kernel parameter: once per launch
-  t.Read(kMetadata, kValues, centroids);
+  if (!one_pass) t.Read(kMetadata, kValues, centroids);
   const bool payload = key_depths_host != nullptr && value_depths_host != nullptr;
   if (payload) {
     // The planes: exactly the logical ledger's sectors, Keys by Logits and Values by Values.
@@ -266,8 +273,15 @@ TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& pla
         t.Read(kSchedule, kLogits, groups * plan.chunks);
         t.Read(kIo, kLogits, internal::TileLogitsStages(plan, encoded, key_planes) * folded);
       }
-      t.Write(kScores, kLogits, tiles * g * (16 * 2 + 3 * 4));
-      if (windowed) {
+      if (!one_pass) t.Write(kScores, kLogits, tiles * g * (16 * 2 + 3 * 4));
+      if (one_pass) {
+        // 6. WindowValues, its Select part, in the same blocks: every block reads the window's
+        // logits twice and the increments; the statistics are on chip (the chunks' through the
+        // cluster's shared memory); each counts itself in the row's arrivals.
+        t.Read(kMetadata, kSelect, plan.chunks * increments);
+        t.Read(kPartials, kSelect, plan.chunks * g * 2 * residual * 4);
+        t.Write(kSchedule, kSelect, plan.chunks * 4);
+      } else if (windowed) {
         t.Write(kPartials, kLogits, plan.chunks * g * 2 * 4);  // every block's chunk statistics
         // 6. WindowValues, its Select part: every block of the plan reads the chunks'
         // statistics (those holding tokens) and the window's logits twice, the increments, and
@@ -290,9 +304,9 @@ TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& pla
         t.Read(kPartials, kValues, chunks * g * 4);
         t.Read(kSchedule, kValues, tiles);
       }
-      // 4. Values: per tile its page-table entry, its e values and maxima.
+      // 4. Values: per tile its page-table entry, its e values and maxima (one pass: on chip).
       t.Read(kMetadata, kValues, tiles * 4);
-      t.Read(kScores, kValues, tiles * g * (16 * 2 + 4));
+      if (!one_pass) t.Read(kScores, kValues, tiles * g * (16 * 2 + 4));
       t.Write(kPartials, kValues, chunks * g * d * 4);
       // 5. Combine (with a window the statistics are on chip).
       t.Read(kMetadata, kCombine, 3 * d * 4);

@@ -185,6 +185,7 @@ struct GpuRun {
   std::vector<double> weights;
   std::vector<unsigned long long> totals;  // TileDecodeDebug::totals: logical bits, payload bytes
   unsigned long long outlier_entries = 0;  // TileDecodeDebug::outlier_entries
+  bool one_pass = false;                   // the plan the call ran (TilePlan::one_pass)
 };
 
 // The caches' outlier page blocks under PackTiles' page table (the same table RunOnGpu uploads),
@@ -212,8 +213,9 @@ TileOutlierPages PagesOf(const CpuSide& cpu, const TileDecodeShape& shape) {
 
 // TileDecodeAttention over the CPU side's caches, with `lists` (the caches' outlier page blocks,
 // PagesOf) or none, the chunk of the case (0: PlanTileDecode's) or its Value window.
+// two_launches: the plan without one_pass (the same call in TileLogits and TileWindowValues).
 void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, const TileCase& c,
-              const TileOutlierPages* lists, GpuRun& run) {
+              const TileOutlierPages* lists, GpuRun& run, bool two_launches = false) {
   const int chunk_tokens = c.chunk_tokens;
   const int d = shape.head_dim, hkv = shape.heads_kv, W = shape.store_bits, groups = d / 16;
   const int batch = shape.batch, max_tiles = shape.max_token_tiles();
@@ -256,12 +258,14 @@ void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, const TileCase& 
 
   int sm_count = 0;
   CUDA_OK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
-  const TilePlan tile_plan =
+  TilePlan tile_plan =
       c.value_window > 0 ? PlanTileDecode(shape, sm_count, c.value_window)
       : chunk_tokens > 0
           ? TilePlan{chunk_tokens,
                      std::max(1, (shape.max_encoded_tokens + chunk_tokens - 1) / chunk_tokens)}
           : PlanTileDecode(shape, sm_count);
+  if (two_launches) tile_plan.one_pass = false;
+  run.one_pass = tile_plan.one_pass;
   DeviceBuffer<uint8_t> workspace(TileDecodeWorkspaceBytes(shape, tile_plan));
   TileDecodeInputs inputs{d_queries.get(), d_ktiles.get(), d_vtiles.get(),
                           d_pages.get(),   d_rk.get(),     d_rv.get(),
@@ -367,6 +371,23 @@ TEST_P(TileKernelTest, MatchesTheCpuTileReader) {
     // still lands on the CPU's depth.
     EXPECT_GE(static_cast<double>(same_as_cpu) / value_blocks, 0.95);
   }
+  // One pass is the two launches' arithmetic in the same order (tile_window_pass.cuh): the same
+  // call in two launches gives the same bits.
+  EXPECT_EQ(gpu.one_pass, c.byte_keys && c.value_window > 0 &&
+                              (cpu.max_encoded + c.value_window - 1) / c.value_window <=
+                                  kTileMaxClusterChunks);
+  if (gpu.one_pass) {
+    GpuRun apart;
+    ASSERT_NO_FATAL_FAILURE(RunOnGpu(cpu, shape, c, nullptr, apart, /*two_launches=*/true));
+    ASSERT_FALSE(apart.one_pass);
+    EXPECT_EQ(apart.value_depths, gpu.value_depths);
+    EXPECT_EQ(apart.weights, gpu.weights);
+    EXPECT_EQ(apart.totals, gpu.totals);
+    ASSERT_EQ(apart.out.size(), gpu.out.size());
+    for (size_t i = 0; i < gpu.out.size(); ++i) {
+      ASSERT_EQ(apart.out[i], gpu.out[i]) << "output " << i << ", one pass against two launches";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -398,7 +419,14 @@ INSTANTIATE_TEST_SUITE_P(
         TileCase{8, 2, 64, {1000, 513}, false, 5.0, 8.0, 2.0, 0, 512, true},
         TileCase{8, 2, 64, {1000, 37, 1800}, true, 5.0, 8.0, 2.0, 512, 0, true},
         TileCase{32, 8, 128, {700}, true, 6.0, 8.0, 4.0, 0, 0, true},
-        TileCase{8, 1, 64, {1500}, true, 5.0, 8.0, 2.0, 0, 512, true}),
+        TileCase{8, 1, 64, {1500}, true, 5.0, 8.0, 2.0, 0, 512, true},
+        // One pass (byte keys in windows, a row in one cluster): the served split in windows of
+        // 1024 over a ragged batch with a residual window and a residual-only sequence; a full
+        // cluster of 16 windows of 512 at d 128; group 2 and group 1 in windows of 2048.
+        TileCase{8, 2, 64, {3000, 37, 1800, 16}, true, 5.0, 8.0, 2.0, 0, 1024, true},
+        TileCase{32, 8, 128, {8192}, true, 4.5, 8.0, 1.0, 0, 512, true},
+        TileCase{4, 2, 64, {5000, 2049}, true, 5.0, 8.0, 2.0, 0, 2048, true},
+        TileCase{2, 2, 128, {2100}, false, 5.0, 8.0, 2.0, 0, 2048, true}),
     [](const ::testing::TestParamInfo<TileCase>& param_info) { return param_info.param.Name(); });
 
 // Plants outliers in KV head h's keys and values of `tokens`: a Key element of z = +-10 on the
@@ -457,7 +485,8 @@ TEST(TileAttentionTest, OutlierListsMatchTheCpuReaderAndChangeTheOutput) {
       {TileCase{8, 1, 64, {600}, false, 4.0, 2.0, 6.0, 0}, {40, 41, 590}},
       // Value windows of 512: the lists in TileWindowValues.
       {TileCase{8, 2, 64, {700, 300}, true, 2.0, 0, 0, 0, 512}, {3, 77, 250}},
-      // Byte keys: the Key entries correct against the grid's extreme value.
+      // Byte keys: the Key entries correct against the grid's extreme value (in one pass, and
+      // in two launches below).
       {TileCase{8, 2, 64, {700, 300}, true, 5.0, 8.0, 2.0, 0, 512, true}, {3, 77, 250}},
   };
   const bool gpu = QueryDevices().device_count > 0;
@@ -508,6 +537,12 @@ TEST(TileAttentionTest, OutlierListsMatchTheCpuReaderAndChangeTheOutput) {
     // The entries the call's lists hold, as a server's ledgers count them; none without lists.
     EXPECT_EQ(with.outlier_entries, static_cast<unsigned long long>(listed));
     EXPECT_EQ(without.outlier_entries, 0u);
+    if (with.one_pass) {  // the lists read in one pass and in two launches: the same bits
+      GpuRun apart;
+      ASSERT_NO_FATAL_FAILURE(RunOnGpu(cpu, shape, c, &lists, apart, /*two_launches=*/true));
+      EXPECT_EQ(apart.out, with.out);
+      EXPECT_EQ(apart.outlier_entries, with.outlier_entries);
+    }
     for (size_t b = 0; b < batch; ++b) {
       const size_t offset = b * hq * d;
       const std::vector<float> cpu_with(cpu.out.begin() + offset,

@@ -200,6 +200,28 @@ TEST(TileLedgersTest, ByteKeysFoldTheirQueriesInEveryLogitsBlock) {
   EXPECT_EQ(w.kernels[0].write - bare.kernels[0].write, 2 * 5 * 4);
 }
 
+// One pass (byte keys in a window of 512): one launch, the byte-key windowed terms less what
+// stays on chip: the tiles' e values and statistics (written 3 tiles x 2 heads x (32 + 12),
+// read back 3 x 2 x (8 + 36)), the chunk's statistics (written and read, 2 heads x 8), and the
+// second launch's centroid parameter.
+TEST(TileLedgersTest, OnePassKeepsTheScoresOnChip) {
+  const std::vector<int32_t> encoded = {40}, window = {5};
+  TileDecodeShape bytes = TinyShape(5);
+  bytes.byte_keys = true;
+  const TilePlan apart{512, 1, 512}, one{512, 1, 512, true};
+  const TrafficBytes t = TileDecodeTraffic(bytes, one, encoded.data(), window.data(),
+                                           kKeyDepths.data(), kValueDepths.data());
+  const TrafficBytes r = TileDecodeTraffic(bytes, apart, encoded.data(), window.data(),
+                                           kKeyDepths.data(), kValueDepths.data());
+  ASSERT_NE(t.kernels[0].kernel, nullptr);
+  EXPECT_EQ(t.kernels[0].kernel, std::string("TileWindowPass"));
+  EXPECT_EQ(t.kernels[1].kernel, nullptr);
+  EXPECT_EQ(r.kernels[1].kernel, std::string("TileWindowValues"));
+  EXPECT_EQ(t.Total(), r.Total() - kCentroids - (264 + 16) - (16 + 48 + 216));
+  EXPECT_EQ(t.payload, r.payload);
+  EXPECT_EQ(SumOfLaunches(t), t.Total());
+}
+
 // Outlier page blocks on the same shape: one page, 3 tiles, Key entries 2 in tile 0 and 1 in
 // tile 2, one Value entry in tile 1; 3 warps of one tile each (the fourth's share is empty).
 TEST(TileLedgersTest, OutlierPageBlocksCountTheirBlocksEntriesAndSectors) {

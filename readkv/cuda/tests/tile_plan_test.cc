@@ -142,6 +142,7 @@ TEST(TilePlanTest, AValueWindowIsTheChunk) {
     }
   }
   EXPECT_EQ(PlanTileDecode(Shape(16, 8, 2, 64, 16384, 0), 132).value_window_tokens, 0);
+  EXPECT_FALSE(PlanTileDecode(Shape(16, 8, 2, 64, 16384, 0), 132, 1024).one_pass);  // tree keys
   const TileDecodeShape s = Shape(1, 8, 2, 64, 4096, 0);
   for (const int bad : {-512, 256, 700, 2560, 4096}) {
     try {
@@ -151,6 +152,45 @@ TEST(TilePlanTest, AValueWindowIsTheChunk) {
       EXPECT_EQ(e.field(), "value_window") << bad;
     }
   }
+}
+
+// With byte keys and a Value window a row whose windows fit one thread-block cluster (at most
+// kTileMaxClusterChunks) is one launch; the workspace then holds no per-tile or per-chunk
+// statistics.
+TEST(TilePlanTest, ByteKeysInWindowsThatFitAClusterAreOnePass) {
+  TileDecodeShape s = Shape(16, 8, 2, 64, 16384, 0);
+  s.byte_keys = true;
+  const TilePlan served = PlanTileDecode(s, 132, 1024);
+  EXPECT_TRUE(served.one_pass);
+  EXPECT_EQ(served.chunks, 16);
+  EXPECT_FALSE(PlanTileDecode(s, 132, 512).one_pass);  // 32 windows of 512
+  EXPECT_FALSE(PlanTileDecode(s, 132).one_pass);       // the row's budget: no window
+  s.max_encoded_tokens = 8192;
+  EXPECT_TRUE(PlanTileDecode(s, 132, 512).one_pass);   // 16 windows
+  s.max_encoded_tokens = 8193;
+  s.max_pages = 33;
+  EXPECT_FALSE(PlanTileDecode(s, 132, 512).one_pass);  // 17
+  s = Shape(16, 8, 2, 64, 16384, 0);
+  s.byte_keys = true;
+  TilePlan two = served;
+  two.one_pass = false;
+  const internal::TileWorkspaceLayout one = internal::MakeTileWorkspaceLayout(s, served);
+  const internal::TileWorkspaceLayout apart = internal::MakeTileWorkspaceLayout(s, two);
+  const size_t rows = 32, tiles = 1024, group = 4;
+  const size_t kept = rows * tiles * group * (3 * 4 + 16 * 2) + rows * 16 * 2 * group * 4;
+  EXPECT_EQ(apart.total - one.total, kept);
+  EXPECT_EQ(one.probs, one.scaled_queries);  // an empty section
+  // one_pass needs byte keys, a window and a cluster's chunks.
+  EXPECT_EQ(FieldOf(s, served), "");
+  TilePlan bad = served;
+  bad.value_window_tokens = 0;
+  EXPECT_EQ(FieldOf(s, bad), "plan");
+  bad = PlanTileDecode(s, 132, 512);
+  bad.one_pass = true;
+  EXPECT_EQ(FieldOf(s, bad), "plan");
+  TileDecodeShape tree = s;
+  tree.byte_keys = false;
+  EXPECT_EQ(FieldOf(tree, served), "plan");
 }
 
 }  // namespace

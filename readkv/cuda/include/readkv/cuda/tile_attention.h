@@ -74,6 +74,13 @@
 //      then TileValues' sums; the block of the row that finishes last sums the partials and
 //      does TileCombine's work. No pass over a whole row is serial, and no launch has one
 //      block per row.
+// With byte keys and a Value window whose row fits one cluster (TilePlan::one_pass) the call is
+// one launch:
+//   7. TileWindowPass (chunks, H_kv, B) x 128 in clusters of (chunks, 1, 1), a row a cluster:
+//      each block does TileLogits' work for its chunk with the e values and maxima kept in its
+//      shared memory, the cluster exchanges the chunks' statistics through distributed shared
+//      memory, and each block goes on with TileWindowValues' work for its window. Same
+//      arithmetic in the same order: the same bits as launches 2 and 6.
 // Byte keys (TileDecodeShape::byte_keys; codec::PlaneLayout::kTilesByteKeys, docs/readkv.md
 // "Byte keys"): every key tile holds its 256 uniform-grid codes (codec/key_bytes.h) in fragment
 // order instead of W = 8 planes, same sizes and offsets; value tiles are unchanged. Keys are read
@@ -142,16 +149,25 @@ struct TilePlan {
   // is the row's (launches 1-5 below); otherwise it must equal chunk_tokens, and each Values
   // block cuts its own chunk's depths (launches 1, 2 and 6).
   int value_window_tokens = 0;
+  // One launch (TileWindowPass) instead of launches 2 and 6: with byte keys and a Value window,
+  // a row's chunks are one thread-block cluster that keeps the e values on chip and exchanges
+  // the chunks' softmax statistics through distributed shared memory. Needs byte keys, a Value
+  // window and chunks <= kTileMaxClusterChunks.
+  bool one_pass = false;
 };
 // A chunk is a multiple of 512 tokens (its four warps' shares then split evenly into tiles),
 // at most 2048 tokens (a Values warp keeps the depths of its <= 32 tiles in one register).
 inline constexpr int kTileChunkStep = 512;
 inline constexpr int kTileMaxChunk = 2048;
+// The largest thread-block cluster of an H100 or H200 (16, non-portable; 8 is the portable
+// size): a one-pass row has at most this many chunks.
+inline constexpr int kTileMaxClusterChunks = 16;
 
 // The plan for a shape on a device of `sm_count` SMs: the largest chunk of 2048 or 1024 tokens
 // that still gives every SM four Logits blocks (512 when none does): a block holds 33 KB of
 // staging, ~6 fit an SM, and a whole number of waves matters less past a few. With a Value
-// window (the reader plan's, tokens) the chunk is the window. Throws
+// window (the reader plan's, tokens) the chunk is the window, and with byte keys the plan is
+// one pass when the longest row has at most kTileMaxClusterChunks windows. Throws
 // readkv::codec::InvalidArgument naming the field for a shape the kernels refuse (head_dim not 64
 // or 128, group not 1, 2, 4 or 8, store_bits outside 1..8, negative or zero sizes, no tokens),
 // and "value_window" for a window that is not 0 or a chunk (512, 1024, 1536 or 2048).

@@ -66,8 +66,10 @@ int64_t TileLogicalBytes(const TileDecodeShape& shape, const int32_t* encoded_le
                          const TileOutlierPages* lists = nullptr);
 
 // Ledger 3, by launch ("TilePrepare", "TileLogits", "TileSelect", "TileValues", "TileCombine";
-// with a Value window "TilePrepare", "TileLogits", "TileWindowValues") and by category; both
-// depth arrays null: every term but the planes' payload.
+// with a Value window "TilePrepare", "TileLogits", "TileWindowValues"; byte keys launch no
+// TilePrepare; a one-pass plan is "TileWindowPass" alone, without the tiles' e values and
+// statistics and the chunks' statistics, which stay on chip) and by category; both depth
+// arrays null: every term but the planes' payload.
 TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& plan,
                                const int32_t* encoded_lens_host,
                                const int32_t* residual_lens_host,

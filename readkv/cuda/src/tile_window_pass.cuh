@@ -1,0 +1,106 @@
+// The GPU tile reader in one launch (TilePlan::one_pass; tile_attention.h): TileWindowPass, the
+// work of TileLogits and TileWindowValues for one Value window in one block, a row's windows in
+// one thread-block cluster. Included only through tile_attention.cu. Internal.
+//
+// Why: with byte keys and windows of 1024 the served call (16K x 16, 8/2/64, an H100) spent two
+// thirds of its time in TileWindowValues, whose blocks first read back what TileLogits' blocks
+// had just written (every tile's e values and maxima, every chunk's statistics) and then ran the
+// window's cut, all after a launch boundary (docs/performance-notes.md). Here the e values stay
+// in the block's shared memory, the chunks' statistics cross the cluster through distributed
+// shared memory, and nothing but the partials and the output goes to memory.
+//
+// The arithmetic is LogitsOfChunk's and WindowValuesOfChunk's, in the same order, so a
+// one-pass call gives the same bits as the two launches.
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "tile_kernels.cuh"
+#include "tile_window.cuh"
+
+namespace readkv::cuda::tile_kernels {
+
+// The cluster barrier in its two halves: arrive (release: this thread's writes, shared, global
+// or distributed, before it are seen by every thread of the cluster after its wait) and wait
+// (acquire). Every thread of every block calls both, in the same order.
+__device__ __forceinline__ void ClusterArrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void ClusterWait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// The shared memory a one-pass block asks for at launch: its window's tile heads (e values and
+// maxima, ValueHeadBytes(G) a tile).
+template <int G>
+constexpr size_t WindowPassDynamicBytes(int chunk_tokens) {
+  return static_cast<size_t>(chunk_tokens / 16) * tile::ValueHeadBytes(G);
+}
+
+// Grid (chunks, H_kv, B) x 128, clusters of (chunks, 1, 1): cluster = row, block rank = chunk.
+//   1. LogitsOfChunk (byte keys) with its tiles' e values and maxima and its chunk's statistics
+//      into this block's shared memory; the row's first block zeroes the arrivals and every
+//      block writes its share of the residual window's logits, as TileLogits;
+//   2. the cluster barrier: every chunk's statistics, the window's logits and the zeroed count
+//      are visible to every block of the row;
+//   3. WindowValuesOfChunk, the chunks' statistics read from their blocks' shared memory, its
+//      tiles' heads from its own;
+//   4. the cluster barrier's second half, so no block leaves while another may still read its
+//      statistics (each block arrives once it has read them, in 3, and waits here).
+template <int D, int G>
+__global__ void __launch_bounds__(kMmaThreads)
+    TileWindowPass(TileArgs a, const __grid_constant__ tile::TileCentroids centroids) {
+  extern __shared__ __align__(16) uint8_t heads[];  // [chunk_tokens / 16][ValueHeadBytes(G)]
+  __shared__ MmaBlockShared shared;
+  __shared__ float chunk_stats[2 * kMaxGroup];  // M [G], sum e [G]
+  constexpr int kHeadBytes = tile::ValueHeadBytes(G);
+  static_assert(kHeadBytes % 16 == 0, "a tile's head keeps the next one 16-byte aligned");
+  const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  LoadTable(centroids, shared.table);  // for the Values (byte keys decode without it)
+  const LogitsOut out{reinterpret_cast<__half*>(heads), kHeadBytes / 2,
+                      reinterpret_cast<float*>(heads + G * 32), kHeadBytes / 4, chunk_stats};
+  LogitsOfChunk<D, G, true>(a, centroids, shared.table, &shared.ring[0][0][0], chunk, h, b, out);
+  ClusterArrive();
+  ClusterWait();
+  const ::cooperative_groups::cluster_group cluster = ::cooperative_groups::this_cluster();
+  const auto stats_of = [&cluster](int k) -> const float* {
+    return cluster.map_shared_rank(&chunk_stats[0], k);
+  };
+  WindowValuesOfChunk<D, G, true>(a, centroids, shared.table, &shared.ring[0][0][0], chunk, h, b,
+                                  WindowSources<decltype(stats_of)>{stats_of, heads},
+                                  [] { ClusterArrive(); });
+  ClusterWait();
+}
+
+// Launches TileWindowPass for plan-checked arguments: the cluster of a row's `a.chunks` blocks
+// (non-portable above 8) and the window's heads as dynamic shared memory.
+template <int D, int G>
+cudaError_t LaunchWindowPass(const TileArgs& a, const tile::TileCentroids& centroids, int batch,
+                             cudaStream_t stream) {
+  const auto kernel = TileWindowPass<D, G>;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (e != cudaSuccess) return e;
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(WindowPassDynamicBytes<G>(kTileMaxChunk)));
+  if (e != cudaSuccess) return e;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(a.chunks), static_cast<unsigned>(a.heads_kv),
+                        static_cast<unsigned>(batch));
+  config.blockDim = dim3(kMmaThreads);
+  config.dynamicSmemBytes = WindowPassDynamicBytes<G>(a.chunk_tokens);
+  config.stream = stream;
+  cudaLaunchAttribute cluster[1];
+  cluster[0].id = cudaLaunchAttributeClusterDimension;
+  cluster[0].val.clusterDim.x = static_cast<unsigned>(a.chunks);
+  cluster[0].val.clusterDim.y = 1;
+  cluster[0].val.clusterDim.z = 1;
+  config.attrs = cluster;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, a, centroids);
+}
+
+}  // namespace readkv::cuda::tile_kernels
