@@ -24,6 +24,26 @@ namespace readkv::cuda::tile_kernels {
 // accumulators kept live over the warp's tiles. The warps' sums meet in shared memory (fixed
 // order) and the chunk's partial sum_i e_i C(code_i) [G][d] goes to the workspace.
 
+// What a Values warp looks up in memory before its first stage, for the warp's share of the
+// token tiles [first, end) of row (b, h): lane i's tile's (the share's i-th) place in the Value
+// pool, through the page table, and its Value list entries. No depth is needed, so
+// TileWindowPass looks them up before its cluster barrier and the window's cut, under their
+// latency.
+struct ValueLaneLookups {
+  const uint8_t* from;
+  TileEntries list;
+};
+template <int D>
+__device__ __forceinline__ ValueLaneLookups LookUpValueLanes(const TileArgs& a, int b, int h,
+                                                             int first, int end) {
+  const int lane = threadIdx.x % kWarp;
+  const tile::WarpShare mine = tile::ShareOfWarp(first, end, threadIdx.x / kWarp);
+  const int64_t tile_bytes = tile::TokenTileBytes(D, a.store_bits);
+  return {lane < mine.count() ? TileAt(a, a.in.value_tiles, tile_bytes, b, h, mine.lo + lane)
+                              : nullptr,
+          LaneEntries(a, a.in.value_outlier_pages, b, h, mine.lo, mine.count(), lane)};
+}
+
 // That work for the token tiles [first, end) of row (b, h) (end > first, at most kTileMaxChunk /
 // 16 tiles), their depths depths[0, end - first), the heads' maxima head_max[G] and the f16
 // centroid table already in shared memory, the ring `ring_bytes` (kMmaWarps x kStages x
@@ -31,14 +51,16 @@ namespace readkv::cuda::tile_kernels {
 // [kMaxGroup][d] slot). kOnChip: the tiles' heads (f16 e values [G][16], then maxima M [G],
 // ValueHeadBytes(G) a tile) are in shared memory at heads, tile first + i's at
 // heads + i * ValueHeadBytes(G); otherwise each is staged from the workspace before its planes.
-// Every thread of the block calls it; it synchronises the block.
+// `lanes`: LookUpValueLanes(a, b, h, first, end) of this thread. Every thread of the block calls
+// it; it synchronises the block.
 template <int D, int G, bool kOnChip = false>
 __device__ __forceinline__ void ValueSumsOfChunk(const TileArgs& a,
                                                  const tile::TileCentroids& centroids,
                                                  const uint16_t* table, const float* head_max,
                                                  const uint8_t* depths, int b, int h, int first,
-                                                 int end, uint8_t* ring_bytes,
-                                                 const uint8_t* heads, float* out) {
+                                                 int end, const ValueLaneLookups& lanes,
+                                                 uint8_t* ring_bytes, const uint8_t* heads,
+                                                 float* out) {
   constexpr int kGroups = D / 16;
   // A tile's head: its f16 e values [G][16] and its maxima M [G] (16-byte padded), staged at
   // the start of the tile unless kOnChip.
@@ -54,17 +76,15 @@ __device__ __forceinline__ void ValueSumsOfChunk(const TileArgs& a,
   const tile::WarpShare mine = tile::ShareOfWarp(first, end, warp);
   const int count = mine.count();  // <= 32
   const int my_depth = lane < count ? depths[mine.lo - first + lane] : 0;
-  const TileEntries my_list = LaneEntries(a, a.in.value_outlier_pages, b, h, mine.lo, count, lane);
+  const TileEntries my_list = lanes.list;
   const auto depth_of = [&](int i) { return __shfl_sync(0xffffffffu, my_depth, i); };
   const auto bytes_of = [](int t) { return tile::ValueTileBytes(t, kGroups, kLogitBytes); };
   const auto span = [&](int s) {  // tiles in the stage that starts at the warp's tile s
     return tile::ValueStageTiles(depth_of, s, count, kGroups, kLogitBytes);
   };
-  const int64_t tile_bytes = tile::TokenTileBytes(D, a.store_bits);
   // Lane i also holds where the warp's tile i starts in the pool (so a stage's issue reads the
   // page table through shuffles, not a load a tile) and the reciprocal of its 2 t (below).
-  const uint8_t* my_from =
-      lane < count ? TileAt(a, a.in.value_tiles, tile_bytes, b, h, mine.lo + lane) : nullptr;
+  const uint8_t* my_from = lanes.from;
   const uint32_t my_recip = tile::PieceRunReciprocal(my_depth);
   const auto issue = [&](int slot, int s, int n) {
     uint8_t* to = ring[warp][slot];
@@ -177,9 +197,10 @@ __global__ void __launch_bounds__(kMmaThreads)
   LoadTable(centroids, shared.table);
   if (threadIdx.x < G) head_max[threadIdx.x] = a.stats[(first_q + threadIdx.x) * 4];
   __syncthreads();
+  const int end = min(tiles, first + a.chunk_tokens / 16);
   ValueSumsOfChunk<D, G>(a, centroids, shared.table, head_max,
-                         a.value_depths + row * a.max_tiles + first, b, h, first,
-                         min(tiles, first + a.chunk_tokens / 16), &shared.ring[0][0][0], nullptr,
+                         a.value_depths + row * a.max_tiles + first, b, h, first, end,
+                         LookUpValueLanes<D>(a, b, h, first, end), &shared.ring[0][0][0], nullptr,
                          a.partials + (row * a.chunks + chunk) * kMaxGroup * D);
 }
 

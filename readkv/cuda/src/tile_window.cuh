@@ -73,11 +73,22 @@ __device__ __forceinline__ void FinishTileRow(const TileArgs& a, int b, int h, i
 // sum e [G]) at chunk_stats(k), and its own tiles' e values and maxima M, either in the
 // workspace (heads null: TileLogits wrote them) or on chip (heads: tile first + i's at
 // heads + i * ValueHeadBytes(G), TileWindowPass's epilogue wrote them there).
+// `lanes` is LookUpValueLanes over the window's tiles (the block's warp shares).
 template <typename ChunkStats>
 struct WindowSources {
   ChunkStats chunk_stats;  // k -> const float*
   const uint8_t* heads;
+  ValueLaneLookups lanes;
 };
+
+// LookUpValueLanes over window `chunk` of row (b, h) (none past the sequence's end).
+template <int D>
+__device__ __forceinline__ ValueLaneLookups WindowLanes(const TileArgs& a, int chunk, int h,
+                                                        int b) {
+  const int tiles = (a.in.encoded_lens[b] + 15) / 16;
+  const int first = chunk * (a.chunk_tokens / 16);
+  return LookUpValueLanes<D>(a, b, h, first, max(first, min(tiles, first + a.chunk_tokens / 16)));
+}
 
 // TileWindowValues' work for block (chunk, h, b), chunk_tokens = the window:
 //   1. the row's softmax statistics, a warp per head: the maximum of the chunks' maxima and the
@@ -193,7 +204,7 @@ __device__ __forceinline__ void WindowValuesOfChunk(const TileArgs& a,
   // 3. The chunk's sums.
   if (n > 0) {
     ValueSumsOfChunk<D, G, kOnChip>(a, centroids, table, head_max, depths, b, h, first, first + n,
-                                    ring_bytes, from.heads,
+                                    from.lanes, ring_bytes, from.heads,
                                     a.partials + (row * a.chunks + chunk) * kMaxGroup * D);
   }
 
@@ -212,8 +223,9 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const float* chunk_stats = a.chunk_stats + RowOf(a, b, h) * a.chunks * 2 * G;
   const auto stats_of = [chunk_stats](int k) { return chunk_stats + k * 2 * G; };
+  const WindowSources<decltype(stats_of)> from{stats_of, nullptr, WindowLanes<D>(a, chunk, h, b)};
   WindowValuesOfChunk<D, G, false>(a, centroids, shared.table, &shared.ring[0][0][0], chunk, h, b,
-                                   WindowSources<decltype(stats_of)>{stats_of, nullptr}, [] {});
+                                   from, [] {});
 }
 
 }  // namespace readkv::cuda::tile_kernels

@@ -46,7 +46,8 @@ constexpr size_t WindowPassDynamicBytes(int chunk_tokens) {
 //      into this block's shared memory; the row's first block zeroes the arrivals and every
 //      block writes its share of the residual window's logits, as TileLogits;
 //   2. the cluster barrier: every chunk's statistics, the window's logits and the zeroed count
-//      are visible to every block of the row;
+//      are visible to every block of the row; the Values' page-table and list lookups
+//      (LookUpValueLanes), which need no depth, are issued before it and land meanwhile;
 //   3. WindowValuesOfChunk, the chunks' statistics read from their blocks' shared memory, its
 //      tiles' heads from its own;
 //   4. the cluster barrier's second half, so no block leaves while another may still read its
@@ -64,6 +65,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   const LogitsOut out{reinterpret_cast<__half*>(heads), kHeadBytes / 2,
                       reinterpret_cast<float*>(heads + G * 32), kHeadBytes / 4, chunk_stats};
   LogitsOfChunk<D, G, true>(a, centroids, shared.table, &shared.ring[0][0][0], chunk, h, b, out);
+  const ValueLaneLookups lanes = WindowLanes<D>(a, chunk, h, b);  // in flight over the barrier
   ClusterArrive();
   ClusterWait();
   const ::cooperative_groups::cluster_group cluster = ::cooperative_groups::this_cluster();
@@ -71,7 +73,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     return cluster.map_shared_rank(&chunk_stats[0], k);
   };
   WindowValuesOfChunk<D, G, true>(a, centroids, shared.table, &shared.ring[0][0][0], chunk, h, b,
-                                  WindowSources<decltype(stats_of)>{stats_of, heads},
+                                  WindowSources<decltype(stats_of)>{stats_of, heads, lanes},
                                   [] { ClusterArrive(); });
   ClusterWait();
 }
