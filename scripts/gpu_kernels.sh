@@ -211,8 +211,8 @@ if [[ "${PROFILE:-0}" == 1 ]]; then
     rm -f "$LOGS/ncu-bench.json"
     # The split kernels (dense, FP8): four launches after 24; the tile reader (whose calls are
     # five launches, the only ones the regex names): the sixth call's five; with --value-window
-    # three; byte keys (tile-kbytes, no TilePrepare) one fewer, and one (TileWindowPass) when
-    # the row's windows fit a cluster (TilePlan::one_pass: at most 16).
+    # three; byte keys (tile-kbytes, no TilePrepare) one fewer, and one (TileWindowPass) with
+    # --one-pass.
     kernels='regex:SplitDecode|CombineSplits' skip=24 count=4
     tile=0
     [[ $point == *tile:* || $point == *tile-kbytes:* ]] && tile=1
@@ -221,11 +221,7 @@ if [[ "${PROFILE:-0}" == 1 ]]; then
         skip=25 count=5
     [[ $tile == 1 && $point == *--value-window* ]] && skip=15 count=3
     if [[ $point == *tile-kbytes:* ]]; then count=$((count - 1)); skip=$((5 * count)); fi
-    if [[ $point == *tile-kbytes:* && $point =~ --value-window\ ([0-9]+) ]]; then
-      window=${BASH_REMATCH[1]} tokens=32768
-      [[ $point =~ --tokens\ ([0-9]+) ]] && tokens=${BASH_REMATCH[1]}
-      (( (tokens + window - 1) / window <= 16 )) && skip=5 count=1
-    fi
+    [[ $point == *tile-kbytes:* && $point == *--one-pass* ]] && skip=5 count=1
     metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
     metrics+=,lts__t_sectors_srcunit_tex_op_write.sum,smsp__inst_executed.sum
     metrics+=,sm__cycles_elapsed.avg.per_second

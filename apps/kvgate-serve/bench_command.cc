@@ -44,6 +44,7 @@ struct BenchArgs {
   bool ragged = false;
   int outlier_cap = 0;
   int value_window = 0;
+  bool one_pass = false;
   std::string split_cluster = "auto";
   bool no_anchor = false;
   uint64_t seed = 1;
@@ -87,6 +88,7 @@ readkv::cuda::BenchConfig ToConfig(const BenchArgs& a) {
   config.ragged = a.ragged;
   config.outlier_cap = a.outlier_cap;
   config.value_window = a.value_window;
+  config.one_pass = a.one_pass;
   if (!readkv::cuda::ParseSplitPlan(a.split_cluster, &config.split)) {
     throw InvalidArgument("--split-cluster",
                           "must be auto, off, 1, 2, 4 or 8, got '" + a.split_cluster + "'");
@@ -195,6 +197,9 @@ void AddBenchCommand(CLI::App& app, CommandContext& context) {
                   "Tile rows: Value budgets per window of this many tokens, the rows' chunk "
                   "(512-2048 by 512; 0: the row's)")
       ->capture_default_str();
+  cmd->add_flag("--one-pass", args->one_pass,
+                "Byte-key tile rows with --value-window: one launch a call (TileWindowPass, a "
+                "row's windows in one cluster of at most 16); not kvgate serve's choice");
   cmd->add_option("--split-cluster", args->split_cluster,
                   "Dense and FP8 rows' schedule: auto, off (persistent blocks and a merge), or "
                   "a cluster of 1, 2, 4 or 8 blocks per head")

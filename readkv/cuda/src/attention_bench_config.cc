@@ -252,6 +252,10 @@ void BenchConfig::Validate() const {
                                               "--chunk-tokens 0 or the same number");
     }
   }
+  if (one_pass && value_window == 0) {
+    throw InvalidArgument("--one-pass", "one pass is for byte-key tile rows in Value windows: "
+                                        "give --value-window too");
+  }
   if (outlier_cap > 0 && !any_tile) {
     throw InvalidArgument("--outlier-cap",
                           "only the tile reader's rows read outlier lists: give a tile: spec "

@@ -93,6 +93,7 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const DenseSet& dense,
                                w,       s.max_tokens, 0,      s.max_pages};
   tile.shape.byte_keys = tile.byte_keys;  // PlanTileDecode refuses them unless W = 8
   tile.plan = PlanTileDecode(tile.shape, sm_count, config.value_window);
+  tile.plan.one_pass = config.one_pass && tile.byte_keys;  // checked by the workspace's layout
   if (config.chunk_tokens > 0 && config.value_window == 0) {  // --chunk-tokens, checked
     tile.plan.chunk_tokens = config.chunk_tokens;
     tile.plan.chunks =
@@ -227,6 +228,7 @@ std::function<void(int)> TileRow(const TileSet& tile, const KvSpec& spec, float*
   row.workspace_bytes = static_cast<int64_t>(TileDecodeWorkspaceBytes(s, tile.plan));
   row.chunk_tokens = tile.plan.chunk_tokens;
   row.value_window_tokens = tile.plan.value_window_tokens;
+  row.one_pass = tile.plan.one_pass;
   const std::string timed = "TileDecodeAttention (" + name + ", timed launch)";
   return [&tile, spec, out, workspace, timed](int k) {
     Check(TileDecodeAttention(tile.shape, tile.Inputs(k, out), tile.Codec(k), tile.centroids,

@@ -143,14 +143,15 @@ __device__ __forceinline__ void WindowTileEpilogue(const float (&x)[4], int lane
 struct NoRowQueries {};  // tree keys' TileLogits: TilePrepare folded the queries
 
 // Where a Logits block puts what its epilogue makes: tile `first + i`'s e values at
-// probs + i * probs_stride (halves) and its statistics at stats + i * stats_stride (floats), and,
-// with a Value window, the chunk's statistics (M [G], sum e [G]) at chunk_stats. TileLogits
-// points them into the workspace; TileWindowPass into its own shared memory.
+// probs + i * kProbsStride (halves) and its statistics at stats + i * kStatsStride (floats),
+// and, with a Value window, the chunk's statistics (M [G], sum e [G]) at chunk_stats. TileLogits
+// points them into the workspace; TileWindowPass into its own shared memory. The strides are
+// constants so that a tile's addresses cost what they did with the workspace alone.
+template <int kProbsStride, int kStatsStride>
 struct LogitsOut {
+  static constexpr int kProbs = kProbsStride, kStats = kStatsStride;
   __half* probs;
-  int probs_stride;
   float* stats;
-  int stats_stride;
   float* chunk_stats;
 };
 
@@ -158,11 +159,11 @@ struct LogitsOut {
 // keys load it here; byte keys need none) and its staging ring (kMmaWarps x kStages x
 // kStageBytes of 16-byte aligned shared memory, free again when it returns). Every thread of the
 // block calls it; it synchronises the block.
-template <int D, int G, bool kByteKeys>
+template <int D, int G, bool kByteKeys, typename Out>
 __device__ __forceinline__ void LogitsOfChunk(const TileArgs& a,
                                               const tile::TileCentroids& centroids,
                                               uint16_t* table, uint8_t* ring_bytes, int chunk,
-                                              int h, int b, const LogitsOut& out) {
+                                              int h, int b, const Out& out) {
   constexpr int kGroups = D / 16;
   constexpr int kMaxPieces = 2 * kGroups * tile::kMaxTileDepth;  // 16-byte pieces of a tile
   // Byte keys: every group at depth 8, so a staged tile is the token tile itself (kBytePieces
@@ -343,8 +344,8 @@ __device__ __forceinline__ void LogitsOfChunk(const TileArgs& a,
           if (in1) to[t1] = x[hh + 2];
         }
       }
-      __half* tile_probs = out.probs + (tile - first) * out.probs_stride;
-      float* stats = out.stats + (tile - first) * out.stats_stride;
+      __half* tile_probs = out.probs + (tile - first) * Out::kProbs;
+      float* stats = out.stats + (tile - first) * Out::kStats;
       if (per_chunk) {
         WindowTileEpilogue<G>(x, lane, ref, lane_sum, tile_probs, stats);
       } else {
@@ -415,11 +416,11 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const size_t row = RowOf(a, b, h);
   const size_t first = static_cast<size_t>(chunk) * (a.chunk_tokens / 16);
-  const LogitsOut out{a.probs + (row * a.max_tiles + first) * G * 16, G * 16,
-                      a.tile_stats + (row * a.max_tiles + first) * 3 * G, 3 * G,
-                      a.chunk_stats == nullptr
-                          ? nullptr
-                          : a.chunk_stats + (row * a.chunks + chunk) * 2 * G};
+  const LogitsOut<G * 16, 3 * G> out{a.probs + (row * a.max_tiles + first) * G * 16,
+                                     a.tile_stats + (row * a.max_tiles + first) * 3 * G,
+                                     a.chunk_stats == nullptr
+                                         ? nullptr
+                                         : a.chunk_stats + (row * a.chunks + chunk) * 2 * G};
   LogitsOfChunk<D, G, kByteKeys>(a, centroids, shared.table, &shared.ring[0][0][0], chunk, h, b,
                                  out);
 }

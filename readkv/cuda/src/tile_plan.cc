@@ -135,8 +135,6 @@ TilePlan PlanTileDecode(const TileDecodeShape& shape, int sm_count, int value_wi
   plan.value_window_tokens = value_window_tokens;
   plan.chunks = static_cast<int>(std::max<int64_t>(
       1, (int64_t{shape.max_encoded_tokens} + plan.chunk_tokens - 1) / plan.chunk_tokens));
-  plan.one_pass = shape.byte_keys && value_window_tokens > 0 &&
-                  plan.chunks <= kTileMaxClusterChunks;
   return plan;
 }
 

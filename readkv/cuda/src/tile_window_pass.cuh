@@ -11,6 +11,11 @@
 //
 // The arithmetic is LogitsOfChunk's and WindowValuesOfChunk's, in the same order, so a
 // one-pass call gives the same bits as the two launches.
+//
+// Measured (H100, 2026-12-06, 29d8d15 against 5747c93 alternating): the served call took 85.3
+// us in one pass against 58.2 in two launches, 8K x 1 (8 clusters of 16) 27.7 against 27.3, so
+// it is not the planner's choice (TilePlan::one_pass); why is open (docs/performance-notes.md,
+// "One pass per row").
 #pragma once
 
 #include <cooperative_groups.h>
@@ -62,8 +67,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   static_assert(kHeadBytes % 16 == 0, "a tile's head keeps the next one 16-byte aligned");
   const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   LoadTable(centroids, shared.table);  // for the Values (byte keys decode without it)
-  const LogitsOut out{reinterpret_cast<__half*>(heads), kHeadBytes / 2,
-                      reinterpret_cast<float*>(heads + G * 32), kHeadBytes / 4, chunk_stats};
+  const LogitsOut<kHeadBytes / 2, kHeadBytes / 4> out{
+      reinterpret_cast<__half*>(heads), reinterpret_cast<float*>(heads + G * 32), chunk_stats};
   LogitsOfChunk<D, G, true>(a, centroids, shared.table, &shared.ring[0][0][0], chunk, h, b, out);
   const ValueLaneLookups lanes = WindowLanes<D>(a, chunk, h, b);  // in flight over the barrier
   ClusterArrive();

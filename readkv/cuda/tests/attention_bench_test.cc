@@ -196,6 +196,17 @@ TEST(BenchConfigTest, RejectsShapesTheKernelsCannotRunNamingTheFlag) {
               c.value_window = 512;
             }),
             "--value-window");
+  // One pass: byte-key rows in Value windows (whether a row's windows fit a cluster is the
+  // workspace's check, when the point is built).
+  const auto one_pass = [](int w) {
+    return [w](BenchConfig& c) {
+      c.kv = ParseKvSpecs("fp8,tile-kbytes:8:5:8:2");
+      c.value_window = w;
+      c.one_pass = true;
+    };
+  };
+  EXPECT_EQ(field(one_pass(1024)), "");
+  EXPECT_EQ(field(one_pass(0)), "--one-pass");
   // Outlier lists: the tile rows' only, a cap in [0, 16].
   EXPECT_EQ(field([&](BenchConfig& c) {
               no_tile(c);

@@ -213,9 +213,10 @@ TileOutlierPages PagesOf(const CpuSide& cpu, const TileDecodeShape& shape) {
 
 // TileDecodeAttention over the CPU side's caches, with `lists` (the caches' outlier page blocks,
 // PagesOf) or none, the chunk of the case (0: PlanTileDecode's) or its Value window.
-// two_launches: the plan without one_pass (the same call in TileLogits and TileWindowValues).
+// one_pass: the plan asks for TileWindowPass (the same call in one launch; byte keys in windows
+// whose rows fit a cluster, OnePassFits).
 void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, const TileCase& c,
-              const TileOutlierPages* lists, GpuRun& run, bool two_launches = false) {
+              const TileOutlierPages* lists, GpuRun& run, bool one_pass = false) {
   const int chunk_tokens = c.chunk_tokens;
   const int d = shape.head_dim, hkv = shape.heads_kv, W = shape.store_bits, groups = d / 16;
   const int batch = shape.batch, max_tiles = shape.max_token_tiles();
@@ -264,7 +265,7 @@ void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, const TileCase& 
           ? TilePlan{chunk_tokens,
                      std::max(1, (shape.max_encoded_tokens + chunk_tokens - 1) / chunk_tokens)}
           : PlanTileDecode(shape, sm_count);
-  if (two_launches) tile_plan.one_pass = false;
+  tile_plan.one_pass = one_pass;
   run.one_pass = tile_plan.one_pass;
   DeviceBuffer<uint8_t> workspace(TileDecodeWorkspaceBytes(shape, tile_plan));
   TileDecodeInputs inputs{d_queries.get(), d_ktiles.get(), d_vtiles.get(),
@@ -307,6 +308,13 @@ TileDecodeShape ShapeOf(const TileCase& c, const CpuSide& cpu) {
                          cpu.max_residual,
                          (cpu.max_encoded + kPageTokens - 1) / kPageTokens,
                          c.byte_keys};
+}
+
+// Whether a case can run in one pass (TilePlan::one_pass): byte keys in windows, a row's windows
+// in one cluster.
+bool OnePassFits(const TileCase& c, const CpuSide& cpu) {
+  return c.byte_keys && c.value_window > 0 &&
+         (cpu.max_encoded + c.value_window - 1) / c.value_window <= kTileMaxClusterChunks;
 }
 
 class TileKernelTest : public ::testing::TestWithParam<TileCase> {};
@@ -372,20 +380,18 @@ TEST_P(TileKernelTest, MatchesTheCpuTileReader) {
     EXPECT_GE(static_cast<double>(same_as_cpu) / value_blocks, 0.95);
   }
   // One pass is the two launches' arithmetic in the same order (tile_window_pass.cuh): the same
-  // call in two launches gives the same bits.
-  EXPECT_EQ(gpu.one_pass, c.byte_keys && c.value_window > 0 &&
-                              (cpu.max_encoded + c.value_window - 1) / c.value_window <=
-                                  kTileMaxClusterChunks);
-  if (gpu.one_pass) {
-    GpuRun apart;
-    ASSERT_NO_FATAL_FAILURE(RunOnGpu(cpu, shape, c, nullptr, apart, /*two_launches=*/true));
-    ASSERT_FALSE(apart.one_pass);
-    EXPECT_EQ(apart.value_depths, gpu.value_depths);
-    EXPECT_EQ(apart.weights, gpu.weights);
-    EXPECT_EQ(apart.totals, gpu.totals);
-    ASSERT_EQ(apart.out.size(), gpu.out.size());
+  // call in one launch gives the same bits.
+  EXPECT_FALSE(gpu.one_pass);  // never the planner's choice
+  if (OnePassFits(c, cpu)) {
+    GpuRun one;
+    ASSERT_NO_FATAL_FAILURE(RunOnGpu(cpu, shape, c, nullptr, one, /*one_pass=*/true));
+    ASSERT_TRUE(one.one_pass);
+    EXPECT_EQ(one.value_depths, gpu.value_depths);
+    EXPECT_EQ(one.weights, gpu.weights);
+    EXPECT_EQ(one.totals, gpu.totals);
+    ASSERT_EQ(one.out.size(), gpu.out.size());
     for (size_t i = 0; i < gpu.out.size(); ++i) {
-      ASSERT_EQ(apart.out[i], gpu.out[i]) << "output " << i << ", one pass against two launches";
+      ASSERT_EQ(one.out[i], gpu.out[i]) << "output " << i << ", one pass against two launches";
     }
   }
 }
@@ -420,8 +426,8 @@ INSTANTIATE_TEST_SUITE_P(
         TileCase{8, 2, 64, {1000, 37, 1800}, true, 5.0, 8.0, 2.0, 512, 0, true},
         TileCase{32, 8, 128, {700}, true, 6.0, 8.0, 4.0, 0, 0, true},
         TileCase{8, 1, 64, {1500}, true, 5.0, 8.0, 2.0, 0, 512, true},
-        // One pass (byte keys in windows, a row in one cluster): the served split in windows of
-        // 1024 over a ragged batch with a residual window and a residual-only sequence; a full
+        // Byte keys in windows whose rows fit a cluster, so also in one pass (TileWindowPass):
+        // the served split in windows of 1024 over a ragged batch with a residual window and a residual-only sequence; a full
         // cluster of 16 windows of 512 at d 128; group 2 and group 1 in windows of 2048.
         TileCase{8, 2, 64, {3000, 37, 1800, 16}, true, 5.0, 8.0, 2.0, 0, 1024, true},
         TileCase{32, 8, 128, {8192}, true, 4.5, 8.0, 1.0, 0, 512, true},
@@ -485,8 +491,8 @@ TEST(TileAttentionTest, OutlierListsMatchTheCpuReaderAndChangeTheOutput) {
       {TileCase{8, 1, 64, {600}, false, 4.0, 2.0, 6.0, 0}, {40, 41, 590}},
       // Value windows of 512: the lists in TileWindowValues.
       {TileCase{8, 2, 64, {700, 300}, true, 2.0, 0, 0, 0, 512}, {3, 77, 250}},
-      // Byte keys: the Key entries correct against the grid's extreme value (in one pass, and
-      // in two launches below).
+      // Byte keys: the Key entries correct against the grid's extreme value (in two launches,
+      // and in one pass below).
       {TileCase{8, 2, 64, {700, 300}, true, 5.0, 8.0, 2.0, 0, 512, true}, {3, 77, 250}},
   };
   const bool gpu = QueryDevices().device_count > 0;
@@ -537,11 +543,11 @@ TEST(TileAttentionTest, OutlierListsMatchTheCpuReaderAndChangeTheOutput) {
     // The entries the call's lists hold, as a server's ledgers count them; none without lists.
     EXPECT_EQ(with.outlier_entries, static_cast<unsigned long long>(listed));
     EXPECT_EQ(without.outlier_entries, 0u);
-    if (with.one_pass) {  // the lists read in one pass and in two launches: the same bits
-      GpuRun apart;
-      ASSERT_NO_FATAL_FAILURE(RunOnGpu(cpu, shape, c, &lists, apart, /*two_launches=*/true));
-      EXPECT_EQ(apart.out, with.out);
-      EXPECT_EQ(apart.outlier_entries, with.outlier_entries);
+    if (OnePassFits(c, cpu)) {  // the lists read in one pass and in two launches: the same bits
+      GpuRun one;
+      ASSERT_NO_FATAL_FAILURE(RunOnGpu(cpu, shape, c, &lists, one, /*one_pass=*/true));
+      EXPECT_EQ(one.out, with.out);
+      EXPECT_EQ(one.outlier_entries, with.outlier_entries);
     }
     for (size_t b = 0; b < batch; ++b) {
       const size_t offset = b * hq * d;

@@ -142,7 +142,6 @@ TEST(TilePlanTest, AValueWindowIsTheChunk) {
     }
   }
   EXPECT_EQ(PlanTileDecode(Shape(16, 8, 2, 64, 16384, 0), 132).value_window_tokens, 0);
-  EXPECT_FALSE(PlanTileDecode(Shape(16, 8, 2, 64, 16384, 0), 132, 1024).one_pass);  // tree keys
   const TileDecodeShape s = Shape(1, 8, 2, 64, 4096, 0);
   for (const int bad : {-512, 256, 700, 2560, 4096}) {
     try {
@@ -154,26 +153,30 @@ TEST(TilePlanTest, AValueWindowIsTheChunk) {
   }
 }
 
-// With byte keys and a Value window a row whose windows fit one thread-block cluster (at most
-// kTileMaxClusterChunks) is one launch; the workspace then holds no per-tile or per-chunk
-// statistics.
-TEST(TilePlanTest, ByteKeysInWindowsThatFitAClusterAreOnePass) {
+// One pass (TileWindowPass) is never the planner's choice (slower on the H100, TilePlan says
+// why); a plan may ask for it with byte keys and a Value window whose row fits one thread-block
+// cluster (at most kTileMaxClusterChunks windows), and its workspace then holds no per-tile or
+// per-chunk statistics.
+TEST(TilePlanTest, OnePassIsAskedForAndNeedsByteKeysWindowsAndACluster) {
   TileDecodeShape s = Shape(16, 8, 2, 64, 16384, 0);
   s.byte_keys = true;
-  const TilePlan served = PlanTileDecode(s, 132, 1024);
-  EXPECT_TRUE(served.one_pass);
-  EXPECT_EQ(served.chunks, 16);
-  EXPECT_FALSE(PlanTileDecode(s, 132, 512).one_pass);  // 32 windows of 512
-  EXPECT_FALSE(PlanTileDecode(s, 132).one_pass);       // the row's budget: no window
+  const TilePlan two = PlanTileDecode(s, 132, 1024);
+  EXPECT_FALSE(two.one_pass);
+  EXPECT_EQ(two.chunks, 16);
+  TilePlan served = two;
+  served.one_pass = true;
+  EXPECT_EQ(FieldOf(s, served), "");
   s.max_encoded_tokens = 8192;
-  EXPECT_TRUE(PlanTileDecode(s, 132, 512).one_pass);   // 16 windows
+  TilePlan plan = PlanTileDecode(s, 132, 512);  // 16 windows
+  plan.one_pass = true;
+  EXPECT_EQ(FieldOf(s, plan), "");
   s.max_encoded_tokens = 8193;
   s.max_pages = 33;
-  EXPECT_FALSE(PlanTileDecode(s, 132, 512).one_pass);  // 17
+  plan = PlanTileDecode(s, 132, 512);  // 17
+  plan.one_pass = true;
+  EXPECT_EQ(FieldOf(s, plan), "plan");
   s = Shape(16, 8, 2, 64, 16384, 0);
   s.byte_keys = true;
-  TilePlan two = served;
-  two.one_pass = false;
   const internal::TileWorkspaceLayout one = internal::MakeTileWorkspaceLayout(s, served);
   const internal::TileWorkspaceLayout apart = internal::MakeTileWorkspaceLayout(s, two);
   const size_t rows = 32, tiles = 1024, group = 4;
@@ -181,7 +184,6 @@ TEST(TilePlanTest, ByteKeysInWindowsThatFitAClusterAreOnePass) {
   EXPECT_EQ(apart.total - one.total, kept);
   EXPECT_EQ(one.probs, one.scaled_queries);  // an empty section
   // one_pass needs byte keys, a window and a cluster's chunks.
-  EXPECT_EQ(FieldOf(s, served), "");
   TilePlan bad = served;
   bad.value_window_tokens = 0;
   EXPECT_EQ(FieldOf(s, bad), "plan");

@@ -71,13 +71,15 @@ struct BenchConfig {
                         // tokens; 0: none.
   int value_window = 0;  // tile rows: Value budgets per window of this many tokens, the chunk
                          // (TilePlan::value_window_tokens: 512-2048 by 512); 0: the row's.
+  bool one_pass = false;  // byte-key tile rows (with a window): TilePlan::one_pass, one launch
   SplitPlan split;  // dense, FP8 and anchor-ledger rows: their schedule (decode_attention.h)
   // Throws InvalidArgument naming the flag: "--tokens", "--batch", "--heads-q", "--heads-kv"
   // (must divide --heads-q with a group of 1, 2, 4 or 8), "--head-dim" (64 or 128), "--kv",
   // "--iters", "--chunk-tokens" (not 0 or a multiple of 512 up to 2048), "--outlier-cap"
   // (outside [0, 16], or above 0 without a tile: spec), "--value-window" (not 0 or 512-2048 by
-  // 512, without a tile: spec, or beside a different --chunk-tokens), "--split-cluster" (a plan
-  // that is not valid()).
+  // 512, without a tile: spec, or beside a different --chunk-tokens), "--one-pass" (without
+  // --value-window), "--split-cluster" (a plan that is not valid()). A one-pass row whose
+  // windows do not fit one cluster fails when its workspace is planned (InvalidArgument "plan").
   void Validate() const;
 };
 
@@ -116,6 +118,7 @@ struct BenchRow {
   int64_t workspace_bytes = 0;  // ledger 4: the launcher's workspace; -1: unknown (anchor)
   int chunk_tokens = 0;         // tile rows: the chunk of the call's TilePlan; 0 for the others
   int value_window_tokens = 0;  // tile rows: the TilePlan's Value window; 0 for the others
+  bool one_pass = false;        // tile rows: TilePlan::one_pass (TileWindowPass)
   int64_t logical_bytes = 0;    // ledger 2: payload the reader chose
   TrafficBytes traffic;         // ledger 3 (the anchor: the dense kernel's model of the same reads)
   double achieved_gbps = 0;     // traffic.Total() / median time, 1e9 bytes/s

@@ -74,8 +74,8 @@
 //      then TileValues' sums; the block of the row that finishes last sums the partials and
 //      does TileCombine's work. No pass over a whole row is serial, and no launch has one
 //      block per row.
-// With byte keys and a Value window whose row fits one cluster (TilePlan::one_pass) the call is
-// one launch:
+// With byte keys and a Value window whose row fits one cluster, a plan with one_pass set (never
+// PlanTileDecode's: slower, TilePlan says why) makes the call one launch:
 //   7. TileWindowPass (chunks, H_kv, B) x 128 in clusters of (chunks, 1, 1), a row a cluster:
 //      each block does TileLogits' work for its chunk with the e values and maxima kept in its
 //      shared memory, the cluster exchanges the chunks' statistics through distributed shared
@@ -152,7 +152,10 @@ struct TilePlan {
   // One launch (TileWindowPass) instead of launches 2 and 6: with byte keys and a Value window,
   // a row's chunks are one thread-block cluster that keeps the e values on chip and exchanges
   // the chunks' softmax statistics through distributed shared memory. Needs byte keys, a Value
-  // window and chunks <= kTileMaxClusterChunks.
+  // window and chunks <= kTileMaxClusterChunks. Never the planner's choice: on an H100 it took
+  // 85.3 us at the served point against the two launches' 58.2 (8K x 1: 27.7 against 27.3;
+  // docs/performance-notes.md, "One pass per row"); set it to study it (`kvgate bench
+  // attention --one-pass`).
   bool one_pass = false;
 };
 // A chunk is a multiple of 512 tokens (its four warps' shares then split evenly into tiles),
@@ -166,8 +169,7 @@ inline constexpr int kTileMaxClusterChunks = 16;
 // The plan for a shape on a device of `sm_count` SMs: the largest chunk of 2048 or 1024 tokens
 // that still gives every SM four Logits blocks (512 when none does): a block holds 33 KB of
 // staging, ~6 fit an SM, and a whole number of waves matters less past a few. With a Value
-// window (the reader plan's, tokens) the chunk is the window, and with byte keys the plan is
-// one pass when the longest row has at most kTileMaxClusterChunks windows. Throws
+// window (the reader plan's, tokens) the chunk is the window. Throws
 // readkv::codec::InvalidArgument naming the field for a shape the kernels refuse (head_dim not 64
 // or 128, group not 1, 2, 4 or 8, store_bits outside 1..8, negative or zero sizes, no tokens),
 // and "value_window" for a window that is not 0 or a chunk (512, 1024, 1536 or 2048).
