@@ -89,6 +89,7 @@ std::string BenchReportJson(const BenchConfig& config, const BenchReport& report
                     {"chunk_tokens", r.chunk_tokens},
                     {"value_window_tokens", r.value_window_tokens},
                     {"one_pass", r.one_pass},
+                    {"resident_clusters", r.resident_clusters},
                     {"achieved_gbps", r.achieved_gbps},
                     {"stream_fraction", r.stream_fraction},
                     {"time_vs_fp8", PositiveOrNull(r.time_vs_fp8)},

@@ -178,7 +178,8 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const DenseSet& dense,
               << " MiB of key tiles; calibrated on " << calibration.samples_per_head
               << "; chunks of " << tile.plan.chunk_tokens << " tokens (" << tile.plan.chunks
               << " a row"
-              << (tile.plan.value_window_tokens > 0 ? ", each its own Value window" : "") << ")\n";
+              << (tile.plan.value_window_tokens > 0 ? ", each its own Value window" : "")
+              << (tile.plan.one_pass ? "; one pass, a row a cluster" : "") << ")\n";
     if (tile.has_lists) {
       int64_t keys = 0, values = 0;
       for (int b = 0; b < s.batch; ++b) {
@@ -229,6 +230,12 @@ std::function<void(int)> TileRow(const TileSet& tile, const KvSpec& spec, float*
   row.chunk_tokens = tile.plan.chunk_tokens;
   row.value_window_tokens = tile.plan.value_window_tokens;
   row.one_pass = tile.plan.one_pass;
+  if (tile.plan.one_pass) {  // whether the call's clusters fit the device at once
+    int clusters = 0;
+    Check(TileOnePassResidentClusters(s, tile.plan, &clusters),
+          "TileOnePassResidentClusters (" + name + ")");
+    row.resident_clusters = clusters;
+  }
   const std::string timed = "TileDecodeAttention (" + name + ", timed launch)";
   return [&tile, spec, out, workspace, timed](int k) {
     Check(TileDecodeAttention(tile.shape, tile.Inputs(k, out), tile.Codec(k), tile.centroids,

@@ -48,6 +48,10 @@ cudaError_t TileDecodeAttention(const TileDecodeShape&, const TileDecodeInputs&,
   return kNoDevice;
 }
 
+cudaError_t TileOnePassResidentClusters(const TileDecodeShape&, const TilePlan&, int*) {
+  return kNoDevice;
+}
+
 size_t TileAppendOutlierWorkspaceBytes(int, int, int) { return 0; }
 cudaError_t TileAppend(const DecodeShape&, int, const float*, const float*, const int32_t*,
                        const int32_t*, const int32_t*, const ReadKvCodec&, const TileCache&,

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <exception>
+#include <type_traits>
 
 #include "readkv/cuda/tile_attention.h"
 #include "readkv_device.cuh"
@@ -284,9 +285,43 @@ cudaError_t LaunchForGroup(const TileArgs& a, const tile::TileCentroids& centroi
   }
 }
 
+template <int D>
+cudaError_t ResidentClustersForGroup(const TilePlan& plan, const TileDecodeShape& shape,
+                                     int* clusters) {
+  const auto run = [&](auto group) {
+    return WindowPassResidentClusters<D, decltype(group)::value>(
+        plan.chunks, plan.chunk_tokens, shape.heads_kv, shape.batch, clusters);
+  };
+  switch (shape.group()) {
+    case 1:
+      return run(std::integral_constant<int, 1>{});
+    case 2:
+      return run(std::integral_constant<int, 2>{});
+    case 4:
+      return run(std::integral_constant<int, 4>{});
+    case 8:
+      return run(std::integral_constant<int, 8>{});
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
 }  // namespace readkv::cuda::tile_kernels
 
 namespace readkv::cuda {
+
+cudaError_t TileOnePassResidentClusters(const TileDecodeShape& shape, const TilePlan& plan,
+                                        int* clusters) {
+  if (clusters == nullptr || !plan.one_pass) return cudaErrorInvalidValue;
+  try {
+    internal::MakeTileWorkspaceLayout(shape, plan);
+  } catch (const std::exception&) {
+    return cudaErrorInvalidValue;
+  }
+  return shape.head_dim == 64
+             ? tile_kernels::ResidentClustersForGroup<64>(plan, shape, clusters)
+             : tile_kernels::ResidentClustersForGroup<128>(plan, shape, clusters);
+}
 
 cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeInputs& inputs,
                                 const ReadKvCodec& codec, const tile::TileCentroids& centroids,

@@ -83,31 +83,56 @@ __global__ void __launch_bounds__(kMmaThreads)
   ClusterWait();
 }
 
-// Launches TileWindowPass for plan-checked arguments: the cluster of a row's `a.chunks` blocks
-// (non-portable above 8) and the window's heads as dynamic shared memory.
+// TileWindowPass's launch for `chunks` chunks of `chunk_tokens` a row over (heads_kv, batch)
+// rows: the kernel's attributes set (clusters above 8 are non-portable; the window's heads are
+// dynamic shared memory) and `config` filled, its cluster attribute in `cluster`.
 template <int D, int G>
-cudaError_t LaunchWindowPass(const TileArgs& a, const tile::TileCentroids& centroids, int batch,
-                             cudaStream_t stream) {
+cudaError_t WindowPassLaunch(int chunks, int chunk_tokens, int heads_kv, int batch,
+                             cudaStream_t stream, cudaLaunchConfig_t& config,
+                             cudaLaunchAttribute& cluster) {
   const auto kernel = TileWindowPass<D, G>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   if (e != cudaSuccess) return e;
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(WindowPassDynamicBytes<G>(kTileMaxChunk)));
   if (e != cudaSuccess) return e;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(a.chunks), static_cast<unsigned>(a.heads_kv),
+  config = {};
+  config.gridDim = dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(heads_kv),
                         static_cast<unsigned>(batch));
   config.blockDim = dim3(kMmaThreads);
-  config.dynamicSmemBytes = WindowPassDynamicBytes<G>(a.chunk_tokens);
+  config.dynamicSmemBytes = WindowPassDynamicBytes<G>(chunk_tokens);
   config.stream = stream;
-  cudaLaunchAttribute cluster[1];
-  cluster[0].id = cudaLaunchAttributeClusterDimension;
-  cluster[0].val.clusterDim.x = static_cast<unsigned>(a.chunks);
-  cluster[0].val.clusterDim.y = 1;
-  cluster[0].val.clusterDim.z = 1;
-  config.attrs = cluster;
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = static_cast<unsigned>(chunks);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, a, centroids);
+  return cudaSuccess;
+}
+
+// Launches TileWindowPass for plan-checked arguments.
+template <int D, int G>
+cudaError_t LaunchWindowPass(const TileArgs& a, const tile::TileCentroids& centroids, int batch,
+                             cudaStream_t stream) {
+  cudaLaunchConfig_t config;
+  cudaLaunchAttribute cluster;
+  const cudaError_t e =
+      WindowPassLaunch<D, G>(a.chunks, a.chunk_tokens, a.heads_kv, batch, stream, config, cluster);
+  return e != cudaSuccess ? e : cudaLaunchKernelEx(&config, TileWindowPass<D, G>, a, centroids);
+}
+
+// cudaOccupancyMaxActiveClusters for that launch: how many of its clusters (rows) the device
+// holds at once.
+template <int D, int G>
+cudaError_t WindowPassResidentClusters(int chunks, int chunk_tokens, int heads_kv, int batch,
+                                       int* clusters) {
+  cudaLaunchConfig_t config;
+  cudaLaunchAttribute cluster;
+  const cudaError_t e =
+      WindowPassLaunch<D, G>(chunks, chunk_tokens, heads_kv, batch, nullptr, config, cluster);
+  return e != cudaSuccess ? e
+                          : cudaOccupancyMaxActiveClusters(clusters, TileWindowPass<D, G>, &config);
 }
 
 }  // namespace readkv::cuda::tile_kernels

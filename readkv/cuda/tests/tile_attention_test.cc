@@ -572,6 +572,24 @@ TEST(TileAttentionTest, OutlierListsMatchTheCpuReaderAndChangeTheOutput) {
   if (!gpu) GTEST_SKIP() << "no CUDA device (the CPU half ran): " << QueryDevices().reason;
 }
 
+// A one-pass plan's residency (how many of its clusters the device holds at once) is a query,
+// not a launch: refused for a plan that is not one pass, at least one cluster at the served
+// shape (16 rows of 16 windows of 1024).
+TEST(TileAttentionTest, OnePassResidencyIsAQuery) {
+  if (QueryDevices().device_count == 0) GTEST_SKIP() << "no CUDA device: " << QueryDevices().reason;
+  const TileDecodeShape shape{16, 8, 2, 64, 8, 16384, 0, 64, /*byte_keys=*/true};
+  int sm_count = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
+  TilePlan plan = PlanTileDecode(shape, sm_count, 1024);
+  int clusters = -1;
+  EXPECT_EQ(TileOnePassResidentClusters(shape, plan, &clusters), cudaErrorInvalidValue);
+  plan.one_pass = true;
+  CUDA_OK(TileOnePassResidentClusters(shape, plan, &clusters));
+  EXPECT_GE(clusters, 1);
+  EXPECT_LE(16 * clusters, 32 * sm_count);  // an SM holds at most 32 blocks
+  EXPECT_EQ(TileOnePassResidentClusters(shape, plan, nullptr), cudaErrorInvalidValue);
+}
+
 TEST(TileAttentionTest, LauncherRefusesBadInputs) {
   if (QueryDevices().device_count == 0) GTEST_SKIP() << "no CUDA device: " << QueryDevices().reason;
   const TileDecodeShape shape{1, 8, 2, 64, 8, 512, 0, 2};

@@ -211,6 +211,14 @@ cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeIn
                                 void* workspace, cudaStream_t stream,
                                 const TileDecodeDebug& debug = {});
 
+// For a one-pass plan (TilePlan::one_pass), how many of the call's clusters (a row each, batch x
+// heads_kv in all) the current device holds at once: cudaOccupancyMaxActiveClusters for
+// TileWindowPass's launch, into *clusters. Fewer than the call's clusters means it runs in
+// waves. cudaErrorInvalidValue for a plan that is not one pass, a shape or plan the kernels
+// refuse, or a null pointer; launches nothing.
+cudaError_t TileOnePassResidentClusters(const TileDecodeShape& shape, const TilePlan& plan,
+                                        int* clusters);
+
 // The write side of the tile pools (layout above; device memory) and, optionally, of the outlier
 // page blocks: both outlier pools null (no lists written), or both set with the rest.
 struct TileCache {
