@@ -18,7 +18,11 @@
 # attention` argument list, e.g. one geometry each) instead of BENCH_ARGS, this tree and the
 # others one after the other per set, into bench_pN.*, bench_baseline_pN.* and bench_LABEL_pN.*.
 # Every bench's medians also go to summary.txt, and with a baseline or candidates each set's runs
-# side by side (readkv/cuda/bench/compare_bench.py, this tree the reference).
+# side by side (readkv/cuda/bench/compare_bench.py, this tree the reference). REPEATS=N benches
+# the POINTS sets N times over, the trees alternating within each repeat, so a difference can be
+# told from the machine's drift (repeat K > 0 into bench_pN_rK.*, bench_baseline_pN_rK.*, ...).
+# MODEL_TESTS=1 also builds readkv_model_test and runs its GPU tests (model_gpu.txt) after the
+# kernel tests.
 # SOURCE_PROFILE="REGEX|ARGS" samples where the warps of the kernels matching REGEX wait (ncu
 # SourceCounters + WarpStateStats) in one call of `kvgate bench attention ARGS` (SOURCE_COUNT
 # kernels from the SOURCE_SKIP-th matching launch on, default 1 and 20): the SASS table as
@@ -27,6 +31,8 @@
 # (below). PACK=1 ends by packing $OUT into round.tgz beside summary.txt (the device
 # tool returns at most 8 files).
 set -uo pipefail
+REPEATS=${REPEATS:-1}
+[[ $REPEATS =~ ^[1-9][0-9]?$ ]] || { echo "REPEATS: must be 1-99, got '$REPEATS'"; exit 1; }
 OUT=${OUT:-/tmp/kvgate-gpu-kernels}
 B=${BUILD_DIR:-/tmp/kvgate-gpu-build}
 mkdir -p "$OUT"
@@ -81,6 +87,7 @@ if [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
 fi
 targets=(readkv_cuda_test)
 [[ "${KERNELS_ONLY:-0}" == 1 ]] || targets+=(kvgate kvgate-serve)
+[[ "${MODEL_TESTS:-0}" == 1 ]] && targets+=(readkv_model_test)
 cmake --build "$B" -j"$(nproc)" --target "${targets[@]}" > "$LOGS/build.log" 2>&1 ||
   { grep -B2 -A12 "error" "$LOGS/build.log" | head -150; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
@@ -89,6 +96,12 @@ T="$B/readkv/cuda/readkv_cuda_test"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]|Failure|error|Expected|Which is|differ" \
   "$OUT/tests.txt" | head -60
 echo "tests: $(( $(date +%s) - start )) s"
+if [[ "${MODEL_TESTS:-0}" == 1 ]]; then  # the model's GPU cache and CUDA tests
+  "$B/readkv/model/readkv_model_test" --gtest_filter='*GpuKvCache*:*Cuda*:*Gpu*' \
+    > "$OUT/model_gpu.txt" 2>&1
+  echo "model GPU tests: $(grep -E "^\[  (PASSED|FAILED) " "$OUT/model_gpu.txt" | tr "\n" " ")" |
+    tee -a "$OUT/summary.txt"
+fi
 for label in "${CANDIDATE_LABELS[@]}"; do
   wait_tree "$label"
   "${TREE_DIR[$label]}/readkv/cuda/readkv_cuda_test" > "$OUT/tests_$label.txt" 2>&1
@@ -156,23 +169,29 @@ fi
 if [[ "${KERNELS_ONLY:-0}" != 1 && -n "${POINTS:-}" ]]; then
   [[ -n "${BASELINE:-}" ]] && wait_tree baseline
   IFS=';' read -r -a point_sets <<< "$POINTS"
-  for i in "${!point_sets[@]}"; do
-    read -r -a args <<< "${point_sets[$i]}"
-    bench_into "bench_p$i" "$B/apps/kvgate" "${args[@]}"
-    [[ -n "${BASELINE:-}" ]] &&
-      bench_into "bench_baseline_p$i" "${TREE_DIR[baseline]}/apps/kvgate" "${args[@]}"
-    for label in "${CANDIDATE_LABELS[@]}"; do
-      bench_into "bench_${label}_p$i" "${TREE_DIR[$label]}/apps/kvgate" "${args[@]}"
+  for ((r = 0; r < REPEATS; r++)); do
+    rs=""; ((r > 0)) && rs="_r$r"  # the first repeat keeps the single round's names
+    for i in "${!point_sets[@]}"; do
+      read -r -a args <<< "${point_sets[$i]}"
+      bench_into "bench_p$i$rs" "$B/apps/kvgate" "${args[@]}"
+      [[ -n "${BASELINE:-}" ]] &&
+        bench_into "bench_baseline_p$i$rs" "${TREE_DIR[baseline]}/apps/kvgate" "${args[@]}"
+      for label in "${CANDIDATE_LABELS[@]}"; do
+        bench_into "bench_${label}_p$i$rs" "${TREE_DIR[$label]}/apps/kvgate" "${args[@]}"
+      done
     done
   done
-  # Each set's runs side by side, this tree's first (also into summary.txt).
+  # Each set's runs side by side, this tree's first, per repeat (also into summary.txt).
   if [[ -n "${BASELINE:-}" || ${#CANDIDATE_LABELS[@]} -gt 0 ]]; then
-    for i in "${!point_sets[@]}"; do
-      runs=("$OUT/bench_p$i.json")
-      [[ -n "${BASELINE:-}" ]] && runs+=("$OUT/bench_baseline_p$i.json")
-      for label in "${CANDIDATE_LABELS[@]}"; do runs+=("$OUT/bench_${label}_p$i.json"); done
-      { echo "== compared, set $i (readkv/cuda/bench/compare_bench.py)"
-        python3 readkv/cuda/bench/compare_bench.py "${runs[@]}" 2>&1; } | tee -a "$OUT/summary.txt"
+    for ((r = 0; r < REPEATS; r++)); do
+      rs=""; ((r > 0)) && rs="_r$r"
+      for i in "${!point_sets[@]}"; do
+        runs=("$OUT/bench_p$i$rs.json")
+        [[ -n "${BASELINE:-}" ]] && runs+=("$OUT/bench_baseline_p$i$rs.json")
+        for label in "${CANDIDATE_LABELS[@]}"; do runs+=("$OUT/bench_${label}_p$i$rs.json"); done
+        { echo "== compared, set $i, repeat $r (readkv/cuda/bench/compare_bench.py)"
+          python3 readkv/cuda/bench/compare_bench.py "${runs[@]}" 2>&1; } | tee -a "$OUT/summary.txt"
+      done
     done
   fi
 elif [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
