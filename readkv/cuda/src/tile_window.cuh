@@ -168,14 +168,17 @@ __device__ __forceinline__ void WindowValuesOfChunk(const TileArgs& a,
   int positive_steps = 0;
   if (tid < n) {
     const size_t tile = static_cast<size_t>(first + tid);
-    const double w =
-        kOnChip ? ValueBlockWeightOfProbs<G>(
-                      reinterpret_cast<const float*>(from.heads + tid * kHeadBytes + G * 32),
-                      reinterpret_cast<const __half*>(from.heads + tid * kHeadBytes), head_max,
-                      head_inv)
-                : ValueBlockWeightOfProbs<G>(a.tile_stats + (row * a.max_tiles + tile) * 3 * G,
-                                             a.probs + (row * a.max_tiles + tile) * G * 16,
-                                             head_max, head_inv);
+    const float* tile_max;  // the tile's M [G] and e values [G][16]: on chip or in the workspace
+    const __half* tile_probs;
+    if constexpr (kOnChip) {
+      const uint8_t* head = from.heads + tid * kHeadBytes;
+      tile_max = reinterpret_cast<const float*>(head + G * 32);
+      tile_probs = reinterpret_cast<const __half*>(head);
+    } else {
+      tile_max = a.tile_stats + (row * a.max_tiles + tile) * 3 * G;
+      tile_probs = a.probs + (row * a.max_tiles + tile) * G * 16;
+    }
+    const double w = ValueBlockWeightOfProbs<G>(tile_max, tile_probs, head_max, head_inv);
     weights[tid] = w;
     if (a.debug.block_weights != nullptr) a.debug.block_weights[row * a.max_tiles + first + tid] = w;
     positive_steps = internal::CountAbove(w, 0.0, inc, spo, 0);
