@@ -38,7 +38,8 @@ namespace readkv::cuda::tile_kernels {
 template <int D, int G>
 __global__ void __launch_bounds__(128) TilePrepare(TileArgs a) {
   constexpr int kGroups = D / 16;
-  __shared__ RowQueryShared<D, G> queries;
+  __shared__ RowQueryKeep<D, G> queries;
+  __shared__ RowQueryScratchSpace<D> scratch;
   __shared__ double weight[D];
   __shared__ double group_weight[kGroups];
   __shared__ uint8_t depth[kGroups];
@@ -50,7 +51,7 @@ __global__ void __launch_bounds__(128) TilePrepare(TileArgs a) {
   const size_t row = RowOf(a, b, h);
   const size_t channel = static_cast<size_t>(h) * D + c;
   float v[kMaxGroup];
-  FoldRowQueries<D, G>(a, b, h, queries, v);
+  FoldRowQueries<D, G>(a, b, h, scratch, queries, v);
   {  // codec::KeyChannelImportance, heads in order
     const double sd = a.codec.key_std[channel];
     double w = 0.0;
@@ -108,7 +109,7 @@ __global__ void __launch_bounds__(128) TilePrepare(TileArgs a) {
     if (a.debug.key_depths != nullptr) a.debug.key_depths[row * kGroups + c] = depth[c];
   }
   for (int idx = c; idx < kGroups * kWarp; idx += D) {
-    reinterpret_cast<uint2*>(a.fragments)[row * kGroups * kWarp + idx] = queries.frags[idx];
+    reinterpret_cast<uint2*>(a.fragments)[row * kGroups * kWarp + idx] = scratch.frags[idx];
   }
   ResidualLogits<D, G>(a, b, h, queries.scaled, queries.mean, 0, D / kWarp);
 }

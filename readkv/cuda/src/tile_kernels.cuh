@@ -179,8 +179,9 @@ __device__ __forceinline__ void LogitsOfChunk(const TileArgs& a,
   __shared__ int staged_planes;           // planes of one staged tile (sum of the depths)
   using Ring = uint8_t[kMmaWarps][kStages][kStageBytes];
   auto& ring = *reinterpret_cast<Ring*>(ring_bytes);
-  // Byte keys: the block's own folded queries (tile_queries.cuh; tree keys take TilePrepare's).
-  __shared__ std::conditional_t<kByteKeys, RowQueryShared<D, G>, NoRowQueries> queries;
+  // Byte keys: the block's own folded queries (tile_queries.cuh; tree keys take TilePrepare's),
+  // the fold's scratch in the warps' second slots (below).
+  __shared__ std::conditional_t<kByteKeys, RowQueryKeep<D, G>, NoRowQueries> queries;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const size_t row = RowOf(a, b, h);
   if constexpr (!kByteKeys) {
@@ -232,9 +233,15 @@ __device__ __forceinline__ void LogitsOfChunk(const TileArgs& a,
   const uint2* frags = nullptr;  // the folded queries' B fragments, group g at g * 32
   const float* scaled = nullptr;  // scale q~, [D][G], for the Key lists
   if constexpr (kByteKeys) {
+    // Slot 1 of warps 0-2 is free until stage 1's issue, after the barrier below.
+    static_assert(kStages >= 2 && kMmaWarps >= 3 && kScratchPartBytes <= kStageBytes,
+                  "the fold's scratch fits three second slots");
+    RowQueryScratch<D> scratch{reinterpret_cast<float(*)[128]>(ring[0][1]),
+                               reinterpret_cast<uint16_t(*)[D]>(ring[1][1]),
+                               reinterpret_cast<uint2*>(ring[2][1])};
     float v[kMaxGroup];
-    FoldRowQueries<D, G>(a, b, h, queries, v);
-    frags = queries.frags;
+    FoldRowQueries<D, G>(a, b, h, scratch, queries, v);
+    frags = scratch.frags;
     scaled = queries.scaled;
   } else {
     frags = reinterpret_cast<const uint2*>(a.fragments) + row * kGroups * kWarp;
@@ -250,6 +257,7 @@ __device__ __forceinline__ void LogitsOfChunk(const TileArgs& a,
     ByteKeyBias<G>(frags, kGroups, lane, bias);
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) byte_q[g] = frags[g * kWarp + lane];
+    __syncthreads();  // every warp holds its fragments: the scratch's slots may be refilled
   }
   // With a Value window, the lane's reference maxima for its heads (ref: uniform over a head's
   // lanes) and its own sums of e = exp(l - ref) over its tokens (WindowTileEpilogue).

@@ -19,26 +19,43 @@
 
 namespace readkv::cuda::tile_kernels {
 
-// Shared memory of FoldRowQueries (and of what reads its results).
+// Shared memory of FoldRowQueries, in two parts. RowQueryKeep is what its readers use after it
+// (the Key lists and the residual window's logits); RowQueryScratch is dead once every warp has
+// taken its B fragments, so a byte-key Logits block keeps it in its warps' second staging slots,
+// which nothing fills until its first stage is decoded (LogitsOfChunk), and TileWindowPass's
+// block fits five to an SM (tile_window_pass.cuh).
 template <int D, int G>
-struct RowQueryShared {
-  static constexpr int kGroups = D / 16;
-  float x[kMaxGroup][128];            // the transform's rows (FwhtChannelRows)
-  float scaled[D * G];                // [D][G]: scale q~ (f32), as TileArgs::scaled_queries
-  uint16_t folded[kMaxGroup][D];      // f16 of scale q~ sigma; rows >= G are zero
-  float mean[D];                      // the Key means of the row's KV head
-  uint2 frags[kGroups * kWarp];       // B fragments: group g, lane l at g * 32 + l
+struct RowQueryKeep {
+  float scaled[D * G];  // [D][G]: scale q~ (f32), as TileArgs::scaled_queries
+  float mean[D];        // the Key means of the row's KV head
+};
+template <int D>
+struct RowQueryScratch {
+  float (*x)[128];       // kMaxGroup rows: the transform's (FwhtChannelRows)
+  uint16_t (*folded)[D];  // kMaxGroup rows: f16 of scale q~ sigma; rows >= G are zero
+  uint2* frags;          // [D / 16 * kWarp]: B fragments, group g and lane l at g * 32 + l
+};
+// The scratch's three arrays, each at most kScratchPartBytes (one staging slot).
+inline constexpr int kScratchPartBytes = kMaxGroup * 128 * sizeof(float);
+template <int D>
+struct RowQueryScratchSpace {  // for a block that has no ring to spare (TilePrepare)
+  static_assert(kMaxGroup * D * sizeof(uint16_t) <= kScratchPartBytes, "folded fits a part");
+  static_assert(D / 16 * kWarp * sizeof(uint2) <= kScratchPartBytes, "frags fit a part");
+  float x[kMaxGroup][128];
+  uint16_t folded[kMaxGroup][D];
+  uint2 frags[D / 16 * kWarp];
 };
 
 // The folded queries of row (b, h): the transform (codec::Fwht's butterflies) of the sign-flipped
-// queries, scale q~ into s.scaled, f16(scale q~ sigma) into s.folded, and the B fragments of
+// queries, scale q~ into keep.scaled, f16(scale q~ sigma) into s.folded, and the B fragments of
 // m16n8k16 in lane order (lane l holds head l / 4 at channels 16 g + 2 (l % 4) + {0, 1} and + 8)
-// into s.frags; s.mean gets the Key means. v returns thread c's transformed queries q~ (unscaled;
-// TilePrepare's channel importance uses them). Every thread of the block calls it (blockDim.x >=
-// D; thread c < D owns channel c); the results are complete for the whole block on return.
-template <int D, int G>
-__device__ __forceinline__ void FoldRowQueries(const TileArgs& a, int b, int h,
-                                               RowQueryShared<D, G>& s,
+// into s.frags; keep.mean gets the Key means. v returns thread c's transformed queries q~
+// (unscaled; TilePrepare's channel importance uses them). Every thread of the block calls it
+// (blockDim.x >= D; thread c < D owns channel c); the results are complete for the whole block on
+// return.
+template <int D, int G, typename Scratch>  // RowQueryScratch<D> or RowQueryScratchSpace<D>
+__device__ __forceinline__ void FoldRowQueries(const TileArgs& a, int b, int h, Scratch& s,
+                                               RowQueryKeep<D, G>& keep,
                                                float (&v)[kMaxGroup]) {
   constexpr int kGroups = D / 16;
   const int c = threadIdx.x;
@@ -47,7 +64,7 @@ __device__ __forceinline__ void FoldRowQueries(const TileArgs& a, int b, int h,
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
   const float sign = mine ? a.codec.key_signs[channel] : 1.0f;
   const float sd = mine ? a.codec.key_std[channel] : 0.0f;
-  if (mine) s.mean[c] = a.codec.key_mean[channel];
+  if (mine) keep.mean[c] = a.codec.key_mean[channel];
 #pragma unroll
   for (int q = 0; q < kMaxGroup; ++q) {
     const float y = mine && q < G ? a.in.queries[(first_q + q) * D + c] : 0.0f;
@@ -58,7 +75,7 @@ __device__ __forceinline__ void FoldRowQueries(const TileArgs& a, int b, int h,
 #pragma unroll
     for (int q = 0; q < kMaxGroup; ++q) {
       const float scaled = q < G ? v[q] * a.attention_scale : 0.0f;
-      if (q < G) s.scaled[c * G + q] = scaled;
+      if (q < G) keep.scaled[c * G + q] = scaled;
       s.folded[q][c] = __half_as_ushort(__float2half_rn(scaled * sd));
     }
   }
@@ -66,8 +83,9 @@ __device__ __forceinline__ void FoldRowQueries(const TileArgs& a, int b, int h,
   for (int idx = c; idx < kGroups * kWarp; idx += blockDim.x) {
     const int g = idx / kWarp, l = idx % kWarp;
     const int n = l / 4, k0 = 16 * g + 2 * (l % 4);
-    const uint32_t b0 = s.folded[n][k0] | (uint32_t{s.folded[n][k0 + 1]} << 16);
-    const uint32_t b1 = s.folded[n][k0 + 8] | (uint32_t{s.folded[n][k0 + 9]} << 16);
+    const uint16_t* f = &s.folded[n][k0];
+    const uint32_t b0 = f[0] | (uint32_t{f[1]} << 16);
+    const uint32_t b1 = f[8] | (uint32_t{f[9]} << 16);
     s.frags[idx] = make_uint2(b0, b1);
   }
   __syncthreads();

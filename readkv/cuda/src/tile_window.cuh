@@ -90,6 +90,17 @@ __device__ __forceinline__ ValueLaneLookups WindowLanes(const TileArgs& a, int c
   return LookUpValueLanes<D>(a, b, h, first, max(first, min(tiles, first + a.chunk_tokens / 16)));
 }
 
+// The Value cut's shared scratch (steps 1-2 below): the window's block weights, the policy's
+// increments, BlockSumLL's and BlockSelect's space. Kept in the staging ring, which is idle then,
+// so a one-pass block fits five to an SM (tile_window_pass.cuh).
+template <int kTiles>
+struct WindowCutShared {
+  double weights[kTiles];
+  double inc[kMaxSteps];
+  long long lscratch[32];
+  internal::SelectShared selection;
+};
+
 // TileWindowValues' work for block (chunk, h, b), chunk_tokens = the window:
 //   1. the row's softmax statistics, a warp per head: the maximum of the chunks' maxima and the
 //      residual window's logits, the sum of the chunks' sums rescaled to it plus the window's;
@@ -112,11 +123,17 @@ __device__ __forceinline__ void WindowValuesOfChunk(const TileArgs& a,
   static_assert(kWindowTiles <= kMmaThreads, "a thread per block of the window");
   __shared__ float head_max[kMaxGroup], head_invf[kMaxGroup], head_mass[kMaxGroup];
   __shared__ double head_inv[kMaxGroup];
-  __shared__ double weights[kWindowTiles];
   __shared__ uint8_t depths[kWindowTiles];
-  __shared__ double inc[kMaxSteps];
-  __shared__ long long lscratch[32];
-  __shared__ internal::SelectShared selection;
+  // The cut's scratch lives in the ring, idle from the Logits' last stage (or the block's start)
+  // to the Value stream's first issue, after the barrier that ends step 2.
+  using CutShared = WindowCutShared<kWindowTiles>;
+  static_assert(sizeof(CutShared) <= kMmaWarps * kStages * kStageBytes,
+                "the cut's scratch fits the ring");
+  CutShared& cut_shared = *reinterpret_cast<CutShared*>(ring_bytes);
+  double* const weights = cut_shared.weights;
+  double* const inc = cut_shared.inc;
+  long long* const lscratch = cut_shared.lscratch;
+  internal::SelectShared& selection = cut_shared.selection;
   static_assert(sizeof(float) * kMaxGroup * 128 <= kMmaWarps * kStages * kStageBytes,
                 "FinishTileRow's rows reuse the ring");
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;

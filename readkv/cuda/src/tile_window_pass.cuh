@@ -12,10 +12,12 @@
 // The arithmetic is LogitsOfChunk's and WindowValuesOfChunk's, in the same order, so a
 // one-pass call gives the same bits as the two launches.
 //
-// Measured (H100, 2026-12-06, 29d8d15 against 5747c93 alternating): the served call took 85.3
-// us in one pass against 58.2 in two launches, 8K x 1 (8 clusters of 16) 27.7 against 27.3, so
-// it is not the planner's choice (TilePlan::one_pass); why is open (docs/performance-notes.md,
-// "One pass per row").
+// Measured (H100, 2026-12-06, alternating in one run against 84d0594): the served call (32
+// clusters of 16) takes 55.0-55.2 us in one pass against 58.6-58.9 in two launches (FP8 43.0);
+// at four blocks an SM only 28 of its clusters were resident at once and it took 85.7. 8K x 1:
+// 27.0 against 27.9. Not the planner's choice yet (TilePlan::one_pass): a call whose rows
+// outnumber the resident clusters runs in waves (docs/performance-notes.md, "One pass per
+// row").
 #pragma once
 
 #include <cooperative_groups.h>
@@ -46,6 +48,16 @@ constexpr size_t WindowPassDynamicBytes(int chunk_tokens) {
   return static_cast<size_t>(chunk_tokens / 16) * tile::ValueHeadBytes(G);
 }
 
+// Blocks of TileWindowPass an SM holds (registers and shared memory sized for it: 96 registers,
+// at most kWindowPassBlockBytes of shared memory a block). Why five: a cluster's blocks must
+// all be resident in one GPC, and the served call's 32 clusters of 16 blocks took 512 of the
+// 528 slots that four blocks an SM give an H100 (132 SMs), which its GPCs' uneven SM counts
+// cannot all fill with whole clusters, so the last clusters ran in a second wave
+// (docs/performance-notes.md, "One pass per row").
+inline constexpr int kWindowPassBlocksPerSm = 5;
+// Hopper's 228 KB of shared memory an SM, less 1 KB the system reserves a block, over five.
+inline constexpr int kWindowPassBlockBytes = (228 * 1024) / kWindowPassBlocksPerSm - 1024;
+
 // Grid (chunks, H_kv, B) x 128, clusters of (chunks, 1, 1): cluster = row, block rank = chunk.
 //   1. LogitsOfChunk (byte keys) with its tiles' e values and maxima and its chunk's statistics
 //      into this block's shared memory; the row's first block zeroes the arrivals and every
@@ -58,7 +70,7 @@ constexpr size_t WindowPassDynamicBytes(int chunk_tokens) {
 //   4. the cluster barrier's second half, so no block leaves while another may still read its
 //      statistics (each block arrives once it has read them, in 3, and waits here).
 template <int D, int G>
-__global__ void __launch_bounds__(kMmaThreads)
+__global__ void __launch_bounds__(kMmaThreads, kWindowPassBlocksPerSm)
     TileWindowPass(TileArgs a, const __grid_constant__ tile::TileCentroids centroids) {
   extern __shared__ __align__(16) uint8_t heads[];  // [chunk_tokens / 16][ValueHeadBytes(G)]
   __shared__ MmaBlockShared shared;
@@ -95,6 +107,10 @@ cudaError_t WindowPassLaunch(int chunks, int chunk_tokens, int heads_kv, int bat
   if (e != cudaSuccess) return e;
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(WindowPassDynamicBytes<G>(kTileMaxChunk)));
+  if (e != cudaSuccess) return e;
+  // The largest carveout, so the driver does not trade the fifth block for L1.
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           cudaSharedmemCarveoutMaxShared);
   if (e != cudaSuccess) return e;
   config = {};
   config.gridDim = dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(heads_kv),

@@ -153,10 +153,11 @@ TEST(TilePlanTest, AValueWindowIsTheChunk) {
   }
 }
 
-// One pass (TileWindowPass) is never the planner's choice (slower on the H100, TilePlan says
-// why); a plan may ask for it with byte keys and a Value window whose row fits one thread-block
-// cluster (at most kTileMaxClusterChunks windows), and its workspace then holds no per-tile or
-// per-chunk statistics.
+// One pass (TileWindowPass) is never PlanTileDecode's choice (faster only while the call's
+// clusters are all resident, which only the device knows: TilePlan says why); a plan may ask
+// for it with byte keys and a Value window whose row fits one thread-block cluster (at most
+// kTileMaxClusterChunks windows), and its workspace then holds no per-tile or per-chunk
+// statistics.
 TEST(TilePlanTest, OnePassIsAskedForAndNeedsByteKeysWindowsAndACluster) {
   TileDecodeShape s = Shape(16, 8, 2, 64, 16384, 0);
   s.byte_keys = true;

@@ -152,10 +152,12 @@ struct TilePlan {
   // One launch (TileWindowPass) instead of launches 2 and 6: with byte keys and a Value window,
   // a row's chunks are one thread-block cluster that keeps the e values on chip and exchanges
   // the chunks' softmax statistics through distributed shared memory. Needs byte keys, a Value
-  // window and chunks <= kTileMaxClusterChunks. Never the planner's choice: on an H100 it took
-  // 85.3 us at the served point against the two launches' 58.2 (8K x 1: 27.7 against 27.3;
-  // docs/performance-notes.md, "One pass per row"); set it to study it (`kvgate bench
-  // attention --one-pass`).
+  // window and chunks <= kTileMaxClusterChunks. Not the planner's choice yet: on an H100 it
+  // takes 55.0 us at the served point against the two launches' 58.6-58.9 (8K x 1: 27.0
+  // against 27.9), but only while the call's rows (batch x H_kv clusters) are all resident at
+  // once, which PlanTileDecode cannot know (TileOnePassResidentClusters asks the device; 35 on
+  // an H100); docs/performance-notes.md, "One pass per row". Set it with `kvgate bench
+  // attention --one-pass`.
   bool one_pass = false;
 };
 // A chunk is a multiple of 512 tokens (its four warps' shares then split evenly into tiles),
