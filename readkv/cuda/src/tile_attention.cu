@@ -39,7 +39,10 @@ template <int D, int G>
 __global__ void __launch_bounds__(128) TilePrepare(TileArgs a) {
   constexpr int kGroups = D / 16;
   __shared__ RowQueryKeep<D, G> queries;
-  __shared__ RowQueryScratchSpace<D> scratch;
+  __shared__ float fold_rows[kMaxGroup][128];
+  __shared__ uint16_t folded[kMaxGroup][D];
+  __shared__ uint2 frags[kGroups * kWarp];
+  const RowQueryScratch<D> scratch{fold_rows, folded, frags};
   __shared__ double weight[D];
   __shared__ double group_weight[kGroups];
   __shared__ uint8_t depth[kGroups];
@@ -109,7 +112,7 @@ __global__ void __launch_bounds__(128) TilePrepare(TileArgs a) {
     if (a.debug.key_depths != nullptr) a.debug.key_depths[row * kGroups + c] = depth[c];
   }
   for (int idx = c; idx < kGroups * kWarp; idx += D) {
-    reinterpret_cast<uint2*>(a.fragments)[row * kGroups * kWarp + idx] = scratch.frags[idx];
+    reinterpret_cast<uint2*>(a.fragments)[row * kGroups * kWarp + idx] = frags[idx];
   }
   ResidualLogits<D, G>(a, b, h, queries.scaled, queries.mean, 0, D / kWarp);
 }

@@ -234,9 +234,10 @@ __device__ __forceinline__ void LogitsOfChunk(const TileArgs& a,
   const float* scaled = nullptr;  // scale q~, [D][G], for the Key lists
   if constexpr (kByteKeys) {
     // Slot 1 of warps 0-2 is free until stage 1's issue, after the barrier below.
-    static_assert(kStages >= 2 && kMmaWarps >= 3 && kScratchPartBytes <= kStageBytes,
+    static_assert(kStages >= 2 && kMmaWarps >= 3 && kMaxGroup * 128 * 4 <= kStageBytes &&
+                      kMaxGroup * D * 2 <= kStageBytes && kGroups * kWarp * 8 <= kStageBytes,
                   "the fold's scratch fits three second slots");
-    RowQueryScratch<D> scratch{reinterpret_cast<float(*)[128]>(ring[0][1]),
+    const RowQueryScratch<D> scratch{reinterpret_cast<float(*)[128]>(ring[0][1]),
                                reinterpret_cast<uint16_t(*)[D]>(ring[1][1]),
                                reinterpret_cast<uint2*>(ring[2][1])};
     float v[kMaxGroup];

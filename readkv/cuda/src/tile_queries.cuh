@@ -20,10 +20,11 @@
 namespace readkv::cuda::tile_kernels {
 
 // Shared memory of FoldRowQueries, in two parts. RowQueryKeep is what its readers use after it
-// (the Key lists and the residual window's logits); RowQueryScratch is dead once every warp has
-// taken its B fragments, so a byte-key Logits block keeps it in its warps' second staging slots,
-// which nothing fills until its first stage is decoded (LogitsOfChunk), and TileWindowPass's
-// block fits five to an SM (tile_window_pass.cuh).
+// (the Key lists and the residual window's logits); RowQueryScratch's three arrays are dead once
+// every warp has taken its B fragments, so a byte-key Logits block keeps them in its warps'
+// second staging slots, which nothing fills until its first stage is decoded (LogitsOfChunk),
+// and TileWindowPass's block fits five to an SM (tile_window_pass.cuh). TilePrepare declares
+// its own.
 template <int D, int G>
 struct RowQueryKeep {
   float scaled[D * G];  // [D][G]: scale q~ (f32), as TileArgs::scaled_queries
@@ -35,16 +36,6 @@ struct RowQueryScratch {
   uint16_t (*folded)[D];  // kMaxGroup rows: f16 of scale q~ sigma; rows >= G are zero
   uint2* frags;          // [D / 16 * kWarp]: B fragments, group g and lane l at g * 32 + l
 };
-// The scratch's three arrays, each at most kScratchPartBytes (one staging slot).
-inline constexpr int kScratchPartBytes = kMaxGroup * 128 * sizeof(float);
-template <int D>
-struct RowQueryScratchSpace {  // for a block that has no ring to spare (TilePrepare)
-  static_assert(kMaxGroup * D * sizeof(uint16_t) <= kScratchPartBytes, "folded fits a part");
-  static_assert(D / 16 * kWarp * sizeof(uint2) <= kScratchPartBytes, "frags fit a part");
-  float x[kMaxGroup][128];
-  uint16_t folded[kMaxGroup][D];
-  uint2 frags[D / 16 * kWarp];
-};
 
 // The folded queries of row (b, h): the transform (codec::Fwht's butterflies) of the sign-flipped
 // queries, scale q~ into keep.scaled, f16(scale q~ sigma) into s.folded, and the B fragments of
@@ -53,10 +44,10 @@ struct RowQueryScratchSpace {  // for a block that has no ring to spare (TilePre
 // (unscaled; TilePrepare's channel importance uses them). Every thread of the block calls it
 // (blockDim.x >= D; thread c < D owns channel c); the results are complete for the whole block on
 // return.
-template <int D, int G, typename Scratch>  // RowQueryScratch<D> or RowQueryScratchSpace<D>
-__device__ __forceinline__ void FoldRowQueries(const TileArgs& a, int b, int h, Scratch& s,
-                                               RowQueryKeep<D, G>& keep,
-                                               float (&v)[kMaxGroup]) {
+template <int D, int G>
+__device__ __forceinline__ void FoldRowQueries(const TileArgs& a, int b, int h,
+                                               const RowQueryScratch<D>& s,
+                                               RowQueryKeep<D, G>& keep, float (&v)[kMaxGroup]) {
   constexpr int kGroups = D / 16;
   const int c = threadIdx.x;
   const bool mine = c < D;

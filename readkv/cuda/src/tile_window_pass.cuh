@@ -48,15 +48,14 @@ constexpr size_t WindowPassDynamicBytes(int chunk_tokens) {
   return static_cast<size_t>(chunk_tokens / 16) * tile::ValueHeadBytes(G);
 }
 
-// Blocks of TileWindowPass an SM holds (registers and shared memory sized for it: 96 registers,
-// at most kWindowPassBlockBytes of shared memory a block). Why five: a cluster's blocks must
-// all be resident in one GPC, and the served call's 32 clusters of 16 blocks took 512 of the
-// 528 slots that four blocks an SM give an H100 (132 SMs), which its GPCs' uneven SM counts
-// cannot all fill with whole clusters, so the last clusters ran in a second wave
-// (docs/performance-notes.md, "One pass per row").
+// Blocks of TileWindowPass an SM holds: 96 registers, and at most 228 KB / 5 - 1 KB (the
+// system's reserve a block) = 44.6 KB of shared memory, static and dynamic (at 64/4: 35.7 +
+// 9.2). Why five: a cluster's blocks must all be resident in one GPC, and the served call's 32
+// clusters of 16 blocks took 512 of the 528 slots that four blocks an SM give an H100 (132
+// SMs), which its GPCs' uneven SM counts cannot all fill with whole clusters: 28 were resident
+// and the rest ran in a second wave (docs/performance-notes.md, "One pass per row").
+// TileAttentionTest.OnePassResidencyIsAQuery holds the served call to fitting.
 inline constexpr int kWindowPassBlocksPerSm = 5;
-// Hopper's 228 KB of shared memory an SM, less 1 KB the system reserves a block, over five.
-inline constexpr int kWindowPassBlockBytes = (228 * 1024) / kWindowPassBlocksPerSm - 1024;
 
 // Grid (chunks, H_kv, B) x 128, clusters of (chunks, 1, 1): cluster = row, block rank = chunk.
 //   1. LogitsOfChunk (byte keys) with its tiles' e values and maxima and its chunk's statistics
