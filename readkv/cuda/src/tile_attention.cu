@@ -271,43 +271,42 @@ cudaError_t LaunchAll(const TileArgs& a, const tile::TileCentroids& centroids, i
   return cudaGetLastError();
 }
 
-template <int D>
-cudaError_t LaunchForGroup(const TileArgs& a, const tile::TileCentroids& centroids, int batch,
-                           int group, bool windowed, bool byte_keys, bool one_pass,
-                           cudaStream_t stream) {
+// Calls body(std::integral_constant<int, G>{}) for the runtime group (1, 2, 4 or 8) and
+// returns its result; cudaErrorInvalidValue for any other group. The one dispatch of the
+// kernels' G, for the launches and for the one-pass residency query.
+template <typename Body>
+cudaError_t WithGroup(int group, const Body& body) {
   switch (group) {
     case 1:
-      return LaunchAll<D, 1>(a, centroids, batch, windowed, byte_keys, one_pass, stream);
+      return body(std::integral_constant<int, 1>{});
     case 2:
-      return LaunchAll<D, 2>(a, centroids, batch, windowed, byte_keys, one_pass, stream);
+      return body(std::integral_constant<int, 2>{});
     case 4:
-      return LaunchAll<D, 4>(a, centroids, batch, windowed, byte_keys, one_pass, stream);
+      return body(std::integral_constant<int, 4>{});
     case 8:
-      return LaunchAll<D, 8>(a, centroids, batch, windowed, byte_keys, one_pass, stream);
+      return body(std::integral_constant<int, 8>{});
     default:
       return cudaErrorInvalidValue;
   }
 }
 
 template <int D>
+cudaError_t LaunchForGroup(const TileArgs& a, const tile::TileCentroids& centroids, int batch,
+                           int group, bool windowed, bool byte_keys, bool one_pass,
+                           cudaStream_t stream) {
+  return WithGroup(group, [&](auto g) {
+    return LaunchAll<D, decltype(g)::value>(a, centroids, batch, windowed, byte_keys, one_pass,
+                                            stream);
+  });
+}
+
+template <int D>
 cudaError_t ResidentClustersForGroup(const TilePlan& plan, const TileDecodeShape& shape,
                                      int* clusters) {
-  const auto run = [&](auto group) {
-    return WindowPassResidentClusters<D, decltype(group)::value>(
+  return WithGroup(shape.group(), [&](auto g) {
+    return WindowPassResidentClusters<D, decltype(g)::value>(
         plan.chunks, plan.chunk_tokens, shape.heads_kv, shape.batch, clusters);
-  };
-  switch (shape.group()) {
-    case 1:
-      return run(std::integral_constant<int, 1>{});
-    case 2:
-      return run(std::integral_constant<int, 2>{});
-    case 4:
-      return run(std::integral_constant<int, 4>{});
-    case 8:
-      return run(std::integral_constant<int, 8>{});
-    default:
-      return cudaErrorInvalidValue;
-  }
+  });
 }
 
 }  // namespace readkv::cuda::tile_kernels

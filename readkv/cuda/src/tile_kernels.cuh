@@ -234,8 +234,10 @@ __device__ __forceinline__ void LogitsOfChunk(const TileArgs& a,
   const float* scaled = nullptr;  // scale q~, [D][G], for the Key lists
   if constexpr (kByteKeys) {
     // Slot 1 of warps 0-2 is free until stage 1's issue, after the barrier below.
-    static_assert(kStages >= 2 && kMmaWarps >= 3 && kMaxGroup * 128 * 4 <= kStageBytes &&
-                      kMaxGroup * D * 2 <= kStageBytes && kGroups * kWarp * 8 <= kStageBytes,
+    static_assert(kStages >= 2 && kMmaWarps >= 3 &&
+                      sizeof(float[kMaxGroup][128]) <= kStageBytes &&
+                      sizeof(uint16_t[kMaxGroup][D]) <= kStageBytes &&
+                      sizeof(uint2[kGroups * kWarp]) <= kStageBytes,
                   "the fold's scratch fits three second slots");
     const RowQueryScratch<D> scratch{reinterpret_cast<float(*)[128]>(ring[0][1]),
                                reinterpret_cast<uint16_t(*)[D]>(ring[1][1]),

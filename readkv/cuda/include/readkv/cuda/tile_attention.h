@@ -75,7 +75,8 @@
 //      does TileCombine's work. No pass over a whole row is serial, and no launch has one
 //      block per row.
 // With byte keys and a Value window whose row fits one cluster, a plan with one_pass set (never
-// PlanTileDecode's: slower, TilePlan says why) makes the call one launch:
+// PlanTileDecode's: faster only while every row's cluster is resident, TilePlan says why) makes
+// the call one launch:
 //   7. TileWindowPass (chunks, H_kv, B) x 128 in clusters of (chunks, 1, 1), a row a cluster:
 //      each block does TileLogits' work for its chunk with the e values and maxima kept in its
 //      shared memory, the cluster exchanges the chunks' statistics through distributed shared
