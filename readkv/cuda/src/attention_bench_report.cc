@@ -89,6 +89,7 @@ std::string BenchReportJson(const BenchConfig& config, const BenchReport& report
                     {"chunk_tokens", r.chunk_tokens},
                     {"value_window_tokens", r.value_window_tokens},
                     {"one_pass", r.one_pass},
+                    {"clusters", r.clusters},
                     {"resident_clusters", r.resident_clusters},
                     {"achieved_gbps", r.achieved_gbps},
                     {"stream_fraction", r.stream_fraction},
@@ -174,6 +175,11 @@ void PrintBenchTable(const BenchReport& report, std::ostream& out) {
         << std::setw(9) << r.achieved_gbps << std::setw(8) << 100.0 * r.stream_fraction
         << std::setw(8) << ratio(r.time_vs_fp8) << std::setw(9) << ratio(r.time_vs_dense)
         << std::setw(11) << rel.str() << std::setw(7) << r.copies << "\n";
+    if (r.one_pass) {  // whether its clusters ran at once (docs/performance-notes.md)
+      out << std::setw(36) << "one pass: " << r.clusters << " clusters, " << r.resident_clusters
+          << " resident at once" << (r.resident_clusters < r.clusters ? " (runs in waves)" : "")
+          << "\n";
+    }
   }
 }
 

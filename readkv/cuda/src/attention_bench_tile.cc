@@ -235,6 +235,7 @@ std::function<void(int)> TileRow(const TileSet& tile, const KvSpec& spec, float*
     Check(TileOnePassResidentClusters(s, tile.plan, &clusters),
           "TileOnePassResidentClusters (" + name + ")");
     row.resident_clusters = clusters;
+    row.clusters = s.batch * s.heads_kv;
   }
   const std::string timed = "TileDecodeAttention (" + name + ", timed launch)";
   return [&tile, spec, out, workspace, timed](int k) {

@@ -268,7 +268,12 @@ BenchReport SampleReport() {
   tile.kv = "tile:8:4";
   tile.backend = KvBackend::kReadKv;
   tile.traffic.kernels[4] = {"TileCombine", 32, 8};
-  report.rows = {fp8, anchor, tile};
+  BenchRow one = tile;  // a one-pass row whose clusters do not all fit at once
+  one.kv = "tile-kbytes:8:5:8:2";
+  one.one_pass = true;
+  one.clusters = 32;
+  one.resident_clusters = 28;
+  report.rows = {fp8, anchor, tile, one};
   return report;
 }
 
@@ -291,7 +296,7 @@ TEST(BenchReportJsonTest, HoldsTheRunInfoDeviceStreamAndEveryRowWithItsLedgers) 
   EXPECT_EQ(j.at("config").at("tokens"), nlohmann::json({8192}));
   EXPECT_EQ(j.at("cold_l2_method"), "rotation");
   const nlohmann::json rows = j.at("rows");  // copies: g++ 13 -Wdangling-reference
-  ASSERT_EQ(rows.size(), 3u);
+  ASSERT_EQ(rows.size(), 4u);
   const nlohmann::json r = rows[0];
   EXPECT_EQ(r.at("kv"), "fp8");
   EXPECT_DOUBLE_EQ(r.at("time").at("median_us").get<double>(), 11.0);
@@ -318,6 +323,11 @@ TEST(BenchReportJsonTest, HoldsTheRunInfoDeviceStreamAndEveryRowWithItsLedgers) 
   const nlohmann::json launches = rows[2].at("traffic_kernels");
   ASSERT_EQ(launches.size(), 3u);
   EXPECT_EQ(launches[2].at("kernel"), "TileCombine");
+  // A one-pass row carries its clusters and how many the device held at once.
+  EXPECT_FALSE(rows[2].at("one_pass").get<bool>());
+  EXPECT_TRUE(rows[3].at("one_pass").get<bool>());
+  EXPECT_EQ(rows[3].at("clusters"), 32);
+  EXPECT_EQ(rows[3].at("resident_clusters"), 28);
 }
 
 TEST(BenchTableTest, PrintsOneLinePerRowAndMarksNonFiniteOutputs) {
@@ -328,6 +338,11 @@ TEST(BenchTableTest, PrintsOneLinePerRowAndMarksNonFiniteOutputs) {
   EXPECT_NE(text.find("torch_sdpa!NaN"), std::string::npos) << text;
   EXPECT_NE(text.find("1.000"), std::string::npos) << text;  // fp8 vs itself
   EXPECT_NE(text.find("tile:8:4"), std::string::npos) << text;
+  // Only the one-pass row gets its residency line, with the waves it implies.
+  EXPECT_NE(text.find("one pass: 32 clusters, 28 resident at once (runs in waves)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("one pass:"), text.rfind("one pass:")) << text;
 }
 
 TEST(Fp8EncodeTest, DeviceEncoderMatchesTheCodecBitForBit) {

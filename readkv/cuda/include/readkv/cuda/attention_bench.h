@@ -119,7 +119,8 @@ struct BenchRow {
   int chunk_tokens = 0;         // tile rows: the chunk of the call's TilePlan; 0 for the others
   int value_window_tokens = 0;  // tile rows: the TilePlan's Value window; 0 for the others
   bool one_pass = false;        // tile rows: TilePlan::one_pass (TileWindowPass)
-  int resident_clusters = 0;    // one-pass rows: TileOnePassResidentClusters (of batch x H_kv)
+  int clusters = 0;             // one-pass rows: the call's clusters, a row each (batch x H_kv)
+  int resident_clusters = 0;    // one-pass rows: TileOnePassResidentClusters (fewer: waves)
   int64_t logical_bytes = 0;    // ledger 2: payload the reader chose
   TrafficBytes traffic;         // ledger 3 (the anchor: the dense kernel's model of the same reads)
   double achieved_gbps = 0;     // traffic.Total() / median time, 1e9 bytes/s
