@@ -44,7 +44,7 @@ struct BenchArgs {
   bool ragged = false;
   int outlier_cap = 0;
   int value_window = 0;
-  bool one_pass = false;
+  std::string one_pass = "auto";
   std::string split_cluster = "auto";
   bool no_anchor = false;
   uint64_t seed = 1;
@@ -88,7 +88,9 @@ readkv::cuda::BenchConfig ToConfig(const BenchArgs& a) {
   config.ragged = a.ragged;
   config.outlier_cap = a.outlier_cap;
   config.value_window = a.value_window;
-  config.one_pass = a.one_pass;
+  if (!readkv::cuda::ParseOnePassMode(a.one_pass, &config.one_pass)) {
+    throw InvalidArgument("--one-pass", "must be auto, on or off, got '" + a.one_pass + "'");
+  }
   if (!readkv::cuda::ParseSplitPlan(a.split_cluster, &config.split)) {
     throw InvalidArgument("--split-cluster",
                           "must be auto, off, 1, 2, 4 or 8, got '" + a.split_cluster + "'");
@@ -197,9 +199,14 @@ void AddBenchCommand(CLI::App& app, CommandContext& context) {
                   "Tile rows: Value budgets per window of this many tokens, the rows' chunk "
                   "(512-2048 by 512; 0: the row's)")
       ->capture_default_str();
-  cmd->add_flag("--one-pass", args->one_pass,
-                "Byte-key tile rows with --value-window: one launch a call (TileWindowPass, a "
-                "row's windows in one cluster of at most 16); not kvgate serve's choice");
+  // Given alone it means on (CLI11: an optional value, its default_str taken when absent).
+  cmd->add_option("--one-pass", args->one_pass,
+                  "Byte-key tile rows with --value-window: one launch a call (TileWindowPass, a "
+                  "row's windows in one cluster of at most 16). auto (when absent): kvgate "
+                  "serve's choice, one pass when the device holds every row's cluster at once; "
+                  "on (also --one-pass alone); off: the two launches")
+      ->expected(0, 1)
+      ->default_str("on");
   cmd->add_option("--split-cluster", args->split_cluster,
                   "Dense and FP8 rows' schedule: auto, off (persistent blocks and a merge), or "
                   "a cluster of 1, 2, 4 or 8 blocks per head")

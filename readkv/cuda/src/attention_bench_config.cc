@@ -23,6 +23,28 @@ using codec::ReaderKind;
 
 // ---- Configuration ---------------------------------------------------------------------------
 
+bool ParseOnePassMode(std::string_view text, OnePassMode* mode) {
+  for (const OnePassMode m : {OnePassMode::kAuto, OnePassMode::kOn, OnePassMode::kOff}) {
+    if (text == OnePassModeName(m)) {
+      *mode = m;
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* OnePassModeName(OnePassMode mode) {
+  switch (mode) {
+    case OnePassMode::kOn:
+      return "on";
+    case OnePassMode::kOff:
+      return "off";
+    case OnePassMode::kAuto:
+      break;
+  }
+  return "auto";
+}
+
 namespace {
 constexpr const char* kByteKeysSuffix = "-kbytes";  // "tile-kbytes": the tile reader on byte keys
 }  // namespace
@@ -252,7 +274,7 @@ void BenchConfig::Validate() const {
                                               "--chunk-tokens 0 or the same number");
     }
   }
-  if (one_pass && value_window == 0) {
+  if (one_pass == OnePassMode::kOn && value_window == 0) {
     throw InvalidArgument("--one-pass", "one pass is for byte-key tile rows in Value windows: "
                                         "give --value-window too");
   }

@@ -124,7 +124,7 @@ std::string BenchReportJson(const BenchConfig& config, const BenchReport& report
                                 {"ragged", config.ragged},
                                 {"outlier_cap", config.outlier_cap},
                                 {"value_window", config.value_window},
-                                {"one_pass", config.one_pass},
+                                {"one_pass", OnePassModeName(config.one_pass)},
                                 {"split_cluster", config.split.cluster},
                                 {"seed", config.seed}}},
                               {"stream",
@@ -175,9 +175,11 @@ void PrintBenchTable(const BenchReport& report, std::ostream& out) {
         << std::setw(9) << r.achieved_gbps << std::setw(8) << 100.0 * r.stream_fraction
         << std::setw(8) << ratio(r.time_vs_fp8) << std::setw(9) << ratio(r.time_vs_dense)
         << std::setw(11) << rel.str() << std::setw(7) << r.copies << "\n";
-    if (r.one_pass) {  // whether its clusters ran at once (docs/performance-notes.md)
-      out << std::setw(36) << "one pass: " << r.clusters << " clusters, " << r.resident_clusters
-          << " resident at once" << (r.resident_clusters < r.clusters ? " (runs in waves)" : "")
+    if (r.clusters > 0) {  // which shape ran, and whether one pass's clusters fit at once
+      const bool waves = r.resident_clusters < r.clusters;
+      out << std::setw(36) << (r.one_pass ? "one pass: " : "two launches: ") << r.clusters
+          << " clusters, " << r.resident_clusters << " resident at once"
+          << (waves ? (r.one_pass ? " (runs in waves)" : " (one pass would run in waves)") : "")
           << "\n";
     }
   }

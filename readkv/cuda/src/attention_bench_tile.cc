@@ -93,11 +93,21 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const DenseSet& dense,
                                w,       s.max_tokens, 0,      s.max_pages};
   tile.shape.byte_keys = tile.byte_keys;  // PlanTileDecode refuses them unless W = 8
   tile.plan = PlanTileDecode(tile.shape, sm_count, config.value_window);
-  tile.plan.one_pass = config.one_pass && tile.byte_keys;  // checked by the workspace's layout
   if (config.chunk_tokens > 0 && config.value_window == 0) {  // --chunk-tokens, checked
     tile.plan.chunk_tokens = config.chunk_tokens;
     tile.plan.chunks =
         static_cast<int>((s.max_tokens + config.chunk_tokens - 1) / config.chunk_tokens);
+  }
+  switch (config.one_pass) {  // forced on: checked by the workspace's layout
+    case OnePassMode::kAuto:  // kvgate serve's choice
+      Check(ChooseTileOnePass(tile.shape, tile.plan, &tile.plan.one_pass), "ChooseTileOnePass");
+      break;
+    case OnePassMode::kOn:
+      tile.plan.one_pass = tile.byte_keys;
+      break;
+    case OnePassMode::kOff:
+      tile.plan.one_pass = false;
+      break;
   }
   const codec::LloydTree tree(w);
   tile.centroids = tile::MakeTileCentroids(tree);
@@ -230,9 +240,12 @@ std::function<void(int)> TileRow(const TileSet& tile, const KvSpec& spec, float*
   row.chunk_tokens = tile.plan.chunk_tokens;
   row.value_window_tokens = tile.plan.value_window_tokens;
   row.one_pass = tile.plan.one_pass;
-  if (tile.plan.one_pass) {  // whether the call's clusters fit the device at once
+  if (tile.shape.byte_keys && tile.plan.value_window_tokens > 0 &&
+      tile.plan.chunks <= kTileMaxClusterChunks) {  // whether its clusters fit the device at once
+    TilePlan one_pass = tile.plan;
+    one_pass.one_pass = true;
     int clusters = 0;
-    Check(TileOnePassResidentClusters(s, tile.plan, &clusters),
+    Check(TileOnePassResidentClusters(s, one_pass, &clusters),
           "TileOnePassResidentClusters (" + name + ")");
     row.resident_clusters = clusters;
     row.clusters = s.batch * s.heads_kv;

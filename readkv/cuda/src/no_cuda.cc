@@ -52,6 +52,11 @@ cudaError_t TileOnePassResidentClusters(const TileDecodeShape&, const TilePlan&,
   return kNoDevice;
 }
 
+cudaError_t ChooseTileOnePass(const TileDecodeShape&, const TilePlan&, bool* one_pass) {
+  if (one_pass != nullptr) *one_pass = false;
+  return kNoDevice;
+}
+
 size_t TileAppendOutlierWorkspaceBytes(int, int, int) { return 0; }
 cudaError_t TileAppend(const DecodeShape&, int, const float*, const float*, const int32_t*,
                        const int32_t*, const int32_t*, const ReadKvCodec&, const TileCache&,

@@ -14,6 +14,9 @@
 #include <cmath>
 #include <cstdint>
 #include <exception>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <type_traits>
 
 #include "readkv/cuda/tile_attention.h"
@@ -324,6 +327,41 @@ cudaError_t TileOnePassResidentClusters(const TileDecodeShape& shape, const Tile
   return shape.head_dim == 64
              ? tile_kernels::ResidentClustersForGroup<64>(plan, shape, clusters)
              : tile_kernels::ResidentClustersForGroup<128>(plan, shape, clusters);
+}
+
+cudaError_t ChooseTileOnePass(const TileDecodeShape& shape, const TilePlan& plan,
+                              bool* one_pass) {
+  if (one_pass == nullptr) return cudaErrorInvalidValue;
+  *one_pass = false;
+  if (!shape.byte_keys || plan.value_window_tokens <= 0 ||
+      plan.chunks > kTileMaxClusterChunks) {  // the plan does not allow one pass
+    return cudaSuccess;
+  }
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return e;
+  // The device's answer per (device, head_dim, group, chunks, chunk_tokens): the clusters it
+  // holds at once, 0 on a device without cluster launch.
+  using Key = std::tuple<int, int, int, int, int>;
+  static std::mutex mutex;
+  static std::map<Key, int> resident;
+  const Key key{device, shape.head_dim, shape.group(), plan.chunks, plan.chunk_tokens};
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = resident.find(key);
+  if (it == resident.end()) {
+    int clusters = 0, cluster_launch = 0;
+    e = cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device);
+    if (e != cudaSuccess) return e;
+    if (cluster_launch != 0) {
+      TilePlan asked = plan;
+      asked.one_pass = true;
+      e = TileOnePassResidentClusters(shape, asked, &clusters);
+      if (e != cudaSuccess) return e;
+    }
+    it = resident.emplace(key, clusters).first;
+  }
+  *one_pass = it->second >= shape.batch * shape.heads_kv;
+  return cudaSuccess;
 }
 
 cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeInputs& inputs,

@@ -15,15 +15,16 @@
 // Measured (H100, 2026-12-06, alternating in one run against 84d0594): the served call (32
 // clusters of 16) takes 55.0-55.2 us in one pass against 58.6-58.9 in two launches (FP8 43.0);
 // at four blocks an SM only 28 of its clusters were resident at once and it took 85.7. 8K x 1:
-// 27.0 against 27.9. Not the planner's choice yet (TilePlan::one_pass): a call whose rows
-// outnumber the resident clusters runs in waves (docs/performance-notes.md, "One pass per
-// row").
+// 27.0 against 27.9. A call whose rows outnumber the resident clusters runs in waves, so one
+// pass is chosen per call on the device (ChooseTileOnePass, tile_attention.h;
+// docs/performance-notes.md, "One pass per row").
 #pragma once
 
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "tile_kernels.cuh"
@@ -94,22 +95,40 @@ __global__ void __launch_bounds__(kMmaThreads, kWindowPassBlocksPerSm)
   ClusterWait();
 }
 
-// TileWindowPass's launch for `chunks` chunks of `chunk_tokens` a row over (heads_kv, batch)
-// rows: the kernel's attributes set (clusters above 8 are non-portable; the window's heads are
-// dynamic shared memory) and `config` filled, its cluster attribute in `cluster`.
+// TileWindowPass<D, G>'s attributes on the current device, set by its first launch or query
+// there and kept (they belong to the kernel in that device's context): clusters above 8 are
+// non-portable, the window's heads are dynamic shared memory (up to a chunk of kTileMaxChunk),
+// and the largest carveout, so the driver does not trade the fifth block for L1. Devices past
+// the 64th are configured on every call.
 template <int D, int G>
-cudaError_t WindowPassLaunch(int chunks, int chunk_tokens, int heads_kv, int batch,
-                             cudaStream_t stream, cudaLaunchConfig_t& config,
-                             cudaLaunchAttribute& cluster) {
+cudaError_t ConfigureWindowPass() {
+  static std::atomic<uint64_t> configured{0};  // a bit per device ordinal
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return e;
+  const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
+  if ((configured.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
   const auto kernel = TileWindowPass<D, G>;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   if (e != cudaSuccess) return e;
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(WindowPassDynamicBytes<G>(kTileMaxChunk)));
   if (e != cudaSuccess) return e;
-  // The largest carveout, so the driver does not trade the fifth block for L1.
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                            cudaSharedmemCarveoutMaxShared);
+  if (e != cudaSuccess) return e;
+  configured.fetch_or(bit, std::memory_order_release);
+  return cudaSuccess;
+}
+
+// TileWindowPass's launch for `chunks` chunks of `chunk_tokens` a row over (heads_kv, batch)
+// rows: the kernel configured (ConfigureWindowPass) and `config` filled, its cluster attribute
+// in `cluster`.
+template <int D, int G>
+cudaError_t WindowPassLaunch(int chunks, int chunk_tokens, int heads_kv, int batch,
+                             cudaStream_t stream, cudaLaunchConfig_t& config,
+                             cudaLaunchAttribute& cluster) {
+  const cudaError_t e = ConfigureWindowPass<D, G>();
   if (e != cudaSuccess) return e;
   config = {};
   config.gridDim = dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(heads_kv),

@@ -141,6 +141,21 @@ TEST(PositiveListTest, ParsesCommaSeparatedPositiveIntegersAndNamesTheFlag) {
   }
 }
 
+TEST(OnePassModeTest, ParsesItsThreeNamesAndNothingElse) {
+  for (const OnePassMode mode : {OnePassMode::kAuto, OnePassMode::kOn, OnePassMode::kOff}) {
+    OnePassMode parsed = mode == OnePassMode::kOn ? OnePassMode::kOff : OnePassMode::kOn;
+    EXPECT_TRUE(ParseOnePassMode(OnePassModeName(mode), &parsed)) << OnePassModeName(mode);
+    EXPECT_EQ(parsed, mode);
+  }
+  EXPECT_STREQ(OnePassModeName(OnePassMode::kAuto), "auto");
+  EXPECT_EQ(BenchConfig{}.one_pass, OnePassMode::kAuto);  // kvgate serve's choice by default
+  for (const char* bad : {"", "On", "true", "1", "auto ", "sometimes"}) {
+    OnePassMode parsed = OnePassMode::kOff;
+    EXPECT_FALSE(ParseOnePassMode(bad, &parsed)) << bad;
+    EXPECT_EQ(parsed, OnePassMode::kOff) << bad;  // untouched
+  }
+}
+
 TEST(BenchConfigTest, DefaultsAreValid) { EXPECT_NO_THROW(BenchConfig{}.Validate()); }
 
 TEST(BenchConfigTest, RejectsShapesTheKernelsCannotRunNamingTheFlag) {
@@ -196,17 +211,20 @@ TEST(BenchConfigTest, RejectsShapesTheKernelsCannotRunNamingTheFlag) {
               c.value_window = 512;
             }),
             "--value-window");
-  // One pass: byte-key rows in Value windows (whether a row's windows fit a cluster is the
-  // workspace's check, when the point is built).
-  const auto one_pass = [](int w) {
-    return [w](BenchConfig& c) {
+  // One pass forced on: byte-key rows in Value windows (whether a row's windows fit a cluster
+  // is the workspace's check, when the point is built). Auto (the default) and off need no
+  // window: without one, auto never chooses one pass.
+  const auto one_pass = [](int w, OnePassMode mode) {
+    return [w, mode](BenchConfig& c) {
       c.kv = ParseKvSpecs("fp8,tile-kbytes:8:5:8:2");
       c.value_window = w;
-      c.one_pass = true;
+      c.one_pass = mode;
     };
   };
-  EXPECT_EQ(field(one_pass(1024)), "");
-  EXPECT_EQ(field(one_pass(0)), "--one-pass");
+  EXPECT_EQ(field(one_pass(1024, OnePassMode::kOn)), "");
+  EXPECT_EQ(field(one_pass(0, OnePassMode::kOn)), "--one-pass");
+  EXPECT_EQ(field(one_pass(0, OnePassMode::kAuto)), "");
+  EXPECT_EQ(field(one_pass(0, OnePassMode::kOff)), "");
   // Outlier lists: the tile rows' only, a cap in [0, 16].
   EXPECT_EQ(field([&](BenchConfig& c) {
               no_tile(c);
@@ -273,7 +291,11 @@ BenchReport SampleReport() {
   one.one_pass = true;
   one.clusters = 32;
   one.resident_clusters = 28;
-  report.rows = {fp8, anchor, tile, one};
+  BenchRow two = one;  // the same read in two launches, where one pass's clusters would fit
+  two.kv = "tile-kbytes:8:4:8:2";
+  two.one_pass = false;
+  two.resident_clusters = 35;
+  report.rows = {fp8, anchor, tile, one, two};
   return report;
 }
 
@@ -296,7 +318,7 @@ TEST(BenchReportJsonTest, HoldsTheRunInfoDeviceStreamAndEveryRowWithItsLedgers) 
   EXPECT_EQ(j.at("config").at("tokens"), nlohmann::json({8192}));
   EXPECT_EQ(j.at("cold_l2_method"), "rotation");
   const nlohmann::json rows = j.at("rows");  // copies: g++ 13 -Wdangling-reference
-  ASSERT_EQ(rows.size(), 4u);
+  ASSERT_EQ(rows.size(), 5u);
   const nlohmann::json r = rows[0];
   EXPECT_EQ(r.at("kv"), "fp8");
   EXPECT_DOUBLE_EQ(r.at("time").at("median_us").get<double>(), 11.0);
@@ -328,6 +350,9 @@ TEST(BenchReportJsonTest, HoldsTheRunInfoDeviceStreamAndEveryRowWithItsLedgers) 
   EXPECT_TRUE(rows[3].at("one_pass").get<bool>());
   EXPECT_EQ(rows[3].at("clusters"), 32);
   EXPECT_EQ(rows[3].at("resident_clusters"), 28);
+  EXPECT_FALSE(rows[4].at("one_pass").get<bool>());  // residency shown for two launches too
+  EXPECT_EQ(rows[4].at("resident_clusters"), 35);
+  EXPECT_EQ(j.at("config").at("one_pass"), "auto");
 }
 
 TEST(BenchTableTest, PrintsOneLinePerRowAndMarksNonFiniteOutputs) {
@@ -338,11 +363,26 @@ TEST(BenchTableTest, PrintsOneLinePerRowAndMarksNonFiniteOutputs) {
   EXPECT_NE(text.find("torch_sdpa!NaN"), std::string::npos) << text;
   EXPECT_NE(text.find("1.000"), std::string::npos) << text;  // fp8 vs itself
   EXPECT_NE(text.find("tile:8:4"), std::string::npos) << text;
-  // Only the one-pass row gets its residency line, with the waves it implies.
+  // Rows whose plan allows one pass get a residency line saying which shape ran, with the waves
+  // one pass runs (or would run) in; other rows get none.
   EXPECT_NE(text.find("one pass: 32 clusters, 28 resident at once (runs in waves)\n"),
             std::string::npos)
       << text;
   EXPECT_EQ(text.find("one pass:"), text.rfind("one pass:")) << text;
+  EXPECT_NE(text.find("two launches: 32 clusters, 35 resident at once\n"), std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("two launches:"), text.rfind("two launches:")) << text;
+}
+
+TEST(BenchTableTest, SaysWhenTwoLaunchesRanBecauseOnePassWouldRunInWaves) {
+  BenchReport report = SampleReport();
+  report.rows[4].resident_clusters = 28;  // the two-launch row: 32 clusters, 28 resident
+  std::ostringstream out;
+  PrintBenchTable(report, out);
+  EXPECT_NE(out.str().find("two launches: 32 clusters, 28 resident at once (one pass would run in "
+                           "waves)\n"),
+            std::string::npos)
+      << out.str();
 }
 
 TEST(Fp8EncodeTest, DeviceEncoderMatchesTheCodecBitForBit) {

@@ -595,6 +595,52 @@ TEST(TileAttentionTest, OnePassResidencyIsAQuery) {
   EXPECT_EQ(TileOnePassResidentClusters(shape, plan, nullptr), cudaErrorInvalidValue);
 }
 
+// kvgate serve's choice of one pass: only where the plan allows it, and only while the device
+// holds every row's cluster at once (TileOnePassResidentClusters), so a call never runs in
+// waves; a cached answer gives the same choice again.
+TEST(TileAttentionTest, ChoosesOnePassOnlyWhereEveryRowIsResident) {
+  if (QueryDevices().device_count == 0) GTEST_SKIP() << "no CUDA device: " << QueryDevices().reason;
+  int sm_count = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
+  TileDecodeShape shape{16, 8, 2, 64, 8, 16384, 0, 64, /*byte_keys=*/true};
+  const TilePlan plan = PlanTileDecode(shape, sm_count, 1024);
+  TilePlan asked = plan;
+  asked.one_pass = true;
+  int resident = 0;
+  CUDA_OK(TileOnePassResidentClusters(shape, asked, &resident));
+  for (const int batch : {1, 16, 64, 256}) {  // 2 to 512 rows against the same residency
+    shape.batch = batch;
+    for (int again = 0; again < 2; ++again) {  // the second answer is the cached one
+      bool one_pass = !(resident >= 2 * batch);
+      CUDA_OK(ChooseTileOnePass(shape, plan, &one_pass));
+      EXPECT_EQ(one_pass, resident >= 2 * batch) << "batch " << batch << ", resident " << resident;
+    }
+  }
+  // The served call (32 rows) on an H100 or H200 (132 SMs): one pass.
+  shape.batch = 16;
+  bool served = false;
+  CUDA_OK(ChooseTileOnePass(shape, plan, &served));
+  if (sm_count >= 132) {
+    EXPECT_TRUE(served);
+  }
+  // Plans that do not allow one pass: no window, the tree's keys, more chunks than a cluster.
+  bool one_pass = true;
+  CUDA_OK(ChooseTileOnePass(shape, PlanTileDecode(shape, sm_count), &one_pass));
+  EXPECT_FALSE(one_pass);
+  TileDecodeShape tree_keys = shape;
+  tree_keys.byte_keys = false;
+  one_pass = true;
+  CUDA_OK(ChooseTileOnePass(tree_keys, PlanTileDecode(tree_keys, sm_count, 1024), &one_pass));
+  EXPECT_FALSE(one_pass);
+  TileDecodeShape longer = shape;
+  longer.max_encoded_tokens = 32768;  // 32 windows of 1024
+  longer.max_pages = 128;
+  one_pass = true;
+  CUDA_OK(ChooseTileOnePass(longer, PlanTileDecode(longer, sm_count, 1024), &one_pass));
+  EXPECT_FALSE(one_pass);
+  EXPECT_EQ(ChooseTileOnePass(shape, plan, nullptr), cudaErrorInvalidValue);
+}
+
 TEST(TileAttentionTest, LauncherRefusesBadInputs) {
   if (QueryDevices().device_count == 0) GTEST_SKIP() << "no CUDA device: " << QueryDevices().reason;
   const TileDecodeShape shape{1, 8, 2, 64, 8, 512, 0, 2};

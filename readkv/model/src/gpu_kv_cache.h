@@ -9,7 +9,8 @@
 // - "readkv": the tile reader (issue 37; ReadKV's one GPU reader): the codec's codes bit for bit,
 //   written by TileAppend into tile pools (tile_attention.h: [P][H_kv][16][d / 16][W][32] per K
 //   and V, 256-token pages) and read by TileDecodeAttention, planned once per call by
-//   PlanTileDecode for the device's SM count (queried once, at construction), each sequence's
+//   PlanTileDecode for the device's SM count (queried once, at construction), in one launch
+//   where ChooseTileOnePass says the device holds every row's cluster at once, each sequence's
 //   R_K, R_V as its ReadKvReadPolicy with the step-1 increment table for both K and V, the
 //   TileCentroids of the store's LloydTree; keys as byte keys with GpuKvConfig::byte_keys. With
 //   outlier lists (GpuKvConfig::outliers, issue 36) each layer also has two page outlier pools

@@ -27,7 +27,10 @@ torch::Tensor GpuKvCache::AttendTile(int layer, const torch::Tensor& q, const to
   shape.max_residual_tokens = 0;  // no residual window: every token is encoded (gpu_kv_cache.h)
   shape.max_pages = max_pages;
   shape.byte_keys = config_.byte_keys;
-  const rc::TilePlan plan = rc::PlanTileDecode(shape, sm_count_, config_.value_window_tokens);
+  rc::TilePlan plan = rc::PlanTileDecode(shape, sm_count_, config_.value_window_tokens);
+  // One launch where the device holds every row's cluster at once (asked once per shape of
+  // cluster and kept; tile_attention.h).
+  Check(rc::ChooseTileOnePass(shape, plan, &plan.one_pass), "ChooseTileOnePass");
   torch::Tensor ws = Workspace(rc::TileDecodeWorkspaceBytes(shape, plan));
   if (!zero_lens_.defined() || zero_lens_.numel() < batch) {
     zero_lens_ =

@@ -19,6 +19,7 @@
 #include <functional>
 #include <iosfwd>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "readkv/codec/attention.h"
@@ -54,6 +55,14 @@ std::vector<KvSpec> ParseKvSpecs(const std::string& text);
 // A comma-separated list of positive integers ("8192,32768"); throws InvalidArgument(flag).
 std::vector<int64_t> ParsePositiveList(const std::string& flag, const std::string& text);
 
+// Whether byte-key tile rows in Value windows run in one pass (TilePlan::one_pass): kAuto is
+// kvgate serve's choice (ChooseTileOnePass: one pass when the device holds every row's cluster
+// at once), kOn and kOff force one pass or the two launches.
+enum class OnePassMode { kAuto, kOn, kOff };
+// "auto", "on" or "off" into *mode; false (and *mode untouched) for anything else.
+bool ParseOnePassMode(std::string_view text, OnePassMode* mode);
+const char* OnePassModeName(OnePassMode mode);  // "auto", "on", "off"
+
 struct BenchConfig {
   std::vector<int64_t> tokens = {8192};  // T per sequence (the maximum when ragged)
   std::vector<int64_t> batches = {1};    // B
@@ -71,13 +80,13 @@ struct BenchConfig {
                         // tokens; 0: none.
   int value_window = 0;  // tile rows: Value budgets per window of this many tokens, the chunk
                          // (TilePlan::value_window_tokens: 512-2048 by 512); 0: the row's.
-  bool one_pass = false;  // byte-key tile rows (with a window): TilePlan::one_pass, one launch
+  OnePassMode one_pass = OnePassMode::kAuto;  // byte-key tile rows in windows: one launch?
   SplitPlan split;  // dense, FP8 and anchor-ledger rows: their schedule (decode_attention.h)
   // Throws InvalidArgument naming the flag: "--tokens", "--batch", "--heads-q", "--heads-kv"
   // (must divide --heads-q with a group of 1, 2, 4 or 8), "--head-dim" (64 or 128), "--kv",
   // "--iters", "--chunk-tokens" (not 0 or a multiple of 512 up to 2048), "--outlier-cap"
   // (outside [0, 16], or above 0 without a tile: spec), "--value-window" (not 0 or 512-2048 by
-  // 512, without a tile: spec, or beside a different --chunk-tokens), "--one-pass" (without
+  // 512, without a tile: spec, or beside a different --chunk-tokens), "--one-pass" (on without
   // --value-window), "--split-cluster" (a plan that is not valid()). A one-pass row whose
   // windows do not fit one cluster fails when its workspace is planned (InvalidArgument "plan").
   void Validate() const;
@@ -118,9 +127,12 @@ struct BenchRow {
   int64_t workspace_bytes = 0;  // ledger 4: the launcher's workspace; -1: unknown (anchor)
   int chunk_tokens = 0;         // tile rows: the chunk of the call's TilePlan; 0 for the others
   int value_window_tokens = 0;  // tile rows: the TilePlan's Value window; 0 for the others
-  bool one_pass = false;        // tile rows: TilePlan::one_pass (TileWindowPass)
-  int clusters = 0;             // one-pass rows: the call's clusters, a row each (batch x H_kv)
-  int resident_clusters = 0;    // one-pass rows: TileOnePassResidentClusters (fewer: waves)
+  bool one_pass = false;        // tile rows: TilePlan::one_pass (TileWindowPass) as it ran
+  // Tile rows whose plan allows one pass (byte keys, a window, <= 16 chunks), whichever ran: the
+  // call's clusters, a row each (batch x H_kv), and how many the device holds at once
+  // (TileOnePassResidentClusters; fewer: one pass would run, or ran, in waves). 0 otherwise.
+  int clusters = 0;
+  int resident_clusters = 0;
   int64_t logical_bytes = 0;    // ledger 2: payload the reader chose
   TrafficBytes traffic;         // ledger 3 (the anchor: the dense kernel's model of the same reads)
   double achieved_gbps = 0;     // traffic.Total() / median time, 1e9 bytes/s

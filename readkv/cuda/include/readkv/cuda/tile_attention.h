@@ -75,8 +75,8 @@
 //      does TileCombine's work. No pass over a whole row is serial, and no launch has one
 //      block per row.
 // With byte keys and a Value window whose row fits one cluster, a plan with one_pass set (never
-// PlanTileDecode's: faster only while every row's cluster is resident, TilePlan says why) makes
-// the call one launch:
+// PlanTileDecode's but ChooseTileOnePass's: faster only while every row's cluster is resident,
+// TilePlan says why) makes the call one launch:
 //   7. TileWindowPass (chunks, H_kv, B) x 128 in clusters of (chunks, 1, 1), a row a cluster:
 //      each block does TileLogits' work for its chunk with the e values and maxima kept in its
 //      shared memory, the cluster exchanges the chunks' statistics through distributed shared
@@ -153,12 +153,11 @@ struct TilePlan {
   // One launch (TileWindowPass) instead of launches 2 and 6: with byte keys and a Value window,
   // a row's chunks are one thread-block cluster that keeps the e values on chip and exchanges
   // the chunks' softmax statistics through distributed shared memory. Needs byte keys, a Value
-  // window and chunks <= kTileMaxClusterChunks. Not the planner's choice yet: on an H100 it
-  // takes 55.0 us at the served point against the two launches' 58.6-58.9 (8K x 1: 27.0
-  // against 27.9), but only while the call's rows (batch x H_kv clusters) are all resident at
-  // once, which PlanTileDecode cannot know (TileOnePassResidentClusters asks the device; 35 on
-  // an H100); docs/performance-notes.md, "One pass per row". Set it with `kvgate bench
-  // attention --one-pass`.
+  // window and chunks <= kTileMaxClusterChunks. On an H100 it takes 55.0 us at the served point
+  // against the two launches' 59.5-59.8 (8K x 1: 27.0 against 28.6), but only while the call's
+  // rows (batch x H_kv clusters) are all resident at once, which PlanTileDecode (host only)
+  // cannot know: ChooseTileOnePass (below) asks the device and is how kvgate serve sets it;
+  // docs/performance-notes.md, "One pass per row".
   bool one_pass = false;
 };
 // A chunk is a multiple of 512 tokens (its four warps' shares then split evenly into tiles),
@@ -221,6 +220,21 @@ cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeIn
 // refuse, or a null pointer; launches nothing.
 cudaError_t TileOnePassResidentClusters(const TileDecodeShape& shape, const TilePlan& plan,
                                         int* clusters);
+
+// Whether a call of this shape and plan should run in one pass (TilePlan::one_pass), the choice
+// kvgate serve makes for every tile-reader call and `kvgate bench attention` makes unless told:
+// true when the plan allows it (byte keys, a Value window, at most kTileMaxClusterChunks
+// chunks), the current device launches thread-block clusters, and it holds all of the call's
+// batch x heads_kv clusters at once (TileOnePassResidentClusters). One pass measured faster
+// than the two launches wherever its rows were resident, and ~1.5x slower when they ran in two
+// waves (docs/performance-notes.md, "One pass per row"), so a call that would run in waves
+// stays in two launches. The device's answer depends on the device, head_dim, group, chunks
+// and chunk_tokens only; it is asked once per such key and kept for the process (thread-safe),
+// so a call pays a cached lookup. Into *one_pass (false on any error); cudaErrorInvalidValue
+// for a null pointer or an allowed plan whose shape the kernels refuse, the device's error
+// otherwise. Launches nothing.
+cudaError_t ChooseTileOnePass(const TileDecodeShape& shape, const TilePlan& plan,
+                              bool* one_pass);
 
 // The write side of the tile pools (layout above; device memory) and, optionally, of the outlier
 // page blocks: both outlier pools null (no lists written), or both set with the rest.
