@@ -63,8 +63,10 @@ constexpr int kMaxLaunches = 2000;
 constexpr int64_t kSpinNs = 200000;   // > the host's enqueue time of one (torch) call
 
 // Times `launch(copy)` over rotating copies: a spin, then start event, launch, stop event.
+// *next_copy (when given): the copy the rotation would use next, the least recently used.
 TimingStats TimeLaunches(const std::function<void(int)>& launch, int copies,
-                         const BenchConfig& config, const std::string& what) {
+                         const BenchConfig& config, const std::string& what,
+                         int* next_copy = nullptr) {
   cudaEvent_t start = nullptr, stop = nullptr;
   Check(cudaEventCreate(&start), "cudaEventCreate");
   Check(cudaEventCreate(&stop), "cudaEventCreate");
@@ -94,6 +96,7 @@ TimingStats TimeLaunches(const std::function<void(int)>& launch, int copies,
     total_ms += ms;
     copy = (copy + 1) % copies;
   }
+  if (next_copy != nullptr) *next_copy = copy;
   return SummariseTimes(std::move(times));
 }
 
@@ -286,7 +289,11 @@ BenchRow MeasureBackend(const Point& p, const KvSpec& spec, int64_t tokens, int6
     launch = bench::TileRow(p.Tile(spec), spec, out_ptr, p.out_elems, ws, row, output);
   }
   if (progress != nullptr) *progress << "  timing " << row.kv << "\n";
-  row.time = TimeLaunches(launch, row.copies, config, row.kv);
+  int next_copy = 0;
+  row.time = TimeLaunches(launch, row.copies, config, row.kv, &next_copy);
+  if (row.one_pass) {  // where its blocks' time went, launched as the timed ones were
+    row.phases = bench::TilePhases(p.Tile(spec), spec, out_ptr, ws, next_copy, kSpinNs);
+  }
   row.finite = AllFinite(output);
   if (spec.backend != KvBackend::kDense) row.rel_l2_vs_dense = RelativeL2(output, p.reference);
   return row;

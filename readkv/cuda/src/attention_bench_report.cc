@@ -2,10 +2,12 @@
 // table (attention_bench.h). Host code, every build.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <iomanip>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -33,9 +35,91 @@ TimingStats SummariseTimes(std::vector<double> times_us) {
   return stats;
 }
 
+PhaseTimes SummarisePhases(const std::vector<TilePhaseClocks>& clocks, int launches) {
+  if (launches < 1 || clocks.empty() || clocks.size() % static_cast<size_t>(launches) != 0) {
+    throw std::invalid_argument("phase clocks: " + std::to_string(clocks.size()) +
+                                " block timelines are not " + std::to_string(launches) +
+                                " launches of the same blocks");
+  }
+  const size_t per_launch = clocks.size() / static_cast<size_t>(launches);
+  double cycles = 0, ns = 0;
+  for (size_t i = 0; i < clocks.size(); ++i) {
+    const TilePhaseClocks& c = clocks[i];
+    const auto where = [&] {
+      return "launch " + std::to_string(i / per_launch) + ", block " + std::to_string(i % per_launch);
+    };
+    for (int k = 0; k < kTilePhaseStamps; ++k) {
+      if (c.clock[k] == 0 || (k > 0 && c.clock[k] < c.clock[k - 1])) {
+        throw std::invalid_argument("phase clocks: " + where() + ": stamp " + std::to_string(k) +
+                                    " missing or before the one ahead of it");
+      }
+    }
+    if (c.global_start_ns == 0 || c.global_end_ns <= c.global_start_ns) {
+      throw std::invalid_argument("phase clocks: " + where() + ": global timer missing or not "
+                                  "increasing");
+    }
+    cycles += static_cast<double>(c.clock[kStampEnd] - c.clock[kStampStart]);
+    ns += static_cast<double>(c.global_end_ns - c.global_start_ns);
+  }
+  PhaseTimes t;
+  t.launches = launches;
+  t.blocks = static_cast<int>(clocks.size());
+  t.sm_ghz = cycles / ns;
+  const double us_per_cycle = 1.0 / (1000.0 * t.sm_ghz);
+  std::vector<double> d(clocks.size());
+  for (int k = 0; k < kTilePhases; ++k) {
+    for (size_t i = 0; i < clocks.size(); ++i) {
+      d[i] = static_cast<double>(clocks[i].clock[k + 1] - clocks[i].clock[k]) * us_per_cycle;
+    }
+    const TimingStats s = SummariseTimes(d);
+    t.median_us[k] = s.median_us;
+    t.p90_us[k] = s.p90_us;
+  }
+  for (size_t i = 0; i < clocks.size(); ++i) {
+    d[i] = static_cast<double>(clocks[i].clock[kStampEnd] - clocks[i].clock[kStampStart]) *
+           us_per_cycle;
+  }
+  t.lifetime_median_us = SummariseTimes(d).median_us;
+  std::vector<double> spread, span;
+  for (size_t first = 0; first < clocks.size(); first += per_launch) {
+    uint64_t start_lo = UINT64_MAX, start_hi = 0, end_hi = 0;
+    for (size_t i = first; i < first + per_launch; ++i) {
+      start_lo = std::min<uint64_t>(start_lo, clocks[i].global_start_ns);
+      start_hi = std::max<uint64_t>(start_hi, clocks[i].global_start_ns);
+      end_hi = std::max<uint64_t>(end_hi, clocks[i].global_end_ns);
+    }
+    spread.push_back(static_cast<double>(start_hi - start_lo) / 1000.0);
+    span.push_back(static_cast<double>(end_hi - start_lo) / 1000.0);
+  }
+  t.start_spread_us = SummariseTimes(spread).median_us;
+  t.span_us = SummariseTimes(span).median_us;
+  return t;
+}
+
 // ---- Output ----------------------------------------------------------------------------------
 
 namespace {
+
+// A one-pass row's phases, or null where they were not measured.
+nlohmann::json PhasesJson(const PhaseTimes& t) {
+  if (t.launches == 0) return nullptr;
+  nlohmann::json names = nlohmann::json::array(), median = nlohmann::json::array(),
+                 p90 = nlohmann::json::array();
+  for (int k = 0; k < kTilePhases; ++k) {
+    names.push_back(kTilePhaseNames[k]);
+    median.push_back(t.median_us[k]);
+    p90.push_back(t.p90_us[k]);
+  }
+  return {{"launches", t.launches},
+          {"blocks", t.blocks},
+          {"names", names},
+          {"median_us", median},
+          {"p90_us", p90},
+          {"lifetime_median_us", t.lifetime_median_us},
+          {"start_spread_us", t.start_spread_us},
+          {"span_us", t.span_us},
+          {"sm_ghz", t.sm_ghz}};
+}
 
 nlohmann::json TimingJson(const TimingStats& t) {
   return {{"launches", t.launches},
@@ -91,6 +175,7 @@ std::string BenchReportJson(const BenchConfig& config, const BenchReport& report
                     {"one_pass", r.one_pass},
                     {"clusters", r.clusters},
                     {"resident_clusters", r.resident_clusters},
+                    {"phases", PhasesJson(r.phases)},
                     {"achieved_gbps", r.achieved_gbps},
                     {"stream_fraction", r.stream_fraction},
                     {"time_vs_fp8", PositiveOrNull(r.time_vs_fp8)},
@@ -181,6 +266,17 @@ void PrintBenchTable(const BenchReport& report, std::ostream& out) {
           << " clusters, " << r.resident_clusters << " resident at once"
           << (waves ? (r.one_pass ? " (runs in waves)" : " (one pass would run in waves)") : "")
           << "\n";
+    }
+    if (r.phases.launches > 0) {  // where a block's lifetime went
+      const PhaseTimes& t = r.phases;
+      out << std::setw(36) << "phases: " << t.blocks << " blocks, median/p90 us:";
+      for (int k = 0; k < kTilePhases; ++k) {
+        out << (k == 0 ? " " : ", ") << kTilePhaseNames[k] << " " << t.median_us[k] << "/"
+            << t.p90_us[k];
+      }
+      out << "; lifetime " << t.lifetime_median_us << ", starts within " << t.start_spread_us
+          << ", span " << t.span_us << " (SM " << std::setprecision(2) << t.sm_ghz << " GHz)\n"
+          << std::setprecision(1);
     }
   }
 }

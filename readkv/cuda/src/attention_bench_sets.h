@@ -290,6 +290,13 @@ std::function<void(int)> TileRow(const TileSet& tile, const KvSpec& spec, float*
                                  size_t out_elems, void* workspace, BenchRow& row,
                                  std::vector<float>& output);
 
+// A one-pass tile row's timeline (TileDecodeDebug::phases): kPhaseLaunches launches after the
+// timed ones, each on the next copy of the rotation from `first_copy` (cold L2, as they were)
+// after a spin of `spin_ns`, summarised by SummarisePhases. Errors name the spec.
+inline constexpr int kPhaseLaunches = 3;
+PhaseTimes TilePhases(const TileSet& tile, const KvSpec& spec, float* out, void* workspace,
+                      int first_copy, int64_t spin_ns);
+
 // The anchor's contiguous bfloat16 copies of queries, keys and values (equal lengths only: it
 // takes no mask).
 void BuildAnchor(AnchorSet& anchor, const PointGeometry& g, const DenseSet& dense,

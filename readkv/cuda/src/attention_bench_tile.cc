@@ -258,6 +258,29 @@ std::function<void(int)> TileRow(const TileSet& tile, const KvSpec& spec, float*
   };
 }
 
+PhaseTimes TilePhases(const TileSet& tile, const KvSpec& spec, float* out, void* workspace,
+                      int first_copy, int64_t spin_ns) {
+  const TileDecodeShape& s = tile.shape;
+  const std::string name = spec.Name();
+  const size_t blocks = static_cast<size_t>(tile.plan.chunks) * s.heads_kv * s.batch;
+  const DeviceBuffer stamps(blocks * sizeof(TilePhaseClocks), name + " phase clocks");
+  std::vector<TilePhaseClocks> clocks(kPhaseLaunches * blocks);
+  TileDecodeDebug debug;
+  debug.phases = stamps.as<TilePhaseClocks>();
+  for (int l = 0; l < kPhaseLaunches; ++l) {
+    const int k = (first_copy + l) % tile.set.copies();
+    Check(cudaMemset(debug.phases, 0, stamps.bytes()), "clear " + name + " phase clocks");
+    Check(Spin(spin_ns, 0), "spin");
+    Check(TileDecodeAttention(s, tile.Inputs(k, out), tile.Codec(k), tile.centroids,
+                              tile.Policy(k, spec), tile.plan, workspace, 0, debug),
+          "TileDecodeAttention (" + name + ", phases launch)");
+    Check(cudaMemcpy(clocks.data() + l * blocks, debug.phases, stamps.bytes(),
+                     cudaMemcpyDeviceToHost),
+          "download " + name + " phase clocks");
+  }
+  return SummarisePhases(clocks, kPhaseLaunches);
+}
+
 }  // namespace readkv::cuda::bench
 
 #endif  // KVGATE_HAVE_CUDA

@@ -64,6 +64,26 @@ __device__ __forceinline__ size_t RowOf(const TileArgs& a, int b, int h) {
   return static_cast<size_t>(b) * a.heads_kv + h;
 }
 
+// A one-pass block's timeline stamp (TileDecodeDebug::phases, TilePhaseClocks): thread 0 only,
+// nothing without the debug pointer (a uniform test of a kernel parameter).
+__device__ __forceinline__ void StampPhase(const TileArgs& a, TilePhaseStamp stamp) {
+  if (a.debug.phases == nullptr || threadIdx.x != 0) return;
+  const size_t block =
+      (static_cast<size_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  TilePhaseClocks& p = a.debug.phases[block];
+  p.clock[stamp] = clock64();
+  if (stamp == kStampStart || stamp == kStampEnd) {
+    unsigned long long ns;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+    (stamp == kStampStart ? p.global_start_ns : p.global_end_ns) = ns;
+  }
+  if (stamp == kStampStart) {
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    p.sm = sm;
+  }
+}
+
 // Token tile `tile` of (b, h) in a tile pool, through the page table (tile_pages.h).
 __device__ __forceinline__ const uint8_t* TileAt(const TileArgs& a, const uint8_t* pool,
                                                  int64_t tile_bytes, int b, int h, int tile) {

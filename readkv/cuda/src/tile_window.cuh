@@ -179,6 +179,7 @@ __device__ __forceinline__ void WindowValuesOfChunk(const TileArgs& a,
   }
   after_stats();
   __syncthreads();
+  if constexpr (kOnChip) StampPhase(a, kStampStatistics);
 
   // 2. The window's weights and depths.
   const int spo = a.policy.value_steps;
@@ -220,6 +221,7 @@ __device__ __forceinline__ void WindowValuesOfChunk(const TileArgs& a,
   // The window's pages' lists (a window is whole pages: 512 tokens are two).
   CountListEntries(a, b, h, first / 16, (first + n + 15) / 16, lscratch);
   __syncthreads();  // depths[] and the table are complete
+  if constexpr (kOnChip) StampPhase(a, kStampCut);
 
   // 3. The chunk's sums.
   if (n > 0) {
@@ -227,6 +229,7 @@ __device__ __forceinline__ void WindowValuesOfChunk(const TileArgs& a,
                                     from.lanes, ring_bytes, from.heads,
                                     a.partials + (row * a.chunks + chunk) * kMaxGroup * D);
   }
+  if constexpr (kOnChip) StampPhase(a, kStampValues);
 
   // 4. The row's finish, by its last block.
   if (internal::ArriveLast(a.arrivals + row, a.chunks)) {

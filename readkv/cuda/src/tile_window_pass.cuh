@@ -78,13 +78,16 @@ __global__ void __launch_bounds__(kMmaThreads, kWindowPassBlocksPerSm)
   constexpr int kHeadBytes = tile::ValueHeadBytes(G);
   static_assert(kHeadBytes % 16 == 0, "a tile's head keeps the next one 16-byte aligned");
   const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  StampPhase(a, kStampStart);
   LoadTable(centroids, shared.table);  // for the Values (byte keys decode without it)
   const LogitsOut<kHeadBytes / 2, kHeadBytes / 4> out{
       reinterpret_cast<__half*>(heads), reinterpret_cast<float*>(heads + G * 32), chunk_stats};
   LogitsOfChunk<D, G, true>(a, centroids, shared.table, &shared.ring[0][0][0], chunk, h, b, out);
+  StampPhase(a, kStampLogits);
   const ValueLaneLookups lanes = WindowLanes<D>(a, chunk, h, b);  // in flight over the barrier
   ClusterArrive();
   ClusterWait();
+  StampPhase(a, kStampBarrier);
   const ::cooperative_groups::cluster_group cluster = ::cooperative_groups::this_cluster();
   const auto stats_of = [&cluster](int k) -> const float* {
     return cluster.map_shared_rank(&chunk_stats[0], k);
@@ -93,6 +96,7 @@ __global__ void __launch_bounds__(kMmaThreads, kWindowPassBlocksPerSm)
                                   WindowSources<decltype(stats_of)>{stats_of, heads, lanes},
                                   [] { ClusterArrive(); });
   ClusterWait();
+  StampPhase(a, kStampEnd);
 }
 
 // TileWindowPass<D, G>'s attributes on the current device, set by its first launch or query

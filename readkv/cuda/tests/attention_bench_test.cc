@@ -5,12 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fp8_e4m3_encode.h"
@@ -156,6 +159,68 @@ TEST(OnePassModeTest, ParsesItsThreeNamesAndNothingElse) {
   }
 }
 
+// A block's timeline at 2 GHz (2 cycles a nanosecond): it starts at `start_ns` and spends
+// phase k (logits, barrier, statistics, cut, values, finish) `us[k]` microseconds.
+TilePhaseClocks Timeline(uint64_t start_ns, const std::array<double, kTilePhases>& us) {
+  TilePhaseClocks c{};
+  c.clock[0] = 1000000 + 2 * start_ns;
+  for (int k = 0; k < kTilePhases; ++k) {
+    c.clock[k + 1] = c.clock[k] + static_cast<uint64_t>(std::llround(2000.0 * us[k]));
+  }
+  c.global_start_ns = start_ns;
+  c.global_end_ns = start_ns + (c.clock[kStampEnd] - c.clock[kStampStart]) / 2;
+  return c;
+}
+
+TEST(SummarisePhasesTest, GivesEachPhasesMedianAndTheLaunchesSpreadAtTheBlocksClock) {
+  // Two launches of three blocks; the second launch's blocks start 100 us later.
+  std::vector<TilePhaseClocks> clocks;
+  for (const uint64_t t0 : {uint64_t{1000}, uint64_t{101000}}) {
+    clocks.push_back(Timeline(t0, {20, 2, 0.5, 5, 15, 1}));
+    clocks.push_back(Timeline(t0 + 1000, {22, 1, 0.5, 6, 14, 3}));  // starts 1 us late
+    clocks.push_back(Timeline(t0 + 500, {18, 3, 0.5, 4, 16, 2}));
+  }
+  const PhaseTimes t = SummarisePhases(clocks, 2);
+  EXPECT_EQ(t.launches, 2);
+  EXPECT_EQ(t.blocks, 6);
+  EXPECT_NEAR(t.sm_ghz, 2.0, 1e-9);
+  const double median[kTilePhases] = {20, 2, 0.5, 5, 15, 2};
+  for (int k = 0; k < kTilePhases; ++k) {
+    EXPECT_NEAR(t.median_us[k], median[k], 1e-9) << kTilePhaseNames[k];
+    EXPECT_GE(t.p90_us[k], t.median_us[k]) << kTilePhaseNames[k];
+  }
+  EXPECT_NEAR(t.p90_us[0], 22.0, 1e-9);           // 18, 18, 20, 20, 22, 22
+  EXPECT_NEAR(t.lifetime_median_us, 43.5, 1e-9);  // 43.5, 46.5, 43.5 in each launch
+  EXPECT_NEAR(t.start_spread_us, 1.0, 1e-9);
+  EXPECT_NEAR(t.span_us, 1.0 + 46.5, 1e-9);  // the late block's end
+}
+
+TEST(SummarisePhasesTest, RefusesMissingOrDisorderedStampsNamingTheBlock) {
+  const TilePhaseClocks good = Timeline(5000, {20, 2, 0.5, 5, 15, 1});
+  const auto message = [](const std::vector<TilePhaseClocks>& clocks, int launches) {
+    try {
+      SummarisePhases(clocks, launches);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  TilePhaseClocks unstamped = good;
+  unstamped.clock[kStampCut] = 0;  // a block that never reached its cut's stamp
+  EXPECT_NE(message({good, good, good, unstamped}, 2).find("launch 1, block 1: stamp 4"),
+            std::string::npos)
+      << message({good, good, good, unstamped}, 2);
+  TilePhaseClocks backwards = good;
+  std::swap(backwards.clock[kStampLogits], backwards.clock[kStampBarrier]);
+  EXPECT_NE(message({backwards}, 1).find("launch 0, block 0: stamp 2"), std::string::npos);
+  TilePhaseClocks no_timer = good;
+  no_timer.global_end_ns = no_timer.global_start_ns;
+  EXPECT_NE(message({no_timer}, 1).find("global timer"), std::string::npos);
+  EXPECT_NE(message({good, good, good}, 2).find("not 2 launches"), std::string::npos);
+  EXPECT_NE(message({}, 1).find("not 1 launches"), std::string::npos);
+  EXPECT_EQ(message({good, good}, 2), "no error");
+}
+
 TEST(BenchConfigTest, DefaultsAreValid) { EXPECT_NO_THROW(BenchConfig{}.Validate()); }
 
 TEST(BenchConfigTest, RejectsShapesTheKernelsCannotRunNamingTheFlag) {
@@ -291,7 +356,18 @@ BenchReport SampleReport() {
   one.one_pass = true;
   one.clusters = 32;
   one.resident_clusters = 28;
+  one.phases.launches = 3;  // where its blocks' time went
+  one.phases.blocks = 1536;
+  for (int k = 0; k < kTilePhases; ++k) {
+    one.phases.median_us[k] = 10.0 + k;
+    one.phases.p90_us[k] = 20.0 + k;
+  }
+  one.phases.lifetime_median_us = 45.0;
+  one.phases.start_spread_us = 1.5;
+  one.phases.span_us = 52.0;
+  one.phases.sm_ghz = 1.76;
   BenchRow two = one;  // the same read in two launches, where one pass's clusters would fit
+  two.phases = {};
   two.kv = "tile-kbytes:8:4:8:2";
   two.one_pass = false;
   two.resident_clusters = 35;
@@ -352,6 +428,17 @@ TEST(BenchReportJsonTest, HoldsTheRunInfoDeviceStreamAndEveryRowWithItsLedgers) 
   EXPECT_EQ(rows[3].at("resident_clusters"), 28);
   EXPECT_FALSE(rows[4].at("one_pass").get<bool>());  // residency shown for two launches too
   EXPECT_EQ(rows[4].at("resident_clusters"), 35);
+  // Where the one-pass row's blocks spent their time; null for rows without a timeline.
+  EXPECT_TRUE(rows[0].at("phases").is_null());
+  EXPECT_TRUE(rows[4].at("phases").is_null());
+  const nlohmann::json phases = rows[3].at("phases");
+  EXPECT_EQ(phases.at("names"), nlohmann::json({"logits", "barrier", "statistics", "cut", "values",
+                                                "finish"}));
+  EXPECT_EQ(phases.at("blocks"), 1536);
+  EXPECT_DOUBLE_EQ(phases.at("median_us")[3].get<double>(), 13.0);
+  EXPECT_DOUBLE_EQ(phases.at("p90_us")[5].get<double>(), 25.0);
+  EXPECT_DOUBLE_EQ(phases.at("span_us").get<double>(), 52.0);
+  EXPECT_DOUBLE_EQ(phases.at("sm_ghz").get<double>(), 1.76);
   EXPECT_EQ(j.at("config").at("one_pass"), "auto");
 }
 
@@ -372,6 +459,13 @@ TEST(BenchTableTest, PrintsOneLinePerRowAndMarksNonFiniteOutputs) {
   EXPECT_NE(text.find("two launches: 32 clusters, 35 resident at once\n"), std::string::npos)
       << text;
   EXPECT_EQ(text.find("two launches:"), text.rfind("two launches:")) << text;
+  // The one-pass row's timeline, once.
+  EXPECT_NE(text.find("phases: 1536 blocks, median/p90 us: logits 10.0/20.0, barrier 11.0/21.0, "
+                      "statistics 12.0/22.0, cut 13.0/23.0, values 14.0/24.0, finish 15.0/25.0; "
+                      "lifetime 45.0, starts within 1.5, span 52.0 (SM 1.76 GHz)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("phases:"), text.rfind("phases:")) << text;
 }
 
 TEST(BenchTableTest, SaysWhenTwoLaunchesRanBecauseOnePassWouldRunInWaves) {

@@ -32,6 +32,7 @@
 #include "readkv/codec/synthetic.h"
 #include "readkv/codec/tile_reader.h"
 #include "readkv/codec/transform.h"
+#include "readkv/cuda/attention_bench.h"
 #include "readkv/cuda/device.h"
 #include "readkv/cuda/tile_centroids.h"
 #include "readkv/cuda/tile_outlier_lists.h"
@@ -186,6 +187,7 @@ struct GpuRun {
   std::vector<unsigned long long> totals;  // TileDecodeDebug::totals: logical bits, payload bytes
   unsigned long long outlier_entries = 0;  // TileDecodeDebug::outlier_entries
   bool one_pass = false;                   // the plan the call ran (TilePlan::one_pass)
+  std::vector<TilePhaseClocks> phases;     // TileDecodeDebug::phases, a block's each (zeroed)
 };
 
 // The caches' outlier page blocks under PackTiles' page table (the same table RunOnGpu uploads),
@@ -280,6 +282,9 @@ void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, const TileCase& 
   TileDecodeDebug debug{d_kdepths.get(), d_vdepths.get(), d_weights.get(), nullptr};
   debug.totals = d_totals.get();
   debug.outlier_entries = d_entries.get();
+  const size_t blocks = static_cast<size_t>(tile_plan.chunks) * hkv * batch;
+  DeviceBuffer<TilePhaseClocks> d_phases(std::vector<TilePhaseClocks>(blocks, TilePhaseClocks{}));
+  debug.phases = d_phases.get();
   if (shape.byte_keys) {  // byte keys are read whole: the same call with fewer key bits is refused
     ReadKvReadPolicy fewer = policy;
     fewer.key_bits = 7.0;
@@ -296,6 +301,7 @@ void RunOnGpu(const CpuSide& cpu, const TileDecodeShape& shape, const TileCase& 
   run.weights = d_weights.Download(static_cast<size_t>(batch) * hkv * max_tiles);
   run.totals = d_totals.Download(2);
   run.outlier_entries = d_entries.Download(1)[0];
+  run.phases = d_phases.Download(blocks);
 }
 
 TileDecodeShape ShapeOf(const TileCase& c, const CpuSide& cpu) {
@@ -381,11 +387,17 @@ TEST_P(TileKernelTest, MatchesTheCpuTileReader) {
   }
   // One pass is the two launches' arithmetic in the same order (tile_window_pass.cuh): the same
   // call in one launch gives the same bits.
-  EXPECT_FALSE(gpu.one_pass);  // never the planner's choice
+  EXPECT_FALSE(gpu.one_pass);  // never PlanTileDecode's choice
+  for (const TilePhaseClocks& p : gpu.phases) {  // the timeline is one pass's alone
+    ASSERT_EQ(p.clock[kStampStart], 0u);
+    ASSERT_EQ(p.global_end_ns, 0u);
+  }
   if (OnePassFits(c, cpu)) {
     GpuRun one;
     ASSERT_NO_FATAL_FAILURE(RunOnGpu(cpu, shape, c, nullptr, one, /*one_pass=*/true));
     ASSERT_TRUE(one.one_pass);
+    // Every block stamped its timeline, in order (SummarisePhases checks each stamp).
+    EXPECT_NO_THROW(SummarisePhases(one.phases, 1));
     EXPECT_EQ(one.value_depths, gpu.value_depths);
     EXPECT_EQ(one.weights, gpu.weights);
     EXPECT_EQ(one.totals, gpu.totals);

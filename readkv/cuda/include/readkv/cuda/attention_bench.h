@@ -25,6 +25,7 @@
 #include "readkv/codec/attention.h"
 #include "readkv/codec/readers.h"
 #include "readkv/cuda/decode_attention.h"
+#include "readkv/cuda/tile_attention.h"
 
 namespace readkv::cuda {
 
@@ -115,6 +116,27 @@ struct TimingStats {
 // Median and p10/p90 (linear interpolation between order statistics) of times in microseconds.
 TimingStats SummariseTimes(std::vector<double> times_us);
 
+// Where a one-pass block's lifetime goes (tile_attention.h, TilePhaseClocks): each phase's
+// duration (stamp k to stamp k + 1: logits, barrier, statistics, cut, values, finish) over the
+// blocks of a few launches after the timed ones, in microseconds at the SM clock the blocks ran
+// at (their cycles over their global-timer nanoseconds).
+inline constexpr int kTilePhases = kTilePhaseStamps - 1;
+inline constexpr const char* kTilePhaseNames[kTilePhases] = {"logits", "barrier", "statistics",
+                                                              "cut",    "values",  "finish"};
+struct PhaseTimes {
+  int launches = 0;  // 0: not measured (not a one-pass row)
+  int blocks = 0;    // over all launches
+  double median_us[kTilePhases] = {}, p90_us[kTilePhases] = {};
+  double lifetime_median_us = 0;  // start to end, a block's
+  double start_spread_us = 0;     // a launch's latest block start after its first (median)
+  double span_us = 0;             // a launch's first block start to its last block end (median)
+  double sm_ghz = 0;              // sum of cycles / sum of nanoseconds, start to end
+};
+// PhaseTimes of `launches` launches' timelines, `clocks` holding each launch's blocks in turn.
+// Throws std::invalid_argument naming the launch and block whose stamps are missing (0) or out
+// of order, or when clocks.size() is not launches x a positive number of blocks.
+PhaseTimes SummarisePhases(const std::vector<TilePhaseClocks>& clocks, int launches);
+
 struct BenchRow {
   int64_t tokens = 0;  // T
   int64_t batch = 0;   // B
@@ -133,6 +155,7 @@ struct BenchRow {
   // (TileOnePassResidentClusters; fewer: one pass would run, or ran, in waves). 0 otherwise.
   int clusters = 0;
   int resident_clusters = 0;
+  PhaseTimes phases;  // one-pass rows: where a block's lifetime went
   int64_t logical_bytes = 0;    // ledger 2: payload the reader chose
   TrafficBytes traffic;         // ledger 3 (the anchor: the dense kernel's model of the same reads)
   double achieved_gbps = 0;     // traffic.Total() / median time, 1e9 bytes/s

@@ -181,6 +181,31 @@ TilePlan PlanTileDecode(const TileDecodeShape& shape, int sm_count, int value_wi
 // for a bad shape, and InvalidArgument("plan") for a plan whose chunks do not cover the tokens.
 size_t TileDecodeWorkspaceBytes(const TileDecodeShape& shape, const TilePlan& plan);
 
+// A one-pass block's timeline (TileDecodeDebug::phases): where its lifetime goes, for the bench
+// (`kvgate bench attention`, docs/performance-notes.md). Thread 0 of each TileWindowPass block
+// reads its SM's clock (clock64, cycles) at each stamp below, in program order, and the global
+// timer (%globaltimer, ns) at the first and last: start; its chunk's Logits done (thread 0's
+// warp); the cluster barrier passed (every chunk's statistics visible); the row's statistics
+// formed; the window's Value depths cut; its Value stream done and its partial written; its
+// end (the row finished by its last block, the cluster's last barrier passed).
+enum TilePhaseStamp : int {
+  kStampStart,
+  kStampLogits,
+  kStampBarrier,
+  kStampStatistics,
+  kStampCut,
+  kStampValues,
+  kStampEnd,
+  kTilePhaseStamps
+};
+struct TilePhaseClocks {
+  unsigned long long clock[kTilePhaseStamps];  // SM cycles at each stamp
+  unsigned long long global_start_ns;          // the global timer at kStampStart ...
+  unsigned long long global_end_ns;            // ... and at kStampEnd
+  unsigned int sm;                             // the SM that ran the block (%smid)
+  unsigned int pad;
+};
+
 // Optional outputs for tests (any may be null; device memory).
 struct TileDecodeDebug {
   uint8_t* key_depths = nullptr;    // [B][H_kv][d / 16]
@@ -201,6 +226,9 @@ struct TileDecodeDebug {
   // each row's pages up to its encoded length (each page block's count, tile_start[16]), 4 bytes
   // each in the ledgers. Summed by TileSelect with one atomic add per row; untouched without lists.
   unsigned long long* outlier_entries = nullptr;
+  // [B][H_kv][chunks] (a block's, in grid order: chunk fastest), set: a one-pass call's
+  // timeline per block (TilePhaseClocks, above); untouched by the two or five launches.
+  TilePhaseClocks* phases = nullptr;
 };
 
 // One decode step. `centroids` by value (a kernel parameter). Returns cudaErrorInvalidValue for
