@@ -74,11 +74,14 @@ __device__ __forceinline__ void FinishTileRow(const TileArgs& a, int b, int h, i
 // workspace (heads null: TileLogits wrote them) or on chip (heads: tile first + i's at
 // heads + i * ValueHeadBytes(G), TileWindowPass's epilogue wrote them there).
 // `lanes` is LookUpValueLanes over the window's tiles (the block's warp shares).
+// `encoded` and `residual` are the row's lengths (in.encoded_lens[b], in.residual_lens[b]),
+// read by the caller, before TileWindowPass's cluster barrier, so they are not read after it.
 template <typename ChunkStats>
 struct WindowSources {
   ChunkStats chunk_stats;  // k -> const float*
   const uint8_t* heads;
   ValueLaneLookups lanes;
+  int encoded, residual;
 };
 
 // LookUpValueLanes over window `chunk` of row (b, h) (none past the sequence's end).
@@ -140,8 +143,7 @@ __device__ __forceinline__ void WindowValuesOfChunk(const TileArgs& a,
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
   const size_t row = RowOf(a, b, h);
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
-  const int encoded = a.in.encoded_lens[b];
-  const int residual = a.in.residual_lens[b];
+  const int encoded = from.encoded, residual = from.residual;
   const int tiles = (encoded + 15) / 16;
   const int active = (encoded + a.chunk_tokens - 1) / a.chunk_tokens;  // chunks with tokens
   const int first = chunk * (a.chunk_tokens / 16);
@@ -152,14 +154,26 @@ __device__ __forceinline__ void WindowValuesOfChunk(const TileArgs& a,
   // 1. The row's statistics (the same bits in every block of the row).
   for (int q = warp; q < G; q += kMmaWarps) {
     const float* window = a.logits + (first_q + q) * a.max_residual;
-    float m = -INFINITY;
-    for (int k = lane; k < active; k += kWarp) m = fmaxf(m, from.chunk_stats(k)[q]);
+    // Lane k's chunk's M and sum e are read together, once (the chunks' statistics may be
+    // another block's shared memory); lanes past the first 32 chunks read theirs again below.
+    float m = -INFINITY, first_max = -INFINITY, first_sum = 0.0f;
+    for (int k = lane; k < active; k += kWarp) {
+      const float* st = from.chunk_stats(k);
+      const float mk = st[q];
+      if (k == lane) {
+        first_max = mk;
+        first_sum = st[G + q];
+      }
+      m = fmaxf(m, mk);
+    }
     for (int i = lane; i < residual; i += kWarp) m = fmaxf(m, window[i]);
     for (int o = kWarp / 2; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
     double enc = 0.0, in_window = 0.0;
     for (int k = lane; k < active; k += kWarp) {
-      const float* st = from.chunk_stats(k);
-      enc += static_cast<double>(st[G + q]) * expf(st[q] - m);
+      const float* st = k == lane ? nullptr : from.chunk_stats(k);
+      const float mk = st == nullptr ? first_max : st[q];
+      const float sk = st == nullptr ? first_sum : st[G + q];
+      enc += static_cast<double>(sk) * expf(mk - m);
     }
     for (int i = lane; i < residual; i += kWarp) in_window += expf(window[i] - m);
     for (int o = kWarp / 2; o > 0; o /= 2) {
@@ -245,7 +259,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const float* chunk_stats = a.chunk_stats + RowOf(a, b, h) * a.chunks * 2 * G;
   const auto stats_of = [chunk_stats](int k) { return chunk_stats + k * 2 * G; };
-  const WindowSources<decltype(stats_of)> from{stats_of, nullptr, WindowLanes<D>(a, chunk, h, b)};
+  const WindowSources<decltype(stats_of)> from{stats_of, nullptr, WindowLanes<D>(a, chunk, h, b),
+                                               a.in.encoded_lens[b], a.in.residual_lens[b]};
   WindowValuesOfChunk<D, G, false>(a, centroids, shared.table, &shared.ring[0][0][0], chunk, h, b,
                                    from, [] {});
 }

@@ -85,6 +85,7 @@ __global__ void __launch_bounds__(kMmaThreads, kWindowPassBlocksPerSm)
   LogitsOfChunk<D, G, true>(a, centroids, shared.table, &shared.ring[0][0][0], chunk, h, b, out);
   StampPhase(a, kStampLogits);
   const ValueLaneLookups lanes = WindowLanes<D>(a, chunk, h, b);  // in flight over the barrier
+  const int encoded = a.in.encoded_lens[b], residual = a.in.residual_lens[b];  // likewise
   ClusterArrive();
   ClusterWait();
   StampPhase(a, kStampBarrier);
@@ -93,7 +94,8 @@ __global__ void __launch_bounds__(kMmaThreads, kWindowPassBlocksPerSm)
     return cluster.map_shared_rank(&chunk_stats[0], k);
   };
   WindowValuesOfChunk<D, G, true>(a, centroids, shared.table, &shared.ring[0][0][0], chunk, h, b,
-                                  WindowSources<decltype(stats_of)>{stats_of, heads, lanes},
+                                  WindowSources<decltype(stats_of)>{stats_of, heads, lanes,
+                                                                    encoded, residual},
                                   [] { ClusterArrive(); });
   ClusterWait();
   StampPhase(a, kStampEnd);
