@@ -1,18 +1,17 @@
-// The Value cut of the GPU tile reader, over a row (TileSelect: CutValueBlocks, radix selection)
-// or a window (TileWindowValues, TileWindowPass: CutWindowBlocks, counting against the sorted
-// weights): block weights from the tiles' softmax statistics, the threshold allocator's cut and
-// each block's depth (tile_attention.h). Included only through tile_attention.cu. Internal.
+// The Value cut of the GPU tile reader, shared by TileSelect (over a row) and TileWindowValues
+// (over a window): block weights from the tiles' softmax statistics, the threshold allocator's
+// cut and each block's depth (tile_attention.h). Included only through tile_attention.cu.
+// Internal.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include "readkv_device.cuh"
 #include "tile_kernel_args.cuh"
-#include "tile_window_cut.h"
 
 namespace readkv::cuda::tile_kernels {
 
-// ---- The Value cut, over a row (TileSelect) or a window (TileWindowValues, TileWindowPass) ----
+// ---- The Value cut, shared by TileSelect (over a row) and TileWindowValues (over a window) ----
 
 // One head's share of a tile's weight: (sum e^2) exp(2 (M - max)) / S^2, e against M.
 __device__ __forceinline__ double HeadBlockWeight(float sum_sq, float tile_max, float head_max,
@@ -61,8 +60,8 @@ __device__ __forceinline__ double ValueBlockWeightOfProbs(const float* tile_max,
   return w;
 }
 
-// What the threshold allocator does with objects weights[0, n) (the blocks of a row, each with
-// `spo` steps of increments inc): the steps the budget floor(R_V n) buys above
+// What the threshold allocator does with objects weights[0, n) (the blocks of a row or of a
+// window, each with `spo` steps of increments inc): the steps the budget floor(R_V n) buys above
 // t_min (clamped), and when fewer than `positive` (the objects' leading positive steps, summed
 // over the block) the cut, the steps-th largest gain in greedy's order, found by BlockSelect.
 // Every thread of the block calls it (uniform); thread t owns objects t, t + blockDim.x, ...
@@ -91,78 +90,6 @@ __device__ __forceinline__ ValueCut CutValueBlocks(const double* weights, int n,
         },
         64, 0ull, 0ull, c.steps, positive, selection);
   }
-  return c;
-}
-
-// A window's cut (<= tile::kWindowCutObjects blocks) by counting against its weights sorted
-// (tile_window_cut.h): the same ValueCut as CutValueBlocks', in four barriers where BlockSelect's
-// radix passes took about a dozen (7 us of a served block's 46, phase timeline, H100). Every
-// thread of the block calls it with weights[0, n) in shared memory and visible to all (the
-// caller synchronised after writing them); it synchronises the block.
-struct WindowCutScratch {
-  double sorted[tile::kWindowCutObjects];  // the weights, descending
-  double column_cut[kMaxSteps];            // each column's first entry at or below the cut
-  unsigned key;                            // the cut's key
-};
-static_assert(tile::kWindowCutKeyBits == kStepBits, "the keys are greedy's (j << 3 | s)");
-__device__ __forceinline__ ValueCut CutWindowBlocks(const double* weights, int n, double value_bits,
-                                                    const double* inc, int spo,
-                                                    WindowCutScratch& sh) {
-  const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
-  const int warps = static_cast<int>(blockDim.x) / kWarp;
-  if (tid < n) {  // rank sort: this block's place among the window's, ties by index
-    const double w = weights[tid];
-    int rank = 0;
-    for (int j = 0; j < n; ++j) {
-      const double v = weights[j];
-      rank += v > w || (v == w && j < tid);
-    }
-    sh.sorted[rank] = w;
-  }
-  if (tid == 0) sh.key = 0xFFFFFFFFu;
-  __syncthreads();
-  ValueCut c;
-  c.steps = internal::FloorBudget(value_bits, static_cast<double>(n)) - n;
-  if (c.steps > static_cast<long long>(n) * spo) c.steps = static_cast<long long>(n) * spo;
-  // Every thread counts the same from the same sorted weights: the branches are uniform.
-  c.cutting = c.steps > 0 && tile::GainsAbove(sh.sorted, n, inc, spo, 0.0, false) > c.steps;
-  if (!c.cutting) return c;
-  for (int s = warp; s < spo; s += warps) {  // column s's first entry at or below the cut
-    const double inc_s = inc[s];
-    const unsigned round1 = __ballot_sync(
-        0xffffffffu,
-        tile::AtOrBelowCut(sh.sorted, n, inc, spo, c.steps, inc_s, tile::Round1Entry(lane)));
-    double column = -1.0;
-    if (round1 != 0) {
-      const int first = __ffs(round1) - 1;
-      const unsigned round2 = __ballot_sync(
-          0xffffffffu, lane < 4 && tile::AtOrBelowCut(sh.sorted, n, inc, spo, c.steps, inc_s,
-                                                      tile::Round2Entry(first, lane)));
-      const int i = tile::Round2Entry(first, __ffs(round2) - 1);
-      if (i < n) column = tile::StepGain(sh.sorted[i], inc_s);
-    }
-    if (lane == 0) sh.column_cut[s] = column;
-  }
-  __syncthreads();
-  double gain = sh.column_cut[0];
-  for (int s = 1; s < spo; ++s) gain = fmax(gain, sh.column_cut[s]);
-  c.cut.gain = gain;
-  // Which element of that gain: the rank-th in key order, nearly always the first.
-  const long long rank = c.steps - tile::GainsAbove(sh.sorted, n, inc, spo, gain, false);
-  if (rank == 1) {
-    if (tid < n) {
-      for (int s = 0; s < spo; ++s) {
-        if (tile::StepGain(weights[tid], inc[s]) == gain) {
-          atomicMin(&sh.key, static_cast<unsigned>(tid) << kStepBits | static_cast<unsigned>(s));
-          break;
-        }
-      }
-    }
-  } else if (tid == 0) {
-    sh.key = tile::TieKey(weights, n, inc, spo, gain, rank);
-  }
-  __syncthreads();
-  c.cut.key = sh.key;
   return c;
 }
 

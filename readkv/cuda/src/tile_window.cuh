@@ -94,22 +94,21 @@ __device__ __forceinline__ ValueLaneLookups WindowLanes(const TileArgs& a, int c
 }
 
 // The Value cut's shared scratch (steps 1-2 below): the window's block weights, the policy's
-// increments, BlockSumLL's space and the cut's (CutWindowBlocks). Kept in the staging ring,
-// which is idle then, so a one-pass block fits five to an SM (tile_window_pass.cuh).
+// increments, BlockSumLL's and BlockSelect's space. Kept in the staging ring, which is idle then,
+// so a one-pass block fits five to an SM (tile_window_pass.cuh).
 template <int kTiles>
 struct WindowCutShared {
   double weights[kTiles];
   double inc[kMaxSteps];
   long long lscratch[32];
-  WindowCutScratch cut;
+  internal::SelectShared selection;
 };
 
 // TileWindowValues' work for block (chunk, h, b), chunk_tokens = the window:
 //   1. the row's softmax statistics, a warp per head: the maximum of the chunks' maxima and the
 //      residual window's logits, the sum of the chunks' sums rescaled to it plus the window's;
 //   2. the window's Value block weights (thread j: block j) and depths: FloorBudget(R_V, its
-//      blocks) block-planes, the cut by CutWindowBlocks (the same cut as TileSelect's over the
-//      row, counted against the sorted weights);
+//      blocks) block-planes, the cut by BlockSelect as TileSelect's over the row;
 //   3. ValueSumsOfChunk with those depths;
 //   4. the last block of the row to finish (arrivals) sums the partials: FinishTileRow.
 // Blocks past a sequence's end do 1 and 4 only (they must arrive: the last one may be one).
@@ -124,8 +123,7 @@ __device__ __forceinline__ void WindowValuesOfChunk(const TileArgs& a,
                                                     const AfterStats& after_stats) {
   constexpr int kWindowTiles = kTileMaxChunk / 16;
   constexpr int kHeadBytes = tile::ValueHeadBytes(G);
-  static_assert(kWindowTiles <= kMmaThreads && kWindowTiles <= tile::kWindowCutObjects,
-                "a thread per block of the window, and a cut that counts them all");
+  static_assert(kWindowTiles <= kMmaThreads, "a thread per block of the window");
   __shared__ float head_max[kMaxGroup], head_invf[kMaxGroup], head_mass[kMaxGroup];
   __shared__ double head_inv[kMaxGroup];
   __shared__ uint8_t depths[kWindowTiles];
@@ -138,6 +136,7 @@ __device__ __forceinline__ void WindowValuesOfChunk(const TileArgs& a,
   double* const weights = cut_shared.weights;
   double* const inc = cut_shared.inc;
   long long* const lscratch = cut_shared.lscratch;
+  internal::SelectShared& selection = cut_shared.selection;
   static_assert(sizeof(float) * kMaxGroup * 128 <= kMmaWarps * kStages * kStageBytes,
                 "FinishTileRow's rows reuse the ring");
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
@@ -198,6 +197,7 @@ __device__ __forceinline__ void WindowValuesOfChunk(const TileArgs& a,
 
   // 2. The window's weights and depths.
   const int spo = a.policy.value_steps;
+  int positive_steps = 0;
   if (tid < n) {
     const size_t tile = static_cast<size_t>(first + tid);
     const float* tile_max;  // the tile's M [G] and e values [G][16]: on chip or in the workspace
@@ -213,9 +213,10 @@ __device__ __forceinline__ void WindowValuesOfChunk(const TileArgs& a,
     const double w = ValueBlockWeightOfProbs<G>(tile_max, tile_probs, head_max, head_inv);
     weights[tid] = w;
     if (a.debug.block_weights != nullptr) a.debug.block_weights[row * a.max_tiles + first + tid] = w;
+    positive_steps = internal::CountAbove(w, 0.0, inc, spo, 0);
   }
-  __syncthreads();  // every weight, for the cut
-  const ValueCut cut = CutWindowBlocks(weights, n, a.policy.value_bits, inc, spo, cut_shared.cut);
+  const long long positive = internal::BlockSumLL(positive_steps, lscratch);
+  const ValueCut cut = CutValueBlocks(weights, n, positive, a.policy.value_bits, inc, spo, selection);
   tile::ReadSums reads;  // this thread's block's share of debug.totals
   if (tid < n) {
     const uint8_t depth = ValueBlockDepth(cut, weights[tid], tid, inc, spo);
