@@ -71,6 +71,10 @@ RuntimeFlags::RuntimeFlags(CLI::App& cmd) {
       ->capture_default_str();
   cmd.add_flag("--byte-keys", options_.kv.byte_keys,
                "Tile reader, W = 8, key bits 8: keys stored as uniform bytes (CPU and CUDA)");
+  cmd.add_option("--one-pass", options_.kv.one_pass,
+                 "CUDA tile reader, byte keys in Value windows: auto (one launch where the device "
+                 "holds every row's cluster at once) or off (always two launches; same outputs)")
+      ->capture_default_str();
   cmd.add_flag("--value-window-local", options_.kv.value_window_local,
                "ReadKV tile reader with --value-window: Value weights normalised per window "
                "(each head's probabilities over the window alone; CPU only)");

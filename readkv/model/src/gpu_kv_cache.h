@@ -78,6 +78,9 @@ struct GpuKvConfig {
   int value_window_tokens = 0;
   // The tile reader's keys as byte keys (tile_attention.h, "Byte keys"): W = 8, read whole.
   bool byte_keys = false;
+  // One launch where ChooseTileOnePass allows it (RuntimeOptions' one_pass "auto"); false: the
+  // two launches always.
+  bool one_pass_auto = true;
 };
 
 // The ledgers of every attention call so far, in the codec's accounting terms.

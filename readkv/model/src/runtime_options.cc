@@ -83,6 +83,13 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
     throw std::invalid_argument("value_window: only a ReadKV cache's tile reader has Value "
                                 "windows, got --kv " + std::string(codec::KvBackendName(kv.kind)));
   }
+  if (kv.one_pass != "auto" && kv.one_pass != "off") {
+    throw std::invalid_argument("one_pass: must be auto or off, got \"" + kv.one_pass + "\"");
+  }
+  if (kv.one_pass == "off" && (kv.kind != codec::KvBackend::kReadKv || !UsesGpuKv(options))) {
+    throw std::invalid_argument("one_pass: only the CUDA tile reader (--kv readkv on a CUDA "
+                                "device) has a one-pass kernel to turn off");
+  }
   if (kv.byte_keys && kv.kind != codec::KvBackend::kReadKv) {
     throw std::invalid_argument("byte_keys: only a ReadKV cache's tile reader stores byte keys, "
                                 "got --kv " + std::string(codec::KvBackendName(kv.kind)));

@@ -489,6 +489,26 @@ TEST(RuntimeOptionsTest, ValueWindowsAreTheCpuTileReadersOnly) {
   EXPECT_EQ(prefix_of(), "value_window");
 }
 
+// --one-pass: auto everywhere (the default); off only where there is a one-pass kernel to turn
+// off, the CUDA tile reader; any other value refused, naming the field.
+TEST(RuntimeOptionsTest, OnePassIsAutoOrOffAndOffOnlyForTheCudaTileReader) {
+  RuntimeOptions o;
+  const auto prefix_of = [&o] { return RefusedField(o); };
+  EXPECT_EQ(o.kv.one_pass, "auto");
+  EXPECT_EQ(prefix_of(), "accepted");
+  o.kv.one_pass = "on";
+  EXPECT_EQ(prefix_of(), "one_pass");
+  o.kv.one_pass = "off";
+  EXPECT_EQ(prefix_of(), "one_pass");  // no ReadKV cache
+  o.kv.kind = codec::KvBackend::kReadKv;
+  o.kv.reader = codec::ReaderKind::kTile;
+  EXPECT_EQ(prefix_of(), "one_pass");  // on the CPU
+  o.device = "cuda";
+  EXPECT_EQ(prefix_of(), "accepted");
+  o.kv.one_pass = "";
+  EXPECT_EQ(prefix_of(), "one_pass");
+}
+
 // Byte keys (--byte-keys, codec key_bytes.h): the tile reader's, W = 8, keys read whole; on the
 // CPU and on a CUDA device.
 TEST(RuntimeOptionsTest, ByteKeysAreTheTileReadersWithWholeKeys) {
