@@ -22,7 +22,10 @@
 # the POINTS sets N times over, the trees alternating within each repeat, so a difference can be
 # told from the machine's drift (repeat K > 0 into bench_pN_rK.*, bench_baseline_pN_rK.*, ...).
 # MODEL_TESTS=1 also builds readkv_model_test and runs its GPU tests (model_gpu.txt) after the
-# kernel tests.
+# kernel tests. DECODE="MODE ..." (e.g. "auto off") times the served decode step after the
+# benches: `kvgate bench decode` with DECODE_POLICY's candidate server (policies/h200-long.toml)
+# at each `--one-pass` MODE, the modes alternating REPEATS times, and its FP8 baseline once
+# (decode_*.json; the step lines in summary.txt).
 # SOURCE_PROFILE="REGEX|ARGS" samples where the warps of the kernels matching REGEX wait (ncu
 # SourceCounters + WarpStateStats) in one call of `kvgate bench attention ARGS` (SOURCE_COUNT
 # kernels from the SOURCE_SKIP-th matching launch on, default 1 and 20): the SASS table as
@@ -211,6 +214,26 @@ elif [[ "${KERNELS_ONLY:-0}" != 1 ]]; then
   for label in "${CANDIDATE_LABELS[@]}"; do
     bench_into "bench_$label" "${TREE_DIR[$label]}/apps/kvgate" "${args[@]}"
   done
+fi
+if [[ -n "${DECODE:-}" && "${KERNELS_ONLY:-0}" != 1 ]]; then
+  policy=${DECODE_POLICY:-policies/h200-long.toml}
+  args=$(python3 policies/tools/bench_args.py "$policy" candidate) || exit 1
+  read -r -a cand <<< "$args"
+  args=$(python3 policies/tools/bench_args.py "$policy" baseline) || exit 1
+  read -r -a fp8 <<< "$args"
+  decode_into() {  # decode_into LABEL ARGS...: one `kvgate bench decode`, its step line kept
+    local label=$1
+    shift
+    "$B/apps/kvgate" bench decode "$@" --context "${DECODE_CONTEXT:-16000}" --steps 48 \
+      --warmup 8 --json "$OUT/decode_$label.json" > "$LOGS/decode_$label.txt" 2>&1
+    echo "== decode $label (exit $?): $(grep -E " step |one_pass|rror" "$LOGS/decode_$label.txt" |
+      head -2 | tr -s ' ')" | tee -a "$OUT/summary.txt"
+  }
+  for ((r = 0; r < REPEATS; r++)); do
+    for mode in $DECODE; do decode_into "${mode}_r$r" "${cand[@]}" --one-pass "$mode"; done
+    ((r == 0)) && decode_into fp8 "${fp8[@]}"
+  done
+  echo "decode: $(( $(date +%s) - start )) s"
 fi
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 if [[ "${PROFILE:-0}" == 1 ]]; then
