@@ -96,6 +96,7 @@ struct BackendCase {
   int outlier_cap = 0;  // readkv: outlier lists written by TileAppend, applied by the reader
   int value_window = 0;  // readkv: Value budgets per window of this many tokens (the GPU's chunk)
   bool byte_keys = false;  // readkv: keys as uniform bytes (every sequence's R_K 8)
+  bool one_pass_off = false;  // readkv: the two launches always (kvgate serve --one-pass off)
 };
 
 class GpuKvCacheTest : public ::testing::TestWithParam<BackendCase> {};
@@ -127,6 +128,7 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
   config.store_bits = 8;
   config.value_window_tokens = bc.value_window;
   config.byte_keys = bc.byte_keys;
+  config.one_pass_auto = !bc.one_pass_off;
   const codec::LloydTree tree(8);
   config.outliers = codec::ResolveOutlierOptions({bc.outlier_cap, 0.0f}, tree, g.head_dim);
   internal::GpuKvCache gpu(config);
@@ -302,6 +304,10 @@ INSTANTIATE_TEST_SUITE_P(
         // 512, and d 128 in rows.
         BackendCase{codec::KvBackend::kReadKv, {}, 64, {{8, 2}, {8, 4}, {8, 2}, {8, 6}}, 2, 512,
                     true},
+        // The same in the two launches, as `kvgate serve --one-pass off` runs it (the case above
+        // runs in one pass: its rows' clusters fit).
+        BackendCase{codec::KvBackend::kReadKv, {}, 64, {{8, 2}, {8, 4}, {8, 2}, {8, 6}}, 2, 512,
+                    true, true},
         BackendCase{codec::KvBackend::kReadKv, {}, 128, {{8, 2}, {8, 8}, {8, 2}, {8, 4}}, 0, 0,
                     true}),
     [](const auto& p) {
@@ -311,7 +317,7 @@ INSTANTIATE_TEST_SUITE_P(
              (p.param.scale == codec::Fp8ScaleGranularity::kHead ? "_head" : "") +
              (p.param.outlier_cap > 0 ? "_lists" : "") +
              (p.param.value_window > 0 ? "_w" + std::to_string(p.param.value_window) : "") +
-             (p.param.byte_keys ? "_kbytes" : "") +
+             (p.param.byte_keys ? "_kbytes" : "") + (p.param.one_pass_off ? "_two" : "") +
              std::to_string(p.index);
     });
 
