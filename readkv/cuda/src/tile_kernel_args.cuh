@@ -77,11 +77,6 @@ __device__ __forceinline__ void StampPhase(const TileArgs& a, TilePhaseStamp sta
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
     (stamp == kStampStart ? p.global_start_ns : p.global_end_ns) = ns;
   }
-  if (stamp == kStampStart) {
-    unsigned sm;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    p.sm = sm;
-  }
 }
 
 // Token tile `tile` of (b, h) in a tile pool, through the page table (tile_pages.h).

@@ -202,8 +202,6 @@ struct TilePhaseClocks {
   unsigned long long clock[kTilePhaseStamps];  // SM cycles at each stamp
   unsigned long long global_start_ns;          // the global timer at kStampStart ...
   unsigned long long global_end_ns;            // ... and at kStampEnd
-  unsigned int sm;                             // the SM that ran the block (%smid)
-  unsigned int pad;
 };
 
 // Optional outputs for tests (any may be null; device memory).
