@@ -240,8 +240,7 @@ std::function<void(int)> TileRow(const TileSet& tile, const KvSpec& spec, float*
   row.chunk_tokens = tile.plan.chunk_tokens;
   row.value_window_tokens = tile.plan.value_window_tokens;
   row.one_pass = tile.plan.one_pass;
-  if (tile.shape.byte_keys && tile.plan.value_window_tokens > 0 &&
-      tile.plan.chunks <= kTileMaxClusterChunks) {  // whether its clusters fit the device at once
+  if (TileOnePassAllowed(s, tile.plan)) {  // whether its clusters fit the device at once
     TilePlan one_pass = tile.plan;
     one_pass.one_pass = true;
     int clusters = 0;

@@ -333,10 +333,7 @@ cudaError_t ChooseTileOnePass(const TileDecodeShape& shape, const TilePlan& plan
                               bool* one_pass) {
   if (one_pass == nullptr) return cudaErrorInvalidValue;
   *one_pass = false;
-  if (!shape.byte_keys || plan.value_window_tokens <= 0 ||
-      plan.chunks > kTileMaxClusterChunks) {  // the plan does not allow one pass
-    return cudaSuccess;
-  }
+  if (!TileOnePassAllowed(shape, plan)) return cudaSuccess;
   int device = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e != cudaSuccess) return e;

@@ -58,9 +58,7 @@ TileWorkspaceLayout MakeTileWorkspaceLayout(const TileDecodeShape& s, const Tile
   Require(plan.value_window_tokens == 0 || plan.value_window_tokens == plan.chunk_tokens, "plan",
           "value_window_tokens must be 0 or chunk_tokens (" + std::to_string(plan.chunk_tokens) +
               "), got " + std::to_string(plan.value_window_tokens));
-  Require(!plan.one_pass || (s.byte_keys && plan.value_window_tokens > 0 &&
-                             plan.chunks <= kTileMaxClusterChunks),
-          "plan",
+  Require(!plan.one_pass || TileOnePassAllowed(s, plan), "plan",
           "one_pass needs byte keys, a Value window and at most " +
               std::to_string(kTileMaxClusterChunks) + " chunks, got " +
               std::to_string(plan.chunks));

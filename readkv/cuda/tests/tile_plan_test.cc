@@ -194,6 +194,11 @@ TEST(TilePlanTest, OnePassIsAskedForAndNeedsByteKeysWindowsAndACluster) {
   TileDecodeShape tree = s;
   tree.byte_keys = false;
   EXPECT_EQ(FieldOf(tree, served), "plan");
+  // The one predicate the plan check, ChooseTileOnePass and the bench share, on the same cases.
+  EXPECT_TRUE(TileOnePassAllowed(s, two));
+  EXPECT_FALSE(TileOnePassAllowed(s, PlanTileDecode(s, 132)));  // no window
+  EXPECT_FALSE(TileOnePassAllowed(s, PlanTileDecode(s, 132, 512)));  // 32 windows
+  EXPECT_FALSE(TileOnePassAllowed(tree, PlanTileDecode(tree, 132, 1024)));  // the tree's keys
 }
 
 }  // namespace

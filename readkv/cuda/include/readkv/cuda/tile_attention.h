@@ -168,6 +168,12 @@ inline constexpr int kTileMaxChunk = 2048;
 // size): a one-pass row has at most this many chunks.
 inline constexpr int kTileMaxClusterChunks = 16;
 
+// Whether a call of this shape and plan may run in one pass (TilePlan::one_pass): byte keys, a
+// Value window, a row's windows in one cluster. Whether it should is ChooseTileOnePass's (below).
+inline bool TileOnePassAllowed(const TileDecodeShape& shape, const TilePlan& plan) {
+  return shape.byte_keys && plan.value_window_tokens > 0 && plan.chunks <= kTileMaxClusterChunks;
+}
+
 // The plan for a shape on a device of `sm_count` SMs: the largest chunk of 2048 or 1024 tokens
 // that still gives every SM four Logits blocks (512 when none does): a block holds 33 KB of
 // staging, ~6 fit an SM, and a whole number of waves matters less past a few. With a Value
