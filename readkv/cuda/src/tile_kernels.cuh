@@ -43,7 +43,7 @@ namespace readkv::cuda::tile_kernels {
 // row's queries into shared memory meanwhile (FoldRowQueries), and after its tiles computes its
 // share of the residual window's logits; the row's first block zeroes its arrivals and adds the
 // Key bytes to the ledgers.
-template <int G>
+template <int G, bool kPair>
 __device__ __forceinline__ void ByteKeyBias(const uint2* frags, int groups, int lane,
                                             float (&bias)[2]) {
   // Lane l's B fragment holds head l / 4 at 4 channels of each group: the sum of the folded
@@ -57,20 +57,25 @@ __device__ __forceinline__ void ByteKeyBias(const uint2* frags, int groups, int 
   }
   sum += __shfl_xor_sync(0xffffffffu, sum, 1);
   sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-  // The C fragment's columns: heads 2 (lane % 4) + {0, 1}, whose sums lanes 4 n hold.
-  bias[0] = tile::kKeyByteHalfCell * __shfl_sync(0xffffffffu, sum, 8 * (lane % 4));
-  bias[1] = tile::kKeyByteHalfCell * __shfl_sync(0xffffffffu, sum, 8 * (lane % 4) + 4);
+  // The C fragment's columns: heads 2 (lane % 4) + {0, 1}, whose sums lanes 4 n hold (with
+  // pairs, columns 4-7 are heads 0-3 again).
+  const int from = 8 * (kPair ? lane % 2 : lane % 4);
+  bias[0] = tile::kKeyByteHalfCell * __shfl_sync(0xffffffffu, sum, from);
+  bias[1] = tile::kKeyByteHalfCell * __shfl_sync(0xffffffffu, sum, from + 4);
 }
 
 // Over the row, one token tile's e values against its own maximum M per head, from its masked
 // logits x (C order, as below; in0 / in1: the lane's two tokens are encoded), to the tile's probs
-// ([G][16], f16), and its statistics (M, sum e, sum e^2 per head) for TileSelect.
+// ([G][16], f16), and its statistics (M, sum e, sum e^2 per head) for TileSelect. With pairs
+// (TilePairs below) a lane's columns are heads 2 (lane % 4) - head_shift + {0, 1} of its tile,
+// which exists when `valid`; every column's reductions stay within its own tile.
 template <int G>
 __device__ __forceinline__ void RowTileEpilogue(const float (&x)[4], bool in0, bool in1, int lane,
-                                                __half* tile_probs, float* tile_stats) {
+                                                int head_shift, bool valid, __half* tile_probs,
+                                                float* tile_stats) {
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
-    const int n_head = 2 * (lane % 4) + hh;
+    const int n_head = 2 * (lane % 4) + hh - head_shift;
     float m = fmaxf(x[hh], x[hh + 2]);
 #pragma unroll
     for (int o = 4; o < kWarp; o *= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -82,7 +87,7 @@ __device__ __forceinline__ void RowTileEpilogue(const float (&x)[4], bool in0, b
       sum += __shfl_xor_sync(0xffffffffu, sum, o);
       sq += __shfl_xor_sync(0xffffffffu, sq, o);
     }
-    if (n_head < G) {
+    if (valid && n_head < G) {
       __half* pr = tile_probs + n_head * 16 + lane / 4;
       pr[0] = __float2half_rn(e0);
       pr[8] = __float2half_rn(e1);
@@ -140,6 +145,78 @@ __device__ __forceinline__ void WindowTileEpilogue(const float (&x)[4], int lane
   }
 }
 
+// Two token tiles an accumulator (byte keys, G <= 4): the MMA's eight columns are heads 0-3 of
+// a stage's tile 2j (columns 0-3, the lanes with lane % 4 < 2) and of its tile 2j + 1 (columns
+// 4-7, B operand = the queries moved to lanes 16-31), where one tile a MMA left half of every
+// fragment on absent heads. The MMAs stay one a tile and group; every epilogue (exponentials,
+// f16 stores, votes, sums) then runs once for two tiles. Exact: the other tile's columns add
+// products by zero queries.
+template <int G, bool kByteKeys>
+inline constexpr bool TilePairs = kByteKeys && G <= 4;
+
+// WindowTileEpilogue for a pair: the same references and e values as WindowTileEpilogue on the
+// pair's first tile and then on its second. A lane's tile is the second when `second` (lane % 4
+// >= 2), and exists when `valid` (a stage's odd last tile has no second). When any first-tile
+// lane passes its reference + kRefSlack, every head's reference rises to the first tile's
+// maximum; then the second tile votes against that and rises likewise. Each lane's e values and
+// M are against its own tile's reference; a first-tile lane's sums are moved to the second's at
+// the end, so the lanes of a head hold one reference again.
+template <int G>
+__device__ __forceinline__ void WindowPairEpilogue(const float (&x)[4], int lane, bool second,
+                                                   bool valid, float (&ref)[2],
+                                                   float (&lane_sum)[2], __half* tile_probs,
+                                                   float* tile_stats) {
+  const float top[2] = {fmaxf(x[0], x[2]), fmaxf(x[1], x[3])};
+  const unsigned over =
+      __ballot_sync(0xffffffffu, top[0] > ref[0] + kRefSlack || top[1] > ref[1] + kRefSlack);
+  float mine[2] = {ref[0], ref[1]};  // the reference of this lane's tile
+  float last[2] = {ref[0], ref[1]};  // after the pair
+  if (over != 0u) {
+    float first_max[2], second_max[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float m = top[hh];
+#pragma unroll
+      for (int o = 4; o < kWarp; o *= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+      const float other = __shfl_xor_sync(0xffffffffu, m, 2);  // the other tile's, same head
+      first_max[hh] = second ? other : m;
+      second_max[hh] = second ? m : other;
+    }
+    float after_first[2] = {ref[0], ref[1]};
+    if ((over & 0x33333333u) != 0u) {  // a first-tile lane voted
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) after_first[hh] = fmaxf(ref[hh], first_max[hh]);
+    }
+    const bool over_second = second && (top[0] > after_first[0] + kRefSlack ||
+                                        top[1] > after_first[1] + kRefSlack);
+    const bool rise = __any_sync(0xffffffffu, over_second);
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      last[hh] = rise ? fmaxf(after_first[hh], second_max[hh]) : after_first[hh];
+      mine[hh] = second ? last[hh] : after_first[hh];
+      if (mine[hh] > ref[hh]) lane_sum[hh] *= internal::FastExp2((ref[hh] - mine[hh]) * kLog2e);
+    }
+  }
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const float shift = mine[hh] * kLog2e;  // finite: the pair's first tile has a token
+    const float e0 = internal::FastExp2(fmaf(x[hh], kLog2e, -shift));  // 0 for a masked token
+    const float e1 = internal::FastExp2(fmaf(x[hh + 2], kLog2e, -shift));
+    lane_sum[hh] += e0 + e1;
+    const int n_head = 2 * (lane % 4) + hh - (second ? 4 : 0);
+    if (valid && n_head < G) {
+      __half* pr = tile_probs + n_head * 16 + lane / 4;
+      pr[0] = __float2half_rn(e0);
+      pr[8] = __float2half_rn(e1);
+      if (lane < 4) tile_stats[n_head] = mine[hh];
+    }
+    if (last[hh] > mine[hh]) {  // a first-tile lane's sum, to the second tile's reference
+      lane_sum[hh] *= internal::FastExp2((mine[hh] - last[hh]) * kLog2e);
+    }
+    ref[hh] = last[hh];
+  }
+}
+
 struct NoRowQueries {};  // tree keys' TileLogits: TilePrepare folded the queries
 
 // Where a Logits block puts what its epilogue makes: tile `first + i`'s e values at
@@ -173,6 +250,8 @@ __device__ __forceinline__ void LogitsOfChunk(const TileArgs& a,
       kStageBytes / (16 * kBytePieces) < kWarpTiles ? kStageBytes / (16 * kBytePieces) : kWarpTiles;
   static_assert(kByteStageTiles >= 1, "a stage holds a byte-key tile");
   constexpr int kStageTiles = kByteKeys ? kByteStageTiles : kWarpTiles;  // of a stage, at most
+  constexpr bool kPair = TilePairs<G, kByteKeys>;
+  constexpr int kAccs = kPair ? (kStageTiles + 1) / 2 : kStageTiles;  // accumulators of a stage
   __shared__ uint8_t depth[kGroups];
   __shared__ uint8_t plane_at[kGroups];   // first plane of group g in a staged tile
   __shared__ uint16_t piece[kMaxPieces];  // staged piece o: its 16-byte index in the token tile
@@ -256,10 +335,15 @@ __device__ __forceinline__ void LogitsOfChunk(const TileArgs& a,
   const bool per_chunk = out.chunk_stats != nullptr;  // a Value window (uniform: an argument)
   float bias[2] = {0.0f, 0.0f};  // every logit's start: the half cell's share with byte keys
   uint2 byte_q[kByteKeys ? kGroups : 1];  // byte keys: the folded queries, held for every stage
+  uint2 pair_q[kPair ? kGroups : 1];      // with pairs, the same in columns 4-7 (lanes 16-31)
   if constexpr (kByteKeys) {
-    ByteKeyBias<G>(frags, kGroups, lane, bias);
+    ByteKeyBias<G, kPair>(frags, kGroups, lane, bias);
 #pragma unroll
-    for (int g = 0; g < kGroups; ++g) byte_q[g] = frags[g * kWarp + lane];
+    for (int g = 0; g < kGroups; ++g) {
+      byte_q[g] = frags[g * kWarp + lane];
+      // Lanes 16-31 hold heads 4-7, zero for G <= 4: lane ^ 16 moves heads 0-3 there.
+      if constexpr (kPair) pair_q[g] = frags[g * kWarp + (lane ^ 16)];
+    }
     __syncthreads();  // every warp holds its fragments: the scratch's slots may be refilled
   }
   // With a Value window, the lane's reference maxima for its heads (ref: uniform over a head's
@@ -275,9 +359,9 @@ __device__ __forceinline__ void LogitsOfChunk(const TileArgs& a,
     __syncwarp();
     const int base = mine.lo + k * per_stage, n = min(per_stage, mine.hi - base);
     const uint8_t* staged = ring[warp][k % kStages];
-    float acc[kStageTiles][4];
+    float acc[kAccs][4];
 #pragma unroll
-    for (int i = 0; i < kStageTiles; ++i) {
+    for (int i = 0; i < kAccs; ++i) {
       acc[i][0] = bias[0];
       acc[i][1] = bias[1];
       acc[i][2] = bias[0];
@@ -296,7 +380,8 @@ __device__ __forceinline__ void LogitsOfChunk(const TileArgs& a,
                   lane_bytes + (i * kBytePieces / 2 + 8 * g) * 32);
               uint32_t frag[4];
               tile::DecodeByteKeys(codes.x, codes.y, frag);
-              Mma(acc[i], frag, byte_q[g].x, byte_q[g].y);
+              const uint2 q = kPair && i % 2 == 1 ? pair_q[g] : byte_q[g];
+              Mma(acc[kPair ? i / 2 : i], frag, q.x, q.y);
             }
           }
         }
@@ -326,29 +411,39 @@ __device__ __forceinline__ void LogitsOfChunk(const TileArgs& a,
       }
     }
     __syncwarp();  // the slot is refilled by stage k + 2's issue
+    // With pairs a lane's columns are its accumulator's second tile's (TilePairs).
+    const bool second = kPair && (lane % 4) >= 2;
+    const int head_shift = second ? 4 : 0;
     if (a.in.key_outlier_pages != nullptr) {  // before the tiles' maxima and sums
       const float* key_std = a.codec.key_std + static_cast<size_t>(h) * D;
 #pragma unroll
-      for (int i = 0; i < kStageTiles; ++i) {
-        if (i < n) {
-          AddKeyOutliers<G, kByteKeys>(EntriesFromLane(my_list, base - mine.lo + i), lane, depth,
-                                       scaled, key_std, centroids, acc[i]);
+      for (int j = 0; j < kAccs; ++j) {
+        const int i = kPair ? 2 * j + (second ? 1 : 0) : j;  // this lane's tile of the stage
+        if ((kPair ? 2 * j : j) < n) {  // uniform over the warp
+          const TileEntries list = EntriesFromLane(my_list, base - mine.lo + min(i, n - 1));
+          if (i < n) {
+            AddKeyOutliers<G, kByteKeys>(list, lane, head_shift, depth, scaled, key_std,
+                                         centroids, acc[j]);
+          }
         }
       }
     }
     // C: rows = tokens (lane / 4, + 8), columns = heads (2 (lane % 4), + 1).
 #pragma unroll
-    for (int i = 0; i < kStageTiles; ++i) {
-      if (i >= n) continue;
+    for (int j = 0; j < kAccs; ++j) {
+      if ((kPair ? 2 * j : j) >= n) continue;  // uniform over the warp
+      const int i = kPair ? 2 * j + (second ? 1 : 0) : j;
+      const bool valid = i < n;
       const int tile = base + i;
       const int t0 = tile * 16 + lane / 4, t1 = t0 + 8;
-      const bool in0 = t0 < encoded, in1 = t1 < encoded;
-      const float x[4] = {in0 ? acc[i][0] : -INFINITY, in0 ? acc[i][1] : -INFINITY,
-                          in1 ? acc[i][2] : -INFINITY, in1 ? acc[i][3] : -INFINITY};
+      const bool in0 = valid && t0 < encoded, in1 = valid && t1 < encoded;
+      float (&acc_i)[4] = acc[j];
+      const float x[4] = {in0 ? acc_i[0] : -INFINITY, in0 ? acc_i[1] : -INFINITY,
+                          in1 ? acc_i[2] : -INFINITY, in1 ? acc_i[3] : -INFINITY};
       if (debug_logits != nullptr) {
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          const int n_head = 2 * (lane % 4) + hh;
+          const int n_head = 2 * (lane % 4) + hh - head_shift;
           if (n_head >= G) continue;
           float* to = debug_logits + (first_q + n_head) * a.logit_stride;
           if (in0) to[t0] = x[hh];
@@ -357,10 +452,12 @@ __device__ __forceinline__ void LogitsOfChunk(const TileArgs& a,
       }
       __half* tile_probs = out.probs + (tile - first) * Out::kProbs;
       float* stats = out.stats + (tile - first) * Out::kStats;
-      if (per_chunk) {
-        WindowTileEpilogue<G>(x, lane, ref, lane_sum, tile_probs, stats);
+      if (!per_chunk) {
+        RowTileEpilogue<G>(x, in0, in1, lane, head_shift, valid, tile_probs, stats);
+      } else if constexpr (kPair) {
+        WindowPairEpilogue<G>(x, lane, second, valid, ref, lane_sum, tile_probs, stats);
       } else {
-        RowTileEpilogue<G>(x, in0, in1, lane, tile_probs, stats);
+        WindowTileEpilogue<G>(x, lane, ref, lane_sum, tile_probs, stats);
       }
     }
   }
@@ -391,6 +488,7 @@ __device__ __forceinline__ void LogitsOfChunk(const TileArgs& a,
     for (int o = 4; o < kWarp; o *= 2) {
       lane_sum[hh] += __shfl_xor_sync(0xffffffffu, lane_sum[hh], o);
     }
+    if constexpr (kPair) lane_sum[hh] += __shfl_xor_sync(0xffffffffu, lane_sum[hh], 2);
   }
   if (lane < 4) {
 #pragma unroll

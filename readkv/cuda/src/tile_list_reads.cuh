@@ -72,16 +72,17 @@ __device__ __forceinline__ TileEntries EntriesFromLane(const TileEntries& mine, 
 }
 
 // A Key tile's list entries: logit_{h,r} += scaled_{h,c} * (sigma_c * correction(z, t_g)) for
-// each entry (token r, channel c), acc the tile's logits (C: rows tokens, columns heads).
+// each entry (token r, channel c), acc the tile's logits (C: rows tokens, columns heads; the
+// lane's are heads 2 (lane % 4) - head_shift + {0, 1}, head_shift 4 for a pair's second tile).
 // depth: the row's group depths; scaled: the row's [D][G] f32 scale q~; key_std: its [D] sigma.
 // Byte keys correct against the grid's extreme value instead of the tree's outermost centroid.
 template <int G, bool kByteKeys>
-__device__ __forceinline__ void AddKeyOutliers(const TileEntries& list, int lane,
+__device__ __forceinline__ void AddKeyOutliers(const TileEntries& list, int lane, int head_shift,
                                                const uint8_t* depth, const float* scaled,
                                                const float* key_std,
                                                const tile::TileCentroids& centroids,
                                                float (&acc)[4]) {
-  const int h0 = 2 * (lane % 4), h1 = h0 + 1;
+  const int h0 = 2 * (lane % 4) - head_shift, h1 = h0 + 1;
   for (int k = list.lo; k < list.hi; ++k) {
     const uint32_t e = list.entries[k];
     const int slot = tile::OutlierRowSlot(lane, tile::OutlierToken(e));
