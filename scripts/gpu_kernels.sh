@@ -288,7 +288,7 @@ if [[ -n "${SOURCE_PROFILE:-}" ]]; then
     --min-total-ms 1 --no-anchor > "$LOGS/ncu-source.log" 2>&1 || tail -5 "$LOGS/ncu-source.log"
   "$NCU" -i "$LOGS/source.ncu-rep" --page source --csv --print-source sass > "$LOGS/source.csv" 2>&1
   gzip -c "$LOGS/source.csv" > "$OUT/source_profile.csv.gz"
-  python3 readkv/cuda/bench/ncu_sass_summary.py "$LOGS/source.csv" --top 30 \
+  python3 readkv/cuda/bench/ncu_sass_summary.py "$LOGS/source.csv" --top 30 --regions \
     > "$OUT/source_profile.txt" 2>&1
   head -60 "$OUT/source_profile.txt"
   echo "source profile: $(( $(date +%s) - start )) s"

@@ -7,9 +7,12 @@ block per kernel: a "Kernel Name" line, a header line, one line per SASS instruc
 print a kernel twice, the first is used). Output, per kernel whose name contains FILTER (all when
 omitted): its stall samples and executed warp instructions, the largest stall reasons, and the
 TOP instructions with the most samples, in program order, each with its share and its largest
-stall reason.
+stall reason. With --regions, also the executed instructions and samples (and their largest
+stall reasons) between consecutive SM clock reads (CS2R ... SR_CLOCKLO): for TileWindowPass,
+whose phase stamps (TileDecodeDebug::phases) are compiled in at its phase boundaries, the
+phases' shares in program order (code the compiler moved out of line is counted where it sits).
 
-    python3 ncu_sass_summary.py source.csv [FILTER] [--top N]
+    python3 ncu_sass_summary.py source.csv [FILTER] [--top N] [--regions]
 
 Used for the source profiles docs/performance-notes.md cites (e.g. "the radix passes' rescans,
 ~37% of Select's stall samples"); scripts/gpu_kernels.sh runs it for SOURCE_PROFILE.
@@ -50,7 +53,7 @@ def number(text):
         return 0.0
 
 
-def summarise(kernel, top, out):
+def summarise(kernel, top, out, regions=False):
     header, rows = kernel["header"], kernel["rows"]
     try:
         samples_at = header.index("Warp Stall Sampling (All Samples)")
@@ -72,6 +75,8 @@ def summarise(kernel, top, out):
             if i < len(r):
                 reasons[header[i][len("stall_"):]] += number(r[i])
     out.write("   " + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in reasons.most_common(7)) + "\n")
+    if regions:
+        summarise_regions(header, rows, stalls, samples, executed_at, source_at, total, out)
     hottest = sorted(range(len(rows)), key=lambda k: -samples[k])[:top]
     for k in sorted(hottest):
         r = rows[k]
@@ -80,18 +85,43 @@ def summarise(kernel, top, out):
                   f"{r[source_at].strip()[:90]}\n")
 
 
+def summarise_regions(header, rows, stalls, samples, executed_at, source_at, total, out):
+    """Per stretch of SASS between SM clock reads: instructions, samples, top stall reasons."""
+    marks = [k for k, r in enumerate(rows) if "SR_CLOCKLO" in r[source_at]]
+    if not marks:
+        out.write("   regions: no SM clock read in this kernel\n")
+        return
+    edges = [0] + marks + [len(rows)]
+    out.write("   regions (rows between SM clock reads): instructions, samples, stall reasons\n")
+    for n, (lo, hi) in enumerate(zip(edges, edges[1:])):
+        if hi <= lo:
+            continue
+        part = rows[lo:hi]
+        executed = sum(number(r[executed_at]) for r in part if executed_at < len(r))
+        sampled = sum(samples[lo:hi])
+        reasons = collections.Counter()
+        for r in part:
+            for i in stalls:
+                if i < len(r):
+                    reasons[header[i][len("stall_"):]] += number(r[i])
+        top = ", ".join(f"{k} {100 * v / max(sampled, 1):.0f}%" for k, v in reasons.most_common(4))
+        out.write(f"   region {n} rows {lo}-{hi}: {executed:.0f} instructions, "
+                  f"{sampled:.0f} samples ({100 * sampled / max(total, 1):.0f}%): {top}\n")
+
+
 def main():
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the output quietly
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("csv")
     parser.add_argument("filter", nargs="?", default="")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--regions", action="store_true")
     args = parser.parse_args()
     kernels = [k for k in read_kernels(args.csv) if args.filter in k["name"]]
     if not kernels:
         sys.exit(f"ncu_sass_summary: no kernel matching '{args.filter}' in {args.csv}")
     for kernel in kernels:
-        summarise(kernel, args.top, sys.stdout)
+        summarise(kernel, args.top, sys.stdout, args.regions)
 
 
 if __name__ == "__main__":
