@@ -53,6 +53,16 @@ def number(text):
         return 0.0
 
 
+def stall_reasons(header, rows, stalls):
+    """Stall samples of `rows` by reason (the stall_* columns at `stalls`, prefix dropped)."""
+    reasons = collections.Counter()
+    for r in rows:
+        for i in stalls:
+            if i < len(r):
+                reasons[header[i][len("stall_"):]] += number(r[i])
+    return reasons
+
+
 def summarise(kernel, top, out, regions=False):
     header, rows = kernel["header"], kernel["rows"]
     try:
@@ -69,11 +79,7 @@ def summarise(kernel, top, out, regions=False):
     out.write(f"== {kernel['name']}\n   {total:.0f} stall samples, {executed:.0f} warp instructions\n")
     if total == 0:
         return
-    reasons = collections.Counter()
-    for r in rows:
-        for i in stalls:
-            if i < len(r):
-                reasons[header[i][len("stall_"):]] += number(r[i])
+    reasons = stall_reasons(header, rows, stalls)
     out.write("   " + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in reasons.most_common(7)) + "\n")
     if regions:
         summarise_regions(header, rows, stalls, samples, executed_at, source_at, total, out)
@@ -99,11 +105,7 @@ def summarise_regions(header, rows, stalls, samples, executed_at, source_at, tot
         part = rows[lo:hi]
         executed = sum(number(r[executed_at]) for r in part if executed_at < len(r))
         sampled = sum(samples[lo:hi])
-        reasons = collections.Counter()
-        for r in part:
-            for i in stalls:
-                if i < len(r):
-                    reasons[header[i][len("stall_"):]] += number(r[i])
+        reasons = stall_reasons(header, part, stalls)
         top = ", ".join(f"{k} {100 * v / max(sampled, 1):.0f}%" for k, v in reasons.most_common(4))
         out.write(f"   region {n} rows {lo}-{hi}: {executed:.0f} instructions, "
                   f"{sampled:.0f} samples ({100 * sampled / max(total, 1):.0f}%): {top}\n")
