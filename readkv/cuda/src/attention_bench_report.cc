@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <iomanip>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <sstream>
@@ -80,6 +81,16 @@ PhaseTimes SummarisePhases(const std::vector<TilePhaseClocks>& clocks, int launc
            us_per_cycle;
   }
   t.lifetime_median_us = SummariseTimes(d).median_us;
+  std::map<int, std::vector<double>> by_load;  // blocks an SM -> those blocks' lifetimes
+  for (size_t first = 0; first < clocks.size(); first += per_launch) {
+    std::map<unsigned, int> on_sm;
+    for (size_t i = first; i < first + per_launch; ++i) ++on_sm[clocks[i].sm];
+    for (size_t i = first; i < first + per_launch; ++i) by_load[on_sm[clocks[i].sm]].push_back(d[i]);
+  }
+  for (auto& [load, lifetimes] : by_load) {
+    const int blocks = static_cast<int>(lifetimes.size());
+    t.by_sm_load.push_back({load, blocks, SummariseTimes(std::move(lifetimes)).median_us});
+  }
   std::vector<double> spread, span;
   for (size_t first = 0; first < clocks.size(); first += per_launch) {
     uint64_t start_lo = UINT64_MAX, start_hi = 0, end_hi = 0;
@@ -110,6 +121,12 @@ nlohmann::json PhasesJson(const PhaseTimes& t) {
     median.push_back(t.median_us[k]);
     p90.push_back(t.p90_us[k]);
   }
+  nlohmann::json by_load = nlohmann::json::array();
+  for (const PhaseTimes::Load& l : t.by_sm_load) {
+    by_load.push_back({{"blocks_an_sm", l.blocks_an_sm},
+                       {"blocks", l.blocks},
+                       {"lifetime_median_us", l.lifetime_median_us}});
+  }
   return {{"launches", t.launches},
           {"blocks", t.blocks},
           {"names", names},
@@ -118,7 +135,8 @@ nlohmann::json PhasesJson(const PhaseTimes& t) {
           {"lifetime_median_us", t.lifetime_median_us},
           {"start_spread_us", t.start_spread_us},
           {"span_us", t.span_us},
-          {"sm_ghz", t.sm_ghz}};
+          {"sm_ghz", t.sm_ghz},
+          {"by_sm_load", by_load}};
 }
 
 nlohmann::json TimingJson(const TimingStats& t) {
@@ -277,6 +295,13 @@ void PrintBenchTable(const BenchReport& report, std::ostream& out) {
       out << "; lifetime " << t.lifetime_median_us << ", starts within " << t.start_spread_us
           << ", span " << t.span_us << " (SM " << std::setprecision(2) << t.sm_ghz << " GHz)\n"
           << std::setprecision(1);
+      out << std::setw(36) << "by SM load: " << "blocks an SM: blocks, lifetime median us:";
+      for (size_t k = 0; k < t.by_sm_load.size(); ++k) {
+        const PhaseTimes::Load& l = t.by_sm_load[k];
+        out << (k == 0 ? " " : ", ") << l.blocks_an_sm << ": " << l.blocks << ", "
+            << l.lifetime_median_us;
+      }
+      out << "\n";
     }
   }
 }

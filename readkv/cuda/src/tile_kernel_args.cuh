@@ -72,6 +72,7 @@ __device__ __forceinline__ void StampPhase(const TileArgs& a, TilePhaseStamp sta
       (static_cast<size_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
   TilePhaseClocks& p = a.debug.phases[block];
   p.clock[stamp] = clock64();
+  if (stamp == kStampStart) asm volatile("mov.u32 %0, %%smid;" : "=r"(p.sm));
   if (stamp == kStampStart || stamp == kStampEnd) {
     unsigned long long ns;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));

@@ -161,8 +161,10 @@ TEST(OnePassModeTest, ParsesItsThreeNamesAndNothingElse) {
 
 // A block's timeline at 2 GHz (2 cycles a nanosecond): it starts at `start_ns` and spends
 // phase k (logits, barrier, statistics, cut, values, finish) `us[k]` microseconds.
-TilePhaseClocks Timeline(uint64_t start_ns, const std::array<double, kTilePhases>& us) {
+TilePhaseClocks Timeline(uint64_t start_ns, const std::array<double, kTilePhases>& us,
+                         unsigned sm = 0) {
   TilePhaseClocks c{};
+  c.sm = sm;
   c.clock[0] = 1000000 + 2 * start_ns;
   for (int k = 0; k < kTilePhases; ++k) {
     c.clock[k + 1] = c.clock[k] + static_cast<uint64_t>(std::llround(2000.0 * us[k]));
@@ -176,9 +178,10 @@ TEST(SummarisePhasesTest, GivesEachPhasesMedianAndTheLaunchesSpreadAtTheBlocksCl
   // Two launches of three blocks; the second launch's blocks start 100 us later.
   std::vector<TilePhaseClocks> clocks;
   for (const uint64_t t0 : {uint64_t{1000}, uint64_t{101000}}) {
-    clocks.push_back(Timeline(t0, {20, 2, 0.5, 5, 15, 1}));
-    clocks.push_back(Timeline(t0 + 1000, {22, 1, 0.5, 6, 14, 3}));  // starts 1 us late
-    clocks.push_back(Timeline(t0 + 500, {18, 3, 0.5, 4, 16, 2}));
+    // The first two on SM 7 (a load of 2 blocks), the third alone on SM 3.
+    clocks.push_back(Timeline(t0, {20, 2, 0.5, 5, 15, 1}, 7));
+    clocks.push_back(Timeline(t0 + 1000, {22, 1, 0.5, 6, 14, 3}, 7));  // starts 1 us late
+    clocks.push_back(Timeline(t0 + 500, {18, 3, 0.5, 4, 16, 2}, 3));
   }
   const PhaseTimes t = SummarisePhases(clocks, 2);
   EXPECT_EQ(t.launches, 2);
@@ -193,6 +196,14 @@ TEST(SummarisePhasesTest, GivesEachPhasesMedianAndTheLaunchesSpreadAtTheBlocksCl
   EXPECT_NEAR(t.lifetime_median_us, 43.5, 1e-9);  // 43.5, 46.5, 43.5 in each launch
   EXPECT_NEAR(t.start_spread_us, 1.0, 1e-9);
   EXPECT_NEAR(t.span_us, 1.0 + 46.5, 1e-9);  // the late block's end
+  // By load: SM 3's block (43.5 us twice), then SM 7's (43.5 and 46.5 us, twice).
+  ASSERT_EQ(t.by_sm_load.size(), 2u);
+  EXPECT_EQ(t.by_sm_load[0].blocks_an_sm, 1);
+  EXPECT_EQ(t.by_sm_load[0].blocks, 2);
+  EXPECT_NEAR(t.by_sm_load[0].lifetime_median_us, 43.5, 1e-9);
+  EXPECT_EQ(t.by_sm_load[1].blocks_an_sm, 2);
+  EXPECT_EQ(t.by_sm_load[1].blocks, 4);
+  EXPECT_NEAR(t.by_sm_load[1].lifetime_median_us, 45.0, 1e-9);
 }
 
 TEST(SummarisePhasesTest, RefusesMissingOrDisorderedStampsNamingTheBlock) {

@@ -131,6 +131,15 @@ struct PhaseTimes {
   double start_spread_us = 0;     // a launch's latest block start after its first (median)
   double span_us = 0;             // a launch's first block start to its last block end (median)
   double sm_ghz = 0;              // sum of cycles / sum of nanoseconds, start to end
+  // By an SM's load: the blocks of a launch grouped by how many of that launch's blocks their
+  // SM ran (load k, k >= 1), each group's size and median lifetime, in increasing k (the SMs'
+  // uneven shares of a grid that does not divide among them show as lifetimes rising with k).
+  struct Load {
+    int blocks_an_sm = 0;
+    int blocks = 0;  // over all launches
+    double lifetime_median_us = 0;
+  };
+  std::vector<Load> by_sm_load;
 };
 // PhaseTimes of `launches` launches' timelines, `clocks` holding each launch's blocks in turn.
 // Throws std::invalid_argument naming the launch and block whose stamps are missing (0) or out

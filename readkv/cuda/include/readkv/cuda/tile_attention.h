@@ -208,6 +208,7 @@ struct TilePhaseClocks {
   unsigned long long clock[kTilePhaseStamps];  // SM cycles at each stamp
   unsigned long long global_start_ns;          // the global timer at kStampStart ...
   unsigned long long global_end_ns;            // ... and at kStampEnd
+  unsigned sm;                                 // the SM it ran on (%smid, at kStampStart)
 };
 
 // Optional outputs for tests (any may be null; device memory).
