@@ -27,7 +27,8 @@
 # at each `--one-pass` MODE, the modes alternating REPEATS times, and its FP8 baseline once
 # (decode_*.json; the step lines in summary.txt).
 # SOURCE_PROFILE="REGEX|ARGS" samples where the warps of the kernels matching REGEX wait (ncu
-# SourceCounters + WarpStateStats) in one call of `kvgate bench attention ARGS` (SOURCE_COUNT
+# SourceCounters + WarpStateStats) in one call of `kvgate bench attention ARGS` (ARGS without
+# --iters or --min-total-ms, which it sets; SOURCE_COUNT
 # kernels from the SOURCE_SKIP-th matching launch on, default 1 and 20): the SASS table as
 # source_profile.csv.gz, its summary (readkv/cuda/bench/ncu_sass_summary.py) as
 # source_profile.txt. TILE_BENCH="T,B ..." times the tile reader at those points without kvgate
@@ -36,6 +37,16 @@
 set -uo pipefail
 REPEATS=${REPEATS:-1}
 [[ $REPEATS =~ ^[1-9][0-9]?$ ]] || { echo "REPEATS: must be 1-99, got '$REPEATS'"; exit 1; }
+# The source profile sets --iters and --min-total-ms itself; given twice, the bench refuses the
+# call ("At Most 1 required") and the profile comes back empty, so say so before anything builds.
+if [[ -n "${SOURCE_PROFILE:-}" ]]; then
+  for arg in ${SOURCE_PROFILE##*|}; do
+    case $arg in
+      --iters | --iters=* | --min-total-ms | --min-total-ms=*)
+        echo "SOURCE_PROFILE: leave $arg out of its ARGS (the profile sets it)"; exit 1 ;;
+    esac
+  done
+fi
 OUT=${OUT:-/tmp/kvgate-gpu-kernels}
 B=${BUILD_DIR:-/tmp/kvgate-gpu-build}
 mkdir -p "$OUT"
