@@ -85,7 +85,9 @@ PhaseTimes SummarisePhases(const std::vector<TilePhaseClocks>& clocks, int launc
   for (size_t first = 0; first < clocks.size(); first += per_launch) {
     std::map<unsigned, int> on_sm;
     for (size_t i = first; i < first + per_launch; ++i) ++on_sm[clocks[i].sm];
-    for (size_t i = first; i < first + per_launch; ++i) by_load[on_sm[clocks[i].sm]].push_back(d[i]);
+    for (size_t i = first; i < first + per_launch; ++i) {
+      by_load[on_sm[clocks[i].sm]].push_back(d[i]);  // d: the lifetimes, from above
+    }
   }
   for (auto& [load, lifetimes] : by_load) {
     const int blocks = static_cast<int>(lifetimes.size());
