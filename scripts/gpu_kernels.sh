@@ -28,7 +28,7 @@
 # (decode_*.json; the step lines in summary.txt).
 # SOURCE_PROFILE="REGEX|ARGS" samples where the warps of the kernels matching REGEX wait (ncu
 # SourceCounters + WarpStateStats) in one call of `kvgate bench attention ARGS` (ARGS without
-# --iters or --min-total-ms, which it sets; SOURCE_COUNT
+# --iters or --min-total-ms, which every profile sets: NCU_BENCH_ARGS; SOURCE_COUNT
 # kernels from the SOURCE_SKIP-th matching launch on, default 1 and 20): the SASS table as
 # source_profile.csv.gz, its summary (readkv/cuda/bench/ncu_sass_summary.py) as
 # source_profile.txt. TILE_BENCH="T,B ..." times the tile reader at those points without kvgate
@@ -37,15 +37,24 @@
 set -uo pipefail
 REPEATS=${REPEATS:-1}
 [[ $REPEATS =~ ^[1-9][0-9]?$ ]] || { echo "REPEATS: must be 1-99, got '$REPEATS'"; exit 1; }
-# The source profile sets --iters and --min-total-ms itself; given twice, the bench refuses the
-# call ("At Most 1 required") and the profile comes back empty, so say so before anything builds.
-if [[ -n "${SOURCE_PROFILE:-}" ]]; then
-  for arg in ${SOURCE_PROFILE##*|}; do
+# What every ncu profile (PROFILE_POINTS, SOURCE_PROFILE) adds to its bench's arguments. Given
+# twice, an option with a value is refused by the bench ("At Most 1 required") and the profile
+# comes back empty after the whole round, so points holding one are refused before anything builds.
+NCU_BENCH_ARGS=(--iters 20 --min-total-ms 1 --no-anchor)
+refuse_profile_repeats() {  # refuse_profile_repeats NAME ARGS: exits when ARGS repeats a value option
+  local name=$1 arg words
+  read -r -a words <<< "$2"
+  for arg in "${words[@]}"; do
     case $arg in
       --iters | --iters=* | --min-total-ms | --min-total-ms=*)
-        echo "SOURCE_PROFILE: leave $arg out of its ARGS (the profile sets it)"; exit 1 ;;
+        echo "$name: leave $arg out of its arguments (the profile sets it)"; exit 1 ;;
     esac
   done
+}
+[[ -n "${SOURCE_PROFILE:-}" ]] && refuse_profile_repeats SOURCE_PROFILE "${SOURCE_PROFILE##*|}"
+if [[ -n "${PROFILE_POINTS:-}" ]]; then
+  IFS=';' read -r -a points_to_check <<< "$PROFILE_POINTS"
+  for point in "${points_to_check[@]}"; do refuse_profile_repeats PROFILE_POINTS "$point"; done
 fi
 OUT=${OUT:-/tmp/kvgate-gpu-kernels}
 B=${BUILD_DIR:-/tmp/kvgate-gpu-build}
@@ -281,7 +290,7 @@ if [[ "${PROFILE:-0}" == 1 ]]; then
     metrics+=,sm__cycles_elapsed.avg.per_second
     "$NCU" --metrics "$metrics" --csv \
       --launch-skip "$skip" --launch-count "$count" -k "$kernels" \
-      "$B/apps/kvgate" bench attention "${args[@]}" --iters 20 --min-total-ms 1 --no-anchor \
+      "$B/apps/kvgate" bench attention "${args[@]}" "${NCU_BENCH_ARGS[@]}" \
       --json "$LOGS/ncu-bench.json" > "$LOGS/ncu.csv" 2>&1
     echo "ncu ${args[*]}:" | tee -a "$OUT/profile.txt"
     python3 readkv/cuda/bench/ncu_kernel_ledger.py "$LOGS/ncu.csv" --bench "$LOGS/ncu-bench.json" \
@@ -295,8 +304,8 @@ if [[ -n "${SOURCE_PROFILE:-}" ]]; then
   read -r -a args <<< "${SOURCE_PROFILE##*|}"
   "$NCU" --section SourceCounters --section WarpStateStats --import-source yes \
     -k "regex:$regex" --launch-skip "${SOURCE_SKIP:-20}" --launch-count "${SOURCE_COUNT:-1}" \
-    -o "$LOGS/source" -f "$B/apps/kvgate" bench attention --device cuda "${args[@]}" --iters 20 \
-    --min-total-ms 1 --no-anchor > "$LOGS/ncu-source.log" 2>&1 || tail -5 "$LOGS/ncu-source.log"
+    -o "$LOGS/source" -f "$B/apps/kvgate" bench attention --device cuda "${args[@]}" \
+    "${NCU_BENCH_ARGS[@]}" > "$LOGS/ncu-source.log" 2>&1 || tail -5 "$LOGS/ncu-source.log"
   "$NCU" -i "$LOGS/source.ncu-rep" --page source --csv --print-source sass > "$LOGS/source.csv" 2>&1
   gzip -c "$LOGS/source.csv" > "$OUT/source_profile.csv.gz"
   python3 readkv/cuda/bench/ncu_sass_summary.py "$LOGS/source.csv" --top 30 --regions \
