@@ -377,6 +377,7 @@ BenchReport SampleReport() {
   one.phases.start_spread_us = 1.5;
   one.phases.span_us = 52.0;
   one.phases.sm_ghz = 1.76;
+  one.phases.by_sm_load = {{3, 144, 41.9}, {5, 960, 43.8}};  // blocks an SM, blocks, lifetime
   BenchRow two = one;  // the same read in two launches, where one pass's clusters would fit
   two.phases = {};
   two.kv = "tile-kbytes:8:4:8:2";
@@ -450,6 +451,11 @@ TEST(BenchReportJsonTest, HoldsTheRunInfoDeviceStreamAndEveryRowWithItsLedgers) 
   EXPECT_DOUBLE_EQ(phases.at("p90_us")[5].get<double>(), 25.0);
   EXPECT_DOUBLE_EQ(phases.at("span_us").get<double>(), 52.0);
   EXPECT_DOUBLE_EQ(phases.at("sm_ghz").get<double>(), 1.76);
+  const nlohmann::json load = phases.at("by_sm_load");
+  ASSERT_EQ(load.size(), 2u);
+  EXPECT_EQ(load[1].at("blocks_an_sm"), 5);
+  EXPECT_EQ(load[1].at("blocks"), 960);
+  EXPECT_DOUBLE_EQ(load[1].at("lifetime_median_us").get<double>(), 43.8);
   EXPECT_EQ(j.at("config").at("one_pass"), "auto");
 }
 
@@ -477,6 +483,12 @@ TEST(BenchTableTest, PrintsOneLinePerRowAndMarksNonFiniteOutputs) {
             std::string::npos)
       << text;
   EXPECT_EQ(text.find("phases:"), text.rfind("phases:")) << text;
+  // And its blocks' lifetimes by how many blocks their SM ran, under it.
+  EXPECT_NE(text.find("(SM 1.76 GHz)\n" + std::string(24, ' ') +
+                      "by SM load: blocks an SM: blocks, lifetime median us: 3: 144, 41.9, "
+                      "5: 960, 43.8\n"),
+            std::string::npos)
+      << text;
 }
 
 TEST(BenchTableTest, SaysWhenTwoLaunchesRanBecauseOnePassWouldRunInWaves) {
