@@ -98,17 +98,8 @@ void BuildTile(TileSet& tile, const PointGeometry& g, const DenseSet& dense,
     tile.plan.chunks =
         static_cast<int>((s.max_tokens + config.chunk_tokens - 1) / config.chunk_tokens);
   }
-  switch (config.one_pass) {  // forced on: checked by the workspace's layout
-    case OnePassMode::kAuto:  // kvgate serve's choice
-      Check(ChooseTileOnePass(tile.shape, tile.plan, &tile.plan.one_pass), "ChooseTileOnePass");
-      break;
-    case OnePassMode::kOn:
-      tile.plan.one_pass = tile.byte_keys;
-      break;
-    case OnePassMode::kOff:
-      tile.plan.one_pass = false;
-      break;
-  }
+  // kAuto is kvgate serve's choice; forced on is checked by the workspace's layout.
+  Check(ApplyOnePassMode(config.one_pass, tile.shape, &tile.plan), "ChooseTileOnePass");
   const codec::LloydTree tree(w);
   tile.centroids = tile::MakeTileCentroids(tree);
   tile.encoded_lens = g.seq_lens;

@@ -53,6 +53,7 @@
 #include "readkv/codec/calibration.h"
 #include "readkv/codec/fp8.h"
 #include "readkv/codec/outliers.h"
+#include "readkv/cuda/one_pass_mode.h"
 
 namespace readkv::cuda {
 class StreamTimer;  // readkv/cuda/device.h
@@ -78,9 +79,9 @@ struct GpuKvConfig {
   int value_window_tokens = 0;
   // The tile reader's keys as byte keys (tile_attention.h, "Byte keys"): W = 8, read whole.
   bool byte_keys = false;
-  // One launch where ChooseTileOnePass allows it (RuntimeOptions' one_pass "auto"); false: the
-  // two launches always.
-  bool one_pass_auto = true;
+  // RuntimeOptions' one_pass: kAuto, one launch where ChooseTileOnePass allows it; kOff, the
+  // two launches always (RuntimeOptions refuses kOn).
+  readkv::cuda::OnePassMode one_pass = readkv::cuda::OnePassMode::kAuto;
 };
 
 // The ledgers of every attention call so far, in the codec's accounting terms.

@@ -30,9 +30,7 @@ torch::Tensor GpuKvCache::AttendTile(int layer, const torch::Tensor& q, const to
   rc::TilePlan plan = rc::PlanTileDecode(shape, sm_count_, config_.value_window_tokens);
   // One launch where the device holds every row's cluster at once (asked once per shape of
   // cluster and kept; tile_attention.h), unless the server was told off.
-  if (config_.one_pass_auto) {
-    Check(rc::ChooseTileOnePass(shape, plan, &plan.one_pass), "ChooseTileOnePass");
-  }
+  Check(rc::ApplyOnePassMode(config_.one_pass, shape, &plan), "ChooseTileOnePass");
   torch::Tensor ws = Workspace(rc::TileDecodeWorkspaceBytes(shape, plan));
   if (!zero_lens_.defined() || zero_lens_.numel() < batch) {
     zero_lens_ =

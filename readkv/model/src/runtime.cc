@@ -102,7 +102,7 @@ LlamaDecodeModel::LlamaDecodeModel(const std::string& model_dir, const RuntimeOp
     g.store_bits = options.kv.store_bits;
     g.value_window_tokens = options.kv.value_window_tokens;
     g.byte_keys = options.kv.byte_keys;
-    g.one_pass_auto = options.kv.one_pass == "auto";
+    g.one_pass = internal::ServedOnePassMode(options.kv.one_pass);
     if (options.kv.kind == codec::KvBackend::kReadKv) {
       g.outliers = codec::ResolveOutlierOptions(
           {options.kv.outlier_cap, options.kv.outlier_threshold}, *m.codebook, m.hd());

@@ -29,6 +29,14 @@ bool UsesGpuKv(const RuntimeOptions& options) {
   return options.device != "cpu" && IsCodecBackend(options.kv.kind);
 }
 
+readkv::cuda::OnePassMode ServedOnePassMode(const std::string& text) {
+  readkv::cuda::OnePassMode mode = readkv::cuda::OnePassMode::kAuto;
+  if (!readkv::cuda::ParseOnePassMode(text, &mode) || mode == readkv::cuda::OnePassMode::kOn) {
+    throw std::invalid_argument("one_pass: must be auto or off, got \"" + text + "\"");
+  }
+  return mode;
+}
+
 codec::ReadPolicy ResolvePolicy(const KvCacheOptions& kv, const engine::ReadPolicy& request) {
   codec::ReadPolicy p;
   // A request's reader is text from the wire (engine::ReadPolicy); the server's is typed.
@@ -83,10 +91,8 @@ void ValidateRuntimeOptions(const RuntimeOptions& options) {
     throw std::invalid_argument("value_window: only a ReadKV cache's tile reader has Value "
                                 "windows, got --kv " + std::string(codec::KvBackendName(kv.kind)));
   }
-  if (kv.one_pass != "auto" && kv.one_pass != "off") {
-    throw std::invalid_argument("one_pass: must be auto or off, got \"" + kv.one_pass + "\"");
-  }
-  if (kv.one_pass == "off" && (kv.kind != codec::KvBackend::kReadKv || !UsesGpuKv(options))) {
+  if (internal::ServedOnePassMode(kv.one_pass) == readkv::cuda::OnePassMode::kOff &&
+      (kv.kind != codec::KvBackend::kReadKv || !UsesGpuKv(options))) {
     throw std::invalid_argument("one_pass: only the CUDA tile reader (--kv readkv on a CUDA "
                                 "device) has a one-pass kernel to turn off");
   }

@@ -5,6 +5,7 @@
 
 #include "readkv/codec/attention.h"
 #include "readkv/codec/readers.h"
+#include "readkv/cuda/one_pass_mode.h"
 #include "readkv/model/runtime.h"
 
 namespace readkv::model::internal {
@@ -14,6 +15,11 @@ bool IsCodecBackend(codec::KvBackend kind);
 
 // fp8 and readkv on a CUDA device run on readkv::cuda's kernels (gpu_kv_cache.h).
 bool UsesGpuKv(const RuntimeOptions& options);
+
+// kv.one_pass read as the attention bench reads its --one-pass (readkv::cuda::ParseOnePassMode):
+// "auto" or "off"; anything else, "on" included (forcing one pass is the bench's, a server
+// chooses per call), is std::invalid_argument("one_pass: ...").
+readkv::cuda::OnePassMode ServedOnePassMode(const std::string& text);
 
 // The per-request ReadKV policy: request fields override the server defaults. A request that
 // changes R without giving a split gets the equal split (the server's default split was chosen

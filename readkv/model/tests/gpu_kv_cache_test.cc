@@ -128,7 +128,7 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
   config.store_bits = 8;
   config.value_window_tokens = bc.value_window;
   config.byte_keys = bc.byte_keys;
-  config.one_pass_auto = !bc.one_pass_off;
+  config.one_pass = bc.one_pass_off ? readkv::cuda::OnePassMode::kOff : readkv::cuda::OnePassMode::kAuto;
   const codec::LloydTree tree(8);
   config.outliers = codec::ResolveOutlierOptions({bc.outlier_cap, 0.0f}, tree, g.head_dim);
   internal::GpuKvCache gpu(config);

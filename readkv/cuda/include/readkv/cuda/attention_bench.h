@@ -25,6 +25,7 @@
 #include "readkv/codec/attention.h"
 #include "readkv/codec/readers.h"
 #include "readkv/cuda/decode_attention.h"
+#include "readkv/cuda/one_pass_mode.h"
 #include "readkv/cuda/tile_attention.h"
 
 namespace readkv::cuda {
@@ -56,13 +57,6 @@ std::vector<KvSpec> ParseKvSpecs(const std::string& text);
 // A comma-separated list of positive integers ("8192,32768"); throws InvalidArgument(flag).
 std::vector<int64_t> ParsePositiveList(const std::string& flag, const std::string& text);
 
-// Whether byte-key tile rows in Value windows run in one pass (TilePlan::one_pass): kAuto is
-// kvgate serve's choice (ChooseTileOnePass: one pass when the device holds every row's cluster
-// at once), kOn and kOff force one pass or the two launches.
-enum class OnePassMode { kAuto, kOn, kOff };
-// "auto", "on" or "off" into *mode; false (and *mode untouched) for anything else.
-bool ParseOnePassMode(std::string_view text, OnePassMode* mode);
-const char* OnePassModeName(OnePassMode mode);  // "auto", "on", "off"
 
 struct BenchConfig {
   std::vector<int64_t> tokens = {8192};  // T per sequence (the maximum when ragged)

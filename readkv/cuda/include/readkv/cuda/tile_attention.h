@@ -96,6 +96,7 @@
 #include <cstdint>
 
 #include "readkv/cuda/decode_attention.h"
+#include "readkv/cuda/one_pass_mode.h"
 #include "readkv/cuda/tile_centroids.h"
 
 namespace readkv::cuda {
@@ -268,6 +269,24 @@ cudaError_t TileOnePassResidentClusters(const TileDecodeShape& shape, const Tile
 // otherwise. Launches nothing.
 cudaError_t ChooseTileOnePass(const TileDecodeShape& shape, const TilePlan& plan,
                               bool* one_pass);
+
+// plan->one_pass as `mode` asks (one_pass_mode.h): kAuto, ChooseTileOnePass's answer (its error
+// returned); kOn, every byte-key call (a launch refuses a plan TileOnePassAllowed refuses); kOff,
+// never. What both `kvgate serve` and `kvgate bench attention` call with their --one-pass.
+inline cudaError_t ApplyOnePassMode(OnePassMode mode, const TileDecodeShape& shape,
+                                    TilePlan* plan) {
+  switch (mode) {
+    case OnePassMode::kOn:
+      plan->one_pass = shape.byte_keys;
+      return cudaSuccess;
+    case OnePassMode::kOff:
+      plan->one_pass = false;
+      return cudaSuccess;
+    case OnePassMode::kAuto:
+      break;
+  }
+  return ChooseTileOnePass(shape, *plan, &plan->one_pass);
+}
 
 // The write side of the tile pools (layout above; device memory) and, optionally, of the outlier
 // page blocks: both outlier pools null (no lists written), or both set with the rest.

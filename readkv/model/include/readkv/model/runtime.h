@@ -96,11 +96,12 @@ struct KvCacheOptions {
   // ReadPolicy::value_window_local: Value weights normalised per window. CPU only ("value_window"
   // on a CUDA server).
   bool value_window_local = false;
-  // The CUDA tile reader's kernel shape for byte keys in Value windows: "auto", one launch (a
-  // row's windows in one thread-block cluster) wherever the device holds every row's cluster at
-  // once (readkv::cuda::ChooseTileOnePass), else two; "off", always the two launches. The same
+  // The CUDA tile reader's kernel shape for byte keys in Value windows, a name of
+  // readkv::cuda::OnePassMode (the attention bench's --one-pass): "auto", one launch (a row's
+  // windows in one thread-block cluster) wherever the device holds every row's cluster at once
+  // (readkv::cuda::ChooseTileOnePass), else two; "off", always the two launches. The same
   // outputs either way: for A/B runs and as an escape hatch. "off" only for ReadKV on CUDA
-  // (refused elsewhere, and any other value, "one_pass").
+  // (refused elsewhere, and any other value, "on" included, "one_pass").
   std::string one_pass = "auto";
   // The tile reader's keys stored as uniform bytes (codec key_bytes.h, layout tiles16-kbytes):
   // W = 8 and every request's key bits 8 (a request asking fewer is refused, "kv_split"). On the
