@@ -93,6 +93,36 @@ PhaseTimes SummarisePhases(const std::vector<TilePhaseClocks>& clocks, int launc
     const int blocks = static_cast<int>(lifetimes.size());
     t.by_sm_load.push_back({load, blocks, SummariseTimes(std::move(lifetimes)).median_us});
   }
+  // The late blocks: each launch's last kLateBlockShare to end (d still holds the lifetimes).
+  const auto late_count = std::max<size_t>(
+      1, static_cast<size_t>(std::ceil(kLateBlockShare * static_cast<double>(per_launch))));
+  std::vector<double> late_start, late_lifetime, late_phase[kTilePhases];
+  for (size_t first = 0; first < clocks.size(); first += per_launch) {
+    std::vector<size_t> order(per_launch);
+    uint64_t start_lo = UINT64_MAX;
+    for (size_t i = 0; i < per_launch; ++i) {
+      order[i] = first + i;
+      start_lo = std::min<uint64_t>(start_lo, clocks[first + i].global_start_ns);
+    }
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(late_count),
+                      order.end(), [&clocks](size_t a, size_t b) {
+                        return clocks[a].global_end_ns > clocks[b].global_end_ns;
+                      });
+    for (size_t j = 0; j < late_count; ++j) {
+      const TilePhaseClocks& c = clocks[order[j]];
+      late_start.push_back(static_cast<double>(c.global_start_ns - start_lo) / 1000.0);
+      late_lifetime.push_back(d[order[j]]);
+      for (int k = 0; k < kTilePhases; ++k) {
+        late_phase[k].push_back(static_cast<double>(c.clock[k + 1] - c.clock[k]) * us_per_cycle);
+      }
+    }
+  }
+  t.late.blocks = static_cast<int>(late_start.size());
+  t.late.start_us = SummariseTimes(std::move(late_start)).median_us;
+  t.late.lifetime_median_us = SummariseTimes(std::move(late_lifetime)).median_us;
+  for (int k = 0; k < kTilePhases; ++k) {
+    t.late.median_us[k] = SummariseTimes(std::move(late_phase[k])).median_us;
+  }
   std::vector<double> spread, span;
   for (size_t first = 0; first < clocks.size(); first += per_launch) {
     uint64_t start_lo = UINT64_MAX, start_hi = 0, end_hi = 0;
@@ -129,6 +159,8 @@ nlohmann::json PhasesJson(const PhaseTimes& t) {
                        {"blocks", l.blocks},
                        {"lifetime_median_us", l.lifetime_median_us}});
   }
+  nlohmann::json late_median = nlohmann::json::array();
+  for (int k = 0; k < kTilePhases; ++k) late_median.push_back(t.late.median_us[k]);
   return {{"launches", t.launches},
           {"blocks", t.blocks},
           {"names", names},
@@ -138,7 +170,12 @@ nlohmann::json PhasesJson(const PhaseTimes& t) {
           {"start_spread_us", t.start_spread_us},
           {"span_us", t.span_us},
           {"sm_ghz", t.sm_ghz},
-          {"by_sm_load", by_load}};
+          {"by_sm_load", by_load},
+          {"late", {{"share", kLateBlockShare},
+                    {"blocks", t.late.blocks},
+                    {"start_us", t.late.start_us},
+                    {"median_us", late_median},
+                    {"lifetime_median_us", t.late.lifetime_median_us}}}};
 }
 
 nlohmann::json TimingJson(const TimingStats& t) {
@@ -304,6 +341,13 @@ void PrintBenchTable(const BenchReport& report, std::ostream& out) {
             << l.lifetime_median_us;
       }
       out << "\n";
+      out << std::setw(36) << "last to end: " << t.late.blocks << " blocks (each launch's last "
+          << std::setprecision(0) << 100.0 * kLateBlockShare << std::setprecision(1)
+          << "%), median us: start +" << t.late.start_us;
+      for (int k = 0; k < kTilePhases; ++k) {
+        out << ", " << kTilePhaseNames[k] << " " << t.late.median_us[k];
+      }
+      out << "; lifetime " << t.late.lifetime_median_us << "\n";
     }
   }
 }

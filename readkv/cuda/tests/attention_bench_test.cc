@@ -204,6 +204,32 @@ TEST(SummarisePhasesTest, GivesEachPhasesMedianAndTheLaunchesSpreadAtTheBlocksCl
   EXPECT_EQ(t.by_sm_load[1].blocks_an_sm, 2);
   EXPECT_EQ(t.by_sm_load[1].blocks, 4);
   EXPECT_NEAR(t.by_sm_load[1].lifetime_median_us, 45.0, 1e-9);
+  // The last to end, one a launch of three: the block that started 1 us late and lived 46.5.
+  EXPECT_EQ(t.late.blocks, 2);
+  EXPECT_NEAR(t.late.start_us, 1.0, 1e-9);
+  EXPECT_NEAR(t.late.lifetime_median_us, 46.5, 1e-9);
+  const double late[kTilePhases] = {22, 1, 0.5, 6, 14, 3};
+  for (int k = 0; k < kTilePhases; ++k) {
+    EXPECT_NEAR(t.late.median_us[k], late[k], 1e-9) << kTilePhaseNames[k];
+  }
+}
+
+TEST(SummarisePhasesTest, TheLastFivePercentToEndAreTheLateBlocks) {
+  // One launch of 40 blocks starting together: 37 whose Values take 15 us, then three that end
+  // later, by a longer Values (25 and 24 us) or a late start (12 us after the others, 15 us of
+  // Values). The last 5% (two blocks) to end are the 25-us one and the late starter.
+  std::vector<TilePhaseClocks> clocks;
+  for (int i = 0; i < 37; ++i) clocks.push_back(Timeline(1000, {20, 2, 0.5, 5, 15, 1}, i));
+  clocks.push_back(Timeline(1000, {20, 2, 0.5, 5, 25, 1}, 40));   // ends at 53.5 us
+  clocks.push_back(Timeline(1000, {20, 2, 0.5, 5, 24, 1}, 41));   // 52.5: not among the two
+  clocks.push_back(Timeline(13000, {20, 2, 0.5, 5, 15, 1}, 42));  // 12 + 43.5 = 55.5
+  const PhaseTimes t = SummarisePhases(clocks, 1);
+  EXPECT_NEAR(t.median_us[4], 15.0, 1e-9);
+  EXPECT_EQ(t.late.blocks, 2);
+  EXPECT_NEAR(t.late.start_us, 6.0, 1e-9);               // 0 and 12
+  EXPECT_NEAR(t.late.median_us[4], 20.0, 1e-9);          // 25 and 15
+  EXPECT_NEAR(t.late.lifetime_median_us, 48.5, 1e-9);    // 53.5 and 43.5
+  EXPECT_NEAR(t.span_us, 55.5, 1e-9);
 }
 
 TEST(SummarisePhasesTest, RefusesMissingOrDisorderedStampsNamingTheBlock) {
@@ -378,6 +404,7 @@ BenchReport SampleReport() {
   one.phases.span_us = 52.0;
   one.phases.sm_ghz = 1.76;
   one.phases.by_sm_load = {{3, 144, 41.9}, {5, 960, 43.8}};  // blocks an SM, blocks, lifetime
+  one.phases.late = {78, 0.3, {16.0, 3.0, 2.5, 8.0, 17.0, 1.5}, 48.0};
   BenchRow two = one;  // the same read in two launches, where one pass's clusters would fit
   two.phases = {};
   two.kv = "tile-kbytes:8:4:8:2";
@@ -456,6 +483,12 @@ TEST(BenchReportJsonTest, HoldsTheRunInfoDeviceStreamAndEveryRowWithItsLedgers) 
   EXPECT_EQ(load[1].at("blocks_an_sm"), 5);
   EXPECT_EQ(load[1].at("blocks"), 960);
   EXPECT_DOUBLE_EQ(load[1].at("lifetime_median_us").get<double>(), 43.8);
+  const nlohmann::json late = phases.at("late");
+  EXPECT_DOUBLE_EQ(late.at("share").get<double>(), kLateBlockShare);
+  EXPECT_EQ(late.at("blocks"), 78);
+  EXPECT_DOUBLE_EQ(late.at("start_us").get<double>(), 0.3);
+  EXPECT_DOUBLE_EQ(late.at("median_us")[4].get<double>(), 17.0);
+  EXPECT_DOUBLE_EQ(late.at("lifetime_median_us").get<double>(), 48.0);
   EXPECT_EQ(j.at("config").at("one_pass"), "auto");
 }
 
@@ -487,6 +520,13 @@ TEST(BenchTableTest, PrintsOneLinePerRowAndMarksNonFiniteOutputs) {
   EXPECT_NE(text.find("(SM 1.76 GHz)\n" + std::string(24, ' ') +
                       "by SM load: blocks an SM: blocks, lifetime median us: 3: 144, 41.9, "
                       "5: 960, 43.8\n"),
+            std::string::npos)
+      << text;
+  // And the blocks that ended last, under that.
+  EXPECT_NE(text.find("5: 960, 43.8\n" + std::string(23, ' ') +
+                      "last to end: 78 blocks (each launch's last 5%), median us: start +0.3, "
+                      "logits 16.0, barrier 3.0, statistics 2.5, cut 8.0, values 17.0, finish "
+                      "1.5; lifetime 48.0\n"),
             std::string::npos)
       << text;
 }

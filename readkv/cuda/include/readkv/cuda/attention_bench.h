@@ -134,7 +134,19 @@ struct PhaseTimes {
     double lifetime_median_us = 0;
   };
   std::vector<Load> by_sm_load;
+  // The launches' last blocks to end, per launch the kLateBlockShare of its blocks that end last
+  // by the global timer (at least one): their median start after the launch's first block
+  // start, each phase's median and their median lifetime. The call ends with them, so a change
+  // that shortens the median block but not these leaves the call where it was.
+  struct Late {
+    int blocks = 0;  // over all launches
+    double start_us = 0;
+    double median_us[kTilePhases] = {};
+    double lifetime_median_us = 0;
+  };
+  Late late;
 };
+inline constexpr double kLateBlockShare = 0.05;
 // PhaseTimes of `launches` launches' timelines, `clocks` holding each launch's blocks in turn.
 // Throws std::invalid_argument naming the launch and block whose stamps are missing (0) or out
 // of order, or when clocks.size() is not launches x a positive number of blocks.
