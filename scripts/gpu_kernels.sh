@@ -173,8 +173,11 @@ bench_into() {  # bench_into STEM KVGATE ARGS...
   shift 2
   "$kvgate" bench attention --device cuda "$@" --json "$OUT/$stem.json" > "$OUT/$stem.txt" 2>&1 ||
     { echo "== $stem FAILED (exit $?):"; head -3 "$OUT/$stem.txt"; } | tee -a "$OUT/summary.txt"
-  { echo "== $stem: $*"; grep -E "^ +[0-9]+ +[0-9]+ |^ +(one pass|two launches|phases|by SM load|last to end): " "$OUT/$stem.txt" |
-      awk '$1 == "one" || $1 == "two" || $1 == "phases:" || $1 == "by" || $1 == "last" {$1 = $1; print "    " $0; next}
+  # A row's time, and the lines under a one-pass row (its shape, phases, SM loads, last blocks
+  # to end, Values warps), indented under it.
+  local under="one pass|two launches|phases|by SM load|last to end|values warps"
+  { echo "== $stem: $*"; grep -E "^ +[0-9]+ +[0-9]+ |^ +($under): " "$OUT/$stem.txt" |
+      awk '$1 ~ /^(one|two|phases:|by|last|values)$/ {$1 = $1; print "    " $0; next}
            {printf "  %s x %s %s: %s us\n", $1, $2, $3, $4}'; } | tee -a "$OUT/summary.txt"
   echo "bench ($stem): $(( $(date +%s) - start )) s"
 }

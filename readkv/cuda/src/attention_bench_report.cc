@@ -55,6 +55,22 @@ PhaseTimes SummarisePhases(const std::vector<TilePhaseClocks>& clocks, int launc
                                     " missing or before the one ahead of it");
       }
     }
+    int warps_stamped = 0;
+    for (const unsigned long long end : c.values_warp_end) {
+      if (end == 0) continue;
+      ++warps_stamped;
+      // A warp with no tile of its own may end before thread 0 stamps the cut, never before
+      // the statistics' stamp (the barrier between them waits for thread 0).
+      if (end < c.clock[kStampStatistics] || end > c.clock[kStampValues]) {
+        throw std::invalid_argument("phase clocks: " + where() + ": a Values warp's end outside "
+                                    "the block's cut and Values phases");
+      }
+    }
+    if (warps_stamped != 0 && warps_stamped != kTilePhaseWarps) {
+      throw std::invalid_argument("phase clocks: " + where() + ": " +
+                                  std::to_string(warps_stamped) + " of " +
+                                  std::to_string(kTilePhaseWarps) + " Values warps' ends stamped");
+    }
     if (c.global_start_ns == 0 || c.global_end_ns <= c.global_start_ns) {
       throw std::invalid_argument("phase clocks: " + where() + ": global timer missing or not "
                                   "increasing");
@@ -123,6 +139,27 @@ PhaseTimes SummarisePhases(const std::vector<TilePhaseClocks>& clocks, int launc
   for (int k = 0; k < kTilePhases; ++k) {
     t.late.median_us[k] = SummariseTimes(std::move(late_phase[k])).median_us;
   }
+  // The Values warps' balance, over the blocks whose warps stamped their ends.
+  std::vector<double> fastest, slowest, gap;
+  for (const TilePhaseClocks& c : clocks) {
+    if (c.values_warp_end[0] == 0) continue;  // no Value tiles (all or none stamped, above)
+    const auto [lo, hi] = std::minmax_element(std::begin(c.values_warp_end),
+                                              std::end(c.values_warp_end));
+    const auto after_cut = [&c](unsigned long long end) {  // 0 for a warp done before the stamp
+      return end > c.clock[kStampCut] ? static_cast<double>(end - c.clock[kStampCut]) : 0.0;
+    };
+    fastest.push_back(after_cut(*lo) * us_per_cycle);
+    slowest.push_back(after_cut(*hi) * us_per_cycle);
+    gap.push_back(static_cast<double>(*hi - *lo) * us_per_cycle);
+  }
+  t.values_warps.blocks = static_cast<int>(gap.size());
+  if (!gap.empty()) {
+    t.values_warps.fastest_median_us = SummariseTimes(std::move(fastest)).median_us;
+    t.values_warps.slowest_median_us = SummariseTimes(std::move(slowest)).median_us;
+    const TimingStats g = SummariseTimes(std::move(gap));
+    t.values_warps.gap_median_us = g.median_us;
+    t.values_warps.gap_p90_us = g.p90_us;
+  }
   std::vector<double> spread, span;
   for (size_t first = 0; first < clocks.size(); first += per_launch) {
     uint64_t start_lo = UINT64_MAX, start_hi = 0, end_hi = 0;
@@ -171,6 +208,11 @@ nlohmann::json PhasesJson(const PhaseTimes& t) {
           {"span_us", t.span_us},
           {"sm_ghz", t.sm_ghz},
           {"by_sm_load", by_load},
+          {"values_warps", {{"blocks", t.values_warps.blocks},
+                            {"fastest_median_us", t.values_warps.fastest_median_us},
+                            {"slowest_median_us", t.values_warps.slowest_median_us},
+                            {"gap_median_us", t.values_warps.gap_median_us},
+                            {"gap_p90_us", t.values_warps.gap_p90_us}}},
           {"late", {{"share", kLateBlockShare},
                     {"blocks", t.late.blocks},
                     {"start_us", t.late.start_us},
@@ -348,6 +390,10 @@ void PrintBenchTable(const BenchReport& report, std::ostream& out) {
         out << ", " << kTilePhaseNames[k] << " " << t.late.median_us[k];
       }
       out << "; lifetime " << t.late.lifetime_median_us << "\n";
+      const PhaseTimes::Warps& w = t.values_warps;
+      out << std::setw(36) << "values warps: " << w.blocks << " blocks, median us: fastest "
+          << w.fastest_median_us << ", slowest " << w.slowest_median_us << ", gap "
+          << w.gap_median_us << " (p90 " << w.gap_p90_us << ")\n";
     }
   }
 }

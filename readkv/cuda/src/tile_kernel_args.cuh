@@ -80,6 +80,16 @@ __device__ __forceinline__ void StampPhase(const TileArgs& a, TilePhaseStamp sta
   }
 }
 
+// A one-pass block's warp's end of its Value stream (TilePhaseClocks::values_warp_end): lane 0
+// of each warp, nothing without the debug pointer.
+__device__ __forceinline__ void StampValuesWarpEnd(const TileArgs& a) {
+  static_assert(kMmaWarps == kTilePhaseWarps, "a stamp per warp of the block");
+  if (a.debug.phases == nullptr || threadIdx.x % kWarp != 0) return;
+  const size_t block =
+      (static_cast<size_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  a.debug.phases[block].values_warp_end[threadIdx.x / kWarp] = clock64();
+}
+
 // Token tile `tile` of (b, h) in a tile pool, through the page table (tile_pages.h).
 __device__ __forceinline__ const uint8_t* TileAt(const TileArgs& a, const uint8_t* pool,
                                                  int64_t tile_bytes, int b, int h, int tile) {

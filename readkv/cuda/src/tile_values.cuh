@@ -161,6 +161,7 @@ __device__ __forceinline__ void ValueSumsOfChunk(const TileArgs& a,
     n = next_n;
     slot ^= 1;
   }
+  if constexpr (kOnChip) StampValuesWarpEnd(a);
   __syncthreads();  // every warp is done with its ring: the warps' sums take its place
   auto& sums = *reinterpret_cast<float(*)[kMmaWarps][G][D]>(ring_bytes);
   // C: rows = channels (16 g + lane / 4, + 8), columns = heads (2 (lane % 4), + 1).

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -160,14 +161,20 @@ TEST(OnePassModeTest, ParsesItsThreeNamesAndNothingElse) {
 }
 
 // A block's timeline at 2 GHz (2 cycles a nanosecond): it starts at `start_ns` and spends
-// phase k (logits, barrier, statistics, cut, values, finish) `us[k]` microseconds.
+// phase k (logits, barrier, statistics, cut, values, finish) `us[k]` microseconds; its warps'
+// Value streams end `warps_us` after the cut (default: each at the Values phase's end).
 TilePhaseClocks Timeline(uint64_t start_ns, const std::array<double, kTilePhases>& us,
-                         unsigned sm = 0) {
+                         unsigned sm = 0, std::array<double, kTilePhaseWarps> warps_us = {}) {
   TilePhaseClocks c{};
   c.sm = sm;
   c.clock[0] = 1000000 + 2 * start_ns;
   for (int k = 0; k < kTilePhases; ++k) {
     c.clock[k + 1] = c.clock[k] + static_cast<uint64_t>(std::llround(2000.0 * us[k]));
+  }
+  for (int w = 0; w < kTilePhaseWarps; ++w) {
+    const double after_cut = warps_us[w] > 0 ? warps_us[w] : us[4];
+    c.values_warp_end[w] =
+        c.clock[kStampCut] + static_cast<uint64_t>(std::llround(2000.0 * after_cut));
   }
   c.global_start_ns = start_ns;
   c.global_end_ns = start_ns + (c.clock[kStampEnd] - c.clock[kStampStart]) / 2;
@@ -232,6 +239,23 @@ TEST(SummarisePhasesTest, TheLastFivePercentToEndAreTheLateBlocks) {
   EXPECT_NEAR(t.span_us, 55.5, 1e-9);
 }
 
+TEST(SummarisePhasesTest, GivesTheValuesWarpsFastestSlowestAndGap) {
+  // Three blocks whose Values phase is 16 us: one balanced, two with a warp far behind the rest
+  // (gaps 4 and 6 us); a fourth reads no Value tile (no warp stamps) and is left out.
+  std::vector<TilePhaseClocks> clocks = {
+      Timeline(1000, {20, 2, 0.5, 5, 16, 1}, 0, {16, 16, 16, 16}),
+      Timeline(1000, {20, 2, 0.5, 5, 16, 1}, 1, {12, 16, 13, 12.5}),
+      Timeline(1000, {20, 2, 0.5, 5, 16, 1}, 2, {10, 11, 16, 10.5}),
+      Timeline(1000, {20, 2, 0.5, 5, 1, 1}, 3)};
+  std::fill(std::begin(clocks[3].values_warp_end), std::end(clocks[3].values_warp_end), 0ull);
+  const PhaseTimes t = SummarisePhases(clocks, 1);
+  EXPECT_EQ(t.values_warps.blocks, 3);
+  EXPECT_NEAR(t.values_warps.fastest_median_us, 12.0, 1e-9);  // 16, 12, 10
+  EXPECT_NEAR(t.values_warps.slowest_median_us, 16.0, 1e-9);
+  EXPECT_NEAR(t.values_warps.gap_median_us, 4.0, 1e-9);       // 0, 4, 6
+  EXPECT_NEAR(t.values_warps.gap_p90_us, 5.6, 1e-9);
+}
+
 TEST(SummarisePhasesTest, RefusesMissingOrDisorderedStampsNamingTheBlock) {
   const TilePhaseClocks good = Timeline(5000, {20, 2, 0.5, 5, 15, 1});
   const auto message = [](const std::vector<TilePhaseClocks>& clocks, int launches) {
@@ -250,6 +274,19 @@ TEST(SummarisePhasesTest, RefusesMissingOrDisorderedStampsNamingTheBlock) {
   TilePhaseClocks backwards = good;
   std::swap(backwards.clock[kStampLogits], backwards.clock[kStampBarrier]);
   EXPECT_NE(message({backwards}, 1).find("launch 0, block 0: stamp 2"), std::string::npos);
+  TilePhaseClocks early_warp = good;  // a warp's Values end before the statistics were formed
+  early_warp.values_warp_end[2] = early_warp.clock[kStampStatistics] - 1;
+  EXPECT_NE(message({good, early_warp}, 1).find("launch 0, block 1: a Values warp's end outside"),
+            std::string::npos)
+      << message({good, early_warp}, 1);
+  TilePhaseClocks idle_warp = good;  // a warp with no tile, done before thread 0's cut stamp
+  idle_warp.values_warp_end[3] = idle_warp.clock[kStampCut] - 1;
+  EXPECT_EQ(message({idle_warp}, 1), "no error");
+  TilePhaseClocks one_warp = good;  // only some warps stamped
+  one_warp.values_warp_end[1] = 0;
+  EXPECT_NE(message({one_warp}, 1).find("block 0: 3 of 4 Values warps' ends stamped"),
+            std::string::npos)
+      << message({one_warp}, 1);
   TilePhaseClocks no_timer = good;
   no_timer.global_end_ns = no_timer.global_start_ns;
   EXPECT_NE(message({no_timer}, 1).find("global timer"), std::string::npos);
@@ -405,6 +442,7 @@ BenchReport SampleReport() {
   one.phases.sm_ghz = 1.76;
   one.phases.by_sm_load = {{3, 144, 41.9}, {5, 960, 43.8}};  // blocks an SM, blocks, lifetime
   one.phases.late = {78, 0.3, {16.0, 3.0, 2.5, 8.0, 17.0, 1.5}, 48.0};
+  one.phases.values_warps = {1536, 12.5, 15.0, 2.0, 3.5};
   BenchRow two = one;  // the same read in two launches, where one pass's clusters would fit
   two.phases = {};
   two.kv = "tile-kbytes:8:4:8:2";
@@ -483,6 +521,12 @@ TEST(BenchReportJsonTest, HoldsTheRunInfoDeviceStreamAndEveryRowWithItsLedgers) 
   EXPECT_EQ(load[1].at("blocks_an_sm"), 5);
   EXPECT_EQ(load[1].at("blocks"), 960);
   EXPECT_DOUBLE_EQ(load[1].at("lifetime_median_us").get<double>(), 43.8);
+  const nlohmann::json warps = phases.at("values_warps");
+  EXPECT_EQ(warps.at("blocks"), 1536);
+  EXPECT_DOUBLE_EQ(warps.at("fastest_median_us").get<double>(), 12.5);
+  EXPECT_DOUBLE_EQ(warps.at("slowest_median_us").get<double>(), 15.0);
+  EXPECT_DOUBLE_EQ(warps.at("gap_median_us").get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(warps.at("gap_p90_us").get<double>(), 3.5);
   const nlohmann::json late = phases.at("late");
   EXPECT_DOUBLE_EQ(late.at("share").get<double>(), kLateBlockShare);
   EXPECT_EQ(late.at("blocks"), 78);
@@ -526,7 +570,9 @@ TEST(BenchTableTest, PrintsOneLinePerRowAndMarksNonFiniteOutputs) {
   EXPECT_NE(text.find("5: 960, 43.8\n" + std::string(23, ' ') +
                       "last to end: 78 blocks (each launch's last 5%), median us: start +0.3, "
                       "logits 16.0, barrier 3.0, statistics 2.5, cut 8.0, values 17.0, finish "
-                      "1.5; lifetime 48.0\n"),
+                      "1.5; lifetime 48.0\n" + std::string(22, ' ') +
+                      "values warps: 1536 blocks, median us: fastest 12.5, slowest 15.0, gap 2.0 "
+                      "(p90 3.5)\n"),
             std::string::npos)
       << text;
 }

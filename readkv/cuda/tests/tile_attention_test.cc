@@ -391,12 +391,14 @@ TEST_P(TileKernelTest, MatchesTheCpuTileReader) {
   for (const TilePhaseClocks& p : gpu.phases) {  // the timeline is one pass's alone
     ASSERT_EQ(p.clock[kStampStart], 0u);
     ASSERT_EQ(p.global_end_ns, 0u);
+    for (const unsigned long long end : p.values_warp_end) ASSERT_EQ(end, 0u);
   }
   if (OnePassFits(c, cpu)) {
     GpuRun one;
     ASSERT_NO_FATAL_FAILURE(RunOnGpu(cpu, shape, c, nullptr, one, /*one_pass=*/true));
     ASSERT_TRUE(one.one_pass);
-    // Every block stamped its timeline, in order (SummarisePhases checks each stamp).
+    // Every block stamped its timeline, in order, and each of its warps its Values end
+    // (SummarisePhases checks each stamp).
     EXPECT_NO_THROW(SummarisePhases(one.phases, 1));
     EXPECT_EQ(one.value_depths, gpu.value_depths);
     EXPECT_EQ(one.weights, gpu.weights);

@@ -145,11 +145,21 @@ struct PhaseTimes {
     double lifetime_median_us = 0;
   };
   Late late;
+  // The Value stream's balance over a block's warps (TilePhaseClocks::values_warp_end), over the
+  // blocks that read Value tiles: each block's fastest and slowest warp's stream (cut stamp to
+  // its end) and the gap between them, medians (and the gap's p90). The Values phase waits for
+  // the slowest.
+  struct Warps {
+    int blocks = 0;  // over all launches
+    double fastest_median_us = 0, slowest_median_us = 0, gap_median_us = 0, gap_p90_us = 0;
+  };
+  Warps values_warps;
 };
 inline constexpr double kLateBlockShare = 0.05;
 // PhaseTimes of `launches` launches' timelines, `clocks` holding each launch's blocks in turn.
 // Throws std::invalid_argument naming the launch and block whose stamps are missing (0) or out
-// of order, or when clocks.size() is not launches x a positive number of blocks.
+// of order (a warp's Values end outside its block's cut and Values phases, or only some warps'
+// set), or when clocks.size() is not launches x a positive number of blocks.
 PhaseTimes SummarisePhases(const std::vector<TilePhaseClocks>& clocks, int launches);
 
 struct BenchRow {

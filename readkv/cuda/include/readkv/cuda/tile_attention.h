@@ -194,7 +194,9 @@ size_t TileDecodeWorkspaceBytes(const TileDecodeShape& shape, const TilePlan& pl
 // timer (%globaltimer, ns) at the first and last: start; its chunk's Logits done (thread 0's
 // warp); the cluster barrier passed (every chunk's statistics visible); the row's statistics
 // formed; the window's Value depths cut; its Value stream done and its partial written; its
-// end (the row finished by its last block, the cluster's last barrier passed).
+// end (the row finished by its last block, the cluster's last barrier passed). Lane 0 of each
+// of its kTilePhaseWarps warps also reads the clock when that warp's share of the Value stream
+// is done (before the block's barrier that ends the phase; 0 in a block with no Value tiles).
 enum TilePhaseStamp : int {
   kStampStart,
   kStampLogits,
@@ -205,8 +207,10 @@ enum TilePhaseStamp : int {
   kStampEnd,
   kTilePhaseStamps
 };
+inline constexpr int kTilePhaseWarps = 4;  // the warps of a TileWindowPass block
 struct TilePhaseClocks {
   unsigned long long clock[kTilePhaseStamps];  // SM cycles at each stamp
+  unsigned long long values_warp_end[kTilePhaseWarps];  // SM cycles, each warp's Values done
   unsigned long long global_start_ns;          // the global timer at kStampStart ...
   unsigned long long global_end_ns;            // ... and at kStampEnd
   unsigned sm;                                 // the SM it ran on (%smid, at kStampStart)
