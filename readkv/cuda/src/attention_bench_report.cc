@@ -36,6 +36,73 @@ TimingStats SummariseTimes(std::vector<double> times_us) {
   return stats;
 }
 
+namespace {
+
+// PhaseTimes::late: each launch's (per_launch blocks of `clocks`) last kLateBlockShare to end.
+PhaseTimes::Late LateBlocks(const std::vector<TilePhaseClocks>& clocks, size_t per_launch,
+                            const std::vector<double>& lifetimes, double us_per_cycle) {
+  const auto late_count = std::max<size_t>(
+      1, static_cast<size_t>(std::ceil(kLateBlockShare * static_cast<double>(per_launch))));
+  std::vector<double> late_start, late_lifetime, late_phase[kTilePhases];
+  for (size_t first = 0; first < clocks.size(); first += per_launch) {
+    std::vector<size_t> order(per_launch);
+    uint64_t start_lo = UINT64_MAX;
+    for (size_t i = 0; i < per_launch; ++i) {
+      order[i] = first + i;
+      start_lo = std::min<uint64_t>(start_lo, clocks[first + i].global_start_ns);
+    }
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(late_count),
+                      order.end(), [&clocks](size_t a, size_t b) {
+                        return clocks[a].global_end_ns > clocks[b].global_end_ns;
+                      });
+    for (size_t j = 0; j < late_count; ++j) {
+      const TilePhaseClocks& c = clocks[order[j]];
+      late_start.push_back(static_cast<double>(c.global_start_ns - start_lo) / 1000.0);
+      late_lifetime.push_back(lifetimes[order[j]]);
+      for (int k = 0; k < kTilePhases; ++k) {
+        late_phase[k].push_back(static_cast<double>(c.clock[k + 1] - c.clock[k]) * us_per_cycle);
+      }
+    }
+  }
+  PhaseTimes::Late late;
+  late.blocks = static_cast<int>(late_start.size());
+  late.start_us = SummariseTimes(std::move(late_start)).median_us;
+  late.lifetime_median_us = SummariseTimes(std::move(late_lifetime)).median_us;
+  for (int k = 0; k < kTilePhases; ++k) {
+    late.median_us[k] = SummariseTimes(std::move(late_phase[k])).median_us;
+  }
+  return late;
+}
+
+// PhaseTimes::values_warps, over the blocks whose warps stamped their ends (checked: all or none).
+PhaseTimes::Warps ValuesWarpBalance(const std::vector<TilePhaseClocks>& clocks,
+                                    double us_per_cycle) {
+  std::vector<double> fastest, slowest, gap;
+  for (const TilePhaseClocks& c : clocks) {
+    if (c.values_warp_end[0] == 0) continue;  // no Value tiles
+    const auto [lo, hi] = std::minmax_element(std::begin(c.values_warp_end),
+                                              std::end(c.values_warp_end));
+    const auto after_cut = [&c](unsigned long long end) {  // 0 for a warp done before the stamp
+      return end > c.clock[kStampCut] ? static_cast<double>(end - c.clock[kStampCut]) : 0.0;
+    };
+    fastest.push_back(after_cut(*lo) * us_per_cycle);
+    slowest.push_back(after_cut(*hi) * us_per_cycle);
+    gap.push_back(static_cast<double>(*hi - *lo) * us_per_cycle);
+  }
+  PhaseTimes::Warps w;
+  w.blocks = static_cast<int>(gap.size());
+  if (!gap.empty()) {
+    w.fastest_median_us = SummariseTimes(std::move(fastest)).median_us;
+    w.slowest_median_us = SummariseTimes(std::move(slowest)).median_us;
+    const TimingStats g = SummariseTimes(std::move(gap));
+    w.gap_median_us = g.median_us;
+    w.gap_p90_us = g.p90_us;
+  }
+  return w;
+}
+
+}  // namespace
+
 PhaseTimes SummarisePhases(const std::vector<TilePhaseClocks>& clocks, int launches) {
   if (launches < 1 || clocks.empty() || clocks.size() % static_cast<size_t>(launches) != 0) {
     throw std::invalid_argument("phase clocks: " + std::to_string(clocks.size()) +
@@ -109,57 +176,8 @@ PhaseTimes SummarisePhases(const std::vector<TilePhaseClocks>& clocks, int launc
     const int blocks = static_cast<int>(lifetimes.size());
     t.by_sm_load.push_back({load, blocks, SummariseTimes(std::move(lifetimes)).median_us});
   }
-  // The late blocks: each launch's last kLateBlockShare to end (d still holds the lifetimes).
-  const auto late_count = std::max<size_t>(
-      1, static_cast<size_t>(std::ceil(kLateBlockShare * static_cast<double>(per_launch))));
-  std::vector<double> late_start, late_lifetime, late_phase[kTilePhases];
-  for (size_t first = 0; first < clocks.size(); first += per_launch) {
-    std::vector<size_t> order(per_launch);
-    uint64_t start_lo = UINT64_MAX;
-    for (size_t i = 0; i < per_launch; ++i) {
-      order[i] = first + i;
-      start_lo = std::min<uint64_t>(start_lo, clocks[first + i].global_start_ns);
-    }
-    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(late_count),
-                      order.end(), [&clocks](size_t a, size_t b) {
-                        return clocks[a].global_end_ns > clocks[b].global_end_ns;
-                      });
-    for (size_t j = 0; j < late_count; ++j) {
-      const TilePhaseClocks& c = clocks[order[j]];
-      late_start.push_back(static_cast<double>(c.global_start_ns - start_lo) / 1000.0);
-      late_lifetime.push_back(d[order[j]]);
-      for (int k = 0; k < kTilePhases; ++k) {
-        late_phase[k].push_back(static_cast<double>(c.clock[k + 1] - c.clock[k]) * us_per_cycle);
-      }
-    }
-  }
-  t.late.blocks = static_cast<int>(late_start.size());
-  t.late.start_us = SummariseTimes(std::move(late_start)).median_us;
-  t.late.lifetime_median_us = SummariseTimes(std::move(late_lifetime)).median_us;
-  for (int k = 0; k < kTilePhases; ++k) {
-    t.late.median_us[k] = SummariseTimes(std::move(late_phase[k])).median_us;
-  }
-  // The Values warps' balance, over the blocks whose warps stamped their ends.
-  std::vector<double> fastest, slowest, gap;
-  for (const TilePhaseClocks& c : clocks) {
-    if (c.values_warp_end[0] == 0) continue;  // no Value tiles (all or none stamped, above)
-    const auto [lo, hi] = std::minmax_element(std::begin(c.values_warp_end),
-                                              std::end(c.values_warp_end));
-    const auto after_cut = [&c](unsigned long long end) {  // 0 for a warp done before the stamp
-      return end > c.clock[kStampCut] ? static_cast<double>(end - c.clock[kStampCut]) : 0.0;
-    };
-    fastest.push_back(after_cut(*lo) * us_per_cycle);
-    slowest.push_back(after_cut(*hi) * us_per_cycle);
-    gap.push_back(static_cast<double>(*hi - *lo) * us_per_cycle);
-  }
-  t.values_warps.blocks = static_cast<int>(gap.size());
-  if (!gap.empty()) {
-    t.values_warps.fastest_median_us = SummariseTimes(std::move(fastest)).median_us;
-    t.values_warps.slowest_median_us = SummariseTimes(std::move(slowest)).median_us;
-    const TimingStats g = SummariseTimes(std::move(gap));
-    t.values_warps.gap_median_us = g.median_us;
-    t.values_warps.gap_p90_us = g.p90_us;
-  }
+  t.late = LateBlocks(clocks, per_launch, d, us_per_cycle);  // d: the lifetimes, from above
+  t.values_warps = ValuesWarpBalance(clocks, us_per_cycle);
   std::vector<double> spread, span;
   for (size_t first = 0; first < clocks.size(); first += per_launch) {
     uint64_t start_lo = UINT64_MAX, start_hi = 0, end_hi = 0;
