@@ -64,13 +64,18 @@ __device__ __forceinline__ size_t RowOf(const TileArgs& a, int b, int h) {
   return static_cast<size_t>(b) * a.heads_kv + h;
 }
 
+// This block's timeline in TileDecodeDebug::phases (non-null), the grid's blocks in order.
+__device__ __forceinline__ TilePhaseClocks& BlockPhaseClocks(const TileArgs& a) {
+  const size_t block =
+      (static_cast<size_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  return a.debug.phases[block];
+}
+
 // A one-pass block's timeline stamp (TileDecodeDebug::phases, TilePhaseClocks): thread 0 only,
 // nothing without the debug pointer (a uniform test of a kernel parameter).
 __device__ __forceinline__ void StampPhase(const TileArgs& a, TilePhaseStamp stamp) {
   if (a.debug.phases == nullptr || threadIdx.x != 0) return;
-  const size_t block =
-      (static_cast<size_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-  TilePhaseClocks& p = a.debug.phases[block];
+  TilePhaseClocks& p = BlockPhaseClocks(a);
   p.clock[stamp] = clock64();
   if (stamp == kStampStart) asm volatile("mov.u32 %0, %%smid;" : "=r"(p.sm));
   if (stamp == kStampStart || stamp == kStampEnd) {
@@ -85,9 +90,7 @@ __device__ __forceinline__ void StampPhase(const TileArgs& a, TilePhaseStamp sta
 __device__ __forceinline__ void StampValuesWarpEnd(const TileArgs& a) {
   static_assert(kMmaWarps == kTilePhaseWarps, "a stamp per warp of the block");
   if (a.debug.phases == nullptr || threadIdx.x % kWarp != 0) return;
-  const size_t block =
-      (static_cast<size_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-  a.debug.phases[block].values_warp_end[threadIdx.x / kWarp] = clock64();
+  BlockPhaseClocks(a).values_warp_end[threadIdx.x / kWarp] = clock64();
 }
 
 // Token tile `tile` of (b, h) in a tile pool, through the page table (tile_pages.h).

@@ -19,7 +19,6 @@
 #include <functional>
 #include <iosfwd>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "readkv/codec/attention.h"
@@ -56,7 +55,6 @@ KvSpec ParseKvSpec(const std::string& text);
 std::vector<KvSpec> ParseKvSpecs(const std::string& text);
 // A comma-separated list of positive integers ("8192,32768"); throws InvalidArgument(flag).
 std::vector<int64_t> ParsePositiveList(const std::string& flag, const std::string& text);
-
 
 struct BenchConfig {
   std::vector<int64_t> tokens = {8192};  // T per sequence (the maximum when ragged)

@@ -209,11 +209,11 @@ enum TilePhaseStamp : int {
 };
 inline constexpr int kTilePhaseWarps = 4;  // the warps of a TileWindowPass block
 struct TilePhaseClocks {
-  unsigned long long clock[kTilePhaseStamps];  // SM cycles at each stamp
+  unsigned long long clock[kTilePhaseStamps];            // SM cycles at each stamp
   unsigned long long values_warp_end[kTilePhaseWarps];  // SM cycles, each warp's Values done
-  unsigned long long global_start_ns;          // the global timer at kStampStart ...
-  unsigned long long global_end_ns;            // ... and at kStampEnd
-  unsigned sm;                                 // the SM it ran on (%smid, at kStampStart)
+  unsigned long long global_start_ns;                   // the global timer at kStampStart ...
+  unsigned long long global_end_ns;                     // ... and at kStampEnd
+  unsigned sm;  // the SM it ran on (%smid, at kStampStart)
 };
 
 // Optional outputs for tests (any may be null; device memory).
