@@ -27,62 +27,70 @@
 
 namespace readkv::cuda::tile_kernels {
 
-// The row's output from the chunks' partials (`chunks` of them, read through L2: another block
-// of the same launch may have written them): per head mu mass + sigma acc / sum plus the residual
-// window's p v (exact BF16), then the inverse V transform (FWHT, scale, signs), as the CPU
-// reader's finish. head_max, head_inv (1 / sum) and head_mass (the encoded tokens' share)
-// are [G]; x is kMaxGroup rows of 128 floats of shared memory. Every thread of the block calls
-// it, and the block has kThreads of them.
+// The row's output for heads [q_lo, q_hi) from the chunks' partials (`chunks` of them):
+// per head mu mass + sigma acc / sum plus the residual window's p v (exact BF16), then the
+// inverse V transform (FWHT, scale, signs), as the CPU reader's finish. part(k, i) is element i
+// (head i / D, channel i % D) of chunk k's partial [G][D]: through L2 (TileWindowValues: another
+// block of the same launch may have written it) or another block's shared memory
+// (TileWindowPass). head_max, head_inv (1 / sum) and head_mass (the encoded tokens' share) are
+// [G]; x is kMaxGroup rows of 128 floats of shared memory. Every thread of the block calls it,
+// and the block has kThreads of them.
 //
-// Thread i owns the elements (head, channel) i, i + kThreads, ... of the row's G x D, and
-// issues every load of a batch of chunks for all of them before it adds the first, so the
-// block waits about one L2 round trip a batch. The sums keep the chunks' order (the same bits).
+// The heads' sums go kHeadsAtOnce heads a pass: thread i owns elements i, i + kThreads, ... of
+// the pass, and issues every load of a batch of chunks for all of them before it adds the
+// first, so the block waits about one round trip a batch. The sums keep the chunks' order (the
+// same bits).
 // Why: with a thread per channel summing a chain over the chunks, head by head, the loads went
 // out a few at a time, and the block that ends a row took 3.8-4.5 us in its finish against
 // 0.7-0.8 for the others (H100, a98a401: the bench's `last to end` line), on the call's path.
-template <int D, int G, int kThreads>
+template <int D, int G, int kThreads, int kHeadsAtOnce, typename Partial>
 __device__ __forceinline__ void FinishTileRow(const TileArgs& a, int b, int h, int chunks,
+                                              int q_lo, int q_hi, const Partial& part,
                                               const float* head_max, const float* head_inv,
                                               const float* head_mass, float (*x)[128]) {
-  constexpr int kEach = (G * D + kThreads - 1) / kThreads;  // elements a thread owns
-  constexpr int kBatch = kEach * 4 >= 16 ? 4 : 16 / kEach;  // chunks a batch: <= 16 loads
-  const int tid = threadIdx.x;
+  constexpr int kSpan = kHeadsAtOnce * D;                         // elements a pass sums
+  constexpr int kEach = (kSpan + kThreads - 1) / kThreads;        // of them a thread's
+  constexpr int kBatch = kEach * 4 >= 16 ? 4 : 16 / kEach;        // chunks a batch: <= 16 loads
+  static_assert(kHeadsAtOnce >= 1 && kHeadsAtOnce <= G, "a pass takes 1 to G heads");
+  const int tid = threadIdx.x, lo = q_lo * D, hi = q_hi * D;
   const size_t row = RowOf(a, b, h);
   const size_t first_q = static_cast<size_t>(b) * a.heads_q + static_cast<size_t>(h) * G;
-  const float* partials = a.partials + row * a.chunks * kMaxGroup * D;
-  const auto owns = [tid](int e) { return tid + e * kThreads < G * D; };
-  float acc[kEach];
+  for (int from = lo; from < hi; from += kSpan) {
+    const int to = min(hi, from + kSpan);
+    const auto owns = [=](int e) { return from + tid + e * kThreads < to; };
+    float acc[kEach];
 #pragma unroll
-  for (int e = 0; e < kEach; ++e) acc[e] = 0.0f;
-  for (int k0 = 0; k0 < chunks; k0 += kBatch) {
-    float part[kEach][kBatch];
+    for (int e = 0; e < kEach; ++e) acc[e] = 0.0f;
+    for (int k0 = 0; k0 < chunks; k0 += kBatch) {
+      float p[kEach][kBatch];
 #pragma unroll
-    for (int e = 0; e < kEach; ++e) {
-      const int idx = tid + e * kThreads;  // head idx / D, channel idx % D
+      for (int e = 0; e < kEach; ++e) {
 #pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const bool in = owns(e) && k0 + j < chunks;
-        part[e][j] = in ? __ldcg(partials + static_cast<size_t>(k0 + j) * kMaxGroup * D + idx)
-                        : 0.0f;
+        for (int j = 0; j < kBatch; ++j) {
+          const bool in = owns(e) && k0 + j < chunks;
+          p[e][j] = in ? part(k0 + j, from + tid + e * kThreads) : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < kEach; ++e) {
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+          if (k0 + j < chunks) acc[e] += p[e][j];
+        }
       }
     }
 #pragma unroll
     for (int e = 0; e < kEach; ++e) {
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        if (k0 + j < chunks) acc[e] += part[e][j];
-      }
+      const int idx = from + tid + e * kThreads;
+      if (owns(e)) x[idx / D][idx % D] = acc[e];
     }
   }
-#pragma unroll
-  for (int e = 0; e < kEach; ++e) {
-    const int idx = tid + e * kThreads;
-    if (owns(e)) x[idx / D][idx % D] = acc[e];
-  }
-  // Each thread reads back only what it wrote: no barrier before the next loop.
+  // The passes give a thread other elements than the loop below when a pass is narrower than
+  // the block (one head of 64 channels, 128 threads), so the sums are made visible first.
+  __syncthreads();
   const int residual = a.in.residual_lens[b];
   const uint16_t* values = a.in.residual_values + row * a.max_residual * D;
-  for (int idx = tid; idx < G * D; idx += kThreads) {
+  for (int idx = lo + tid; idx < hi; idx += kThreads) {
     const int q = idx / D, c = idx % D;
     const size_t channel = static_cast<size_t>(h) * D + c;
     const float mu = a.codec.value_mean[channel], sd = a.codec.value_std[channel];
@@ -94,15 +102,25 @@ __device__ __forceinline__ void FinishTileRow(const TileArgs& a, int b, int h, i
     }
     x[q][c] = out;
   }
-  __syncthreads();
-  internal::BlockFwhtRows(x, G, D, a.transform_scale);
-  for (int idx = tid; idx < G * D; idx += kThreads) {
+  internal::BlockFwhtRows(x + q_lo, q_hi - q_lo, D, a.transform_scale);  // synchronises first
+  for (int idx = lo + tid; idx < hi; idx += kThreads) {
     const int q = idx / D, c = idx % D;
     const float sign = a.codec.value_signs[static_cast<size_t>(h) * D + c];
     const float v = x[q][c];
     a.in.out[(first_q + q) * D + c] = sign < 0.0f ? -v : v;
   }
 }
+
+// FinishTileRow's partials from the workspace, read through L2 (other blocks wrote them).
+template <int D>
+struct WorkspacePartials {
+  const float* row;  // chunk 0's [kMaxGroup][D]
+  __device__ __forceinline__ WorkspacePartials(const TileArgs& a, int b, int h)
+      : row(a.partials + RowOf(a, b, h) * a.chunks * kMaxGroup * D) {}
+  __device__ __forceinline__ float operator()(int k, int i) const {
+    return __ldcg(row + static_cast<size_t>(k) * kMaxGroup * D + i);
+  }
+};
 
 // What a window's Values block reads of the Logits' work: chunk k's statistics (M [G], then
 // sum e [G]) at chunk_stats(k), and its own tiles' e values and maxima M, either in the
@@ -111,13 +129,25 @@ __device__ __forceinline__ void FinishTileRow(const TileArgs& a, int b, int h, i
 // `lanes` is LookUpValueLanes over the window's tiles (the block's warp shares).
 // `encoded` and `residual` are the row's lengths (in.encoded_lens[b], in.residual_lens[b]),
 // read by the caller, before TileWindowPass's cluster barrier, so they are not read after it.
+// `partial` is where the block's sums go ([kMaxGroup][D] floats): its workspace slot; on chip
+// (TileWindowPass) it is null and they stay in the ring, at kPassPartialAt.
 template <typename ChunkStats>
 struct WindowSources {
   ChunkStats chunk_stats;  // k -> const float*
   const uint8_t* heads;
   ValueLaneLookups lanes;
   int encoded, residual;
+  float* partial;
 };
+
+// Where a one-pass block (kOnChip) keeps, in its staging ring, its partial sums ([kMaxGroup][128] floats,
+// read by the other blocks of its cluster) and the rows its finish transforms: past the Values
+// warps' sums ([kMmaWarps][kMaxGroup][128] floats at its start), which are read as the partial
+// is written.
+inline constexpr int kPassPartialAt = kMmaWarps * kMaxGroup * 128 * 4;
+inline constexpr int kPassRowsAt = kPassPartialAt + kMaxGroup * 128 * 4;
+static_assert(kPassRowsAt + kMaxGroup * 128 * 4 <= kMmaWarps * kStages * kStageBytes,
+              "the partial and the finish's rows fit the ring");
 
 // LookUpValueLanes over window `chunk` of row (b, h) (none past the sequence's end).
 template <int D>
@@ -145,17 +175,19 @@ struct WindowCutShared {
 //   2. the window's Value block weights (thread j: block j) and depths: FloorBudget(R_V, its
 //      blocks) block-planes, the cut by BlockSelect as TileSelect's over the row;
 //   3. ValueSumsOfChunk with those depths;
-//   4. the last block of the row to finish (arrivals) sums the partials: FinishTileRow.
-// Blocks past a sequence's end do 1 and 4 only (they must arrive: the last one may be one).
-// after_stats() runs once step 1 has read every chunk's statistics (TileWindowPass: its blocks
-// may then leave). `table` and `ring_bytes` as LogitsOfChunk's; every thread calls it.
-template <int D, int G, bool kOnChip, typename ChunkStats, typename AfterStats>
+//   4. finish(active, head_max, head_inv, head_mass): the row's output from the partials, by
+//      the caller's schedule (FinishByLastBlock, or TileWindowPass's through the cluster).
+// Blocks past a sequence's end do 1 and 4 only (they must take part in 4: the last one may be
+// one). after_stats() runs once step 1 has read every chunk's statistics (TileWindowPass: its
+// blocks may then leave). `table` and `ring_bytes` as LogitsOfChunk's; every thread calls it.
+template <int D, int G, bool kOnChip, typename ChunkStats, typename AfterStats, typename Finish>
 __device__ __forceinline__ void WindowValuesOfChunk(const TileArgs& a,
                                                     const tile::TileCentroids& centroids,
                                                     uint16_t* table, uint8_t* ring_bytes,
                                                     int chunk, int h, int b,
                                                     const WindowSources<ChunkStats>& from,
-                                                    const AfterStats& after_stats) {
+                                                    const AfterStats& after_stats,
+                                                    const Finish& finish) {
   constexpr int kWindowTiles = kTileMaxChunk / 16;
   constexpr int kHeadBytes = tile::ValueHeadBytes(G);
   static_assert(kWindowTiles <= kMmaThreads, "a thread per block of the window");
@@ -276,16 +308,31 @@ __device__ __forceinline__ void WindowValuesOfChunk(const TileArgs& a,
   if (n > 0) {
     ValueSumsOfChunk<D, G, kOnChip>(a, centroids, table, head_max, depths, b, h, first, first + n,
                                     from.lanes, ring_bytes, from.heads,
-                                    a.partials + (row * a.chunks + chunk) * kMaxGroup * D);
+                                    kOnChip ? reinterpret_cast<float*>(ring_bytes + kPassPartialAt)
+                                            : from.partial);
   }
   if constexpr (kOnChip) StampPhase(a, kStampValues);
 
-  // 4. The row's finish, by its last block.
-  if (internal::ArriveLast(a.arrivals + row, a.chunks)) {
-    FinishTileRow<D, G, kMmaThreads>(a, b, h, active, head_max, head_invf, head_mass,
-                        reinterpret_cast<float(*)[128]>(ring_bytes));
-  }
+  // 4. The row's finish.
+  finish(active, head_max, head_invf, head_mass);
 }
+
+// TileWindowValues' finish: the last block of the row to arrive (arrivals) sums the partials
+// from the workspace, where every block wrote its own. `ring_bytes` holds the rows x.
+template <int D, int G>
+struct FinishByLastBlock {
+  const TileArgs& a;
+  int b, h;
+  uint8_t* ring_bytes;
+  __device__ __forceinline__ void operator()(int active, const float* head_max,
+                                             const float* head_inv, const float* head_mass) const {
+    const size_t row = RowOf(a, b, h);
+    if (!internal::ArriveLast(a.arrivals + row, a.chunks)) return;
+    FinishTileRow<D, G, kMmaThreads, G>(a, b, h, active, 0, G, WorkspacePartials<D>(a, b, h),
+                                     head_max, head_inv, head_mass,
+                                     reinterpret_cast<float(*)[128]>(ring_bytes));
+  }
+};
 
 // Launch 6: WindowValuesOfChunk over the workspace TileLogits wrote. Grid (chunks, H_kv, B) x 128.
 template <int D, int G>
@@ -295,10 +342,13 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int chunk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const float* chunk_stats = a.chunk_stats + RowOf(a, b, h) * a.chunks * 2 * G;
   const auto stats_of = [chunk_stats](int k) { return chunk_stats + k * 2 * G; };
+  float* const partial = a.partials + (RowOf(a, b, h) * a.chunks + chunk) * kMaxGroup * D;
   const WindowSources<decltype(stats_of)> from{stats_of, nullptr, WindowLanes<D>(a, chunk, h, b),
-                                               a.in.encoded_lens[b], a.in.residual_lens[b]};
+                                               a.in.encoded_lens[b], a.in.residual_lens[b],
+                                               partial};
   WindowValuesOfChunk<D, G, false>(a, centroids, shared.table, &shared.ring[0][0][0], chunk, h, b,
-                                   from, [] {});
+                                   from, [] {},
+                                   FinishByLastBlock<D, G>{a, b, h, &shared.ring[0][0][0]});
 }
 
 }  // namespace readkv::cuda::tile_kernels

@@ -7,7 +7,8 @@
 // had just written (every tile's e values and maxima, every chunk's statistics) and then ran the
 // window's cut, all after a launch boundary (docs/performance-notes.md). Here the e values stay
 // in the block's shared memory, the chunks' statistics cross the cluster through distributed
-// shared memory, and nothing but the partials and the output goes to memory.
+// shared memory, and so do the chunks' partial sums for the row's finish: nothing but the
+// output goes to memory.
 //
 // The arithmetic is LogitsOfChunk's and WindowValuesOfChunk's, in the same order, so a
 // one-pass call gives the same bits as the two launches.
@@ -60,15 +61,22 @@ inline constexpr int kWindowPassBlocksPerSm = 5;
 
 // Grid (chunks, H_kv, B) x 128, clusters of (chunks, 1, 1): cluster = row, block rank = chunk.
 //   1. LogitsOfChunk (byte keys) with its tiles' e values and maxima and its chunk's statistics
-//      into this block's shared memory; the row's first block zeroes the arrivals and every
-//      block writes its share of the residual window's logits, as TileLogits;
-//   2. the cluster barrier: every chunk's statistics, the window's logits and the zeroed count
-//      are visible to every block of the row; the Values' page-table and list lookups
-//      (LookUpValueLanes), which need no depth, are issued before it and land meanwhile;
+//      into this block's shared memory; every block writes its share of the residual window's
+//      logits, as TileLogits;
+//   2. the cluster barrier: every chunk's statistics and the window's logits are visible to
+//      every block of the row; the Values' page-table and list lookups (LookUpValueLanes),
+//      which need no depth, are issued before it and land meanwhile;
 //   3. WindowValuesOfChunk, the chunks' statistics read from their blocks' shared memory, its
-//      tiles' heads from its own;
-//   4. the cluster barrier's second half, so no block leaves while another may still read its
-//      statistics (each block arrives once it has read them, in 3, and waits here).
+//      tiles' heads from its own, its partial sums kept in its ring (kPassPartialAt);
+//   4. the finish: the first barrier's second half (every block has read the statistics: each
+//      arrives once it has, in 3), a whole cluster barrier (every partial is in place), block
+//      k's share of the heads (one each while the chunks outnumber them) summed over every
+//      block's partial through distributed shared memory and finished (FinishTileRow), and a
+//      last barrier, so no block leaves while another may still read its partial.
+// Why the finish is the cluster's: the row's last block to arrive read every partial back
+// through L2 and finished all heads alone, after its own Values, so the call waited on it
+// (the bench's `last to end` line: 3.8-4.5 us of finish against 0.7-0.8 for the other blocks,
+// H100, a98a401).
 template <int D, int G>
 __global__ void __launch_bounds__(kMmaThreads, kWindowPassBlocksPerSm)
     TileWindowPass(TileArgs a, const __grid_constant__ tile::TileCentroids centroids) {
@@ -93,11 +101,28 @@ __global__ void __launch_bounds__(kMmaThreads, kWindowPassBlocksPerSm)
   const auto stats_of = [&cluster](int k) -> const float* {
     return cluster.map_shared_rank(&chunk_stats[0], k);
   };
-  WindowValuesOfChunk<D, G, true>(a, centroids, shared.table, &shared.ring[0][0][0], chunk, h, b,
+  uint8_t* const ring = &shared.ring[0][0][0];
+  const auto finish = [&](int active, const float* head_max, const float* head_inv,
+                          const float* head_mass) {
+    ClusterWait();  // the first barrier's second half: every block has read the statistics
+    ClusterArrive();
+    ClusterWait();  // every block's partial is in its shared memory
+    const int per_block = (G + a.chunks - 1) / a.chunks;  // heads a block finishes
+    const int q_lo = min(G, chunk * per_block), q_hi = min(G, q_lo + per_block);
+    float* const partial = reinterpret_cast<float*>(ring + kPassPartialAt);
+    const auto part = [&cluster, partial](int k, int i) {
+      return cluster.map_shared_rank(partial, k)[i];
+    };
+    FinishTileRow<D, G, kMmaThreads, 1>(a, b, h, active, q_lo, q_hi, part, head_max, head_inv,
+                                        head_mass,
+                                        reinterpret_cast<float(*)[128]>(ring + kPassRowsAt));
+    ClusterArrive();
+    ClusterWait();  // no block leaves while another may still read its partial
+  };
+  WindowValuesOfChunk<D, G, true>(a, centroids, shared.table, ring, chunk, h, b,
                                   WindowSources<decltype(stats_of)>{stats_of, heads, lanes,
-                                                                    encoded, residual},
-                                  [] { ClusterArrive(); });
-  ClusterWait();
+                                                                    encoded, residual, nullptr},
+                                  [] { ClusterArrive(); }, finish);
   StampPhase(a, kStampEnd);
 }
 
