@@ -411,14 +411,15 @@ cudaError_t TileDecodeAttention(const TileDecodeShape& shape, const TileDecodeIn
   a.stats = reinterpret_cast<float*>(base + layout.stats);
   a.block_weights = reinterpret_cast<double*>(base + layout.block_weights);
   a.value_depths = base + layout.value_depths;
-  a.partials = reinterpret_cast<float*>(base + layout.partials);
+  // One pass keeps the partials on chip and counts no arrivals (tile_window_pass.cuh).
+  a.partials = plan.one_pass ? nullptr : reinterpret_cast<float*>(base + layout.partials);
   a.tile_stats = reinterpret_cast<float*>(base + layout.tile_stats);
   a.probs = reinterpret_cast<__half*>(base + layout.probs);
   a.scaled_queries = reinterpret_cast<float*>(base + layout.scaled_queries);
   const bool windowed = plan.value_window_tokens > 0;
   // TileLogits writes per-chunk statistics only for TileWindowValues.
   a.chunk_stats = windowed ? reinterpret_cast<float*>(base + layout.chunk_stats) : nullptr;
-  a.arrivals = reinterpret_cast<unsigned*>(base + layout.arrivals);
+  a.arrivals = plan.one_pass ? nullptr : reinterpret_cast<unsigned*>(base + layout.arrivals);
   const bool bytes = shape.byte_keys;
   return shape.head_dim == 64
              ? tile_kernels::LaunchForGroup<64>(a, centroids, shape.batch, shape.group(), windowed,

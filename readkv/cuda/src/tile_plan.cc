@@ -75,10 +75,11 @@ TileWorkspaceLayout MakeTileWorkspaceLayout(const TileDecodeShape& s, const Tile
   w.stats = Section(at, heads * 4 * sizeof(float));
   w.block_weights = Section(at, rows * tiles * sizeof(double));
   w.value_depths = Section(at, rows * tiles);
-  w.partials = Section(at, rows * static_cast<size_t>(plan.chunks) * kTileMaxGroup *
-                               static_cast<size_t>(s.head_dim) * sizeof(float));
-  // One pass keeps the tiles' e values and statistics and the chunks' statistics on chip.
+  // One pass keeps the tiles' e values and statistics, the chunks' statistics and partials on
+  // chip, and counts no arrivals.
   const size_t kept = plan.one_pass ? 0 : 1;
+  w.partials = Section(at, kept * rows * static_cast<size_t>(plan.chunks) * kTileMaxGroup *
+                               static_cast<size_t>(s.head_dim) * sizeof(float));
   w.tile_stats =
       Section(at, kept * rows * tiles * 3 * static_cast<size_t>(s.group()) * sizeof(float));
   w.probs =
@@ -86,7 +87,7 @@ TileWorkspaceLayout MakeTileWorkspaceLayout(const TileDecodeShape& s, const Tile
   w.scaled_queries = Section(at, heads * static_cast<size_t>(s.head_dim) * sizeof(float));
   w.chunk_stats = Section(at, kept * rows * static_cast<size_t>(plan.chunks) * 2 *
                                   static_cast<size_t>(s.group()) * sizeof(float));
-  w.arrivals = Section(at, rows * sizeof(uint32_t));
+  w.arrivals = Section(at, kept * rows * sizeof(uint32_t));
   w.total = at;
   return w;
 }

@@ -277,10 +277,9 @@ TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& pla
       if (one_pass) {
         // 6. WindowValues, its Select part, in the same blocks: every block reads the window's
         // logits twice and the increments; the statistics are on chip (the chunks' through the
-        // cluster's shared memory); each counts itself in the row's arrivals.
+        // cluster's shared memory), and so are the partials and their finish (no arrivals).
         t.Read(kMetadata, kSelect, plan.chunks * increments);
         t.Read(kPartials, kSelect, plan.chunks * g * 2 * residual * 4);
-        t.Write(kSchedule, kSelect, plan.chunks * 4);
       } else if (windowed) {
         t.Write(kPartials, kLogits, plan.chunks * g * 2 * 4);  // every block's chunk statistics
         // 6. WindowValues, its Select part: every block of the plan reads the chunks'
@@ -307,11 +306,11 @@ TrafficBytes TileDecodeTraffic(const TileDecodeShape& shape, const TilePlan& pla
       // 4. Values: per tile its page-table entry, its e values and maxima (one pass: on chip).
       t.Read(kMetadata, kValues, tiles * 4);
       if (!one_pass) t.Read(kScores, kValues, tiles * g * (16 * 2 + 4));
-      t.Write(kPartials, kValues, chunks * g * d * 4);
-      // 5. Combine (with a window the statistics are on chip).
+      if (!one_pass) t.Write(kPartials, kValues, chunks * g * d * 4);
+      // 5. Combine (with a window the statistics are on chip; in one pass the partials too).
       t.Read(kMetadata, kCombine, 3 * d * 4);
       t.Read(kPartials, kCombine,
-             (windowed ? 0 : g * (residual > 0 ? 3 : 2) * 4) + chunks * g * d * 4);
+             (windowed ? 0 : g * (residual > 0 ? 3 : 2) * 4) + (one_pass ? 0 : chunks * g * d * 4));
       t.Read(kScores, kCombine, g * residual * 4);
       t.Read(kPayload, kCombine, residual * d * 2);
       t.Write(kIo, kCombine, g * d * 4);

@@ -202,8 +202,9 @@ TEST(TileLedgersTest, ByteKeysFoldTheirQueriesInEveryLogitsBlock) {
 
 // One pass (byte keys in a window of 512): one launch, the byte-key windowed terms less what
 // stays on chip: the tiles' e values and statistics (written 3 tiles x 2 heads x (32 + 12),
-// read back 3 x 2 x (8 + 36)), the chunk's statistics (written and read, 2 heads x 8), and the
-// second launch's centroid parameter.
+// read back 3 x 2 x (8 + 36)), the chunk's statistics (written and read, 2 heads x 8), the
+// chunk's partial (written and read, 2 heads x 64 x 4) and its arrival (4), and the second
+// launch's centroid parameter.
 TEST(TileLedgersTest, OnePassKeepsTheScoresOnChip) {
   const std::vector<int32_t> encoded = {40}, window = {5};
   TileDecodeShape bytes = TinyShape(5);
@@ -217,7 +218,7 @@ TEST(TileLedgersTest, OnePassKeepsTheScoresOnChip) {
   EXPECT_EQ(t.kernels[0].kernel, std::string("TileWindowPass"));
   EXPECT_EQ(t.kernels[1].kernel, nullptr);
   EXPECT_EQ(r.kernels[1].kernel, std::string("TileWindowValues"));
-  EXPECT_EQ(t.Total(), r.Total() - kCentroids - (264 + 16) - (16 + 48 + 216));
+  EXPECT_EQ(t.Total(), r.Total() - kCentroids - (264 + 16) - (16 + 48 + 216) - 2 * 512 - 4);
   EXPECT_EQ(t.payload, r.payload);
   EXPECT_EQ(SumOfLaunches(t), t.Total());
 }

@@ -181,9 +181,14 @@ TEST(TilePlanTest, OnePassIsAskedForAndNeedsByteKeysWindowsAndACluster) {
   const internal::TileWorkspaceLayout one = internal::MakeTileWorkspaceLayout(s, served);
   const internal::TileWorkspaceLayout apart = internal::MakeTileWorkspaceLayout(s, two);
   const size_t rows = 32, tiles = 1024, group = 4;
-  const size_t kept = rows * tiles * group * (3 * 4 + 16 * 2) + rows * 16 * 2 * group * 4;
+  // On chip in one pass: the tiles' statistics and e values, the chunks' statistics, the
+  // chunks' partials ([16][8][64] floats a row) and the rows' arrivals (32 x 4 bytes, in a
+  // section of 256: sections are whole multiples of 256 bytes).
+  const size_t kept = rows * tiles * group * (3 * 4 + 16 * 2) + rows * 16 * 2 * group * 4 +
+                      rows * 16 * 8 * 64 * 4 + 256;
   EXPECT_EQ(apart.total - one.total, kept);
   EXPECT_EQ(one.probs, one.scaled_queries);  // an empty section
+  EXPECT_EQ(one.partials, one.tile_stats);
   // one_pass needs byte keys, a window and a cluster's chunks.
   TilePlan bad = served;
   bad.value_window_tokens = 0;
