@@ -248,8 +248,8 @@ __global__ void __launch_bounds__(128) TileCombine(TileArgs a) {
   }
   __syncthreads();
   const int chunks = (a.in.encoded_lens[b] + a.chunk_tokens - 1) / a.chunk_tokens;
-  FinishTileRow<D, G, D, G>(a, b, h, chunks, 0, G, WorkspacePartials<D>(a, b, h), head_max, head_inv,
-                         head_mass, x);
+  FinishTileRow<D, G, D, G>(a, b, h, chunks, 0, G, WorkspacePartials<D>(a, b, h), head_max,
+                            head_inv, head_mass, x);
 }
 
 template <int D, int G>

@@ -41,10 +41,9 @@ namespace readkv::cuda::tile_kernels {
 // an f16x2 fma a pair) and the MMA, every accumulator starting at the half cell's share of the
 // logit (ByteKeyBias). There is no TilePrepare then: each block issues its first stage, folds its
 // row's queries into shared memory meanwhile (FoldRowQueries), and after its tiles computes its
-// share of the residual window's logits; the row's first block zeroes its arrivals (not in one
-// pass, which has none) and adds the
-// Key bytes to the ledgers. With 2 <= G <= 4 an accumulator holds two token tiles (TilePairs),
-// so the epilogues run once a pair.
+// share of the residual window's logits; the row's first block zeroes its arrivals (one pass
+// has none) and adds the Key bytes to the ledgers. With 2 <= G <= 4 an accumulator holds two
+// token tiles (TilePairs), so the epilogues run once a pair.
 template <int G, bool kPair>
 __device__ __forceinline__ void ByteKeyBias(const uint2* frags, int groups, int lane,
                                             float (&bias)[2]) {
@@ -469,7 +468,8 @@ __device__ __forceinline__ void LogitsOfChunk(const TileArgs& a,
     ResidualLogits<D, G>(a, b, h, queries.scaled, queries.mean, chunk * kMmaWarps,
                          a.chunks * kMmaWarps);  // the row's warps share its window's tokens
     if (chunk == 0) {
-      if (threadIdx.x == 0 && a.arrivals != nullptr) a.arrivals[row] = 0;  // TileWindowValues'
+      // TileWindowValues counts its blocks from here (one pass has no arrivals).
+      if (threadIdx.x == 0 && a.arrivals != nullptr) a.arrivals[row] = 0;
       if (threadIdx.x == 0 && a.debug.totals != nullptr) {  // the Key bytes' share of the ledgers
         const tile::ReadSums reads =
             tile::KeyRowReads(encoded, static_cast<long long>(kGroups) * a.store_bits);

@@ -140,10 +140,10 @@ struct WindowSources {
   float* partial;
 };
 
-// Where a one-pass block (kOnChip) keeps, in its staging ring, its partial sums ([kMaxGroup][128] floats,
-// read by the other blocks of its cluster) and the rows its finish transforms: past the Values
-// warps' sums ([kMmaWarps][kMaxGroup][128] floats at its start), which are read as the partial
-// is written.
+// Where a one-pass block (kOnChip) keeps, in its staging ring, its partial sums ([kMaxGroup][128]
+// floats, read by the other blocks of its cluster) and the rows its finish transforms: past the
+// Values warps' sums ([kMmaWarps][kMaxGroup][128] floats at its start), which are read as the
+// partial is written.
 inline constexpr int kPassPartialAt = kMmaWarps * kMaxGroup * 128 * 4;
 inline constexpr int kPassRowsAt = kPassPartialAt + kMaxGroup * 128 * 4;
 static_assert(kPassRowsAt + kMaxGroup * 128 * 4 <= kMmaWarps * kStages * kStageBytes,
@@ -329,8 +329,8 @@ struct FinishByLastBlock {
     const size_t row = RowOf(a, b, h);
     if (!internal::ArriveLast(a.arrivals + row, a.chunks)) return;
     FinishTileRow<D, G, kMmaThreads, G>(a, b, h, active, 0, G, WorkspacePartials<D>(a, b, h),
-                                     head_max, head_inv, head_mass,
-                                     reinterpret_cast<float(*)[128]>(ring_bytes));
+                                        head_max, head_inv, head_mass,
+                                        reinterpret_cast<float(*)[128]>(ring_bytes));
   }
 };
 
