@@ -33,7 +33,8 @@
 # source_profile.csv.gz, its summary (readkv/cuda/bench/ncu_sass_summary.py) as
 # source_profile.txt. TILE_BENCH="T,B ..." times the tile reader at those points without kvgate
 # (below). PACK=1 ends by packing $OUT into round.tgz beside summary.txt (the device
-# tool returns at most 8 files).
+# tool returns at most 8 files). Every round lists where each tree's tile kernels spill
+# (spills*.txt, from cuobjdump's SASS).
 set -uo pipefail
 REPEATS=${REPEATS:-1}
 [[ $REPEATS =~ ^[1-9][0-9]?$ ]] || { echo "REPEATS: must be 1-99, got '$REPEATS'"; exit 1; }
@@ -125,10 +126,29 @@ if [[ "${MODEL_TESTS:-0}" == 1 ]]; then  # the model's GPU cache and CUDA tests
   echo "model GPU tests: $(grep -E "^\[  (PASSED|FAILED) " "$OUT/model_gpu.txt" | tr "\n" " ")" |
     tee -a "$OUT/summary.txt"
 fi
+# Where the tile kernels spill: ptxas -v gives only how many bytes, and the CPU machine has no
+# disassembler. Each kernel with local loads or stores (STL/LDL in cuobjdump's SASS) and their
+# addresses, for this tree and each candidate: spills[_LABEL].txt and a line in summary.txt.
+spill_sites() {  # spill_sites SUFFIX BUILD_DIR
+  local obj
+  obj=$(find "$2" -name tile_attention.cu.o -print -quit 2> /dev/null)
+  [[ -n $obj ]] && command -v cuobjdump > /dev/null || return 0
+  cuobjdump -sass "$obj" | awk '
+    /Function : / { fn = $3 }
+    / (STL|LDL)[. ]/ {
+      if (match($0, /\/\*[0-9a-f]+\*\//)) at[fn] = at[fn] " 0x" substr($0, RSTART + 2, RLENGTH - 4)
+      n[fn]++
+    }
+    END { for (f in n) printf "%s: %d local accesses at%s\n", f, n[f], at[f] }' > "$OUT/spills$1.txt"
+  echo "spill sites${1:+ (${1#_})}: $(wc -l < "$OUT/spills$1.txt") kernels (spills$1.txt)" |
+    tee -a "$OUT/summary.txt"
+}
+spill_sites "" "$B"
 for label in "${CANDIDATE_LABELS[@]}"; do
   wait_tree "$label"
   "${TREE_DIR[$label]}/readkv/cuda/readkv_cuda_test" > "$OUT/tests_$label.txt" 2>&1
   echo "tests ($label): $(grep -E "^\[  (PASSED|FAILED) " "$OUT/tests_$label.txt" | tr "\n" " ")"
+  spill_sites "_$label" "${TREE_DIR[$label]}"
 done
 # TILE_BENCH="T,B ...": the tile reader beside dense and FP8 at those points (32/8/128) through
 # the bench's own harness inside the test binary (AttentionBenchGpuTest with KVGATE_TILE_BENCH),
