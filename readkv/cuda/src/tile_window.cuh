@@ -129,8 +129,8 @@ struct WorkspacePartials {
 // `lanes` is LookUpValueLanes over the window's tiles (the block's warp shares).
 // `encoded` and `residual` are the row's lengths (in.encoded_lens[b], in.residual_lens[b]),
 // read by the caller, before TileWindowPass's cluster barrier, so they are not read after it.
-// `partial` is where the block's sums go ([kMaxGroup][D] floats): its workspace slot; on chip
-// (TileWindowPass) it is null and they stay in the ring, at kPassPartialAt.
+// `partial` is where the block's sums go ([kMaxGroup][D] floats): its workspace slot, or for
+// TileWindowPass its staging ring (kPassPartialAt).
 template <typename ChunkStats>
 struct WindowSources {
   ChunkStats chunk_stats;  // k -> const float*
@@ -139,15 +139,6 @@ struct WindowSources {
   int encoded, residual;
   float* partial;
 };
-
-// Where a one-pass block (kOnChip) keeps, in its staging ring, its partial sums ([kMaxGroup][128]
-// floats, read by the other blocks of its cluster) and the rows its finish transforms: past the
-// Values warps' sums ([kMmaWarps][kMaxGroup][128] floats at its start), which are read as the
-// partial is written.
-inline constexpr int kPassPartialAt = kMmaWarps * kMaxGroup * 128 * 4;
-inline constexpr int kPassRowsAt = kPassPartialAt + kMaxGroup * 128 * 4;
-static_assert(kPassRowsAt + kMaxGroup * 128 * 4 <= kMmaWarps * kStages * kStageBytes,
-              "the partial and the finish's rows fit the ring");
 
 // LookUpValueLanes over window `chunk` of row (b, h) (none past the sequence's end).
 template <int D>
@@ -307,9 +298,7 @@ __device__ __forceinline__ void WindowValuesOfChunk(const TileArgs& a,
   // 3. The chunk's sums.
   if (n > 0) {
     ValueSumsOfChunk<D, G, kOnChip>(a, centroids, table, head_max, depths, b, h, first, first + n,
-                                    from.lanes, ring_bytes, from.heads,
-                                    kOnChip ? reinterpret_cast<float*>(ring_bytes + kPassPartialAt)
-                                            : from.partial);
+                                    from.lanes, ring_bytes, from.heads, from.partial);
   }
   if constexpr (kOnChip) StampPhase(a, kStampValues);
 

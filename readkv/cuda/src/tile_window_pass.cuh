@@ -59,6 +59,15 @@ constexpr size_t WindowPassDynamicBytes(int chunk_tokens) {
 // TileAttentionTest.OnePassResidencyIsAQuery holds the served call to fitting.
 inline constexpr int kWindowPassBlocksPerSm = 5;
 
+// Where a one-pass block keeps, in its staging ring, its partial sums ([kMaxGroup][128]
+// floats, read by the other blocks of its cluster) and the rows its finish transforms: past the
+// Values warps' sums ([kMmaWarps][kMaxGroup][128] floats at its start), which are read as the
+// partial is written.
+inline constexpr int kPassPartialAt = kMmaWarps * kMaxGroup * 128 * 4;
+inline constexpr int kPassRowsAt = kPassPartialAt + kMaxGroup * 128 * 4;
+static_assert(kPassRowsAt + kMaxGroup * 128 * 4 <= kMmaWarps * kStages * kStageBytes,
+              "the partial and the finish's rows fit the ring");
+
 // Grid (chunks, H_kv, B) x 128, clusters of (chunks, 1, 1): cluster = row, block rank = chunk.
 //   1. LogitsOfChunk (byte keys) with its tiles' e values and maxima and its chunk's statistics
 //      into this block's shared memory; every block writes its share of the residual window's
@@ -102,6 +111,7 @@ __global__ void __launch_bounds__(kMmaThreads, kWindowPassBlocksPerSm)
     return cluster.map_shared_rank(&chunk_stats[0], k);
   };
   uint8_t* const ring = &shared.ring[0][0][0];
+  float* const partial = reinterpret_cast<float*>(ring + kPassPartialAt);
   const auto finish = [&](int active, const float* head_max, const float* head_inv,
                           const float* head_mass) {
     ClusterWait();  // the first barrier's second half: every block has read the statistics
@@ -109,7 +119,6 @@ __global__ void __launch_bounds__(kMmaThreads, kWindowPassBlocksPerSm)
     ClusterWait();  // every block's partial is in its shared memory
     const int per_block = (G + a.chunks - 1) / a.chunks;  // heads a block finishes
     const int q_lo = min(G, chunk * per_block), q_hi = min(G, q_lo + per_block);
-    float* const partial = reinterpret_cast<float*>(ring + kPassPartialAt);
     const auto part = [&cluster, partial](int k, int i) {
       return cluster.map_shared_rank(partial, k)[i];
     };
@@ -121,7 +130,7 @@ __global__ void __launch_bounds__(kMmaThreads, kWindowPassBlocksPerSm)
   };
   WindowValuesOfChunk<D, G, true>(a, centroids, shared.table, ring, chunk, h, b,
                                   WindowSources<decltype(stats_of)>{stats_of, heads, lanes,
-                                                                    encoded, residual, nullptr},
+                                                                    encoded, residual, partial},
                                   [] { ClusterArrive(); }, finish);
   StampPhase(a, kStampEnd);
 }
