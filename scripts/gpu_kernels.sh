@@ -269,8 +269,8 @@ if [[ -n "${DECODE:-}" && "${KERNELS_ONLY:-0}" != 1 ]]; then
     shift
     "$B/apps/kvgate" bench decode "$@" --context "${DECODE_CONTEXT:-16000}" --steps 48 \
       --warmup 8 --json "$OUT/decode_$label.json" > "$LOGS/decode_$label.txt" 2>&1
-    echo "== decode $label (exit $?): $(grep -E " step |one_pass|rror" "$LOGS/decode_$label.txt" |
-      head -2 | tr -s ' ')" | tee -a "$OUT/summary.txt"
+    echo "== decode $label (exit $?): $(grep -E " step |per step|one_pass|rror" "$LOGS/decode_$label.txt" |
+      head -3 | tr -s ' ')" | tee -a "$OUT/summary.txt"
   }
   for ((r = 0; r < REPEATS; r++)); do
     for mode in $DECODE; do decode_into "${mode}_r$r" "${cand[@]}" --one-pass "$mode"; done

@@ -5,6 +5,9 @@
 // tokens per second. Every runtime flag of `kvgate serve` applies (--kv, --device, --cuda-graphs,
 // ...), so two invocations compare what the go/no-go servers run. Each timed step is one
 // LlamaDecodeModel::Forward, which returns logits on the host: the time includes the device work.
+// It also prints what the timed steps spent in the KV backend's append and attention calls, a
+// step on average, from the model's ledgers (GPU time by CUDA events on a CUDA device, wall time
+// on the CPU): the rest of a step is the dense layers and the host.
 // Exit statuses: 0 done; 2 bad arguments (the message names the flag); 3 the model failed.
 #include <algorithm>
 #include <chrono>
@@ -20,6 +23,7 @@
 #include "kvgate/command.h"
 #include "kvgate/stats/percentile.h"
 #include "readkv/codec/attention.h"
+#include "readkv/engine/decode_model.h"
 #include "readkv/engine/sampler.h"
 #include "readkv/model/cli.h"
 #include "readkv/model/recall_data.h"
@@ -70,6 +74,7 @@ void RunBenchDecode(const DecodeBenchArgs& a, const readkv::model::RuntimeOption
   }
   readkv::model::ByteTokenizer tokenizer;
   std::vector<double> prefill_ms, step_ms;
+  readkv::engine::KvLedgers before;  // at the first timed step
   std::vector<std::vector<float>> logits(static_cast<size_t>(a.batch));
   try {
     for (int i = 0; i < a.batch; ++i) {
@@ -96,6 +101,7 @@ void RunBenchDecode(const DecodeBenchArgs& a, const readkv::model::RuntimeOption
         steps[i].sequence_id = i + 1;
         steps[i].tokens = std::span<const int32_t>(&next[i], 1);
       }
+      if (t == a.warmup) before = model->ledgers();
       const auto start = std::chrono::steady_clock::now();
       model->Forward(steps);
       if (t >= a.warmup) step_ms.push_back(MillisecondsSince(start));
@@ -107,6 +113,10 @@ void RunBenchDecode(const DecodeBenchArgs& a, const readkv::model::RuntimeOption
     return;
   }
   const double step_median = Percentile(step_ms, 0.5);
+  const readkv::engine::KvLedgers after = model->ledgers();
+  const double per_step = 1000.0 / static_cast<double>(step_ms.size());  // s in all -> ms a step
+  const double append_ms = (after.encode_seconds - before.encode_seconds) * per_step;
+  const double attention_ms = (after.attention_seconds - before.attention_seconds) * per_step;
   const double tokens_per_s = 1000.0 * a.batch / step_median;
   std::cout << std::fixed << std::setprecision(3) << "decode "
             << readkv::codec::KvBackendName(options.kv.kind) << " on " << options.device
@@ -115,7 +125,9 @@ void RunBenchDecode(const DecodeBenchArgs& a, const readkv::model::RuntimeOption
             << " ms per prompt (median of " << prefill_ms.size() << ")\n  step " << step_median
             << " ms median [p10 " << Percentile(step_ms, 0.1) << ", p90 "
             << Percentile(step_ms, 0.9) << "] over " << step_ms.size() << " steps, "
-            << std::setprecision(0) << tokens_per_s << " tokens/s\n";
+            << std::setprecision(0) << tokens_per_s << " tokens/s\n"
+            << std::setprecision(3) << "  per step: append " << append_ms << " ms, attention "
+            << attention_ms << " ms (the KV backend's calls, mean over the timed steps)\n";
   if (!a.json.empty()) {
     const nlohmann::json out = {
         {"kv", std::string(readkv::codec::KvBackendName(options.kv.kind))},
@@ -129,6 +141,8 @@ void RunBenchDecode(const DecodeBenchArgs& a, const readkv::model::RuntimeOption
         {"prefill_ms", prefill_ms},
         {"step_ms", step_ms},
         {"step_ms_median", step_median},
+        {"append_ms_per_step", append_ms},
+        {"attention_ms_per_step", attention_ms},
         {"decode_tokens_per_s", tokens_per_s}};
     if (a.json == "-") {
       std::cout << out.dump(2) << "\n";

@@ -188,6 +188,9 @@ std::vector<MetricFamily> ServingMetrics::CollectLedgers() const {
                             MetricType::Gauge, static_cast<double>(ledgers.workspace_peak_bytes)));
   families.push_back(scalar("readkv_encode_seconds_total", "Time spent encoding K/V, seconds.",
                             MetricType::Counter, ledgers.encode_seconds));
+  families.push_back(scalar("readkv_attention_seconds_total",
+                            "Time spent in decode attention calls, seconds.", MetricType::Counter,
+                            ledgers.attention_seconds));
 
   // The read depth histogram: depth d falls in the bucket le="d"; the sum is total depth read.
   MetricFamily depth{"readkv_read_depth",

@@ -450,7 +450,8 @@ TEST_F(EngineTest, ExportsTheVllmSeriesAndTheLedgers) {
         "vllm:generation_tokens_total", "vllm:request_success_total",
         "readkv_logical_read_bytes_total", "readkv_read_depth", "readkv_capacity_bytes",
         "readkv_physical_traffic_bytes_total", "readkv_workspace_peak_bytes",
-        "readkv_encode_seconds_total", "readkv_cache_rejections_total",
+        "readkv_encode_seconds_total", "readkv_attention_seconds_total",
+        "readkv_cache_rejections_total",
         "kvgate_request_errors_total"}) {
     ASSERT_TRUE(by_name.count(name)) << name;
     for (const auto& metric : by_name[name]->metric) {

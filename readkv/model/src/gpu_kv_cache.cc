@@ -35,7 +35,8 @@ rc::DecodeShape Shape(const GpuKvConfig& c, int batch, int max_pages, int max_to
 GpuKvCache::GpuKvCache(const GpuKvConfig& config)
     : config_(config),
       pools_(std::make_unique<Pools>()),
-      encode_timer_(std::make_unique<rc::StreamTimer>()) {
+      encode_timer_(std::make_unique<rc::StreamTimer>()),
+      attend_timer_(std::make_unique<rc::StreamTimer>()) {
   if (config.kind != codec::KvBackend::kFp8 && config.kind != codec::KvBackend::kReadKv) {
     throw std::invalid_argument("kv: the CUDA KV backends are fp8 and readkv, got \"" +
                                 std::string(codec::KvBackendName(config.kind)) + "\"");
@@ -310,6 +311,13 @@ torch::Tensor GpuKvCache::Workspace(size_t bytes) {
 }
 
 torch::Tensor GpuKvCache::Attend(const Step& step, int layer, const torch::Tensor& q) {
+  attend_timer_->Begin();
+  torch::Tensor out = AttendTimed(step, layer, q);
+  attend_timer_->End();
+  return out;
+}
+
+torch::Tensor GpuKvCache::AttendTimed(const Step& step, int layer, const torch::Tensor& q) {
   const torch::Tensor qf = q.to(torch::kFloat).contiguous();
   if (qf.numel() != int64_t{step.batch} * config_.heads_q * config_.head_dim) {
     throw std::invalid_argument("queries: need [B, H_q, d] for the step's sequences");
@@ -388,6 +396,7 @@ GpuKvLedgers GpuKvCache::ledgers() const {
     out.outlier_read_bytes += 4 * c[3];
   }
   out.encode_seconds = encode_timer_->Seconds();
+  out.attention_seconds = attend_timer_->Seconds();
   return out;
 }
 

@@ -85,7 +85,8 @@ struct GpuKvConfig {
 };
 
 // The ledgers of every attention call so far, in the codec's accounting terms.
-// encode_seconds: GPU time of the append (encode) launches, by CUDA events.
+// encode_seconds: GPU time of the append (encode) launches, by CUDA events; attention_seconds:
+// the same of the attention calls (the queries' conversion and the backend's launches).
 // outlier_read_bytes: of logical_read_bytes, the outlier lists (4 bytes a token tile, KV head and
 // kind for its two tile_start halves, 4 an entry), counted in physical traffic too. The
 // outlier_* counts: TileAppend's (values past the cap, entries past the block budget, tokens
@@ -97,6 +98,7 @@ struct GpuKvLedgers {
   int64_t physical_traffic_bytes = 0;
   int64_t workspace_peak_bytes = 0;
   double encode_seconds = 0.0;
+  double attention_seconds = 0.0;
 };
 
 // A sequence's ReadKV budgets: R_K and R_V of the tile reader (equal unless the policy splits R).
@@ -164,6 +166,7 @@ class GpuKvCache {
   void Reserve(Sequence& s, int64_t tokens);
   void Grow(int64_t pages);
   torch::Tensor Workspace(size_t bytes);
+  torch::Tensor AttendTimed(const Step& step, int layer, const torch::Tensor& q);  // Attend's work
   torch::Tensor AttendGroup(const Step& step, int layer, const torch::Tensor& q,
                             std::span<const int> rows, GpuReadBits bits);
   // The tile reader over one group's rows (q, table, lens already gathered; lengths on the host).
@@ -188,6 +191,7 @@ class GpuKvCache {
   torch::Tensor append_workspace_;  // TileAppend's outlier staging
   torch::Tensor outlier_counters_;  // int64 [4]: TileAppend's 3 counters, entries read
   std::unique_ptr<readkv::cuda::StreamTimer> encode_timer_;  // around every append launch
+  std::unique_ptr<readkv::cuda::StreamTimer> attend_timer_;  // around every attention call
 };
 
 }  // namespace readkv::model::internal

@@ -3,6 +3,7 @@
 // backend with its ledgers, and the sequences' lifecycle and byte counts. On a CUDA device fp8
 // and readkv live in gpu_kv_cache.h instead; the sequences then only name them.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <vector>
 
@@ -107,6 +108,15 @@ void LlamaDecodeModel::Impl::Append(Sequence& s, int layer, const torch::Tensor&
 
 torch::Tensor LlamaDecodeModel::Impl::Attend(Sequence& s, int layer, const torch::Tensor& q,
                                              int64_t tokens) {
+  const auto start = std::chrono::steady_clock::now();
+  torch::Tensor out = AttendTimed(s, layer, q, tokens);
+  totals.attention_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+torch::Tensor LlamaDecodeModel::Impl::AttendTimed(Sequence& s, int layer, const torch::Tensor& q,
+                                                  int64_t tokens) {
   if (options.kv.kind == codec::KvBackend::kDense) {
     const int64_t g = hq() / hkv();
     torch::Tensor k = s.keys[static_cast<size_t>(layer)].narrow(0, 0, tokens);
@@ -212,6 +222,7 @@ engine::KvLedgers LlamaDecodeModel::ledgers() const {
   // On a CUDA device the caches above are empty: the encode time is the append launches' GPU
   // time (CUDA events around them; 0 without a GPU).
   out.encode_seconds += g.encode_seconds;
+  out.attention_seconds += g.attention_seconds;  // totals' holds the CPU caches' time
   if (impl_->prefix_store) {
     for (const auto& [reason, count] : impl_->prefix_store->counters().rejections) {
       out.cache_rejections[reason] += count;

@@ -87,6 +87,8 @@ struct LlamaDecodeModel::Impl {
   void Append(Sequence& s, int layer, const torch::Tensor& k, const torch::Tensor& v);
   // Decode attention of the newest token (already appended): q [Hq, hd] -> [Hq, hd].
   torch::Tensor Attend(Sequence& s, int layer, const torch::Tensor& q, int64_t tokens);
+  // Attend's work; Attend adds its wall time to totals.attention_seconds.
+  torch::Tensor AttendTimed(Sequence& s, int layer, const torch::Tensor& q, int64_t tokens);
   int64_t SequenceBytes(const Sequence& s) const;
 
   // ---- the forward pass (forward_pass.cc) ----------------------------------------------------

@@ -59,6 +59,7 @@ TEST(BuiltinModelTest, ReadKvCacheStillFindsAPasskeyBeyondOneBlock) {
       GreedyCompleteBatch(model, tok, {PasskeyPrompt("31337", 1200, 0.25)}, 8, {}, {});
   EXPECT_EQ(FirstInteger(out[0].text).value_or("none"), "31337") << out[0].text;
   EXPECT_GT(model.ledgers().logical_read_bytes, 0);
+  EXPECT_GT(model.ledgers().attention_seconds, 0.0);  // the decode steps' attention, wall time
 }
 
 }  // namespace

@@ -278,6 +278,8 @@ TEST_P(GpuKvCacheTest, MatchesTheCpuCachesAcrossPagesStepsAndReuse) {
   EXPECT_GT(led.workspace_peak_bytes, 0);
   EXPECT_GT(led.encode_seconds, 0.0);  // the appends' GPU time, by events
   EXPECT_LT(led.encode_seconds, 60.0);
+  EXPECT_GT(led.attention_seconds, 0.0);  // the attention calls' GPU time, by events
+  EXPECT_LT(led.attention_seconds, 60.0);
   std::cout << codec::KvBackendName(bc.kind) << (tile ? " tile" : "") << " d" << bc.head_dim
             << ": worst relative error "
             << worst << ", logical bytes " << led.logical_read_bytes << " (CPU " << cpu_logical

@@ -33,6 +33,7 @@ struct KvLedgers {
   int64_t physical_traffic_bytes = 0;      // all buffers moved, summed over steps
   int64_t workspace_peak_bytes = 0;        // max temporary bytes of one attention call
   double encode_seconds = 0.0;             // time spent encoding K/V, summed
+  double attention_seconds = 0.0;          // time spent in decode attention calls, summed
   std::vector<int64_t> read_depth_counts;  // histogram of chosen depths 0..W (ReadKV only)
   // Cache objects or policies the backend refused, by reason (e.g. "identity_mismatch"),
   // cumulative. Exported as readkv_cache_rejections_total{reason}.

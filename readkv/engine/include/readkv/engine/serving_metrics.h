@@ -13,7 +13,7 @@
 // ReadKV ledgers (DecodeModel::ledgers(), docs/ledgers.md), published by the worker:
 //   readkv_capacity_bytes, readkv_workspace_peak_bytes (gauges), readkv_logical_read_bytes_total,
 //   readkv_outlier_read_bytes_total (its outlier-list part), readkv_physical_traffic_bytes_total,
-//   readkv_encode_seconds_total (counters),
+//   readkv_encode_seconds_total, readkv_attention_seconds_total (counters),
 //   readkv_read_depth (histogram over depths 0..W, from read_depth_counts),
 //   readkv_cache_rejections_total{reason} (reason="invalid_policy" is always exported, from 0),
 //   readkv_prefix_cache_objects_total{result="hit"|"miss"|"stored"|"evicted"|"write_failed"}
