@@ -108,6 +108,13 @@ void LlamaDecodeModel::Impl::Append(Sequence& s, int layer, const torch::Tensor&
 
 torch::Tensor LlamaDecodeModel::Impl::Attend(Sequence& s, int layer, const torch::Tensor& q,
                                              int64_t tokens) {
+  if (q.is_cuda()) {
+    if (!dense_attend_timer) dense_attend_timer = std::make_unique<readkv::cuda::StreamTimer>();
+    dense_attend_timer->Begin();
+    torch::Tensor out = AttendTimed(s, layer, q, tokens);
+    dense_attend_timer->End();
+    return out;
+  }
   const auto start = std::chrono::steady_clock::now();
   torch::Tensor out = AttendTimed(s, layer, q, tokens);
   totals.attention_seconds +=
@@ -222,7 +229,8 @@ engine::KvLedgers LlamaDecodeModel::ledgers() const {
   // On a CUDA device the caches above are empty: the encode time is the append launches' GPU
   // time (CUDA events around them; 0 without a GPU).
   out.encode_seconds += g.encode_seconds;
-  out.attention_seconds += g.attention_seconds;  // totals' holds the CPU caches' time
+  out.attention_seconds += g.attention_seconds;  // totals' holds the CPU's wall time
+  if (impl_->dense_attend_timer) out.attention_seconds += impl_->dense_attend_timer->Seconds();
   if (impl_->prefix_store) {
     for (const auto& [reason, count] : impl_->prefix_store->counters().rejections) {
       out.cache_rejections[reason] += count;

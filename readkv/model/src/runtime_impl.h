@@ -17,6 +17,7 @@
 
 #include "cuda_graph.h"
 #include "gpu_kv_cache.h"
+#include "readkv/cuda/device.h"
 #include "llama_internal.h"
 #include "readkv/codec/cache_object.h"
 #include "readkv/codec/calibration.h"
@@ -67,6 +68,9 @@ struct LlamaDecodeModel::Impl {
   std::unique_ptr<PrefixCacheStore> prefix_store;
   // fp8 / readkv on a CUDA device (gpu_kv_cache.h); null otherwise. Sequences then hold no caches.
   std::unique_ptr<internal::GpuKvCache> gpu;
+  // The dense backend's attention calls on a CUDA device, by CUDA events (its launches return
+  // before the GPU is done, so the host's clock would not see them); made at the first such call.
+  std::unique_ptr<readkv::cuda::StreamTimer> dense_attend_timer;
   // Decode steps through CUDA graphs (RuntimeOptions::cuda_graphs), by batch size.
   bool use_graphs = false;
   std::map<int64_t, std::unique_ptr<internal::DecodeStepGraphs>> step_graphs;
@@ -87,7 +91,8 @@ struct LlamaDecodeModel::Impl {
   void Append(Sequence& s, int layer, const torch::Tensor& k, const torch::Tensor& v);
   // Decode attention of the newest token (already appended): q [Hq, hd] -> [Hq, hd].
   torch::Tensor Attend(Sequence& s, int layer, const torch::Tensor& q, int64_t tokens);
-  // Attend's work; Attend adds its wall time to totals.attention_seconds.
+  // Attend's work. Attend adds its time to totals.attention_seconds: wall time on the CPU, or
+  // on a CUDA device (the dense backend) dense_attend_timer's.
   torch::Tensor AttendTimed(Sequence& s, int layer, const torch::Tensor& q, int64_t tokens);
   int64_t SequenceBytes(const Sequence& s) const;
 
