@@ -203,15 +203,18 @@ bench_into() {  # bench_into STEM KVGATE ARGS...
 }
 # POINTS=standard: the kernel rounds' usual sets (BENCHMARKS.md, "Decode-attention kernels"):
 # 32/8/128 at 8K and 32K x 1 and 16 for FP8 and four tile-reader reads (byte keys among them),
-# then the go/no-go model's geometry twice, with the served read (tile:8:5:8:2) and its byte-key
-# form. "standard;ARGS;..." adds sets after them.
+# then issue 37's served geometry (8/2/64) twice, with the served read (tile:8:5:8:2) and its
+# byte-key form, then the served model's own (long-16k: 4/2/64) with the byte-key form in
+# windows of 1024, as kvgate serve runs it. "standard;ARGS;..." adds sets after them.
 if [[ "${POINTS:-}" == standard || "${POINTS:-}" == "standard;"* ]]; then
   more=${POINTS#standard}
   POINTS="--tokens 8192,32768 --batch 1,16 --heads-q 32 --heads-kv 8 --head-dim 128 \
 --kv fp8,tile:8:4,tile:8:2,tile:8:4.5:7:2,tile-kbytes:8:4.5:8:1 --no-anchor --iters 30"
   model="--tokens 16384 --batch 16 --heads-q 8 --heads-kv 2 --head-dim 64 \
 --kv fp8,tile:8:5:8:2,tile-kbytes:8:5:8:2,tile:8:2 --no-anchor --iters 30"
-  POINTS="$POINTS;$model;$model$more"
+  served="--tokens 16384 --batch 16 --heads-q 4 --heads-kv 2 --head-dim 64 --outlier-cap 2 \
+--value-window 1024 --kv fp8,tile-kbytes:8:5:8:2 --no-anchor --iters 30"
+  POINTS="$POINTS;$model;$model;$served$more"
 fi
 if [[ "${KERNELS_ONLY:-0}" != 1 && -n "${POINTS:-}" ]]; then
   [[ -n "${BASELINE:-}" ]] && wait_tree baseline
